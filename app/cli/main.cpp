@@ -1,0 +1,82 @@
+// longscope-cli: generate, tokenize and inspect models from the command line.
+#include "args.h"
+#include "commands.h"
+
+#include "longscope/errors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char *usage =
+    "usage: longscope-cli COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate -m MODEL (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+    "           [--repeat-penalty R] [--seed S] [--threads N] [--ctx N] [--json]\n"
+    "      Generate text. stdout carries only the generated text (or one JSON object with\n"
+    "      --json); statistics go to stderr. --temp 0 is greedy. Defaults: -n 128, --temp 0.8,\n"
+    "      --top-k 40, --top-p 0.95, --repeat-penalty 1 (off), a random seed (printed),\n"
+    "      --ctx = the model's trained context, all hardware threads.\n"
+    "  tokenize -m MODEL [--bos] (TEXT | -f FILE)\n"
+    "      Print the token ids, space separated, on one line.\n"
+    "  info -m MODEL [--json]\n"
+    "      Print the architecture, hyperparameters, tensors and vocabulary.\n"
+    "\n"
+    "MODEL is a .gguf file or a Hugging Face LLaMA directory; without -m the bundled\n"
+    "stories260K model is used (or $LONGSCOPE_MODEL).\n"
+    "\n"
+    "  --version   print the version\n"
+    "  --help      print this help\n";
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) {
+        std::fputs(usage, stderr);
+        return 2;
+    }
+    const std::string cmd = args.front();
+    args.erase(args.begin());
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+        std::fputs(usage, stdout);
+        return 0;
+    }
+    if (cmd == "--version") {
+        std::printf("longscope-cli %s\n", LONGSCOPE_VERSION);
+        return 0;
+    }
+    for (const std::string &a : args)
+        if (a == "--help" || a == "-h") {
+            std::fputs(usage, stdout);
+            return 0;
+        }
+    try {
+        if (cmd == "generate")
+            return longscope::cli::cmd_generate(args, argv[0]);
+        if (cmd == "tokenize")
+            return longscope::cli::cmd_tokenize(args, argv[0]);
+        if (cmd == "info")
+            return longscope::cli::cmd_info(args, argv[0]);
+        std::fprintf(stderr, "longscope-cli: unknown command '%s' (try --help)\n", cmd.c_str());
+        return 2;
+    } catch (const longscope::cli::UsageError &e) {
+        std::fprintf(stderr, "longscope-cli %s: %s (try --help)\n", cmd.c_str(), e.what());
+        return 2;
+    } catch (const longscope::Error &e) {
+        std::fprintf(stderr, "longscope-cli %s: error: %s\n", cmd.c_str(), e.what());
+        return 1;
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "longscope-cli %s: error: out of memory\n", cmd.c_str());
+        return 1;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "longscope-cli %s: error: %s\n", cmd.c_str(), e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,28 @@
+// A read-only memory-mapped file. Tensor data is used in place from the mapping, never copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace longscope {
+
+class MappedFile {
+public:
+    // Throws IoError when the file cannot be opened or mapped.
+    explicit MappedFile(const std::string &path);
+    ~MappedFile();
+    MappedFile(const MappedFile &) = delete;
+    MappedFile &operator=(const MappedFile &) = delete;
+
+    const uint8_t *data() const { return m_data; }
+    uint64_t size() const { return m_size; }
+    const std::string &path() const { return m_path; }
+
+private:
+    std::string m_path;
+    const uint8_t *m_data = nullptr;
+    uint64_t m_size = 0;
+};
+
+} // namespace longscope

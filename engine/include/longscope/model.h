@@ -1,0 +1,89 @@
+// A loaded LLaMA-family model: hyperparameters, weight views (memory-mapped, never copied)
+// and the tokenizer. Loads a GGUF file or a Hugging Face LLaMA directory.
+#pragma once
+
+#include "longscope/hparams.h"
+#include "longscope/tokenizer.h"
+#include "longscope/types.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace longscope {
+
+class MappedFile;
+class GgufFile;
+
+// A weight tensor in place in its file. shape[0] is the contiguous dimension, so a matrix
+// for y = W x is [n_in, n_out] here: n_out rows of n_in elements.
+struct WeightView {
+    std::string name;
+    DType type = DType::F32;
+    std::vector<int64_t> shape;
+    const void *data = nullptr;
+    uint64_t nbytes = 0;
+
+    int64_t ne(size_t i) const { return i < shape.size() ? shape[i] : 1; }
+    int64_t n_elements() const;
+};
+
+struct LayerWeights {
+    WeightView attn_norm; // [n_embd]
+    WeightView wq;        // [n_embd, n_embd]
+    WeightView wk;        // [n_embd, n_embd_kv]
+    WeightView wv;        // [n_embd, n_embd_kv]
+    WeightView wo;        // [n_embd, n_embd]
+    WeightView ffn_norm;  // [n_embd]
+    WeightView w_gate;    // [n_embd, n_ff]
+    WeightView w_up;      // [n_embd, n_ff]
+    WeightView w_down;    // [n_ff, n_embd]
+};
+
+struct ModelWeights {
+    WeightView tok_embd;    // [n_embd, n_vocab]
+    WeightView output_norm; // [n_embd]
+    WeightView output;      // [n_embd, n_vocab] (the embedding when tied)
+    std::vector<LayerWeights> layers;
+};
+
+enum class ModelFormat { Gguf, HuggingFace };
+
+struct ModelInfo {
+    ModelFormat format = ModelFormat::Gguf;
+    std::string path;
+    std::string name;
+    uint64_t file_bytes = 0;           // all files holding weights
+    uint64_t weight_bytes = 0;         // bytes of the weights the forward pass reads
+    size_t tensor_count = 0;
+    std::map<std::string, size_t> tensor_types; // type name -> count
+    uint32_t gguf_version = 0;         // GGUF only
+};
+
+class Model {
+public:
+    // `path` is a .gguf file or a directory with config.json. Throws IoError, FormatError,
+    // ConfigError with a message naming the file and the problem.
+    static std::unique_ptr<Model> load(const std::string &path);
+    ~Model();
+
+    const HParams &hparams() const { return m_hparams; }
+    const ModelWeights &weights() const { return m_weights; }
+    const Tokenizer &tokenizer() const { return *m_tokenizer; }
+    const ModelInfo &info() const { return m_info; }
+
+private:
+    Model();
+    friend struct ModelBuilder;
+
+    HParams m_hparams;
+    ModelWeights m_weights;
+    std::unique_ptr<Tokenizer> m_tokenizer;
+    ModelInfo m_info;
+    std::vector<std::shared_ptr<MappedFile>> m_files;
+    std::shared_ptr<GgufFile> m_gguf;
+};
+
+} // namespace longscope

@@ -1,0 +1,199 @@
+#include "cpu/ops.h"
+
+#include "cpu/thread_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace longscope {
+
+float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = uint32_t(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f;
+    const uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { // subnormal: value = mant * 2^-24
+            float v = float(mant) * 5.9604644775390625e-8f;
+            std::memcpy(&bits, &v, 4);
+            bits |= sign;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+float bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t f32_to_f16(float f)
+{
+    // Round to nearest even, with overflow to infinity and gradual underflow.
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000;
+    const uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) // inf or nan
+        return uint16_t(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0));
+    if (abs >= 0x477ff000u) // rounds to >= 65520: infinity
+        return uint16_t(sign | 0x7c00);
+    if (abs < 0x38800000u) { // below the smallest normal half: subnormal or zero
+        float a;
+        std::memcpy(&a, &abs, 4);
+        return uint16_t(sign | uint32_t(std::nearbyint(a * 16777216.0f)));
+    }
+    uint32_t mant = abs + 0xfff + ((abs >> 13) & 1); // round to nearest even
+    return uint16_t(sign | ((mant - 0x38000000u) >> 13));
+}
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return uint16_t((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return uint16_t(x >> 16);
+}
+
+void weight_row_f32(const WeightView &w, int64_t row, float *out)
+{
+    const int64_t n = w.ne(0);
+    switch (w.type) {
+    case DType::F32:
+        std::memcpy(out, static_cast<const float *>(w.data) + row * n, size_t(n) * 4);
+        return;
+    case DType::F16: {
+        const uint16_t *p = static_cast<const uint16_t *>(w.data) + row * n;
+        for (int64_t i = 0; i < n; ++i)
+            out[i] = f16_to_f32(p[i]);
+        return;
+    }
+    case DType::BF16: {
+        const uint16_t *p = static_cast<const uint16_t *>(w.data) + row * n;
+        for (int64_t i = 0; i < n; ++i)
+            out[i] = bf16_to_f32(p[i]);
+        return;
+    }
+    default:
+        break; // the loader rejects every other type
+    }
+}
+
+float dot_f32(const float *a, const float *b, int64_t n)
+{
+    // Eight independent partial sums let the compiler vectorise and hide FMA latency.
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k)
+            s[k] += a[i + k] * b[i + k];
+    float tail = 0;
+    for (; i < n; ++i)
+        tail += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
+void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
+{
+    const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    const bool direct = w.type == DType::F32;
+    pool.parallel_for(
+        n_out,
+        [&](int64_t begin, int64_t end) {
+            std::vector<float> row(direct ? 0 : size_t(n_in));
+            for (int64_t o = begin; o < end; ++o) {
+                const float *wr;
+                if (direct) {
+                    wr = static_cast<const float *>(w.data) + o * n_in;
+                } else {
+                    weight_row_f32(w, o, row.data());
+                    wr = row.data();
+                }
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    y[t * n_out + o] = dot_f32(wr, x + t * n_in, n_in);
+            }
+        },
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+}
+
+void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
+             float eps)
+{
+    std::vector<float> wrow(static_cast<size_t>(n));
+    weight_row_f32(weight, 0, wrow.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float *xr = x + t * n;
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i)
+            ss += double(xr[i]) * xr[i];
+        const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+        for (int64_t i = 0; i < n; ++i)
+            out[t * n + i] = xr[i] * scale * wrow[size_t(i)];
+    }
+}
+
+void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, RopeStyle style,
+          std::span<const double> positions, std::span<const double> inv_freq)
+{
+    const int half = n_rot / 2;
+    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int i = 0; i < half; ++i) {
+            const double angle = positions[size_t(t)] * inv_freq[size_t(i)];
+            c[size_t(i)] = float(std::cos(angle));
+            s[size_t(i)] = float(std::sin(angle));
+        }
+        for (int h = 0; h < n_heads; ++h) {
+            float *v = x + (t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; ++i) {
+                // Interleaved pairs (2i, 2i+1); rotate_half pairs (i, i + n_rot/2).
+                const int a = style == RopeStyle::Interleaved ? 2 * i : i;
+                const int b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c[size_t(i)] - x1 * s[size_t(i)];
+                v[b] = x0 * s[size_t(i)] + x1 * c[size_t(i)];
+            }
+        }
+    }
+}
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void softmax_inplace(float *x, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i)
+        m = std::max(m, x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - m);
+        sum += x[i];
+    }
+    const float inv = float(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i)
+        x[i] *= inv;
+}
+
+} // namespace longscope

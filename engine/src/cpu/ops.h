@@ -1,0 +1,42 @@
+// CPU reference ops. Every other backend is checked against these.
+#pragma once
+
+#include "longscope/hparams.h"
+#include "longscope/model.h"
+
+#include <cstdint>
+#include <span>
+
+namespace longscope {
+
+class ThreadPool;
+
+float f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+uint16_t f32_to_bf16(float f);
+
+// Row `row` of a weight as f32 into out[n_in].
+void weight_row_f32(const WeightView &w, int64_t row, float *out);
+
+float dot_f32(const float *a, const float *b, int64_t n);
+
+// y[t, o] = sum_i W[o, i] * x[t, i] for t < n_tokens. x: [n_tokens, n_in], y: [n_tokens, n_out],
+// W: [n_in, n_out] (n_out rows of n_in). Each weight row is read once for all tokens.
+void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens);
+
+// out[t] = x[t] / rms(x[t]) * weight, per row of width n.
+void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
+             float eps);
+
+// Rotates the first n_rot dims of each head of x [n_tokens, n_heads, head_dim] in place.
+// positions[t] is the (already scaled) position of token t; inv_freq[i] = base^(-2i/n_rot).
+void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, RopeStyle style,
+          std::span<const double> positions, std::span<const double> inv_freq);
+
+// out = silu(gate) * up, elementwise over n values.
+void swiglu(const float *gate, const float *up, float *out, int64_t n);
+
+void softmax_inplace(float *x, int64_t n);
+
+} // namespace longscope

@@ -1,0 +1,101 @@
+#include "longscope/model.h"
+
+#include "longscope/errors.h"
+#include "longscope/gguf.h"
+#include "longscope/mapped_file.h"
+#include "model/loader.h"
+
+#include <filesystem>
+
+namespace longscope {
+
+namespace fs = std::filesystem;
+
+int64_t WeightView::n_elements() const
+{
+    int64_t n = 1;
+    for (int64_t d : shape)
+        n *= d;
+    return n;
+}
+
+Model::Model() = default;
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string &path)
+{
+    std::error_code ec;
+    if (path.empty())
+        throw IoError("no model path given");
+    auto status = fs::status(path, ec);
+    if (ec || !fs::exists(status))
+        throw IoError(path + ": no such file or directory");
+    if (fs::is_directory(status)) {
+        if (!fs::exists(fs::path(path) / "config.json"))
+            throw FormatError(path + ": a model directory needs a config.json (Hugging Face layout)");
+        return ModelBuilder::from_hf_dir(path);
+    }
+    return ModelBuilder::from_gguf(path);
+}
+
+namespace {
+
+void check_one(const WeightView &w, std::vector<int64_t> expect, const std::string &source)
+{
+    if (!w.data)
+        throw FormatError(source + ": missing tensor " + w.name);
+    if (!dtype_supported(w.type))
+        throw FormatError(source + ": tensor " + w.name + " has type " +
+                          std::string(dtype_name(w.type)) +
+                          ", which this engine cannot compute with yet (supported: F32, F16, BF16)");
+    // Trailing 1s are equivalent (a [n] vector may be stored as [n, 1]).
+    std::vector<int64_t> got = w.shape;
+    while (got.size() > expect.size() && got.back() == 1)
+        got.pop_back();
+    if (got != expect) {
+        auto str = [](const std::vector<int64_t> &s) {
+            std::string o = "[";
+            for (size_t i = 0; i < s.size(); ++i)
+                o += (i ? ", " : "") + std::to_string(s[i]);
+            return o + "]";
+        };
+        throw FormatError(source + ": tensor " + w.name + " has shape " + str(w.shape) +
+                          ", expected " + str(expect) + " (contiguous dimension first)");
+    }
+}
+
+} // namespace
+
+void ModelBuilder::check_weights(Model &m, const std::string &source)
+{
+    const HParams &hp = m.m_hparams;
+    ModelWeights &w = m.m_weights;
+    const int64_t e = hp.n_embd, ekv = hp.n_embd_kv(), f = hp.n_ff, v = hp.n_vocab;
+    if (int64_t(w.layers.size()) != hp.n_layer)
+        throw FormatError(source + ": expected " + std::to_string(hp.n_layer) + " layers");
+    uint64_t bytes = 0;
+    auto check = [&](const WeightView &wv, std::vector<int64_t> shape) {
+        check_one(wv, std::move(shape), source);
+        bytes += wv.nbytes;
+    };
+    check(w.tok_embd, {e, v});
+    check(w.output_norm, {e});
+    if (w.output.data != w.tok_embd.data)
+        check(w.output, {e, v});
+    else
+        check_one(w.output, {e, v}, source);
+    for (const LayerWeights &l : w.layers) {
+        check(l.attn_norm, {e});
+        check(l.wq, {e, e});
+        check(l.wk, {e, ekv});
+        check(l.wv, {e, ekv});
+        check(l.wo, {e, e});
+        check(l.ffn_norm, {e});
+        check(l.w_gate, {e, f});
+        check(l.w_up, {e, f});
+        check(l.w_down, {f, e});
+    }
+    m.m_info.weight_bytes = bytes;
+}
+
+} // namespace longscope
