@@ -1,0 +1,299 @@
+// CPU ops against naive references written here (double accumulation, textbook formulas),
+// and half-precision conversions against the CPU's own F16C instructions.
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+
+#include <QtTest>
+
+#include <atomic>
+#include <cmath>
+#include <complex>
+#include <cstring>
+#include <immintrin.h>
+#include <random>
+#include <vector>
+
+using namespace longscope;
+
+namespace {
+
+__attribute__((target("f16c"))) float hw_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f)
+{
+    return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+uint32_t bits_of(float f)
+{
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+float float_of(uint32_t b)
+{
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+
+struct OwnedWeight {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+    std::vector<double> values; // the exact values the weight holds, as doubles
+};
+
+// A [n_in, n_out] weight of the given type with random values.
+OwnedWeight make_weight(DType type, int64_t n_in, int64_t n_out, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    OwnedWeight w;
+    const size_t n = size_t(n_in * n_out);
+    w.values.resize(n);
+    const size_t esize = type == DType::F32 ? 4 : 2;
+    w.bytes.resize(n * esize);
+    for (size_t i = 0; i < n; ++i) {
+        float v = dist(rng);
+        if (type == DType::F32) {
+            std::memcpy(w.bytes.data() + 4 * i, &v, 4);
+            w.values[i] = v;
+        } else if (type == DType::F16) {
+            uint16_t h = hw_f32_to_f16(v);
+            std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+            w.values[i] = hw_f16_to_f32(h);
+        } else { // BF16: truncation is an exactly representable value; that is all we need
+            uint16_t h = uint16_t(bits_of(v) >> 16);
+            std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+            w.values[i] = float_of(uint32_t(h) << 16);
+        }
+    }
+    w.view.name = "test";
+    w.view.type = type;
+    w.view.shape = {n_in, n_out};
+    w.view.data = w.bytes.data();
+    w.view.nbytes = w.bytes.size();
+    return w;
+}
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float &x : v)
+        x = dist(rng);
+    return v;
+}
+
+} // namespace
+
+class TestOps : public QObject {
+    Q_OBJECT
+
+private slots:
+    void f16_to_f32_matches_hardware_for_every_value()
+    {
+        if (!__builtin_cpu_supports("f16c"))
+            QSKIP("this CPU has no F16C instructions to compare against");
+        for (uint32_t h = 0; h < 65536; ++h) {
+            const float a = f16_to_f32(uint16_t(h)), b = hw_f16_to_f32(uint16_t(h));
+            if (std::isnan(b)) {
+                QVERIFY2(std::isnan(a), qPrintable(QString::number(h, 16)));
+                continue;
+            }
+            QVERIFY2(bits_of(a) == bits_of(b), qPrintable(QString::number(h, 16)));
+        }
+    }
+
+    void f32_to_f16_matches_hardware()
+    {
+        if (!__builtin_cpu_supports("f16c"))
+            QSKIP("this CPU has no F16C instructions to compare against");
+        std::mt19937 rng(7);
+        std::vector<float> cases = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 1e9f,
+                                    -1e9f, 6.0e-8f, 2.9e-8f, 3.0e-8f, 1e-10f, 6.1035156e-05f,
+                                    INFINITY, -INFINITY};
+        for (int i = 0; i < 1000000; ++i)
+            cases.push_back(float_of(rng()));
+        std::uniform_real_distribution<float> small(-70000.0f, 70000.0f);
+        for (int i = 0; i < 200000; ++i)
+            cases.push_back(small(rng));
+        for (float f : cases) {
+            if (std::isnan(f)) {
+                QVERIFY(std::isnan(f16_to_f32(f32_to_f16(f))));
+                continue;
+            }
+            QVERIFY2(f32_to_f16(f) == hw_f32_to_f16(f), qPrintable(QString::number(double(f), 'g', 10)));
+        }
+    }
+
+    void f32_to_bf16_rounds_to_nearest_even()
+    {
+        std::mt19937 rng(11);
+        for (int i = 0; i < 200000; ++i) {
+            const float f = float_of(rng());
+            if (std::isnan(f) || std::isinf(f))
+                continue;
+            const uint16_t got = f32_to_bf16(f);
+            // Naive reference: of the two neighbouring bf16 values, the nearer; ties to even.
+            const uint16_t lo = uint16_t(bits_of(f) >> 16);
+            const uint16_t hi = uint16_t(lo + 1);
+            const double dlo = std::fabs(double(float_of(uint32_t(lo) << 16)) - f);
+            // Past the largest finite value, the next step up is infinity, standing at 2^128.
+            double vhi = float_of(uint32_t(hi) << 16);
+            if (std::isinf(vhi))
+                vhi = std::copysign(std::ldexp(1.0, 128), vhi);
+            const double dhi = std::fabs(vhi - f);
+            const uint16_t want = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 1) ? hi : lo);
+            QVERIFY2(got == want, qPrintable(QString::number(double(f), 'g', 10)));
+        }
+    }
+
+    void matmul_matches_naive_data()
+    {
+        QTest::addColumn<int>("type");
+        QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::addColumn<int>("n_tokens");
+        for (DType t : {DType::F32, DType::F16, DType::BF16})
+            for (auto [i, o, n] : {std::tuple{37, 53, 1}, {64, 172, 3}, {172, 64, 7}, {1, 5, 2},
+                                   {300, 9, 11}, {8, 1000, 1}})
+                QTest::addRow("%s %dx%d tokens=%d", dtype_name(t).data(), i, o, n)
+                    << int(t) << i << o << n;
+    }
+    void matmul_matches_naive()
+    {
+        QFETCH(int, type);
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        QFETCH(int, n_tokens);
+        OwnedWeight w = make_weight(DType(type), n_in, n_out, 1234);
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 99);
+        for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            std::vector<float> y(size_t(n_out * n_tokens), NAN);
+            matmul(pool, w.view, x.data(), y.data(), n_tokens);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double ref = 0, mag = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        ref += w.values[size_t(o * n_in + i)] * x[size_t(t * n_in + i)];
+                        mag += std::fabs(w.values[size_t(o * n_in + i)] * x[size_t(t * n_in + i)]);
+                    }
+                    // f32 accumulation: error bounded by ~n * eps * sum|terms|.
+                    const double tol = 1e-6 * n_in * mag + 1e-6;
+                    const double got = y[size_t(t * n_out + o)];
+                    QVERIFY2(std::fabs(got - ref) <= tol,
+                             qPrintable(QString("t=%1 o=%2 got %3 want %4").arg(t).arg(o).arg(got).arg(ref)));
+                }
+        }
+    }
+
+    void rmsnorm_matches_naive()
+    {
+        const int n = 67, tokens = 3;
+        OwnedWeight w = make_weight(DType::F32, n, 1, 5);
+        std::vector<float> x = random_vec(size_t(n * tokens), 6, 3.0f), out(size_t(n * tokens));
+        rmsnorm(x.data(), w.view, out.data(), tokens, n, 1e-5f);
+        for (int t = 0; t < tokens; ++t) {
+            double ss = 0;
+            for (int i = 0; i < n; ++i)
+                ss += double(x[size_t(t * n + i)]) * x[size_t(t * n + i)];
+            const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+            for (int i = 0; i < n; ++i)
+                QVERIFY(std::fabs(out[size_t(t * n + i)] - x[size_t(t * n + i)] * inv * w.values[size_t(i)]) < 1e-5);
+        }
+    }
+
+    void rope_matches_complex_rotation()
+    {
+        // Interleaved RoPE is multiplication of (x[2i] + i x[2i+1]) by exp(i * pos * theta_i).
+        const int heads = 3, hd = 16, n_rot = 12, tokens = 4;
+        const double base = 10000.0;
+        std::vector<double> pos = {0, 1, 17, 511}, inv(size_t(n_rot / 2));
+        for (int i = 0; i < n_rot / 2; ++i)
+            inv[size_t(i)] = std::pow(base, -2.0 * i / n_rot);
+        std::vector<float> x = random_vec(size_t(tokens * heads * hd), 3), y = x;
+        rope(y.data(), tokens, heads, hd, n_rot, RopeStyle::Interleaved, pos, inv);
+        for (int t = 0; t < tokens; ++t)
+            for (int h = 0; h < heads; ++h) {
+                const float *a = x.data() + (t * heads + h) * hd;
+                const float *b = y.data() + (t * heads + h) * hd;
+                for (int i = 0; i < n_rot / 2; ++i) {
+                    std::complex<double> z(a[2 * i], a[2 * i + 1]);
+                    z *= std::polar(1.0, pos[size_t(t)] * std::pow(base, -2.0 * i / n_rot));
+                    QVERIFY(std::fabs(b[2 * i] - z.real()) < 1e-5);
+                    QVERIFY(std::fabs(b[2 * i + 1] - z.imag()) < 1e-5);
+                }
+                for (int d = n_rot; d < hd; ++d) // dimensions past n_rot are untouched
+                    QCOMPARE(b[d], a[d]);
+            }
+    }
+
+    void rope_layouts_agree_under_the_hf_permutation()
+    {
+        // HF checkpoints permute q/k rows so that interleaved pair (2i, 2i+1) sits at
+        // (i, i + d/2). Rotating the permuted vector rotate_half-style must give the
+        // permuted result of the interleaved rotation.
+        const int hd = 8, tokens = 2;
+        std::vector<double> pos = {3, 250}, inv(size_t(hd / 2));
+        for (int i = 0; i < hd / 2; ++i)
+            inv[size_t(i)] = std::pow(10000.0, -2.0 * i / hd);
+        std::vector<float> x = random_vec(size_t(tokens * hd), 8), p(x.size());
+        for (int t = 0; t < tokens; ++t)
+            for (int i = 0; i < hd / 2; ++i) {
+                p[size_t(t * hd + i)] = x[size_t(t * hd + 2 * i)];
+                p[size_t(t * hd + i + hd / 2)] = x[size_t(t * hd + 2 * i + 1)];
+            }
+        rope(x.data(), tokens, 1, hd, hd, RopeStyle::Interleaved, pos, inv);
+        rope(p.data(), tokens, 1, hd, hd, RopeStyle::RotateHalf, pos, inv);
+        for (int t = 0; t < tokens; ++t)
+            for (int i = 0; i < hd / 2; ++i) {
+                QCOMPARE(p[size_t(t * hd + i)], x[size_t(t * hd + 2 * i)]);
+                QCOMPARE(p[size_t(t * hd + i + hd / 2)], x[size_t(t * hd + 2 * i + 1)]);
+            }
+    }
+
+    void softmax_and_swiglu_match_naive()
+    {
+        std::vector<float> x = random_vec(50, 4, 10.0f), s = x;
+        softmax_inplace(s.data(), int64_t(s.size()));
+        double denom = 0;
+        for (float v : x)
+            denom += std::exp(double(v));
+        for (size_t i = 0; i < x.size(); ++i)
+            QVERIFY(std::fabs(s[i] - std::exp(double(x[i])) / denom) < 1e-6);
+        std::vector<float> g = random_vec(33, 1, 4.0f), u = random_vec(33, 2), o(33);
+        swiglu(g.data(), u.data(), o.data(), 33);
+        for (size_t i = 0; i < 33; ++i)
+            QVERIFY(std::fabs(o[i] - g[i] / (1 + std::exp(-double(g[i]))) * u[i]) < 1e-5);
+    }
+
+    void thread_pool_covers_every_index_once_data()
+    {
+        QTest::addColumn<int>("threads");
+        QTest::addColumn<int>("n");
+        for (int t : {1, 2, 3, 8})
+            for (int n : {1, 2, 7, 1000})
+                QTest::addRow("threads=%d n=%d", t, n) << t << n;
+    }
+    void thread_pool_covers_every_index_once()
+    {
+        QFETCH(int, threads);
+        QFETCH(int, n);
+        ThreadPool pool(threads);
+        for (int round = 0; round < 50; ++round) {
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i)
+                    hits[size_t(i)]++;
+            });
+            for (auto &h : hits)
+                QCOMPARE(h.load(), 1);
+        }
+    }
+};
+
+QTEST_APPLESS_MAIN(TestOps)
+#include "tst_ops.moc"
