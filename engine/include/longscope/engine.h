@@ -56,7 +56,7 @@ struct GenerateRequest {
     std::vector<int32_t> prompt; // token ids, BOS included when wanted
     int max_new_tokens = 128;
     SamplingParams sampling;
-    bool stop_at_eos = true;
+    bool stop_at_eos = true;     // stop at EOS, or at a generated BOS (a new document)
 };
 
 struct GenerateResult {

@@ -35,6 +35,7 @@ public:
     // renders it: "▁" becomes a space, byte tokens <0xNN> give their byte, control tokens
     // nothing, the unknown token " ⁇ " (sentencepiece's unk surface), unused and user-defined
     // tokens their text. May be part of a UTF-8 character; see TokenTextStream.
+    // token_bytes and piece throw InvalidArgument for an id out of range.
     const std::string &token_bytes(int32_t id) const;
     const std::string &piece(int32_t id) const;
 

@@ -80,7 +80,10 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     session.reset();
     Sampler sampler(request.sampling);
     TokenTextStream text(session.model().tokenizer());
+    // A generated BOS ends the text too: models trained on concatenated documents (such as
+    // the llama2.c stories) mark the start of the next document with BOS, never with EOS.
     const int32_t eos = session.model().tokenizer().eos_id();
+    const int32_t bos = session.model().tokenizer().bos_id();
 
     auto t0 = clock::now();
     auto logits_span = session.eval(request.prompt);
@@ -90,7 +93,7 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     auto t1 = clock::now();
     for (int i = 0; i < request.max_new_tokens; ++i) {
         const int32_t id = sampler.sample(logits, session.history());
-        if (request.stop_at_eos && id == eos) {
+        if (request.stop_at_eos && (id == eos || (bos >= 0 && id == bos))) {
             result.stop = StopReason::EndOfSequence;
             break;
         }
