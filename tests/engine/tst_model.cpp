@@ -9,6 +9,8 @@
 #include <QtTest>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 using namespace longscope;
 
@@ -146,6 +148,21 @@ private slots:
             // Reduced precision still tells the known story's first sentence.
             QVERIFY2(a.text.rfind(", there was a little girl named Lily.", 0) == 0, a.text.c_str());
         }
+    }
+
+    void bos_follows_the_model_metadata()
+    {
+        QVERIFY(m_gguf->tokenizer().add_bos_default());
+        QVERIFY(m_hf->tokenizer().add_bos_default());
+        // tokenizer_config.json add_bos_token false is honoured.
+        const std::filesystem::path dir = m_tmp.filePath("nobos").toStdString();
+        std::filesystem::create_directories(dir);
+        for (const auto &e : std::filesystem::directory_iterator(hf_path))
+            std::filesystem::copy_file(e.path(), dir / e.path().filename());
+        std::ofstream(dir / "tokenizer_config.json") << R"({"add_bos_token": false})";
+        QVERIFY(!Model::load(dir.string())->tokenizer().add_bos_default());
+        std::ofstream(dir / "tokenizer_config.json") << R"({"add_bos_token": "yes"})";
+        QVERIFY_THROWS_EXCEPTION(ConfigError, Model::load(dir.string()));
     }
 
     void threads_do_not_change_logits()

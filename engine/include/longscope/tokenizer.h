@@ -42,7 +42,10 @@ public:
     int n_vocab() const { return static_cast<int>(m_token_bytes.size()); }
     int32_t bos_id() const { return m_bos; }
     int32_t eos_id() const { return m_eos; }
+    // Whether prompts start with BOS: GGUF tokenizer.ggml.add_bos_token, or HF
+    // tokenizer_config.json add_bos_token; true when the model does not say.
     bool add_bos_default() const { return m_add_bos; }
+    void set_add_bos_default(bool add) { m_add_bos = add; }
     bool add_dummy_prefix() const { return m_add_dummy_prefix; }
     bool is_control(int32_t id) const;
     // Whether id is a byte-fallback token <0xNN> (false for ids out of range).

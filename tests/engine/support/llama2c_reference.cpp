@@ -217,12 +217,12 @@ std::vector<float> Llama2cReference::forward(int token, int pos)
         matvec(w + m_wv + ul * udim * static_cast<size_t>(kv_dim), xn, dim, kv_dim, v);
 
         // RoPE, llama2.c layout: within each head, pair (2i, 2i+1) rotated by
-        // theta = pos * 10000^(-2i / head_size).
+        // theta = pos * 10000^(-2i / head_size) (base and position scale settable).
         auto rope = [&](std::vector<double> &vec, int n_heads_here) {
             for (int h = 0; h < n_heads_here; ++h) {
                 for (int i = 0; i < hs / 2; ++i) {
-                    const double freq = std::pow(10000.0, -2.0 * i / static_cast<double>(hs));
-                    const double theta = static_cast<double>(pos) * freq;
+                    const double freq = std::pow(m_rope_base, -2.0 * i / static_cast<double>(hs));
+                    const double theta = static_cast<double>(pos) * m_rope_pos_scale * freq;
                     const double cs = std::cos(theta), sn = std::sin(theta);
                     double &a = vec[static_cast<size_t>(h * hs + 2 * i)];
                     double &b = vec[static_cast<size_t>(h * hs + 2 * i + 1)];

@@ -45,6 +45,15 @@ public:
     // std::out_of_range for a bad token or position.
     std::vector<float> forward(int token, int pos);
 
+    // RoPE for the following forward() calls: theta = (pos * pos_scale) * base^(-2i / head_size).
+    // llama2.c itself uses base 10000 and no scaling; tests of rope_scaling set other values.
+    // Keys already cached keep the rotation they were computed with.
+    void set_rope(double base, double pos_scale)
+    {
+        m_rope_base = base;
+        m_rope_pos_scale = pos_scale;
+    }
+
     // Forgets the KV cache.
     void reset();
     int n_cached() const { return m_n_cached; }
@@ -71,6 +80,8 @@ public:
     static int argmax(const std::vector<float> &v);
 
 private:
+    double m_rope_base = 10000.0;
+    double m_rope_pos_scale = 1.0;
     Llama2cReference() = default;
 
     Llama2cConfig m_cfg;
