@@ -15,8 +15,11 @@
 
 namespace longscope {
 
+// The default context limit: the model's trained context, at most this many tokens.
+inline constexpr int k_default_ctx_cap = 4096;
+
 struct SessionOptions {
-    int n_ctx = 0;     // context limit in tokens; 0 = the model's trained context
+    int n_ctx = 0;     // context limit in tokens; 0 = the trained context, at most k_default_ctx_cap
     int n_threads = 0; // 0 = all hardware threads
 };
 

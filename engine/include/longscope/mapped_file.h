@@ -25,4 +25,8 @@ private:
     uint64_t m_size = 0;
 };
 
+// Reads a whole regular file (never blocks on a FIFO or device). `what` names the file's role
+// in messages ("tokenizer model"). Throws IoError, or FormatError past `max_bytes`.
+std::string read_regular_file(const std::string &path, uint64_t max_bytes, const char *what);
+
 } // namespace longscope

@@ -73,21 +73,23 @@ uint16_t f32_to_bf16(float f)
 
 void weight_row_f32(const WeightView &w, int64_t row, float *out)
 {
+    // Weights may sit at any byte offset (safetensors does not promise alignment), so
+    // elements are loaded with memcpy, which compiles to plain loads.
     const int64_t n = w.ne(0);
+    const auto *bytes = static_cast<const uint8_t *>(w.data);
     switch (w.type) {
     case DType::F32:
-        std::memcpy(out, static_cast<const float *>(w.data) + row * n, size_t(n) * 4);
+        std::memcpy(out, bytes + row * n * 4, size_t(n) * 4);
         return;
-    case DType::F16: {
-        const uint16_t *p = static_cast<const uint16_t *>(w.data) + row * n;
-        for (int64_t i = 0; i < n; ++i)
-            out[i] = f16_to_f32(p[i]);
-        return;
-    }
+    case DType::F16:
     case DType::BF16: {
-        const uint16_t *p = static_cast<const uint16_t *>(w.data) + row * n;
-        for (int64_t i = 0; i < n; ++i)
-            out[i] = bf16_to_f32(p[i]);
+        const uint8_t *p = bytes + row * n * 2;
+        const bool half = w.type == DType::F16;
+        for (int64_t i = 0; i < n; ++i) {
+            uint16_t h;
+            std::memcpy(&h, p + 2 * i, 2);
+            out[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
+        }
         return;
     }
     default:
@@ -112,7 +114,8 @@ float dot_f32(const float *a, const float *b, int64_t n)
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    const bool direct = w.type == DType::F32;
+    // F32 rows are read in place when aligned; otherwise each row is copied out first.
+    const bool direct = w.type == DType::F32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
     pool.parallel_for(
         n_out,
         [&](int64_t begin, int64_t end) {

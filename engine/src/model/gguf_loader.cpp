@@ -86,7 +86,10 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     const GgufTensorInfo *embd = g->find_tensor("token_embd.weight");
     if (!embd)
         throw FormatError(path + ": missing tensor token_embd.weight");
-    int64_t vocab_from_tensor = embd->shape.size() >= 2 ? embd->shape[1] : 0;
+    if (embd->shape.size() != 2)
+        throw FormatError(path + ": tensor token_embd.weight must have 2 dimensions [n_embd, n_vocab], it has " +
+                          std::to_string(embd->shape.size()));
+    int64_t vocab_from_tensor = embd->shape[1];
     hp.n_vocab = to_int(*g, a + "vocab_size", g->get_int(a + "vocab_size"), false,
                         int(std::min<int64_t>(vocab_from_tensor, std::numeric_limits<int>::max())));
     hp.validate(path);

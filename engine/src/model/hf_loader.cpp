@@ -22,13 +22,9 @@ namespace {
 
 json read_json(const fs::path &p)
 {
-    std::ifstream in(p, std::ios::binary);
-    if (!in)
-        throw IoError(p.string() + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_regular_file(p.string(), 64ull << 20, "JSON file");
     try {
-        return json::parse(ss.str());
+        return json::parse(text);
     } catch (const json::exception &e) {
         throw ConfigError(p.string() + ": not valid JSON: " + e.what());
     }
@@ -44,6 +40,8 @@ int config_int(const json &c, const std::string &src, const char *key, std::opti
     const json &v = c[key];
     if (!v.is_number_integer())
         throw ConfigError(src + ": field \"" + key + "\" must be an integer, got " + v.dump());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
+        throw ConfigError(src + ": field \"" + key + "\" is too large: " + v.dump());
     int64_t i = v.get<int64_t>();
     if (i <= 0 || i > std::numeric_limits<int>::max())
         throw ConfigError(src + ": field \"" + key + "\" must be a positive integer, got " +
@@ -62,7 +60,7 @@ double config_float(const json &c, const std::string &src, const char *key, doub
 
 // Maps a HF tensor onto the engine's view, shape reversed to contiguous-dimension-first.
 WeightView view_of(const std::map<std::string, const SafetensorsTensor *> &all,
-                   const std::string &hf_name)
+                   const std::string &source, const std::string &hf_name)
 {
     WeightView w;
     w.name = hf_name;
@@ -77,7 +75,8 @@ WeightView view_of(const std::map<std::string, const SafetensorsTensor *> &all,
     else if (t.dtype == "BF16")
         w.type = DType::BF16;
     else
-        w.type = DType::I8; // reported as unsupported by check_weights
+        throw FormatError(source + ": tensor " + t.name + " has dtype " + t.dtype +
+                          ", which this engine cannot compute with (supported: F32, F16, BF16)");
     w.shape.assign(t.shape.rbegin(), t.shape.rend());
     w.data = t.data;
     w.nbytes = t.nbytes;
@@ -108,7 +107,7 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     hp.n_vocab = config_int(cfg, src, "vocab_size", std::nullopt);
     hp.n_ctx_train = config_int(cfg, src, "max_position_embeddings", 2048);
     if (cfg.contains("head_dim") && !cfg["head_dim"].is_null() &&
-        config_int(cfg, src, "head_dim", std::nullopt) * hp.n_head != hp.n_embd)
+        int64_t(config_int(cfg, src, "head_dim", std::nullopt)) * hp.n_head != hp.n_embd)
         throw ConfigError(src + ": head_dim times num_attention_heads must equal hidden_size");
     hp.n_rot = hp.n_embd / hp.n_head;
     hp.rms_eps = float(config_float(cfg, src, "rms_norm_eps", 1e-6));
@@ -124,9 +123,13 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
         if (!rs.is_object())
             throw ConfigError(src + ": rope_scaling must be an object or null");
         std::string type;
-        for (const char *k : {"rope_type", "type"})
-            if (rs.contains(k) && rs[k].is_string())
-                type = rs[k].get<std::string>();
+        for (const char *k : {"rope_type", "type"}) {
+            if (!rs.contains(k))
+                continue;
+            if (!rs[k].is_string())
+                throw ConfigError(src + ": rope_scaling " + k + " must be a string, got " + rs[k].dump());
+            type = rs[k].get<std::string>();
+        }
         if (type == "linear")
             hp.rope_scaling = RopeScalingType::Linear;
         else if (type == "dynamic")
@@ -180,9 +183,9 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     }
 
     ModelWeights &w = weights(*model);
-    w.tok_embd = view_of(all, "model.embed_tokens.weight");
-    w.output_norm = view_of(all, "model.norm.weight");
-    w.output = view_of(all, "lm_head.weight");
+    w.tok_embd = view_of(all, dir_str, "model.embed_tokens.weight");
+    w.output_norm = view_of(all, dir_str, "model.norm.weight");
+    w.output = view_of(all, dir_str, "lm_head.weight");
     if (!w.output.data) {
         if (!hp.tied_embeddings)
             throw FormatError(dir_str + ": missing tensor lm_head.weight (and tie_word_embeddings is false)");
@@ -192,15 +195,15 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     for (int i = 0; i < hp.n_layer; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         LayerWeights &l = w.layers[size_t(i)];
-        l.attn_norm = view_of(all, p + "input_layernorm.weight");
-        l.wq = view_of(all, p + "self_attn.q_proj.weight");
-        l.wk = view_of(all, p + "self_attn.k_proj.weight");
-        l.wv = view_of(all, p + "self_attn.v_proj.weight");
-        l.wo = view_of(all, p + "self_attn.o_proj.weight");
-        l.ffn_norm = view_of(all, p + "post_attention_layernorm.weight");
-        l.w_gate = view_of(all, p + "mlp.gate_proj.weight");
-        l.w_up = view_of(all, p + "mlp.up_proj.weight");
-        l.w_down = view_of(all, p + "mlp.down_proj.weight");
+        l.attn_norm = view_of(all, dir_str, p + "input_layernorm.weight");
+        l.wq = view_of(all, dir_str, p + "self_attn.q_proj.weight");
+        l.wk = view_of(all, dir_str, p + "self_attn.k_proj.weight");
+        l.wv = view_of(all, dir_str, p + "self_attn.v_proj.weight");
+        l.wo = view_of(all, dir_str, p + "self_attn.o_proj.weight");
+        l.ffn_norm = view_of(all, dir_str, p + "post_attention_layernorm.weight");
+        l.w_gate = view_of(all, dir_str, p + "mlp.gate_proj.weight");
+        l.w_up = view_of(all, dir_str, p + "mlp.up_proj.weight");
+        l.w_down = view_of(all, dir_str, p + "mlp.down_proj.weight");
     }
     check_weights(*model, dir_str);
 

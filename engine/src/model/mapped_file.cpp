@@ -11,21 +11,60 @@
 
 namespace longscope {
 
-MappedFile::MappedFile(const std::string &path) : m_path(path)
+namespace {
+
+// Opens a regular file for reading. O_NONBLOCK keeps open() from waiting for a writer when
+// the path is a FIFO; the type is then checked on the descriptor itself.
+int open_regular(const std::string &path, struct stat &st, const char *what)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
-        throw IoError(path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
+        throw IoError(path + ": cannot open " + what + ": " + std::strerror(errno));
     if (::fstat(fd, &st) != 0) {
         int err = errno;
         ::close(fd);
-        throw IoError(path + ": cannot stat: " + std::strerror(err));
+        throw IoError(path + ": cannot stat " + what + ": " + std::strerror(err));
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw IoError(path + ": not a regular file");
+        throw IoError(path + ": " + what + " is not a regular file" +
+                      (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
     }
+    return fd;
+}
+
+} // namespace
+
+std::string read_regular_file(const std::string &path, uint64_t max_bytes, const char *what)
+{
+    struct stat st {};
+    int fd = open_regular(path, st, what);
+    if (uint64_t(st.st_size) > max_bytes) {
+        ::close(fd);
+        throw FormatError(path + ": " + what + " is " + std::to_string(st.st_size) +
+                          " bytes, more than the " + std::to_string(max_bytes) + " allowed");
+    }
+    std::string out(size_t(st.st_size), '\0');
+    size_t done = 0;
+    while (done < out.size()) {
+        ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int err = errno;
+            ::close(fd);
+            throw IoError(path + ": cannot read " + what + (n < 0 ? std::string(": ") + std::strerror(err) : ""));
+        }
+        done += size_t(n);
+    }
+    ::close(fd);
+    return out;
+}
+
+MappedFile::MappedFile(const std::string &path) : m_path(path)
+{
+    struct stat st {};
+    int fd = open_regular(path, st, "model file");
     m_size = static_cast<uint64_t>(st.st_size);
     if (m_size > 0) {
         void *p = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);

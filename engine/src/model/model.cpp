@@ -28,7 +28,9 @@ std::unique_ptr<Model> Model::load(const std::string &path)
     if (path.empty())
         throw IoError("no model path given");
     auto status = fs::status(path, ec);
-    if (ec || !fs::exists(status))
+    if (ec && ec != std::errc::no_such_file_or_directory)
+        throw IoError(path + ": " + ec.message());
+    if (!fs::exists(status))
         throw IoError(path + ": no such file or directory");
     if (fs::is_directory(status)) {
         if (!fs::exists(fs::path(path) / "config.json"))

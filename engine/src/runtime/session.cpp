@@ -15,8 +15,10 @@ Session::Session(const Model &model, const SessionOptions &options) : m_model(mo
     if (options.n_threads < 0 || options.n_threads > 1024)
         throw InvalidArgument("thread count must be between 1 and 1024, got " +
                               std::to_string(options.n_threads));
-    // The trained context is the default, not a ceiling: a larger limit is allowed.
-    m_n_ctx = options.n_ctx > 0 ? options.n_ctx : model.hparams().n_ctx_train;
+    // The trained context is the default, not a ceiling: a larger limit is allowed. The
+    // default is capped so that a model trained on 128K tokens does not reserve a huge cache
+    // nobody asked for.
+    m_n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(model.hparams().n_ctx_train, k_default_ctx_cap);
     if (m_n_ctx > (1 << 24))
         throw InvalidArgument("context limit " + std::to_string(m_n_ctx) + " is too large");
     int threads = options.n_threads;

@@ -1,6 +1,7 @@
 #include "longscope/tokenizer.h"
 
 #include "longscope/errors.h"
+#include "longscope/mapped_file.h"
 #include "longscope/gguf.h"
 #include "tokenizer/sp_model_proto.h"
 
@@ -24,21 +25,6 @@ constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81"; // "▁", sentencepiec
 // sentencepiece's default unk_surface: what Decode prints for the unknown token. GGUF carries
 // no surface of its own, so both load paths use this default.
 constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";
-
-std::string read_whole_file(const std::string &path)
-{
-    // A directory opens fine as a stream and then reads as empty; say what is wrong instead.
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        throw IoError(path + ": cannot read tokenizer model: is a directory");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw IoError(path + ": cannot open tokenizer model: " + std::strerror(errno));
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad())
-        throw IoError(path + ": cannot read tokenizer model");
-    return bytes;
-}
 
 // The byte of a byte-fallback piece "<0xNN>", or -1.
 int parse_byte_piece(std::string_view piece)
@@ -124,7 +110,8 @@ Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_sentencepiece_file(const std::string &path)
 {
-    const std::string bytes = read_whole_file(path);
+    // Real tokenizer models are a few MB; 256 MiB leaves room and stops absurd files.
+    const std::string bytes = read_regular_file(path, 256ull << 20, "tokenizer model");
     std::unique_ptr<Tokenizer> tok(new Tokenizer());
     tok->m_sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto status = tok->m_sp->LoadFromSerializedProto(bytes);
