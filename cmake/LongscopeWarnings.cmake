@@ -2,6 +2,7 @@
 function(longscope_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow=local
-                           -Wnon-virtual-dtor -Wno-unused-parameter)
+                           -Wnon-virtual-dtor -Wno-unused-parameter
+                           -Wno-missing-field-initializers)
   endif()
 endfunction()

@@ -58,6 +58,50 @@ std::string prompt_text(const Args &a, bool allow_positional)
     return a.positional().front();
 }
 
+// The long-context options every command that runs the model takes.
+const std::vector<OptionSpec> k_settings_options = {
+    {{"--alpha"}}, {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
+    {{"--kv"}}, {{"--overflow"}}};
+
+Settings settings_from_args(const Args &a)
+{
+    Settings s;
+    if (auto alpha = a.value("--alpha")) {
+        if (*alpha == "auto") {
+            s.rope.ntk_auto = true;
+        } else {
+            s.rope.ntk_alpha = float(a.get_double("--alpha", 1.0, 1e6).value());
+        }
+    }
+    s.rope.store_kv_before_rope = a.flag("--kv-before-rope");
+    if (auto attn = a.value("--attn")) {
+        if (*attn == "mem-efficient")
+            s.attention.memory_efficient = true;
+        else if (*attn != "naive")
+            throw UsageError("--attn must be naive or mem-efficient, got '" + *attn + "'");
+    }
+    s.attention.causal_flash = a.flag("--causal-flash");
+    if (auto kv = a.value("--kv")) {
+        auto m = parse_kv_mode(*kv);
+        if (!m)
+            throw UsageError("--kv must be none, concat, static or vmm, got '" + *kv + "'");
+        s.kv_mode = *m;
+    }
+    if (auto o = a.value("--overflow")) {
+        auto p = parse_overflow(*o);
+        if (!p || *p == OverflowPolicy::DropOldestTurns)
+            throw UsageError("--overflow must be error or head-tail, got '" + *o + "'");
+        s.overflow = *p;
+    }
+    return s;
+}
+
+std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs)
+{
+    specs.insert(specs.end(), k_settings_options.begin(), k_settings_options.end());
+    return specs;
+}
+
 const char *stop_name(StopReason r)
 {
     switch (r) {
@@ -73,54 +117,94 @@ const char *stop_name(StopReason r)
 
 int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
 {
-    Args a(argv, {{{"-m", "--model"}},
-                  {{"-p", "--prompt"}},
-                  {{"-f", "--file"}},
-                  {{"-n", "--n-predict"}},
-                  {{"--temp"}},
-                  {{"--top-k"}},
-                  {{"--top-p"}},
-                  {{"--repeat-penalty"}},
-                  {{"--seed"}},
-                  {{"-t", "--threads"}},
-                  {{"-c", "--ctx"}},
-                  {{"--json"}, false}});
-    const std::string text = prompt_text(a, false);
-    if (text.empty())
-        throw UsageError("the prompt is empty");
+    Args a(argv, with_settings({{{"-m", "--model"}},
+                                {{"-p", "--prompt"}},
+                                {{"-f", "--file"}},
+                                {{"--batch-file"}},
+                                {{"-n", "--n-predict"}},
+                                {{"--temp"}},
+                                {{"--top-k"}},
+                                {{"--top-p"}},
+                                {{"--repeat-penalty"}},
+                                {{"--seed"}},
+                                {{"-t", "--threads"}},
+                                {{"-c", "--ctx"}},
+                                {{"--metrics"}},
+                                {{"--json"}, false}}));
+    std::vector<std::string> texts;
+    if (auto bf = a.value("--batch-file")) {
+        if (a.value("--prompt") || a.value("--file") || !a.positional().empty())
+            throw UsageError("--batch-file replaces -p and -f");
+        std::istringstream lines(read_text_file(*bf));
+        for (std::string line; std::getline(lines, line);) {
+            if (!line.empty() && line.back() == '\r')
+                line.pop_back();
+            if (!line.empty())
+                texts.push_back(line);
+        }
+        if (texts.empty())
+            throw UsageError(*bf + " holds no prompt (one per line)");
+    } else {
+        texts.push_back(prompt_text(a, false));
+        if (texts.front().empty())
+            throw UsageError("the prompt is empty");
+    }
 
-    GenerateRequest req;
-    req.max_new_tokens = a.get_int("--n-predict", 0, 1 << 24).value_or(128);
-    req.sampling.temperature = float(a.get_double("--temp", 0, 100).value_or(0.8));
-    req.sampling.top_k = a.get_int("--top-k", 0, 1 << 24).value_or(40);
-    req.sampling.top_p = float(a.get_double("--top-p", 1e-6, 1).value_or(0.95));
-    req.sampling.repeat_penalty = float(a.get_double("--repeat-penalty", 1e-3, 100).value_or(1.0));
+    GenerateRequest base_req;
+    base_req.max_new_tokens = a.get_int("--n-predict", 0, 1 << 24).value_or(128);
+    base_req.sampling.temperature = float(a.get_double("--temp", 0, 100).value_or(0.8));
+    base_req.sampling.top_k = a.get_int("--top-k", 0, 1 << 24).value_or(40);
+    base_req.sampling.top_p = float(a.get_double("--top-p", 1e-6, 1).value_or(0.95));
+    base_req.sampling.repeat_penalty = float(a.get_double("--repeat-penalty", 1e-3, 100).value_or(1.0));
     if (auto s = a.get_u64("--seed"))
-        req.sampling.seed = *s;
+        base_req.sampling.seed = *s;
     else
-        req.sampling.seed = std::random_device{}();
+        base_req.sampling.seed = std::random_device{}();
     SessionOptions so;
     so.n_ctx = a.get_int("--ctx", 1, 1 << 24).value_or(0);
     so.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
+    so.settings = settings_from_args(a);
     const bool json_out = a.flag("--json");
+    std::unique_ptr<std::ofstream> metrics;
+    if (auto mf = a.value("--metrics")) {
+        metrics = std::make_unique<std::ofstream>(*mf, std::ios::binary | std::ios::trunc);
+        if (!*metrics)
+            throw IoError(*mf + ": cannot write the metrics file");
+        *metrics << metrics_csv_header() << "\n";
+    }
 
     auto model = load_model(a, argv0);
-    req.prompt = model->tokenizer().encode(text, model->tokenizer().add_bos_default());
     Session session(*model, so);
-    if (int64_t(req.prompt.size()) > session.n_ctx())
-        throw ContextOverflow("the prompt is " + std::to_string(req.prompt.size()) +
-                              " tokens, longer than the context limit of " +
-                              std::to_string(session.n_ctx()) + " (raise it with --ctx)");
+    if (metrics)
+        session.set_metrics_callback([&](const StepMetrics &m) { *metrics << metrics_csv_row(m) << "\n"; });
 
-    auto result = generate(session, req, [&](int32_t, std::string_view piece) {
-        if (!json_out && !piece.empty()) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        }
-        return true;
-    });
+    std::vector<GenerateRequest> reqs;
+    for (const std::string &text : texts) {
+        GenerateRequest r = base_req;
+        auto ids = model->tokenizer().encode(text, model->tokenizer().add_bos_default());
+        r.prompt = fit_prompt(ids, session.n_ctx(), std::min(r.max_new_tokens, session.n_ctx() / 2),
+                              so.settings.overflow);
+        if (r.prompt.size() < ids.size())
+            std::fprintf(stderr, "[longscope] prompt of %zu tokens cut to its first and last %zu (head-tail)\n",
+                         ids.size(), r.prompt.size());
+        reqs.push_back(std::move(r));
+    }
 
-    if (json_out) {
+    const bool batch = a.value("--batch-file").has_value();
+    std::vector<GenerateResult> results;
+    if (batch) {
+        results = generate_batch(*model, so, reqs);
+    } else {
+        results.push_back(generate(session, reqs.front(), [&](int32_t, std::string_view piece) {
+            if (!json_out && !piece.empty()) {
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+            }
+            return true;
+        }));
+    }
+
+    auto to_json = [&](const GenerateResult &result) {
         nlohmann::json j;
         j["text"] = result.text;
         j["tokens"] = result.tokens;
@@ -129,16 +213,37 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
         j["prefill_tokens_per_second"] = result.prefill_tokens_per_second();
         j["decode_tokens_per_second"] = result.decode_tokens_per_second();
         j["stop_reason"] = stop_name(result.stop);
-        j["seed"] = req.sampling.seed;
+        j["seed"] = base_req.sampling.seed;
         j["model"] = model->info().path;
-        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        return j;
+    };
+    if (json_out) {
+        nlohmann::json out;
+        if (batch) {
+            out = nlohmann::json::array();
+            for (const auto &r : results)
+                out.push_back(to_json(r));
+        } else {
+            out = to_json(results.front());
+        }
+        std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (batch) {
+        // One completion per line: newlines inside a completion are written as \n.
+        for (const auto &r : results) {
+            std::string line;
+            for (char c : r.text)
+                line += c == '\n' ? std::string("\\n") : c == '\\' ? std::string("\\\\") : std::string(1, c);
+            std::cout << line << "\n";
+        }
     }
+    const GenerateResult &first = results.front();
     std::fprintf(stderr,
-                 "\n[longscope] model %s | prompt %d tokens, prefill %.1f tok/s | generated %zu "
-                 "tokens, decode %.1f tok/s | stop: %s | seed %llu | threads %d | ctx %d\n",
-                 model->info().name.c_str(), result.n_prompt, result.prefill_tokens_per_second(),
-                 result.tokens.size(), result.decode_tokens_per_second(), stop_name(result.stop),
-                 static_cast<unsigned long long>(req.sampling.seed), session.n_threads(), session.n_ctx());
+                 "\n[longscope] model %s | %zu sequence%s | prompt %d tokens, prefill %.1f tok/s | generated %zu "
+                 "tokens, decode %.1f tok/s | stop: %s | seed %llu | threads %d | ctx %d | kv %s\n",
+                 model->info().name.c_str(), results.size(), results.size() == 1 ? "" : "s", first.n_prompt,
+                 first.prefill_tokens_per_second(), first.tokens.size(), first.decode_tokens_per_second(),
+                 stop_name(first.stop), static_cast<unsigned long long>(base_req.sampling.seed),
+                 session.n_threads(), session.n_ctx(), std::string(to_string(so.settings.kv_mode)).c_str());
     return 0;
 }
 

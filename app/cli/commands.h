@@ -9,5 +9,6 @@ namespace longscope::cli {
 int cmd_generate(const std::vector<std::string> &args, const char *argv0);
 int cmd_tokenize(const std::vector<std::string> &args, const char *argv0);
 int cmd_info(const std::vector<std::string> &args, const char *argv0);
+int cmd_bench(const std::vector<std::string> &args, const char *argv0);
 
 } // namespace longscope::cli

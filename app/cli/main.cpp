@@ -16,17 +16,34 @@ const char *usage =
     "usage: longscope-cli COMMAND [options]\n"
     "\n"
     "commands:\n"
-    "  generate -m MODEL (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-    "           [--repeat-penalty R] [--seed S] [--threads N] [--ctx N] [--json]\n"
+    "  generate -m MODEL (-p TEXT | -f FILE | --batch-file FILE) [-n N] [--temp T]\n"
+    "           [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--threads N]\n"
+    "           [--ctx N] [--json] [--metrics FILE] [long-context options]\n"
     "      Generate text. stdout carries only the generated text (or one JSON object with\n"
     "      --json); statistics go to stderr. --temp 0 is greedy. Defaults: -n 128, --temp 0.8,\n"
     "      --top-k 40, --top-p 0.95, --repeat-penalty 1 (off), a random seed (printed),\n"
     "      --ctx = the model's trained context (at most 4096; larger limits are allowed),\n"
     "      all hardware threads.\n"
+    "      --batch-file: one prompt per line, generated together as one batch; one\n"
+    "      completion per line on stdout (newlines written as \\n). --metrics FILE: one CSV\n"
+    "      row per evaluation step (tokens/s and the memory ledger).\n"
+    "  bench -m MODEL [--batch 1,4] [--input 128,512] [--new 64] [--kv none,concat,static,vmm]\n"
+    "        [--attn naive,mem-efficient] [--causal-flash] [--kv-before-rope] [--threads N]\n"
+    "        [--ctx N] [--csv | --json]\n"
+    "      Runs the grid and prints batch size, input and new tokens, prefill/decode/overall\n"
+    "      tokens/s, KV reserved, KV and scratch peaks, peak total and bytes the KV cache copied.\n"
     "  tokenize -m MODEL [--bos] (TEXT | -f FILE)\n"
     "      Print the token ids, space separated, on one line.\n"
     "  info -m MODEL [--json]\n"
     "      Print the architecture, hyperparameters, tensors and vocabulary.\n"
+    "\n"
+    "long-context options (each switchable live in the app):\n"
+    "  --alpha (FLOAT|auto)  NTK-aware RoPE alpha >= 1, or auto from the length (default 1)\n"
+    "  --kv-before-rope      cache keys before RoPE, rotate them inside attention\n"
+    "  --attn (naive|mem-efficient)  attention kind (default naive)\n"
+    "  --causal-flash        causality from positions, masked tiles skipped\n"
+    "  --kv (none|concat|static|vmm) KV cache mode (default static)\n"
+    "  --overflow (error|head-tail)  over-long prompts: fail, or keep head and tail halves\n"
     "\n"
     "MODEL is a .gguf file or a Hugging Face LLaMA directory; without -m the bundled\n"
     "stories260K model is used (or $LONGSCOPE_MODEL).\n"
@@ -65,6 +82,8 @@ int main(int argc, char **argv)
             return longscope::cli::cmd_tokenize(args, argv[0]);
         if (cmd == "info")
             return longscope::cli::cmd_info(args, argv[0]);
+        if (cmd == "bench")
+            return longscope::cli::cmd_bench(args, argv[0]);
         std::fprintf(stderr, "longscope-cli: unknown command '%s' (try --help)\n", cmd.c_str());
         return 2;
     } catch (const longscope::cli::UsageError &e) {

@@ -2,8 +2,10 @@
 // generate() runs prefill, then sampling step by step, streaming text.
 #pragma once
 
+#include "longscope/metrics.h"
 #include "longscope/model.h"
 #include "longscope/sampler.h"
+#include "longscope/settings.h"
 
 #include <cstdint>
 #include <functional>
@@ -21,9 +23,14 @@ inline constexpr int k_default_ctx_cap = 4096;
 struct SessionOptions {
     int n_ctx = 0;     // context limit in tokens; 0 = the trained context, at most k_default_ctx_cap
     int n_threads = 0; // 0 = all hardware threads
+    Settings settings; // long-context settings; settings.context_limit, when set, wins over n_ctx
 };
 
 class CpuForward;
+class KvStore;
+struct ForwardParams;
+struct ForwardStats;
+using MetricsCallback = std::function<void(const StepMetrics &)>;
 
 class Session {
 public:
@@ -39,6 +46,19 @@ public:
     // InvalidArgument for an empty list or an id outside the vocabulary.
     std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+    // New settings, applied at the next eval(): the cache migrates to a new mode or limit,
+    // cached keys are converted when store_kv_before_rope flips; nothing is lost. Throws
+    // InvalidArgument for invalid settings or a limit below the current length (the old
+    // settings then stay).
+    void set_settings(const Settings &settings);
+    const Settings &settings() const { return m_settings; }
+
+    // Called after every eval() with that step's metrics.
+    void set_metrics_callback(MetricsCallback cb) { m_on_metrics = std::move(cb); }
+    const StepMetrics &last_metrics() const { return m_last; }
+    // The ledger as it stands now (between steps).
+    MemoryLedger memory() const;
+
     void reset();
     int n_past() const;
     int n_ctx() const { return m_n_ctx; }
@@ -47,10 +67,28 @@ public:
     const Model &model() const { return m_model; }
 
 private:
+    double rope_base_for(int seq_len) const;
+    ForwardParams forward_params(double rope_base) const;
+    void run(std::span<const int32_t> tokens, int start_pos, int logits_from, KvStore &kv,
+             const ForwardParams &params, ForwardStats &stats);
+    void apply_kv_settings(double rope_base);
+    void convert_cached_keys(bool to_before_rope, double rope_base);
+    void fill_ledger(MemoryLedger &m, uint64_t scratch, uint64_t kv_reserved, uint64_t kv_resident);
+
     const Model &m_model;
     int m_n_ctx = 0;
+    Settings m_settings;
     std::unique_ptr<CpuForward> m_forward;
+    std::unique_ptr<KvStore> m_kv;          // null in KvMode::None
+    bool m_kv_before_rope = false;          // how the keys in m_kv are stored
+    std::vector<double> m_key_base;         // per cached position: base its key was rotated with
     std::vector<int32_t> m_history;
+    std::vector<float> m_logits;            // assembled across prefill chunks
+    uint64_t m_retired_copied = 0;          // bytes copied by stores since replaced
+    MemoryLedger m_peaks;
+    StepMetrics m_last;
+    int64_t m_steps = 0;
+    MetricsCallback m_on_metrics;
 };
 
 enum class StopReason { MaxTokens, EndOfSequence, ContextFull, Cancelled };
@@ -77,6 +115,29 @@ struct GenerateResult {
 // Called for each generated token with its text (possibly empty while a UTF-8 character is
 // incomplete). Return false to stop.
 using TokenCallback = std::function<bool(int32_t id, std::string_view text)>;
+
+// Called for each generated token of sequence `seq` in a batch. Return false to stop that
+// sequence.
+using BatchTokenCallback = std::function<bool(size_t seq, int32_t id, std::string_view text)>;
+
+// Generates for several prompts together: every step evaluates the next token of every
+// unfinished sequence in one forward pass (the prompts' prefill too), each sequence with its
+// own KV cache and length, so prompts of different lengths need no padding and each result
+// equals its own single-sequence run. With settings.attention.reproduce_padding_bug the
+// prompts are instead left-padded to the longest with token 0 and the padding is attended,
+// as a padded batch under one shared causal mask would: a teaching switch, wrong on purpose.
+// `on_metrics` gets one StepMetrics per forward pass, KV memory summed over the sequences.
+std::vector<GenerateResult> generate_batch(const Model &model, const SessionOptions &options,
+                                           const std::vector<GenerateRequest> &requests,
+                                           const BatchTokenCallback &on_token = {},
+                                           const MetricsCallback &on_metrics = {});
+
+// Fits a prompt into `limit` tokens leaving `reserve` for generation. Error: throws
+// ContextOverflow when it does not fit. HeadTail: keeps the first and the last halves of the
+// budget (as the long-context benchmarks do), so the instruction at the start and the
+// question at the end survive. DropOldestTurns is the chat layer's job and acts as Error here.
+std::vector<int32_t> fit_prompt(std::span<const int32_t> prompt, int limit, int reserve,
+                                OverflowPolicy policy);
 
 // Runs prefill on a fresh context, then samples up to max_new_tokens. Throws InvalidArgument
 // for an empty prompt, ContextOverflow when the prompt does not fit.

@@ -1,0 +1,204 @@
+// longscope-cli bench: a grid of runs over batch sizes, prompt lengths, KV modes and
+// attention settings, printed in the shape of the published KV-cache tables.
+#include "args.h"
+#include "commands.h"
+#include "model_path.h"
+
+#include "longscope/engine.h"
+#include "longscope/errors.h"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace longscope::cli {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string &s)
+{
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+std::vector<int> int_list(const Args &a, const std::string &name, const std::string &fallback, int max)
+{
+    std::vector<int> out;
+    for (const std::string &item : split_list(a.value(name).value_or(fallback))) {
+        char *end = nullptr;
+        long v = std::strtol(item.c_str(), &end, 10);
+        if (*end != '\0' || v < 1 || v > max)
+            throw UsageError(name + " takes positive integers separated by commas, got '" + item + "'");
+        out.push_back(int(v));
+    }
+    if (out.empty())
+        throw UsageError(name + " is empty");
+    return out;
+}
+
+struct Row {
+    int batch = 0, input = 0, new_tokens = 0;
+    std::string kv, attn;
+    bool causal_flash = false;
+    double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
+    uint64_t kv_reserved = 0, peak_kv_resident = 0, peak_scratch = 0, peak_total = 0, kv_copied = 0, rss = 0;
+};
+
+// Deterministic prompt ids: ordinary tokens (skipping the first 3 special ids), varied.
+std::vector<int32_t> synthetic_prompt(const Model &m, int n, int salt)
+{
+    std::vector<int32_t> ids;
+    ids.push_back(m.tokenizer().bos_id() >= 0 ? m.tokenizer().bos_id() : 1);
+    uint64_t x = 0x9e3779b97f4a7c15ull * uint64_t(salt + 1);
+    const int n_vocab = m.tokenizer().n_vocab();
+    while (int(ids.size()) < n) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids.push_back(int32_t(3 + x % uint64_t(std::max(1, n_vocab - 3))));
+    }
+    return ids;
+}
+
+std::string mib(uint64_t b)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", b / 1048576.0);
+    return buf;
+}
+
+} // namespace
+
+int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
+{
+    Args a(argv, {{{"-m", "--model"}},
+                  {{"--batch"}},
+                  {{"--input"}},
+                  {{"--new"}},
+                  {{"--kv"}},
+                  {{"--attn"}},
+                  {{"--causal-flash"}, false},
+                  {{"--kv-before-rope"}, false},
+                  {{"-t", "--threads"}},
+                  {{"-c", "--ctx"}},
+                  {{"--csv"}, false},
+                  {{"--json"}, false}});
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    const std::vector<int> batches = int_list(a, "--batch", "1", 256);
+    const std::vector<int> inputs = int_list(a, "--input", "128,512", 1 << 24);
+    const std::vector<int> news = int_list(a, "--new", "64", 1 << 24);
+    std::vector<KvMode> modes;
+    for (const std::string &k : split_list(a.value("--kv").value_or("none,concat,static,vmm"))) {
+        auto m = parse_kv_mode(k);
+        if (!m)
+            throw UsageError("--kv takes none, concat, static, vmm separated by commas, got '" + k + "'");
+        modes.push_back(*m);
+    }
+    std::vector<bool> attns;
+    for (const std::string &k : split_list(a.value("--attn").value_or("naive,mem-efficient"))) {
+        if (k != "naive" && k != "mem-efficient")
+            throw UsageError("--attn takes naive and/or mem-efficient, got '" + k + "'");
+        attns.push_back(k == "mem-efficient");
+    }
+    const int threads = a.get_int("--threads", 1, 1024).value_or(0);
+    const int ctx_opt = a.get_int("--ctx", 1, 1 << 24).value_or(0);
+
+    std::string path = a.value("--model").value_or("");
+    if (path.empty())
+        path = default_model_path(argv0);
+    auto model = Model::load(path);
+
+    std::vector<Row> rows;
+    for (int b : batches)
+        for (int in : inputs)
+            for (int nw : news)
+                for (KvMode mode : modes)
+                    for (bool mem_eff : attns) {
+                        SessionOptions so;
+                        so.n_threads = threads;
+                        so.n_ctx = ctx_opt > 0 ? ctx_opt : in + nw;
+                        so.settings.kv_mode = mode;
+                        so.settings.attention.memory_efficient = mem_eff;
+                        so.settings.attention.causal_flash = a.flag("--causal-flash");
+                        so.settings.rope.store_kv_before_rope = a.flag("--kv-before-rope");
+                        std::vector<GenerateRequest> reqs(static_cast<size_t>(b));
+                        for (int i = 0; i < b; ++i) {
+                            reqs[size_t(i)].prompt = synthetic_prompt(*model, in, i);
+                            reqs[size_t(i)].max_new_tokens = nw;
+                            reqs[size_t(i)].sampling.temperature = 0;
+                            reqs[size_t(i)].stop_at_eos = false;
+                        }
+                        MemoryLedger last;
+                        auto results = generate_batch(*model, so, reqs, {},
+                                                      [&](const StepMetrics &m) { last = m.memory; });
+                        Row r;
+                        r.batch = b;
+                        r.input = in;
+                        r.new_tokens = nw;
+                        r.kv = std::string(to_string(mode));
+                        r.attn = mem_eff ? "mem-efficient" : "naive";
+                        r.causal_flash = so.settings.attention.causal_flash;
+                        size_t generated = 0;
+                        for (const auto &res : results)
+                            generated += res.tokens.size();
+                        const GenerateResult &f = results.front();
+                        r.prefill_tok_s = f.prefill_seconds > 0 ? double(b) * in / f.prefill_seconds : 0;
+                        const double steps = double(generated) - b; // first tokens come from prefill
+                        r.decode_tok_s = f.decode_seconds > 0 ? steps / f.decode_seconds : 0;
+                        const double total_s = f.prefill_seconds + f.decode_seconds;
+                        r.throughput = total_s > 0 ? generated / total_s : 0;
+                        r.kv_reserved = last.peak_kv_reserved;
+                        r.peak_kv_resident = last.peak_kv_resident;
+                        r.peak_scratch = last.peak_scratch;
+                        r.peak_total = last.peak_total;
+                        r.kv_copied = last.kv_bytes_copied;
+                        r.rss = last.process_rss;
+                        rows.push_back(r);
+                    }
+
+    if (a.flag("--json")) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const Row &r : rows)
+            out.push_back({{"batch_size", r.batch}, {"input_tokens", r.input}, {"new_tokens", r.new_tokens},
+                           {"kv_mode", r.kv}, {"attention", r.attn}, {"causal_flash", r.causal_flash},
+                           {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
+                           {"throughput_tok_s", r.throughput}, {"kv_reserved_bytes", r.kv_reserved},
+                           {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
+                           {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
+                           {"process_rss_bytes", r.rss}});
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    if (a.flag("--csv")) {
+        std::cout << "batch_size,input_tokens,new_tokens,kv_mode,attention,causal_flash,prefill_tok_s,"
+                     "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
+                     "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes\n";
+        for (const Row &r : rows)
+            std::printf("%d,%d,%d,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu\n", r.batch, r.input,
+                        r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
+                        r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
+                        (unsigned long long)r.peak_kv_resident, (unsigned long long)r.peak_scratch,
+                        (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
+                        (unsigned long long)r.rss);
+        return 0;
+    }
+    std::printf("model %s, %d threads\n", model->info().name.c_str(), threads);
+    std::printf("| batch | input | new | kv | attention | prefill tok/s | decode tok/s | throughput tok/s | "
+                "KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | KV copied MiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row &r : rows)
+        std::printf("| %d | %d | %d | %s | %s%s | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n", r.batch,
+                    r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? "+causal" : "",
+                    r.prefill_tok_s, r.decode_tok_s, r.throughput, mib(r.kv_reserved).c_str(),
+                    mib(r.peak_kv_resident).c_str(), mib(r.peak_scratch).c_str(), mib(r.peak_total).c_str(),
+                    mib(r.kv_copied).c_str());
+    return 0;
+}
+
+} // namespace longscope::cli

@@ -1,0 +1,67 @@
+// Long-context settings. Every field can change between two decode steps of one generation;
+// the session applies the new value at the next step without reloading the model or losing
+// the context.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace longscope {
+
+enum class KvMode {
+    None,   // no cache: every step recomputes the whole sequence
+    Concat, // grow by allocating a larger buffer and copying, every step (torch.cat)
+    Static, // one buffer per layer for the context limit, written in place
+    Vmm,    // address space reserved for the limit, pages committed as tokens arrive
+};
+
+enum class OverflowPolicy {
+    Error,    // a prompt longer than the limit is an error
+    HeadTail, // keep the first and last halves of an over-long prompt
+    DropOldestTurns, // chats: drop the oldest turns (the chat layer applies this)
+};
+
+struct RopeSettings {
+    // NTK-aware scaling: base' = base * alpha^(d / (d - 2)), d the rotary dimension.
+    float ntk_alpha = 1.0f;
+    // alpha recomputed every step from the sequence length L:
+    // max(1, 1.1 * (L / (n_ctx_train / 2) - 1)).
+    bool ntk_auto = false;
+    // Keys are cached before rotation and rotated with the current base inside attention,
+    // so keys cached at different lengths agree when alpha changes.
+    bool store_kv_before_rope = false;
+};
+
+struct AttentionSettings {
+    // Tiled attention with an online softmax; no [queries x keys] score matrix, and the
+    // prompt is evaluated in chunks so no buffer grows with its length.
+    bool memory_efficient = false;
+    // Causality from positions (bottom-right aligned) instead of a mask tensor, and key tiles
+    // entirely above the diagonal skipped.
+    bool causal_flash = false;
+    // Teaching switch: padded batches get one shared triangular mask, so padding is attended
+    // (the known failure of causal flash with padded batches). Off: per-sequence lengths.
+    bool reproduce_padding_bug = false;
+};
+
+struct Settings {
+    RopeSettings rope;
+    AttentionSettings attention;
+    KvMode kv_mode = KvMode::Static;
+    int context_limit = 0; // tokens; 0 = the model's trained context (at most 4096)
+    OverflowPolicy overflow = OverflowPolicy::Error;
+
+    // Throws InvalidArgument naming the bad value (alpha < 1 or not finite, limit < 0).
+    void validate() const;
+};
+
+std::string_view to_string(KvMode m);
+std::string_view to_string(OverflowPolicy p);
+std::optional<KvMode> parse_kv_mode(std::string_view s);
+std::optional<OverflowPolicy> parse_overflow(std::string_view s);
+
+// The NTK alpha in effect for a sequence of `seq_len` tokens.
+double effective_ntk_alpha(const RopeSettings &rope, int seq_len, int n_ctx_train);
+
+} // namespace longscope

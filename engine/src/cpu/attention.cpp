@@ -1,0 +1,454 @@
+// CPU attention: the plain materialised variant (scores [n_head, n_q, n_kv] + explicit mask, as
+// in the original LLaMA code) and a tiled variant after FlashAttention-2 (Dao, 2023,
+// "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"), whose
+// per-tile softmax is the online softmax of Milakov & Gimelshein (2018, "Online normalizer
+// calculation for softmax"): a running max m and running sum l per query row, the partial
+// output rescaled by exp(m_old - m_new) whenever the max grows, divided by l once at the end.
+#include "cpu/attention.h"
+
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+namespace longscope {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The cos/sin of a key's rotation are stepped from one key to the next by a complex multiply
+// (angle-addition formula, in double) instead of calling cos/sin per key, and re-seeded
+// exactly every kReseedEvery keys so the drift stays ~kReseedEvery ulp of a double.
+constexpr int64_t kReseedEvery = 64;
+
+void check_problem(const AttentionProblem &p, const char *who)
+{
+    const auto fail = [&](const std::string &what) {
+        throw InvalidArgument(std::string(who) + ": " + what);
+    };
+    if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0)
+        fail("n_head, n_head_kv and head_dim must be positive (got " + std::to_string(p.n_head) +
+             ", " + std::to_string(p.n_head_kv) + ", " + std::to_string(p.head_dim) + ")");
+    if (p.n_head % p.n_head_kv != 0)
+        fail("n_head " + std::to_string(p.n_head) + " is not a multiple of n_head_kv " +
+             std::to_string(p.n_head_kv));
+    if (p.n_q < 0 || p.n_kv < 0 || p.q_pos0 < 0)
+        fail("n_q, n_kv and q_pos0 must not be negative");
+    if (p.n_q > 0 && (!p.q || !p.out))
+        fail("q and out must be set");
+    if (p.n_q > 0 && p.n_kv > 0 && (!p.k || !p.v))
+        fail("k and v must be set");
+    if (const KeyRotation *r = p.rotate_keys) {
+        if (r->n_rot < 0 || r->n_rot % 2 != 0 || r->n_rot > p.head_dim)
+            fail("rotary dims n_rot " + std::to_string(r->n_rot) +
+                 " must be even and at most head_dim " + std::to_string(p.head_dim));
+        if (r->inv_freq.size() < size_t(r->n_rot / 2))
+            fail("key rotation has " + std::to_string(r->inv_freq.size()) +
+                 " inverse frequencies, needs n_rot/2 = " + std::to_string(r->n_rot / 2));
+    }
+}
+
+// Copies `count` key rows for positions j0 .. j0+count-1 from src (row stride src_stride
+// floats, each row holding n_heads heads of head_dim) to dst, where element `e` of key k goes
+// to dst[k * dst_key + e * dst_elem] (row-major copy: dst_key = row width, dst_elem = 1;
+// transposed tile: dst_key = 1, dst_elem = tile), and rotates the first n_rot dims of every
+// head for its position: pair (a, b) as the complex number x_a + i x_b is multiplied by
+// e^{i theta}, theta = j * pos_scale * inv_freq[i] (angle in double, data in float, as
+// ops.h rope() does). A null `rot` copies only.
+void load_keys(const KeyRotation *rot, const float *src, int64_t src_stride, float *dst,
+               int64_t dst_key, int64_t dst_elem, int64_t j0, int64_t count, int n_heads,
+               int head_dim)
+{
+    const int64_t width = int64_t(n_heads) * head_dim;
+    for (int64_t k = 0; k < count; ++k)
+        for (int64_t e = 0; e < width; ++e)
+            dst[k * dst_key + e * dst_elem] = src[k * src_stride + e];
+    if (!rot)
+        return;
+    const int half = rot->n_rot / 2;
+    const bool interleaved = rot->style == RopeStyle::Interleaved;
+    for (int i = 0; i < half; ++i) {
+        const double inv = rot->inv_freq[size_t(i)];
+        // One position step turns the pair by pos_scale * inv_freq.
+        const double dc = std::cos(rot->pos_scale * inv), ds = std::sin(rot->pos_scale * inv);
+        const int a = interleaved ? 2 * i : i;
+        const int b = interleaved ? 2 * i + 1 : i + half;
+        double c = 1, s = 0;
+        for (int64_t k = 0; k < count; ++k) {
+            if (k % kReseedEvery == 0) {
+                const double angle = double(j0 + k) * rot->pos_scale * inv;
+                c = std::cos(angle);
+                s = std::sin(angle);
+            }
+            const float cf = float(c), sf = float(s);
+            for (int h = 0; h < n_heads; ++h) {
+                float *xa = dst + k * dst_key + (int64_t(h) * head_dim + a) * dst_elem;
+                float *xb = dst + k * dst_key + (int64_t(h) * head_dim + b) * dst_elem;
+                const float x0 = *xa, x1 = *xb;
+                *xa = x0 * cf - x1 * sf;
+                *xb = x0 * sf + x1 * cf;
+            }
+            const double cn = c * dc - s * ds;
+            s = s * dc + c * ds;
+            c = cn;
+        }
+    }
+}
+
+// Physical memory, to refuse a score matrix that could only "succeed" through overcommit and
+// then get the process killed when touched. 0 when unknown.
+uint64_t physical_memory_bytes()
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)
+        return uint64_t(pages) * uint64_t(page);
+#endif
+    return 0;
+}
+
+std::string gib(double bytes)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
+} // namespace
+
+AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool causal_flash)
+{
+    check_problem(p, "attention_naive");
+    AttentionStats stats;
+    if (p.n_q == 0)
+        return stats;
+    const int n_head = p.n_head, hd = p.head_dim;
+    const int group = p.n_head / p.n_head_kv;
+    const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
+    const float scale = 1.0f / std::sqrt(float(hd));
+
+    // Scores [n_head, n_q, n_kv], mask [n_q, n_kv] (only without causal_flash), rotated keys
+    // [n_kv, n_head_kv * head_dim] (only with rotate_keys). Sized in double first so absurd
+    // shapes cannot overflow the arithmetic.
+    const double score_elems = double(n_head) * double(n_q) * double(n_kv);
+    const double mask_elems = causal_flash ? 0.0 : double(n_q) * double(n_kv);
+    const double key_elems = p.rotate_keys ? double(n_kv) * double(ekv) : 0.0;
+    const double need = (score_elems + mask_elems + key_elems) * sizeof(float);
+    const auto oom = [&](const std::string &why) {
+        return OutOfMemory("plain attention needs " + gib(need) + " for the [" +
+                           std::to_string(n_head) + " x " + std::to_string(n_q) + " x " +
+                           std::to_string(n_kv) + "] score matrix" +
+                           (causal_flash ? "" : " and its causal mask") + why +
+                           "; use memory-efficient (tiled) attention, whose scratch does not grow "
+                           "with the context");
+    };
+    const uint64_t ram = physical_memory_bytes();
+    if (ram != 0 && need > double(ram))
+        throw oom(", more than this machine's " + gib(double(ram)) + " of memory");
+
+    std::vector<float> scores, mask, rotated;
+    try {
+        scores.resize(size_t(score_elems));
+        if (!causal_flash)
+            mask.resize(size_t(mask_elems));
+        if (p.rotate_keys)
+            rotated.resize(size_t(key_elems));
+    } catch (const std::bad_alloc &) {
+        throw oom("");
+    } catch (const std::length_error &) {
+        throw oom("");
+    }
+    stats.scratch_bytes = uint64_t(scores.size() + mask.size() + rotated.size()) * sizeof(float);
+
+    // Keys as attention sees them: the cache itself, or a rotated copy of all of it.
+    const float *keys = p.k;
+    if (p.rotate_keys && n_kv > 0) {
+        const int64_t n_chunks = (n_kv + kReseedEvery - 1) / kReseedEvery;
+        pool.parallel_for(n_chunks, [&](int64_t begin, int64_t end) {
+            for (int64_t c = begin; c < end; ++c) {
+                const int64_t j0 = c * kReseedEvery, cnt = std::min(kReseedEvery, n_kv - j0);
+                load_keys(p.rotate_keys, p.k + j0 * ekv, ekv, rotated.data() + j0 * ekv, ekv, 1,
+                          j0, cnt, p.n_head_kv, hd);
+            }
+        });
+        keys = rotated.data();
+    }
+
+    // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
+    // the (bottom-right aligned) diagonal.
+    if (!causal_flash) {
+        pool.parallel_for(
+            n_q,
+            [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                    float *row = mask.data() + i * n_kv;
+                    const int64_t pos = p.q_pos0 + i;
+                    for (int64_t j = 0; j < n_kv; ++j)
+                        row[j] = j <= pos ? 0.0f : kNegInf;
+                }
+            },
+            std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
+    }
+
+    // One job per (head, query row): scores, softmax, weighted sum of values.
+    pool.parallel_for(
+        n_head * n_q,
+        [&](int64_t begin, int64_t end) {
+            for (int64_t job = begin; job < end; ++job) {
+                const int h = int(job / n_q);
+                const int64_t i = job % n_q;
+                const int kvh = h / group;
+                const float *q = p.q + (i * n_head + h) * hd;
+                float *s = scores.data() + (int64_t(h) * n_q + i) * n_kv;
+                // With causal_flash only keys up to this query's position are scored; without
+                // it every key is, and the mask removes the future ones.
+                const int64_t n_keys =
+                    causal_flash ? std::min(n_kv, p.q_pos0 + i + 1) : n_kv;
+                for (int64_t j = 0; j < n_keys; ++j)
+                    s[j] = dot_f32(q, keys + j * ekv + int64_t(kvh) * hd, hd) * scale;
+                if (!causal_flash) {
+                    const float *m = mask.data() + i * n_kv;
+                    for (int64_t j = 0; j < n_keys; ++j)
+                        s[j] += m[j];
+                }
+                float *out = p.out + (i * n_head + h) * hd;
+                std::fill(out, out + hd, 0.0f);
+                if (n_keys == 0)
+                    continue; // empty cache: nothing to attend to
+                softmax_inplace(s, n_keys);
+                for (int64_t j = 0; j < n_keys; ++j) {
+                    const float w = s[j];
+                    // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is
+                    // +-0 for a finite v) and keeps garbage in unseen rows from mattering.
+                    if (w == 0.0f)
+                        continue;
+                    const float *v = p.v + j * ekv + int64_t(kvh) * hd;
+                    for (int d = 0; d < hd; ++d)
+                        out[d] += w * v[d];
+                }
+            }
+        },
+        std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n_kv * hd)));
+    return stats;
+}
+
+AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
+                               int tile)
+{
+    check_problem(p, "attention_tiled");
+    if (tile <= 0)
+        throw InvalidArgument("attention_tiled: tile must be positive (got " +
+                              std::to_string(tile) + ")");
+    AttentionStats stats;
+    if (p.n_q == 0)
+        return stats;
+    const int n_head = p.n_head, hd = p.head_dim;
+    const int group = p.n_head / p.n_head_kv;
+    const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const int64_t T = tile;
+    const int64_t B = attention_query_block(tile);
+    const int64_t n_qblocks = (n_q + B - 1) / B;
+    const int64_t n_tiles = (n_kv + T - 1) / T;
+    // A work unit is (kv head, query block): the `group` query heads sharing a kv head are
+    // processed together so each key tile is loaded (and rotated) once for all of them.
+    // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
+    const int64_t max_rows = int64_t(group) * std::min(B, n_q);
+    const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
+
+    std::atomic<uint64_t> scratch{0};
+    std::atomic<int64_t> computed{0}, skipped{0};
+
+    // One chunk per worker, each taking every n_workers-th unit: causal blocks grow in cost
+    // with the query position, and striding hands every worker a mix of cheap and dear ones.
+    // The number of workers depends only on the pool and the number of units, never on n_kv,
+    // so neither does the scratch (nor, units being independent, the result).
+    const int64_t n_workers = std::min<int64_t>(pool.size(), n_units);
+    pool.parallel_for(
+        n_workers,
+        [&](int64_t begin, int64_t end) {
+            // Per-worker buffers, none of them proportional to n_kv or n_q:
+            //   ktile  [head_dim, T]      the current key tile, transposed (and rotated)
+            //   scores [max_rows, T]      one tile of scores / probabilities
+            //   mask   [min(B, n_q), T]    explicit additive mask tile (without causal_flash)
+            //   acc    [max_rows, head_dim], m [max_rows], l [max_rows]
+            std::vector<float> ktile(static_cast<size_t>(T * hd));
+            std::vector<float> scores(size_t(max_rows * T));
+            std::vector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
+            std::vector<float> acc(static_cast<size_t>(max_rows * hd));
+            std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
+            scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
+                                m.size() + l.size()) *
+                       sizeof(float);
+            int64_t n_computed = 0, n_skipped = 0;
+
+            // parallel_for hands each chunk a single worker index (n_workers <= pool size).
+            for (int64_t worker = begin; worker < end; ++worker)
+            for (int64_t u = worker; u < n_units; u += n_workers) {
+                const int kvh = int(u % p.n_head_kv);
+                const int64_t qb = u / p.n_head_kv;
+                const int64_t i0 = qb * B, bq = std::min(B, n_q - i0);
+                const int64_t rows = int64_t(group) * bq;
+                const int64_t first_pos = p.q_pos0 + i0, last_pos = first_pos + bq - 1;
+
+                std::fill(m.begin(), m.begin() + rows, kNegInf);
+                std::fill(l.begin(), l.begin() + rows, 0.0f);
+                std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+
+                for (int64_t t = 0; t < n_tiles; ++t) {
+                    const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
+                    if (causal_flash && j0 > last_pos) {
+                        // This tile and all later ones start beyond every query of the
+                        // block: entirely above the diagonal, never touched.
+                        n_skipped += (n_tiles - t) * group;
+                        break;
+                    }
+                    n_computed += group;
+
+                    // Keys of the tile for this kv head, transposed to kt [head_dim, T] (and
+                    // rotated when the cache holds them unrotated): one load per (key, kv head)
+                    // per unit, shared by its group * bq rows, and the score loop below runs
+                    // over contiguous keys, which the compiler vectorises.
+                    load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(),
+                              1, T, j0, w, 1, hd);
+                    const float *kt = ktile.data();
+                    const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
+
+                    // Without causal_flash: the explicit mask tile [bq, w], 0 / -inf from
+                    // positions, added to every head's scores. With it: keys past a query are
+                    // left out by comparing positions, only on a tile crossing the diagonal.
+                    const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
+                    if (!causal_flash)
+                        for (int64_t qi = 0; qi < bq; ++qi)
+                            for (int64_t c = 0; c < w; ++c)
+                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+
+                    for (int g = 0; g < group; ++g) {
+                        const int h = kvh * group + g;
+                        for (int64_t qi = 0; qi < bq; ++qi) {
+                            const int64_t r = int64_t(g) * bq + qi;
+                            const int64_t pos = first_pos + qi;
+                            const float *q = p.q + ((i0 + qi) * n_head + h) * hd;
+                            float *s = scores.data() + r * T;
+
+                            // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over
+                            // dims in order, eight keys at a time over the transposed tile (a
+                            // fixed 8-wide inner loop the compiler turns into vector code).
+                            int64_t c0 = 0;
+                            for (; c0 + 8 <= w; c0 += 8) {
+                                float s8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                                for (int d = 0; d < hd; ++d) {
+                                    const float qd = q[d];
+                                    const float *kd = kt + int64_t(d) * T + c0;
+                                    for (int k = 0; k < 8; ++k)
+                                        s8[k] += qd * kd[k];
+                                }
+                                for (int k = 0; k < 8; ++k)
+                                    s[c0 + k] = s8[k] * scale;
+                            }
+                            for (int64_t c = c0; c < w; ++c) {
+                                float x = 0.0f;
+                                for (int d = 0; d < hd; ++d)
+                                    x += q[d] * kt[int64_t(d) * T + c];
+                                s[c] = x * scale;
+                            }
+                            if (!causal_flash) {
+                                const float *mk = mask.data() + qi * T;
+                                for (int64_t c = 0; c < w; ++c)
+                                    s[c] += mk[c];
+                            } else if (diagonal) {
+                                // Keys past this query's position, by comparing positions.
+                                for (int64_t c = std::max<int64_t>(0, pos + 1 - j0); c < w; ++c)
+                                    s[c] = kNegInf;
+                            }
+                            float tile_max = kNegInf;
+                            for (int64_t c = 0; c < w; ++c)
+                                tile_max = std::max(tile_max, s[c]);
+
+                            const float m_old = m[size_t(r)];
+                            const float m_new = std::max(m_old, tile_max);
+                            // Nothing visible to this row yet: exp(-inf - -inf) would be NaN;
+                            // the row's state (m = -inf, l = 0, acc = 0) stays as it is.
+                            if (m_new == kNegInf)
+                                continue;
+                            // m_old = -inf (first visible tile) gives alpha = 0 on a zero
+                            // accumulator, as wanted.
+                            const float alpha = std::exp(m_old - m_new);
+                            float sum = 0.0f;
+                            for (int64_t c = 0; c < w; ++c) {
+                                s[c] = std::exp(s[c] - m_new);
+                                sum += s[c];
+                            }
+                            l[size_t(r)] = l[size_t(r)] * alpha + sum;
+                            m[size_t(r)] = m_new;
+
+                            // acc = acc * alpha + sum_c p_c v_c, eight dims at a time kept in
+                            // registers across the tile, then the tail dims.
+                            float *a = acc.data() + r * hd;
+                            int d0 = 0;
+                            for (; d0 + 8 <= hd; d0 += 8) {
+                                float a8[8];
+                                for (int k = 0; k < 8; ++k)
+                                    a8[k] = a[d0 + k] * alpha;
+                                for (int64_t cc = 0; cc < w; ++cc) {
+                                    const float pw = s[cc];
+                                    if (pw == 0.0f) // masked (or underflowed): adds nothing
+                                        continue;
+                                    const float *v = vt + cc * ekv + d0;
+                                    for (int k = 0; k < 8; ++k)
+                                        a8[k] += pw * v[k];
+                                }
+                                for (int k = 0; k < 8; ++k)
+                                    a[d0 + k] = a8[k];
+                            }
+                            for (int d = d0; d < hd; ++d) {
+                                float ad = a[d] * alpha;
+                                for (int64_t cc = 0; cc < w; ++cc)
+                                    if (s[cc] != 0.0f)
+                                        ad += s[cc] * vt[cc * ekv + d];
+                                a[d] = ad;
+                            }
+                        }
+                    }
+                }
+
+                // out = acc / l; a row that saw no key at all (empty cache) gets zeros.
+                for (int g = 0; g < group; ++g) {
+                    const int h = kvh * group + g;
+                    for (int64_t qi = 0; qi < bq; ++qi) {
+                        const int64_t r = int64_t(g) * bq + qi;
+                        float *out = p.out + ((i0 + qi) * n_head + h) * hd;
+                        const float *a = acc.data() + r * hd;
+                        const float lr = l[size_t(r)];
+                        for (int d = 0; d < hd; ++d)
+                            out[d] = lr > 0.0f ? a[d] / lr : 0.0f;
+                    }
+                }
+            }
+            computed += n_computed;
+            skipped += n_skipped;
+        },
+        1);
+
+    stats.scratch_bytes = scratch.load();
+    stats.tiles_computed = computed.load();
+    stats.tiles_skipped = skipped.load();
+    return stats;
+}
+
+} // namespace longscope

@@ -1,0 +1,72 @@
+// CPU attention variants over a KV cache, all computing, for each query i at position
+// q_pos0 + i and head h (grouped-query: kv head h / (n_head / n_head_kv)):
+//   out[i, h] = sum_j softmax_j(q[i, h] . k[j, kvh] / sqrt(head_dim)) v[j, kvh]
+// over the keys j the query may see: j < n_kv[seq] and j <= q_pos0 + i (causal, aligned
+// bottom-right, so queries appended to a cache see everything before them).
+#pragma once
+
+#include "longscope/hparams.h"
+
+#include <cstdint>
+#include <span>
+
+namespace longscope {
+
+class ThreadPool;
+
+// Rotation applied to keys as they are loaded, for caches that store keys before RoPE:
+// key j is rotated for position j * pos_scale with inv_freq[i] = base^(-2i/n_rot).
+struct KeyRotation {
+    std::span<const double> inv_freq; // [n_rot / 2]
+    double pos_scale = 1.0;
+    int n_rot = 0;
+    RopeStyle style = RopeStyle::Interleaved;
+};
+
+struct AttentionProblem {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+
+    const float *q = nullptr; // [n_q, n_head, head_dim]
+    int64_t n_q = 0;
+    int64_t q_pos0 = 0;       // position of query 0; query i sits at q_pos0 + i
+
+    const float *k = nullptr; // [n_kv, n_head_kv * head_dim] (row i = position i)
+    const float *v = nullptr; // same layout as k
+    int64_t n_kv = 0;         // keys in the cache (>= q_pos0 + n_q for causal attention)
+
+    const KeyRotation *rotate_keys = nullptr; // null: keys are already rotated
+
+    float *out = nullptr;     // [n_q, n_head, head_dim]
+};
+
+// Bytes of scratch an attention call held at its peak, for the memory ledger.
+struct AttentionStats {
+    uint64_t scratch_bytes = 0;
+    int64_t tiles_computed = 0;
+    int64_t tiles_skipped = 0;
+};
+
+// Plain attention as in the original LLaMA code: the [n_head, n_q, n_kv] score matrix is
+// materialised. Without `causal_flash` an explicit [n_q, n_kv] additive causal mask tensor is
+// built and added to the scores; with it, causality comes from positions (scores above the
+// diagonal are never computed).
+AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool causal_flash);
+
+// Queries are processed in blocks of this many rows per head (FlashAttention-2's Br, with
+// the key tile as Bc), capped so a worker's score tile [group * block, tile] stays small.
+constexpr int attention_query_block(int tile) { return tile < 64 ? tile : 64; }
+
+// Tiled attention with an online softmax (running max and sum, rescaled per key tile of
+// `tile` keys); never holds more than one tile of scores per worker. With `causal_flash`,
+// causality comes from positions and tiles entirely above the diagonal are skipped; without
+// it, an explicit mask tile is built and applied for every tile.
+// A tile in the stats is one (query head, query block of attention_query_block(tile) queries,
+// key tile) triple: tiles_computed + tiles_skipped = n_head * ceil(n_q / block) *
+// ceil(n_kv / tile). A key tile is skipped when its first key lies beyond the position of the
+// block's last query. scratch_bytes is the sum of the per-worker buffers, independent of n_kv.
+AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
+                               int tile = 64);
+
+} // namespace longscope

@@ -1,0 +1,88 @@
+// KV cache storage, one implementation per mode (see settings.h KvMode). A store holds, per
+// layer, keys and values as rows of n_embd_kv floats indexed by position. The forward pass
+// calls ensure(n) before writing positions < n, then writes rows in place through keys() /
+// values(); those pointers are valid until the next ensure() or clear().
+#pragma once
+
+#include "longscope/settings.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace longscope {
+
+class KvStore {
+public:
+    virtual ~KvStore() = default;
+
+    virtual KvMode mode() const = 0;
+    int n_layer() const { return m_n_layer; }
+    int limit() const { return m_limit; }         // the most positions it may ever hold
+    int n_embd_kv() const { return m_n_embd_kv; }
+    int capacity() const { return m_capacity; }   // positions writable now
+
+    // Makes positions [0, n_tokens) writable, keeping the rows already written. n_tokens may
+    // not exceed limit(). Throws OutOfMemory when memory cannot be had (the store is then
+    // unchanged and still usable).
+    virtual void ensure(int n_tokens) = 0;
+    // Forgets every row and gives memory back where the mode allows it.
+    virtual void clear() = 0;
+
+    // [capacity, n_embd_kv] rows for one layer.
+    virtual float *keys(int layer) = 0;
+    virtual float *values(int layer) = 0;
+
+    // Accounting for the memory ledger.
+    virtual uint64_t reserved_bytes() const = 0; // allocated or reserved address space
+    virtual uint64_t resident_bytes() const = 0; // physically backed (committed) memory
+    uint64_t copied_bytes() const { return m_copied; } // bytes copied by growth, cumulative
+    uint64_t peak_resident_bytes() const { return m_peak_resident; }
+
+protected:
+    KvStore(int n_layer, int limit, int n_embd_kv)
+        : m_n_layer(n_layer), m_limit(limit), m_n_embd_kv(n_embd_kv) {}
+    // Raises the peak to resident_bytes() + transient_extra; call after every change in
+    // residency, with the extra a mode holds only for the moment (concat's old buffers).
+    void note_resident(uint64_t transient_extra = 0);
+
+    // Helpers shared by the modes (kv_store.cpp). Each mode's constructor calls check_shape()
+    // first, so a store built directly is as safe as one from make_kv_store().
+    // InvalidArgument for a non-positive size; OutOfMemory when the full store (limit rows of
+    // K and V in every layer) does not even fit in 64 bits.
+    void check_shape() const;
+    uint64_t row_bytes() const { return uint64_t(m_n_embd_kv) * sizeof(float); }
+    // K and V of every layer for n_tokens rows; exact (no overflow) for n_tokens <= limit()
+    // once check_shape() passed.
+    uint64_t bytes_for(int n_tokens) const
+    {
+        return uint64_t(n_tokens) * row_bytes() * 2 * uint64_t(m_n_layer);
+    }
+    // InvalidArgument for n_tokens < 0, ContextOverflow for n_tokens > limit().
+    void check_ensure(int n_tokens) const;
+    // InvalidArgument for a layer outside [0, n_layer).
+    void check_layer(int layer) const;
+    // The actionable OutOfMemory every mode throws: how much, for how many tokens, why, and
+    // what to change.
+    [[noreturn]] void throw_out_of_memory(uint64_t bytes, int n_tokens, const char *why) const;
+    // Memory the process can still make resident (RAM + swap available, capped by a cgroup
+    // limit); UINT64_MAX when it cannot be told. Lets a mode refuse a commit that could only
+    // end with the OOM killer instead of an exception.
+    static uint64_t available_memory_bytes();
+
+    int m_n_layer;
+    int m_limit;
+    int m_n_embd_kv;
+    int m_capacity = 0;
+    uint64_t m_copied = 0;
+    uint64_t m_peak_resident = 0;
+};
+
+// Throws InvalidArgument for KvMode::None (that mode keeps no store) or bad sizes, and
+// OutOfMemory when the static buffers or the vmm reservation cannot be had.
+std::unique_ptr<KvStore> make_kv_store(KvMode mode, int n_layer, int limit, int n_embd_kv);
+
+// Copies positions [0, n_tokens) of every layer from one store to another (ensure()s the
+// destination first). Used when the mode changes mid-conversation.
+void copy_kv_rows(KvStore &from, KvStore &to, int n_tokens);
+
+} // namespace longscope

@@ -1,0 +1,217 @@
+#include "cpu/cpu_forward.h"
+#include "kv/kv_store.h"
+#include "longscope/engine.h"
+#include "longscope/errors.h"
+#include "runtime/rope_base.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace longscope {
+
+namespace {
+
+struct Sequence {
+    std::vector<int32_t> history;     // evaluated tokens (prompt, padding included)
+    std::vector<int32_t> pending;     // tokens to evaluate in the next step
+    std::unique_ptr<KvStore> kv;      // null in KvMode::None
+    std::unique_ptr<KvStore> step_kv; // KvMode::None: this step's throw-away cache
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TokenTextStream> text;
+    std::vector<float> logits;
+    GenerateResult result;
+    bool done = false;
+};
+
+} // namespace
+
+std::vector<GenerateResult> generate_batch(const Model &model, const SessionOptions &options,
+                                           const std::vector<GenerateRequest> &requests,
+                                           const BatchTokenCallback &on_token,
+                                           const MetricsCallback &on_metrics)
+{
+    using clock = std::chrono::steady_clock;
+    if (requests.empty())
+        throw InvalidArgument("the batch holds no prompt");
+    const Settings &st = options.settings;
+    st.validate();
+    const HParams &hp = model.hparams();
+    const int limit = st.context_limit > 0 ? st.context_limit
+                      : options.n_ctx > 0  ? options.n_ctx
+                                           : std::min(hp.n_ctx_train, k_default_ctx_cap);
+    int threads = options.n_threads > 0 ? options.n_threads : std::max(1, int(std::thread::hardware_concurrency()));
+
+    size_t longest = 0;
+    for (const GenerateRequest &r : requests) {
+        if (r.prompt.empty())
+            throw InvalidArgument("a prompt in the batch is empty");
+        if (r.max_new_tokens < 0)
+            throw InvalidArgument("the number of tokens to generate must not be negative");
+        r.sampling.validate();
+        longest = std::max(longest, r.prompt.size());
+    }
+    const bool pad = st.attention.reproduce_padding_bug && requests.size() > 1;
+    std::vector<Sequence> seqs(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+        Sequence &s = seqs[i];
+        const GenerateRequest &r = requests[i];
+        if (pad)
+            s.pending.assign(longest - r.prompt.size(), 0);
+        s.pending.insert(s.pending.end(), r.prompt.begin(), r.prompt.end());
+        if (int64_t(s.pending.size()) > limit)
+            throw ContextOverflow("prompt " + std::to_string(i + 1) + " of the batch has " +
+                                  std::to_string(s.pending.size()) + " tokens, more than the context limit of " +
+                                  std::to_string(limit));
+        for (int32_t id : s.pending)
+            if (id < 0 || id >= hp.n_vocab)
+                throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
+        if (st.kv_mode != KvMode::None)
+            s.kv = make_kv_store(st.kv_mode, hp.n_layer, limit, hp.n_embd_kv());
+        s.sampler = std::make_unique<Sampler>(r.sampling);
+        s.text = std::make_unique<TokenTextStream>(model.tokenizer());
+        s.result.n_prompt = int(r.prompt.size());
+        s.done = r.max_new_tokens == 0;
+    }
+
+    CpuForward forward(model, threads);
+    const int32_t eos = model.tokenizer().eos_id(), bos = model.tokenizer().bos_id();
+    const auto t_start = clock::now();
+    double prefill_seconds = 0;
+    bool first_step = true;
+    StepMetrics m;
+    MemoryLedger peaks;
+    for (;;) {
+        const auto t_step = clock::now();
+        // One forward pass over every sequence that still has tokens to evaluate.
+        std::vector<ForwardSegment> segs;
+        std::vector<size_t> owner;
+        std::vector<std::vector<int32_t>> full; // KvMode::None: the whole sequence
+        full.reserve(seqs.size());
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            Sequence &s = seqs[i];
+            if (s.done || s.pending.empty())
+                continue;
+            const int len = int(s.history.size() + s.pending.size());
+            ForwardSegment seg;
+            seg.params.rope_base = rope_base_in_effect(hp, st.rope, len);
+            seg.params.pos_scale = rope_pos_scale(hp);
+            seg.params.keys_before_rope = st.rope.store_kv_before_rope;
+            seg.params.memory_efficient = st.attention.memory_efficient;
+            seg.params.causal_flash = st.attention.causal_flash;
+            if (s.kv) {
+                s.kv->ensure(len);
+                seg.tokens = s.pending;
+                seg.n_past = int(s.history.size());
+                seg.kv = s.kv.get();
+            } else {
+                full.emplace_back(s.history);
+                full.back().insert(full.back().end(), s.pending.begin(), s.pending.end());
+                s.step_kv = make_kv_store(KvMode::Static, hp.n_layer, len, hp.n_embd_kv());
+                seg.tokens = full.back();
+                seg.n_past = 0;
+                seg.kv = s.step_kv.get();
+            }
+            seg.logits_from = int(seg.tokens.size()) - 1;
+            segs.push_back(seg);
+            owner.push_back(i);
+        }
+        if (segs.empty())
+            break;
+        ForwardStats stats;
+        auto logits = forward.eval_batch(segs, stats);
+        uint64_t kv_reserved = 0, kv_resident = 0, kv_copied = 0;
+        for (const Sequence &s : seqs) {
+            const KvStore *kv = s.kv ? s.kv.get() : s.step_kv.get();
+            if (!kv)
+                continue;
+            kv_reserved += kv->reserved_bytes();
+            kv_resident += kv->resident_bytes();
+            kv_copied += kv->copied_bytes();
+        }
+        const size_t v = size_t(hp.n_vocab);
+        for (size_t k = 0; k < owner.size(); ++k) {
+            Sequence &s = seqs[owner[k]];
+            s.logits.assign(logits.begin() + std::ptrdiff_t(k * v), logits.begin() + std::ptrdiff_t((k + 1) * v));
+            s.history.insert(s.history.end(), s.pending.begin(), s.pending.end());
+            s.pending.clear();
+            s.step_kv.reset();
+        }
+        if (on_metrics) {
+            int n_tokens = 0, position = 0;
+            for (const ForwardSegment &sg : segs) {
+                n_tokens += int(sg.tokens.size());
+                position = std::max(position, sg.n_past + int(sg.tokens.size()));
+            }
+            m.phase = first_step ? StepPhase::Prefill : StepPhase::Decode;
+            m.n_tokens = n_tokens;
+            m.position = position;
+            m.seconds = std::chrono::duration<double>(clock::now() - t_step).count();
+            m.tokens_per_second = m.seconds > 0 ? n_tokens / m.seconds : 0;
+            m.ntk_alpha = effective_ntk_alpha(st.rope, position, hp.n_ctx_train);
+            m.rope_base = segs.front().params.rope_base;
+            m.settings = st;
+            m.settings.context_limit = limit;
+            m.attention_tiles_skipped = stats.tiles_skipped;
+            MemoryLedger &l = m.memory;
+            l.weights = model.info().weight_bytes;
+            l.kv_reserved = kv_reserved;
+            l.kv_resident = kv_resident;
+            l.scratch = stats.scratch_bytes;
+            l.total = l.weights + kv_resident + l.scratch;
+            peaks.peak_kv_reserved = std::max(peaks.peak_kv_reserved, kv_reserved);
+            peaks.peak_kv_resident = std::max(peaks.peak_kv_resident, kv_resident);
+            peaks.peak_scratch = std::max(peaks.peak_scratch, l.scratch);
+            peaks.peak_total = std::max(peaks.peak_total, l.total);
+            l.peak_kv_reserved = peaks.peak_kv_reserved;
+            l.peak_kv_resident = peaks.peak_kv_resident;
+            l.peak_scratch = peaks.peak_scratch;
+            l.peak_total = peaks.peak_total;
+            l.process_rss = process_rss_bytes();
+            l.kv_bytes_copied = kv_copied;
+            on_metrics(m);
+            ++m.step;
+        }
+        if (first_step) {
+            prefill_seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+            first_step = false;
+        }
+        // Sample the next token of each sequence that was evaluated.
+        for (size_t idx : owner) {
+            Sequence &s = seqs[idx];
+            const GenerateRequest &r = requests[idx];
+            const int32_t id = s.sampler->sample(s.logits, s.history);
+            if (r.stop_at_eos && (id == eos || (bos >= 0 && id == bos))) {
+                s.result.stop = StopReason::EndOfSequence;
+                s.done = true;
+                continue;
+            }
+            s.result.tokens.push_back(id);
+            const std::string piece = s.text->push(id);
+            s.result.text += piece;
+            if (on_token && !on_token(idx, id, piece)) {
+                s.result.stop = StopReason::Cancelled;
+                s.done = true;
+            } else if (int(s.result.tokens.size()) >= r.max_new_tokens) {
+                s.result.stop = StopReason::MaxTokens;
+                s.done = true;
+            } else if (int(s.history.size()) >= limit) {
+                s.result.stop = StopReason::ContextFull;
+                s.done = true;
+            } else {
+                s.pending.push_back(id);
+            }
+        }
+    }
+    const double total = std::chrono::duration<double>(clock::now() - t_start).count();
+    std::vector<GenerateResult> out;
+    for (Sequence &s : seqs) {
+        s.result.text += s.text->flush();
+        s.result.prefill_seconds = prefill_seconds;
+        s.result.decode_seconds = total - prefill_seconds;
+        out.push_back(std::move(s.result));
+    }
+    return out;
+}
+
+} // namespace longscope

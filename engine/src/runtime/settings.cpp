@@ -1,0 +1,71 @@
+#include "longscope/settings.h"
+
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace longscope {
+
+void Settings::validate() const
+{
+    if (!std::isfinite(rope.ntk_alpha) || rope.ntk_alpha < 1.0f)
+        throw InvalidArgument("NTK alpha must be a number >= 1 (or auto), got " +
+                              std::to_string(rope.ntk_alpha));
+    if (context_limit < 0)
+        throw InvalidArgument("context limit must be positive (0 = the model's default), got " +
+                              std::to_string(context_limit));
+    if (context_limit > (1 << 24))
+        throw InvalidArgument("context limit " + std::to_string(context_limit) +
+                              " is too large (at most 16777216)");
+}
+
+std::string_view to_string(KvMode m)
+{
+    switch (m) {
+    case KvMode::None: return "none";
+    case KvMode::Concat: return "concat";
+    case KvMode::Static: return "static";
+    case KvMode::Vmm: return "vmm";
+    }
+    return "?";
+}
+
+std::string_view to_string(OverflowPolicy p)
+{
+    switch (p) {
+    case OverflowPolicy::Error: return "error";
+    case OverflowPolicy::HeadTail: return "head-tail";
+    case OverflowPolicy::DropOldestTurns: return "drop-oldest";
+    }
+    return "?";
+}
+
+std::optional<KvMode> parse_kv_mode(std::string_view s)
+{
+    for (KvMode m : {KvMode::None, KvMode::Concat, KvMode::Static, KvMode::Vmm})
+        if (s == to_string(m))
+            return m;
+    return std::nullopt;
+}
+
+std::optional<OverflowPolicy> parse_overflow(std::string_view s)
+{
+    for (OverflowPolicy p : {OverflowPolicy::Error, OverflowPolicy::HeadTail, OverflowPolicy::DropOldestTurns})
+        if (s == to_string(p))
+            return p;
+    return std::nullopt;
+}
+
+double effective_ntk_alpha(const RopeSettings &rope, int seq_len, int n_ctx_train)
+{
+    if (!rope.ntk_auto)
+        return rope.ntk_alpha;
+    // Chinese-LLaMA-Alpaca's "auto": (L / 1024 - 1) * 1.1 for a 2048-token model, generalised
+    // to the trained length and clamped to 1 below it (the formula dips under 1 for short
+    // sequences).
+    const double half = n_ctx_train / 2.0;
+    return std::max(1.0, 1.1 * (double(seq_len) / half - 1.0));
+}
+
+} // namespace longscope
