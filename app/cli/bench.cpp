@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 namespace longscope::cli {
 
@@ -188,7 +189,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         (unsigned long long)r.rss);
         return 0;
     }
-    std::printf("model %s, %d threads\n", model->info().name.c_str(), threads);
+    std::printf("model %s, %d threads\n", model->info().name.c_str(),
+                threads > 0 ? threads : std::max(1, int(std::thread::hardware_concurrency())));
     std::printf("| batch | input | new | kv | attention | prefill tok/s | decode tok/s | throughput tok/s | "
                 "KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | KV copied MiB |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

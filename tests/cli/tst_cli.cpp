@@ -187,6 +187,117 @@ private slots:
         QVERIFY2(r.err.contains(must_mention.toUtf8()), r.err.constData());
     }
 
+    void long_context_flags_keep_the_greedy_text_data()
+    {
+        QTest::addColumn<QStringList>("flags");
+        QTest::newRow("vmm mem-efficient causal-flash keys-before-rope") << QStringList{"--kv", "vmm", "--attn", "mem-efficient", "--causal-flash", "--kv-before-rope"};
+        QTest::newRow("concat naive") << QStringList{"--kv", "concat", "--attn", "naive"};
+        QTest::newRow("none") << QStringList{"--kv", "none"};
+        QTest::newRow("alpha 1") << QStringList{"--alpha", "1"};
+        QTest::newRow("alpha auto (short context: no scaling)") << QStringList{"--alpha", "auto", "--ctx", "2048"};
+    }
+    void long_context_flags_keep_the_greedy_text()
+    {
+        QFETCH(QStringList, flags);
+        Run r = run_cli(QStringList{"generate", "-p", "Once upon a time", "--temp", "0", "-n", "60"} + flags);
+        QCOMPARE(r.code, 0);
+        QVERIFY2(r.out.startsWith(known_text), r.out.constData());
+    }
+
+    void metrics_file_has_a_row_per_step()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("m.csv");
+        Run r = run_cli({"generate", "-p", "Once upon a time", "--temp", "0", "-n", "10", "--kv", "vmm", "--metrics", path});
+        QCOMPARE(r.code, 0);
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+        // Header, the prefill, then 9 decode steps (the 10th token needs no forward pass).
+        QCOMPARE(lines.size(), 1 + 1 + 9);
+        const QList<QByteArray> header = lines[0].split(',');
+        QVERIFY(header.contains("kv_resident") && header.contains("tokens_per_second") && header.contains("peak_total"));
+        for (int i = 1; i < lines.size(); ++i)
+            QCOMPARE(lines[i].split(',').size(), header.size());
+        QVERIFY(lines[1].contains(",prefill,5,5,"));
+        QVERIFY(lines[2].contains(",decode,1,6,"));
+        QVERIFY(lines[2].contains(",vmm,"));
+    }
+
+    void batch_file_gives_each_prompts_own_completion()
+    {
+        QTemporaryDir dir;
+        QFile f(dir.filePath("prompts.txt"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("Once upon a time\r\nThe cat\n\nTom and Lily went to the big park\n");
+        f.close();
+        Run batch = run_cli({"generate", "--batch-file", f.fileName(), "--temp", "0", "-n", "25"});
+        QCOMPARE(batch.code, 0);
+        const QList<QByteArray> lines = batch.out.split('\n');
+        QCOMPARE(lines.size(), 4); // three completions and the final newline
+        const char *prompts[] = {"Once upon a time", "The cat", "Tom and Lily went to the big park"};
+        for (int i = 0; i < 3; ++i) {
+            Run single = run_cli({"generate", "-p", prompts[i], "--temp", "0", "-n", "25"});
+            QCOMPARE(lines[i], single.out.replace("\\", "\\\\").replace("\n", "\\n"));
+        }
+    }
+
+    void bench_reports_the_grid()
+    {
+        Run r = run_cli({"bench", "--input", "32,64", "--new", "8", "--kv", "static,vmm,concat", "--attn", "naive,mem-efficient", "--json"});
+        QCOMPARE(r.code, 0);
+        const QJsonArray rows = QJsonDocument::fromJson(r.out).array();
+        QCOMPARE(rows.size(), 2 * 3 * 2);
+        for (const auto &v : rows) {
+            const QJsonObject o = v.toObject();
+            QVERIFY(o["decode_tok_s"].toDouble() > 0);
+            QVERIFY(o["prefill_tok_s"].toDouble() > 0);
+            QVERIFY(o["peak_total_bytes"].toDouble() > 0);
+            if (o["kv_mode"].toString() == "concat")
+                QVERIFY(o["kv_bytes_copied"].toDouble() > 0);
+            else
+                QCOMPARE(o["kv_bytes_copied"].toDouble(), 0.0);
+        }
+        Run table = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive"});
+        QCOMPARE(table.code, 0);
+        QVERIFY(table.out.contains("| batch | input | new |"));
+    }
+
+    void bad_long_context_values_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("must_mention");
+        QTest::newRow("alpha below 1") << QStringList{"--alpha", "0.5"} << "--alpha";
+        QTest::newRow("alpha nan") << QStringList{"--alpha", "nan"} << "--alpha";
+        QTest::newRow("alpha word") << QStringList{"--alpha", "big"} << "--alpha";
+        QTest::newRow("unknown kv mode") << QStringList{"--kv", "paged"} << "--kv";
+        QTest::newRow("unknown attention") << QStringList{"--attn", "fast"} << "--attn";
+        QTest::newRow("unknown overflow") << QStringList{"--overflow", "truncate"} << "--overflow";
+    }
+    void bad_long_context_values()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(QString, must_mention);
+        Run r = run_cli(QStringList{"generate", "-p", "Once upon a time"} + args);
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.count('\n') == 1 && r.err.contains(must_mention.toUtf8()), r.err.constData());
+    }
+
+    void head_tail_overflow_keeps_generating()
+    {
+        // 40 tokens of prompt into a limit of 24 with 8 to generate: head-tail keeps 8 + 8.
+        const QString prompt = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.";
+        Run err = run_cli({"generate", "-p", prompt, "--ctx", "24", "-n", "8"});
+        QCOMPARE(err.code, 1);
+        QVERIFY(err.err.contains("context"));
+        Run r = run_cli({"generate", "-p", prompt, "--ctx", "24", "-n", "8", "--overflow", "head-tail", "--temp", "0", "--json"});
+        QCOMPARE(r.code, 0);
+        const QJsonObject o = QJsonDocument::fromJson(r.out.split('\n').first()).object();
+        QCOMPARE(o["n_prompt_tokens"].toInt(), 16);
+        QCOMPARE(o["n_generated_tokens"].toInt(), 8);
+        QVERIFY(r.err.contains("head-tail"));
+    }
+
     void env_model_used_without_m()
     {
         Run r = run_cli({"info", "--json"}, hf_dir().toUtf8());

@@ -120,7 +120,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             break;
         ForwardStats stats;
         auto logits = forward.eval_batch(segs, stats);
-        uint64_t kv_reserved = 0, kv_resident = 0, kv_copied = 0;
+        uint64_t kv_reserved = 0, kv_resident = 0, kv_copied = 0, kv_peak = 0;
         for (const Sequence &s : seqs) {
             const KvStore *kv = s.kv ? s.kv.get() : s.step_kv.get();
             if (!kv)
@@ -128,6 +128,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             kv_reserved += kv->reserved_bytes();
             kv_resident += kv->resident_bytes();
             kv_copied += kv->copied_bytes();
+            kv_peak += kv->peak_resident_bytes(); // concat's old and new buffers at once
         }
         const size_t v = size_t(hp.n_vocab);
         for (size_t k = 0; k < owner.size(); ++k) {
@@ -160,7 +161,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             l.scratch = stats.scratch_bytes;
             l.total = l.weights + kv_resident + l.scratch;
             peaks.peak_kv_reserved = std::max(peaks.peak_kv_reserved, kv_reserved);
-            peaks.peak_kv_resident = std::max(peaks.peak_kv_resident, kv_resident);
+            peaks.peak_kv_resident = std::max({peaks.peak_kv_resident, kv_resident, kv_peak});
             peaks.peak_scratch = std::max(peaks.peak_scratch, l.scratch);
             peaks.peak_total = std::max(peaks.peak_total, l.total);
             l.peak_kv_reserved = peaks.peak_kv_reserved;
