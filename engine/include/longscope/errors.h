@@ -48,4 +48,10 @@ public:
     using Error::Error;
 };
 
+// The caller cancelled the operation (a model load, for example).
+class Cancelled : public Error {
+public:
+    using Error::Error;
+};
+
 } // namespace longscope

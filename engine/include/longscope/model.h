@@ -7,6 +7,7 @@
 #include "longscope/types.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,13 +61,18 @@ struct ModelInfo {
     size_t tensor_count = 0;
     std::map<std::string, size_t> tensor_types; // type name -> count
     uint32_t gguf_version = 0;         // GGUF only
+    std::string chat_template;         // Jinja text the model carries, if any
 };
+
+// Called while loading with the fraction done; return false to cancel (Model::load then
+// throws Cancelled).
+using LoadProgress = std::function<bool(double fraction)>;
 
 class Model {
 public:
     // `path` is a .gguf file or a directory with config.json. Throws IoError, FormatError,
     // ConfigError with a message naming the file and the problem.
-    static std::unique_ptr<Model> load(const std::string &path);
+    static std::unique_ptr<Model> load(const std::string &path, const LoadProgress &progress = {});
     ~Model();
 
     const HParams &hparams() const { return m_hparams; }
@@ -76,6 +82,7 @@ public:
 
 private:
     Model();
+    static std::unique_ptr<Model> load_files(const std::string &path);
     friend struct ModelBuilder;
 
     HParams m_hparams;

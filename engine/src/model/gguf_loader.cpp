@@ -133,6 +133,8 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     for (const GgufTensorInfo &t : g->tensors())
         in.tensor_types[std::string(dtype_name(t.type))]++;
     in.gguf_version = g->version();
+    if (const GgufValue *ct = g->find("tokenizer.chat_template"); ct && ct->as_string())
+        in.chat_template = *ct->as_string();
     gguf(*model) = std::move(g);
     return model;
 }

@@ -211,6 +211,7 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     if (!fs::exists(tok_path))
         throw FormatError(dir_str + ": no tokenizer.model (only sentencepiece tokenizers are supported)");
     auto tok = Tokenizer::from_sentencepiece_file(tok_path.string());
+    std::string chat_template;
     const fs::path tok_cfg = dir / "tokenizer_config.json";
     if (fs::exists(tok_cfg)) {
         json tc = read_json(tok_cfg);
@@ -219,6 +220,8 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
                 throw ConfigError(tok_cfg.string() + ": add_bos_token must be true or false");
             tok->set_add_bos_default(tc["add_bos_token"].get<bool>());
         }
+        if (tc.is_object() && tc.contains("chat_template") && tc["chat_template"].is_string())
+            chat_template = tc["chat_template"].get<std::string>();
     }
     if (tok->n_vocab() > hp.n_vocab)
         throw FormatError(tok_path.string() + ": the tokenizer has " + std::to_string(tok->n_vocab()) +
@@ -232,6 +235,7 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     if (in.name.empty())
         in.name = fs::absolute(dir).parent_path().filename().string();
     in.file_bytes = file_bytes;
+    in.chat_template = chat_template;
     in.tensor_count = all.size();
     for (const auto &[name, t] : all)
         in.tensor_types[t->dtype]++;

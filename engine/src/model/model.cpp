@@ -22,7 +22,48 @@ int64_t WeightView::n_elements() const
 Model::Model() = default;
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string &path)
+namespace {
+
+// Reads one byte of every page of every weight so the first generation does not stall on
+// page faults, reporting progress per tensor; a cancel from the callback stops it.
+void prefault(const Model &m, const LoadProgress &progress)
+{
+    std::vector<const WeightView *> views;
+    const ModelWeights &w = m.weights();
+    views.push_back(&w.tok_embd);
+    views.push_back(&w.output_norm);
+    if (w.output.data != w.tok_embd.data)
+        views.push_back(&w.output);
+    for (const LayerWeights &l : w.layers)
+        for (const WeightView *v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+            views.push_back(v);
+    uint64_t total = 0, done = 0;
+    for (const WeightView *v : views)
+        total += v->nbytes;
+    volatile uint8_t sink = 0;
+    for (const WeightView *v : views) {
+        const auto *p = static_cast<const uint8_t *>(v->data);
+        for (uint64_t off = 0; off < v->nbytes; off += 4096)
+            sink = sink + p[off];
+        done += v->nbytes;
+        if (!progress(total ? double(done) / double(total) : 1.0))
+            throw Cancelled("loading " + m.info().path + " was cancelled");
+    }
+}
+
+} // namespace
+
+std::unique_ptr<Model> Model::load(const std::string &path, const LoadProgress &progress)
+{
+    if (progress && !progress(0.0))
+        throw Cancelled("loading " + path + " was cancelled");
+    auto model = load_files(path);
+    if (progress)
+        prefault(*model, progress);
+    return model;
+}
+
+std::unique_ptr<Model> Model::load_files(const std::string &path)
 {
     std::error_code ec;
     if (path.empty())
