@@ -63,6 +63,8 @@ const std::vector<OptionSpec> k_settings_options = {
     {{"--alpha"}}, {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
     {{"--kv"}}, {{"--overflow"}}};
 
+} // namespace
+
 Settings settings_from_args(const Args &a)
 {
     Settings s;
@@ -101,6 +103,8 @@ std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs)
     specs.insert(specs.end(), k_settings_options.begin(), k_settings_options.end());
     return specs;
 }
+
+namespace {
 
 const char *stop_name(StopReason r)
 {

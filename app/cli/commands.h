@@ -3,12 +3,24 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
+
+#include "longscope/settings.h"
+
 namespace longscope::cli {
+
+// The long-context options (--alpha, --kv-before-rope, --attn, --causal-flash, --kv,
+// --overflow) appended to a command's own, and the Settings they give.
+std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs);
+Settings settings_from_args(const Args &a);
+
 
 // Each returns the process exit status; they throw UsageError or longscope::Error.
 int cmd_generate(const std::vector<std::string> &args, const char *argv0);
 int cmd_tokenize(const std::vector<std::string> &args, const char *argv0);
 int cmd_info(const std::vector<std::string> &args, const char *argv0);
 int cmd_bench(const std::vector<std::string> &args, const char *argv0);
+int cmd_perplexity(const std::vector<std::string> &args, const char *argv0);
+int cmd_passkey(const std::vector<std::string> &args, const char *argv0);
 
 } // namespace longscope::cli

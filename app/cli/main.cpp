@@ -32,6 +32,15 @@ const char *usage =
     "        [--ctx N] [--csv | --json]\n"
     "      Runs the grid and prints batch size, input and new tokens, prefill/decode/overall\n"
     "      tokens/s, KV reserved, KV and scratch peaks, peak total and bytes the KV cache copied.\n"
+    "  perplexity -m MODEL -f FILE [--ctx N] [--stride S] [--batch B] [--bucket N]\n"
+    "        [--max-tokens N] [--csv FILE] [--json] [long-context options]\n"
+    "      Negative log-likelihood of every token with up to N tokens of context, overall\n"
+    "      and by position (buckets of N positions; * marks the trained-context edge).\n"
+    "      The text is scored in steps of B tokens: auto alpha follows the length per step.\n"
+    "  passkey -m MODEL [--ctx N] [--lengths L1,L2] [--depths 0,0.25,0.5,0.75,1] [--trials T]\n"
+    "        [--seed S] [--json] [long-context options]\n"
+    "      Hides a number in filler text at each depth and asks for it back: accuracy by\n"
+    "      length and depth.\n"
     "  tokenize -m MODEL [--bos] (TEXT | -f FILE)\n"
     "      Print the token ids, space separated, on one line.\n"
     "  info -m MODEL [--json]\n"
@@ -84,6 +93,10 @@ int main(int argc, char **argv)
             return longscope::cli::cmd_info(args, argv[0]);
         if (cmd == "bench")
             return longscope::cli::cmd_bench(args, argv[0]);
+        if (cmd == "perplexity")
+            return longscope::cli::cmd_perplexity(args, argv[0]);
+        if (cmd == "passkey")
+            return longscope::cli::cmd_passkey(args, argv[0]);
         std::fprintf(stderr, "longscope-cli: unknown command '%s' (try --help)\n", cmd.c_str());
         return 2;
     } catch (const longscope::cli::UsageError &e) {

@@ -1,0 +1,123 @@
+#include "longscope/perplexity.h"
+
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace longscope {
+
+double PositionBucket::perplexity() const { return std::exp(mean_nll); }
+double PerplexityResult::perplexity() const { return std::exp(mean_nll); }
+
+namespace {
+
+// -log softmax(logits)[target], in double.
+double token_nll(std::span<const float> logits, int32_t target)
+{
+    double m = -INFINITY;
+    for (float x : logits)
+        m = std::max(m, double(x));
+    double sum = 0;
+    for (float x : logits)
+        sum += std::exp(double(x) - m);
+    return -(double(logits[size_t(target)]) - m - std::log(sum));
+}
+
+} // namespace
+
+PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &o)
+{
+    const int bos = model.tokenizer().bos_id();
+    SessionOptions so;
+    so.n_threads = o.n_threads;
+    so.settings = o.settings;
+    so.settings.context_limit = o.ctx;
+    Session session(model, so);
+    const int ctx = session.n_ctx();
+    if (ctx < 2)
+        throw InvalidArgument("the perplexity window must hold at least 2 tokens");
+    // Each window is BOS + up to ctx - 1 text tokens; the stride counts text tokens.
+    const int per_window = ctx - (bos >= 0 ? 1 : 0);
+    const int stride = o.stride > 0 ? o.stride : per_window;
+    if (stride > per_window)
+        throw InvalidArgument("the stride " + std::to_string(stride) + " is longer than the " +
+                              std::to_string(per_window) + " text tokens of a window");
+    if (o.batch < 1 || o.bucket < 1)
+        throw InvalidArgument("batch and bucket sizes must be positive");
+    if (tokens.size() < 2)
+        throw InvalidArgument("the text is too short to score (fewer than 2 tokens)");
+
+    // Text token i is scored once, in the first window where it is new.
+    const int64_t n = int64_t(tokens.size());
+    int64_t total = 0;
+    for (int64_t start = 0, scored_to = 0; scored_to < n; start += stride) {
+        const int64_t end = std::min(n, start + per_window);
+        total += end - std::max(scored_to, start);
+        scored_to = end;
+        if (end == n)
+            break;
+    }
+
+    PerplexityResult r;
+    double sum = 0;
+    int64_t scored_to = 0; // text tokens [0, scored_to) are scored
+    for (int64_t start = 0; scored_to < n && !r.cancelled; start += stride) {
+        const int64_t end = std::min(n, start + per_window);
+        std::vector<int32_t> window;
+        if (bos >= 0)
+            window.push_back(bos);
+        window.insert(window.end(), tokens.begin() + start, tokens.begin() + end);
+        const int offset = bos >= 0 ? 1 : 0; // window index of text token `start`
+        const int64_t first_new = std::max(scored_to, start);
+        session.reset();
+        // Step through the window `batch` tokens at a time (auto alpha follows the length
+        // so far); logits at window index j predict window index j + 1.
+        for (size_t pos = 0; pos < window.size() && !r.cancelled; pos += size_t(o.batch)) {
+            const size_t len = std::min(size_t(o.batch), window.size() - pos);
+            auto logits = session.eval(std::span<const int32_t>(window.data() + pos, len), true);
+            const size_t v = size_t(model.hparams().n_vocab);
+            for (size_t k = 0; k < len; ++k) {
+                const size_t j = pos + k;          // window index of the context's last token
+                if (j + 1 >= window.size())
+                    break;
+                const int64_t text_index = start + int64_t(j + 1) - offset;
+                if (text_index < first_new)
+                    continue;
+                const double nll = token_nll(logits.subspan(k * v, v), window[j + 1]);
+                r.positions.push_back(int(j + 1));
+                r.nll.push_back(float(nll));
+                sum += nll;
+                ++r.n_scored;
+            }
+            if (o.progress && !o.progress(r.n_scored, total))
+                r.cancelled = true;
+        }
+        ++r.windows;
+        scored_to = end;
+    }
+    r.mean_nll = r.n_scored ? sum / double(r.n_scored) : 0;
+
+    // The curve: mean NLL by position bucket.
+    const int n_buckets = (ctx + o.bucket - 1) / o.bucket;
+    std::vector<double> bsum(size_t(n_buckets), 0.0);
+    std::vector<int64_t> bcount(size_t(n_buckets), 0);
+    for (size_t i = 0; i < r.positions.size(); ++i) {
+        const size_t b = size_t(r.positions[i] / o.bucket);
+        bsum[b] += r.nll[i];
+        ++bcount[b];
+    }
+    for (int b = 0; b < n_buckets; ++b) {
+        if (!bcount[size_t(b)])
+            continue;
+        PositionBucket pb;
+        pb.begin = b * o.bucket;
+        pb.end = std::min(ctx, (b + 1) * o.bucket);
+        pb.count = bcount[size_t(b)];
+        pb.mean_nll = bsum[size_t(b)] / double(pb.count);
+        r.curve.push_back(pb);
+    }
+    return r;
+}
+
+} // namespace longscope
