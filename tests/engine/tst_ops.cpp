@@ -1,6 +1,7 @@
 // CPU ops against naive references written here (double accumulation, textbook formulas),
 // and half-precision conversions against the CPU's own F16C instructions.
 #include "cpu/ops.h"
+#include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
 #include <QtTest>
@@ -268,6 +269,52 @@ private slots:
         swiglu(g.data(), u.data(), o.data(), 33);
         for (size_t i = 0; i < 33; ++i)
             QVERIFY(std::fabs(o[i] - g[i] / (1 + std::exp(-double(g[i]))) * u[i]) < 1e-5);
+    }
+
+    void simd_kernels_match_naive_data()
+    {
+        QTest::addColumn<int>("kernel");
+        QTest::addColumn<int>("n");
+        const CpuKernels *ks[4];
+        const int count = available_cpu_kernels(ks, 4);
+        for (int k = 0; k < count; ++k)
+            for (int n : {1, 7, 8, 15, 16, 17, 31, 33, 64, 100, 1000, 4099})
+                QTest::addRow("%s n=%d", ks[k]->name, n) << k << n;
+    }
+    void simd_kernels_match_naive()
+    {
+        QFETCH(int, kernel);
+        QFETCH(int, n);
+        const CpuKernels *ks[4];
+        available_cpu_kernels(ks, 4);
+        const CpuKernels &k = *ks[kernel];
+        // Misaligned starts (+1 float) catch aligned-load assumptions.
+        std::vector<float> w = random_vec(size_t(n) + 1, 21), x = random_vec(4 * (size_t(n) + 1) + 1, 22);
+        const float *wp = w.data() + 1, *xp = x.data() + 1;
+        float out[4];
+        k.dot4(wp, xp, n + 1, n, out);
+        for (int t = 0; t < 4; ++t) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; ++i) {
+                ref += double(wp[i]) * xp[t * (n + 1) + i];
+                mag += std::fabs(double(wp[i]) * xp[t * (n + 1) + i]);
+            }
+            QVERIFY(std::fabs(out[t] - ref) <= 1e-6 * n * mag + 1e-6);
+            // A token's result does not depend on the tokens evaluated with it.
+            QCOMPARE(out[t], k.dot(wp, xp + t * (n + 1), n));
+        }
+        // Half-precision rows, including an odd (misaligned) start, against the scalar truth.
+        std::vector<uint16_t> h(size_t(n) + 1);
+        std::mt19937 rng(static_cast<uint32_t>(n));
+        for (auto &v : h)
+            v = uint16_t(rng() & 0x7bff); // finite values
+        std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+        k.f16_to_f32(h.data() + 1, a.data(), n);
+        k.bf16_to_f32(h.data() + 1, b.data(), n);
+        for (int i = 0; i < n; ++i) {
+            QCOMPARE(a[size_t(i)], f16_to_f32(h[size_t(i) + 1]));
+            QCOMPARE(b[size_t(i)], bf16_to_f32(h[size_t(i) + 1]));
+        }
     }
 
     void thread_pool_covers_every_index_once_data()

@@ -1,5 +1,6 @@
 #include "cpu/ops.h"
 
+#include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -82,44 +83,30 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
         std::memcpy(out, bytes + row * n * 4, size_t(n) * 4);
         return;
     case DType::F16:
-    case DType::BF16: {
-        const uint8_t *p = bytes + row * n * 2;
-        const bool half = w.type == DType::F16;
-        for (int64_t i = 0; i < n; ++i) {
-            uint16_t h;
-            std::memcpy(&h, p + 2 * i, 2);
-            out[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
-        }
+        cpu_kernels().f16_to_f32(reinterpret_cast<const uint16_t *>(bytes + row * n * 2), out, n);
         return;
-    }
+    case DType::BF16:
+        cpu_kernels().bf16_to_f32(reinterpret_cast<const uint16_t *>(bytes + row * n * 2), out, n);
+        return;
     default:
         break; // the loader rejects every other type
     }
 }
 
-float dot_f32(const float *a, const float *b, int64_t n)
-{
-    // Eight independent partial sums let the compiler vectorise and hide FMA latency.
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k)
-            s[k] += a[i + k] * b[i + k];
-    float tail = 0;
-    for (; i < n; ++i)
-        tail += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
-}
+float dot_f32(const float *a, const float *b, int64_t n) { return cpu_kernels().dot(a, b, n); }
 
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    // F32 rows are read in place when aligned; otherwise each row is copied out first.
+    const CpuKernels &k = cpu_kernels();
+    // F32 rows are read in place when aligned; other types are converted one row at a time
+    // into a per-thread buffer that stays in cache while every token uses it.
     const bool direct = w.type == DType::F32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
     pool.parallel_for(
         n_out,
         [&](int64_t begin, int64_t end) {
             std::vector<float> row(direct ? 0 : size_t(n_in));
+            float out4[4];
             for (int64_t o = begin; o < end; ++o) {
                 const float *wr;
                 if (direct) {
@@ -128,8 +115,15 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
                     weight_row_f32(w, o, row.data());
                     wr = row.data();
                 }
-                for (int64_t t = 0; t < n_tokens; ++t)
-                    y[t * n_out + o] = dot_f32(wr, x + t * n_in, n_in);
+                // Four tokens per pass load the weight row once for all four.
+                int64_t t = 0;
+                for (; t + 4 <= n_tokens; t += 4) {
+                    k.dot4(wr, x + t * n_in, n_in, n_in, out4);
+                    for (int j = 0; j < 4; ++j)
+                        y[(t + j) * n_out + o] = out4[j];
+                }
+                for (; t < n_tokens; ++t)
+                    y[t * n_out + o] = k.dot(wr, x + t * n_in, n_in);
             }
         },
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * n_tokens)));

@@ -1,0 +1,28 @@
+// Vector kernels for the hot loops, chosen once at run time from the CPU's features (AVX-512,
+// AVX2+FMA+F16C, or portable C++), so one binary runs on any x86-64 and uses what it has.
+#pragma once
+
+#include <cstdint>
+
+namespace longscope {
+
+struct CpuKernels {
+    const char *name;
+    // sum_i a[i] * b[i]
+    float (*dot)(const float *a, const float *b, int64_t n);
+    // out[t] = sum_i w[i] * x[t * stride + i] for t < 4: one weight row against four tokens,
+    // loading the row once.
+    void (*dot4)(const float *w, const float *x, int64_t stride, int64_t n, float *out);
+    // Half-precision rows to float (any alignment).
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+};
+
+// The best kernels this CPU runs; LONGSCOPE_SIMD=avx512|avx2|portable overrides the choice
+// (benchmarks and tests compare them).
+const CpuKernels &cpu_kernels();
+
+// Every kernel set this CPU can run, best first.
+int available_cpu_kernels(const CpuKernels **out, int max);
+
+} // namespace longscope
