@@ -6,6 +6,7 @@
 
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/hardware.h"
 
 #include <cstdio>
 #include <iostream>
@@ -44,6 +45,7 @@ std::vector<int> int_list(const Args &a, const std::string &name, const std::str
 
 struct Row {
     int batch = 0, input = 0, new_tokens = 0;
+    double bytes_per_token = 0, roofline_fraction = 0, prefill_gflop_s = 0;
     std::string kv, attn;
     bool causal_flash = false;
     double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
@@ -88,6 +90,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                   {{"-t", "--threads"}},
                   {{"-c", "--ctx"}},
                   {{"--csv"}, false},
+                  {{"--no-probe"}, false},
                   {{"--json"}, false}});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -114,6 +117,16 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     if (path.empty())
         path = default_model_path(argv0);
     auto model = Model::load(path);
+    const int n_threads = threads > 0 ? threads : std::max(1, int(std::thread::hardware_concurrency()));
+    // The decode ceiling: memory read bandwidth measured here, now, with the same threads.
+    const double bandwidth = a.flag("--no-probe") ? 0.0 : measure_read_bandwidth(n_threads);
+    const HParams &hp = model->hparams();
+    const ModelWeights &mw = model->weights();
+    double matmul_params = double(mw.output.n_elements());
+    for (const LayerWeights &l : mw.layers)
+        for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            matmul_params += double(v->n_elements());
+    const double kv_bytes_per_position = 2.0 * hp.n_layer * hp.n_embd_kv() * sizeof(float);
 
     std::vector<Row> rows;
     for (int b : batches)
@@ -160,6 +173,16 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.peak_total = last.peak_total;
                         r.kv_copied = last.kv_bytes_copied;
                         r.rss = last.process_rss;
+                        // Decode reads every weight once per step (shared by the batch) and each
+                        // sequence's cache, on average in + new/2 positions long.
+                        r.bytes_per_token = double(model->info().weight_bytes) / b +
+                                            kv_bytes_per_position * (in + nw / 2.0);
+                        if (bandwidth > 0)
+                            r.roofline_fraction = r.decode_tok_s / (bandwidth / r.bytes_per_token);
+                        // Prefill: 2 flops per weight per token, plus attention over in/2 keys on average.
+                        const double flops = double(b) * in *
+                                             (2 * matmul_params + 4.0 * hp.n_layer * hp.n_embd * (in / 2.0));
+                        r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
                         rows.push_back(r);
                     }
 
@@ -170,6 +193,9 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"kv_mode", r.kv}, {"attention", r.attn}, {"causal_flash", r.causal_flash},
                            {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
                            {"throughput_tok_s", r.throughput}, {"kv_reserved_bytes", r.kv_reserved},
+                           {"bytes_per_token", r.bytes_per_token}, {"bandwidth_gb_s", bandwidth / 1e9},
+                           {"roofline_fraction", r.roofline_fraction}, {"prefill_gflop_s", r.prefill_gflop_s},
+                           {"threads", n_threads}, {"cpu_kernels", cpu_kernel_name()},
                            {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
                            {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
                            {"process_rss_bytes", r.rss}});
@@ -179,27 +205,31 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     if (a.flag("--csv")) {
         std::cout << "batch_size,input_tokens,new_tokens,kv_mode,attention,causal_flash,prefill_tok_s,"
                      "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
-                     "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes\n";
+                     "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes,bytes_per_token,"
+                     "bandwidth_gb_s,roofline_fraction,prefill_gflop_s\n";
         for (const Row &r : rows)
-            std::printf("%d,%d,%d,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu\n", r.batch, r.input,
-                        r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
+            std::printf("%d,%d,%d,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f\n", r.batch,
+                        r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
                         r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
                         (unsigned long long)r.peak_kv_resident, (unsigned long long)r.peak_scratch,
                         (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
-                        (unsigned long long)r.rss);
+                        (unsigned long long)r.rss, r.bytes_per_token, bandwidth / 1e9, r.roofline_fraction,
+                        r.prefill_gflop_s);
         return 0;
     }
-    std::printf("model %s, %d threads\n", model->info().name.c_str(),
-                threads > 0 ? threads : std::max(1, int(std::thread::hardware_concurrency())));
-    std::printf("| batch | input | new | kv | attention | prefill tok/s | decode tok/s | throughput tok/s | "
-                "KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | KV copied MiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("model %s (%s weights, %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
+                model->info().name.c_str(), model->info().tensor_types.begin()->first.c_str(),
+                mib(model->info().weight_bytes).c_str(), n_threads, cpu_kernel_name().c_str(), bandwidth / 1e9);
+    std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | decode tok/s | "
+                "roofline | throughput tok/s | KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | "
+                "KV copied MiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row &r : rows)
-        std::printf("| %d | %d | %d | %s | %s%s | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n", r.batch,
-                    r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? "+causal" : "",
-                    r.prefill_tok_s, r.decode_tok_s, r.throughput, mib(r.kv_reserved).c_str(),
-                    mib(r.peak_kv_resident).c_str(), mib(r.peak_scratch).c_str(), mib(r.peak_total).c_str(),
-                    mib(r.kv_copied).c_str());
+        std::printf("| %d | %d | %d | %s | %s%s | %.1f | %.2f | %.1f | %.0f%% | %.1f | %s | %s | %s | %s | %s |\n",
+                    r.batch, r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? "+causal" : "",
+                    r.prefill_tok_s, r.prefill_gflop_s, r.decode_tok_s, 100 * r.roofline_fraction, r.throughput,
+                    mib(r.kv_reserved).c_str(), mib(r.peak_kv_resident).c_str(), mib(r.peak_scratch).c_str(),
+                    mib(r.peak_total).c_str(), mib(r.kv_copied).c_str());
     return 0;
 }
 

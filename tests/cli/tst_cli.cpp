@@ -253,12 +253,17 @@ private slots:
             QVERIFY(o["decode_tok_s"].toDouble() > 0);
             QVERIFY(o["prefill_tok_s"].toDouble() > 0);
             QVERIFY(o["peak_total_bytes"].toDouble() > 0);
+            // The roofline: bandwidth measured in the run, bytes per token at least the weights.
+            QVERIFY(o["bandwidth_gb_s"].toDouble() > 0.1);
+            QVERIFY(o["bytes_per_token"].toDouble() > 1e6);
+            QVERIFY(o["roofline_fraction"].toDouble() > 0);
+            QVERIFY(o["prefill_gflop_s"].toDouble() > 0);
             if (o["kv_mode"].toString() == "concat")
                 QVERIFY(o["kv_bytes_copied"].toDouble() > 0);
             else
                 QCOMPARE(o["kv_bytes_copied"].toDouble(), 0.0);
         }
-        Run table = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive"});
+        Run table = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--no-probe"});
         QCOMPARE(table.code, 0);
         QVERIFY(table.out.contains("| batch | input | new |"));
     }

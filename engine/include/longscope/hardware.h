@@ -1,0 +1,18 @@
+// Hardware facts the benchmarks report beside their results: the CPU kernels in use and the
+// memory read bandwidth measured in this process, the ceiling for batch-1 decode.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace longscope {
+
+// "avx512", "avx2" or "portable": the vector kernels this process runs.
+std::string cpu_kernel_name();
+
+// Reads a buffer of `bytes` (larger than the caches) with `n_threads` threads, several
+// times, and returns the best rate in bytes per second. Throws OutOfMemory if the buffer
+// cannot be had.
+double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
+
+} // namespace longscope

@@ -1,0 +1,49 @@
+#include "longscope/hardware.h"
+
+#include "cpu/simd.h"
+#include "cpu/thread_pool.h"
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace longscope {
+
+std::string cpu_kernel_name() { return cpu_kernels().name; }
+
+double measure_read_bandwidth(int n_threads, uint64_t bytes)
+{
+    const size_t n = size_t(bytes / sizeof(float));
+    std::vector<float> buf;
+    try {
+        buf.resize(n);
+    } catch (const std::bad_alloc &) {
+        throw OutOfMemory("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
+    }
+    ThreadPool pool(std::max(1, n_threads));
+    // Touch every page from the threads that will read it (first-touch placement).
+    pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+        std::memset(buf.data() + b, 0, size_t(e - b) * sizeof(float));
+    });
+    const CpuKernels &k = cpu_kernels();
+    double best = 0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<float> partial(size_t(pool.size()), 0.0f);
+        pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+            // A dot product of the chunk with itself streams it once (both operands hit the
+            // same cache lines) with the widest loads the CPU has.
+            partial[size_t(b * pool.size() / int64_t(n))] = k.dot(buf.data() + b, buf.data() + b, e - b);
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (float p : partial)
+            sink = sink + p;
+        best = std::max(best, double(n * sizeof(float)) / s);
+    }
+    return best;
+}
+
+} // namespace longscope
