@@ -19,6 +19,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <vector>
 
 namespace longscope::ui {
 
@@ -112,12 +114,18 @@ signals:
     void modelLoaded(const longscope::ui::ModelSummary &summary);
     void loadFailed(const QString &path, const QString &message); // the previous model stays
 
+    // Every generateChat() / continueText() emits generationStarted, then exactly one
+    // generationFinished (reason Error after an errorOccurred, "no model" included).
     void generationStarted();
     void promptFitted(int prompt_tokens, int dropped_turns, bool truncated);
-    void tokenStreamed(const QString &text); // whole UTF-8 characters only
+    // Whole UTF-8 characters only; a chat reply's leading whitespace is left out. The pieces
+    // concatenated equal GenerationSummary::text.
+    void tokenStreamed(const QString &text);
     void generationFinished(const longscope::ui::GenerationSummary &summary);
 
     void streamProgress(int tokens_done, int tokens_total);
+    // Every streamText() ends with one: `stopped` when the text did not go in whole
+    // (requestStop, or an error reported just before through errorOccurred).
     void streamFinished(bool stopped, int tokens_in_context);
 
     void stepMetrics(const longscope::StepMetrics &metrics);
@@ -127,17 +135,23 @@ signals:
     void errorOccurred(const QString &message);
 
 private:
-    void apply_pending_settings();
+    // With `may_reset` (no context worth keeping), a context limit below the current length
+    // clears the context instead of being refused.
+    void apply_pending_settings(bool may_reset = false);
     bool require_model();
-    void make_session(); // a fresh session on m_model with the current settings
     void on_session_metrics(const longscope::StepMetrics &m);
-    // Evaluates `tokens` (may be empty) then samples; fills `summary`. Throws engine errors.
+    void remember_logits(std::span<const float> logits);
+    void ensure_logits();
+    // Evaluates `tokens` (none: continues from the last logits), then samples up to
+    // max_new_tokens; fills `summary`. Throws engine errors.
     void decode_loop(const std::vector<int32_t> &tokens, const GenerationParams &params,
-                     GenerationSummary &summary);
+                     bool trim_leading, GenerationSummary &summary);
     void finish_with_error(const QString &message, GenerationSummary summary);
 
     ModelSummary m_summary;
-    qint64 m_next_step = 0; // the step index the next StepMetrics will carry
+    qint64 m_next_step = 0;       // the step index the next StepMetrics will carry
+    std::vector<float> m_logits;  // [n_vocab] logits of the last token in the context
+    int m_logits_pos = -1;        // the context length m_logits belong to
 
     int m_n_threads;
     std::unique_ptr<longscope::Model> m_model;

@@ -45,6 +45,16 @@ const char *usage =
     "      Print the token ids, space separated, on one line.\n"
     "  info -m MODEL [--json]\n"
     "      Print the architecture, hyperparameters, tensors and vocabulary.\n"
+    "  quantize IN OUT --type (q8_0|q4_0|q4_k|q6_k)\n"
+    "      Write a copy of the GGUF model IN (F32/F16/BF16 weights) with its 2-D weights\n"
+    "      quantized; q4_k is llama.cpp's Q4_K_M mix (output and some attn_v/ffn_down in\n"
+    "      Q6_K). Weights whose rows do not divide into whole blocks, and norms, are kept.\n"
+    "  make-model --shape (tinyllama-1.1b|llama2-7b|stories260k|DIM:LAYERS:HEADS:KV_HEADS:FFN:VOCAB)\n"
+    "        [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--vocab tokenizer.model|vocab.gguf]\n"
+    "        [--seed S] [--ctx N] [--name NAME] -o FILE\n"
+    "      Write a GGUF model of that shape with random normal(0, 0.02) weights (norms 1),\n"
+    "      streamed tensor by tensor; the vocabulary from --vocab, else byte-level.\n"
+    "      Defaults: --type f16, --seed 0, --ctx the shape's (2048 for DIM:...).\n"
     "\n"
     "long-context options (each switchable live in the app):\n"
     "  --alpha (FLOAT|auto)  NTK-aware RoPE alpha >= 1, or auto from the length (default 1)\n"
@@ -97,6 +107,10 @@ int main(int argc, char **argv)
             return longscope::cli::cmd_perplexity(args, argv[0]);
         if (cmd == "passkey")
             return longscope::cli::cmd_passkey(args, argv[0]);
+        if (cmd == "quantize")
+            return longscope::cli::cmd_quantize(args, argv[0]);
+        if (cmd == "make-model")
+            return longscope::cli::cmd_make_model(args, argv[0]);
         std::fprintf(stderr, "longscope-cli: unknown command '%s' (try --help)\n", cmd.c_str());
         return 2;
     } catch (const longscope::cli::UsageError &e) {

@@ -47,9 +47,10 @@ public:
     std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
     // New settings, applied at the next eval(): the cache migrates to a new mode or limit,
-    // cached keys are converted when store_kv_before_rope flips; nothing is lost. Throws
-    // InvalidArgument for invalid settings or a limit below the current length (the old
-    // settings then stay).
+    // cached keys are converted when store_kv_before_rope flips; nothing is lost. A
+    // context_limit of 0 means the model's default, as in SessionOptions; settings() reports
+    // the limit in effect. Throws InvalidArgument for invalid settings or a limit below the
+    // current length (the old settings then stay).
     void set_settings(const Settings &settings);
     const Settings &settings() const { return m_settings; }
 
@@ -60,6 +61,9 @@ public:
     MemoryLedger memory() const;
 
     void reset();
+    // Keeps the first n_tokens of the context and forgets the rest (regenerate, edit an
+    // earlier turn). Throws InvalidArgument when n_tokens is negative or beyond n_past().
+    void truncate(int n_tokens);
     int n_past() const;
     int n_ctx() const { return m_n_ctx; }
     int n_threads() const;

@@ -1,5 +1,6 @@
 #include "cpu/ops.h"
 
+#include "cpu/quant.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
@@ -87,6 +88,12 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
         return;
     case DType::BF16:
         cpu_kernels().bf16_to_f32(reinterpret_cast<const uint16_t *>(bytes + row * n * 2), out, n);
+        return;
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+        dequantize_row(w.type, bytes + size_t(row) * row_bytes(w.type, n), out, n);
         return;
     default:
         break; // the loader rejects every other type

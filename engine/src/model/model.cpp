@@ -90,7 +90,7 @@ void check_one(const WeightView &w, std::vector<int64_t> expect, const std::stri
     if (!dtype_supported(w.type))
         throw FormatError(source + ": tensor " + w.name + " has type " +
                           std::string(dtype_name(w.type)) +
-                          ", which this engine cannot compute with yet (supported: F32, F16, BF16)");
+                          ", which this engine cannot compute with yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
     // Trailing 1s are equivalent (a [n] vector may be stored as [n, 1]).
     std::vector<int64_t> got = w.shape;
     while (got.size() > expect.size() && got.back() == 1)

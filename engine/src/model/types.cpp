@@ -38,7 +38,8 @@ std::string_view dtype_name(DType t)
 
 bool dtype_supported(DType t)
 {
-    return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+           t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
 }
 
 } // namespace longscope

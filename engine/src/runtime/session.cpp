@@ -46,6 +46,7 @@ Session::Session(const Model &model, const SessionOptions &options) : m_model(mo
     // default is capped so that a model trained on 128K tokens does not reserve a huge cache
     // nobody asked for.
     m_n_ctx = resolve_limit(model, options.n_ctx, m_settings);
+    m_settings.context_limit = m_n_ctx; // settings() reports the limit in effect
     int threads = options.n_threads;
     if (threads == 0)
         threads = std::max(1, int(std::thread::hardware_concurrency()));
@@ -71,14 +72,25 @@ void Session::reset()
 void Session::set_settings(const Settings &settings)
 {
     settings.validate();
-    // The limit is resolved against the options the session was made with only through
-    // context_limit; 0 keeps the current limit.
-    const int limit = settings.context_limit > 0 ? settings.context_limit : m_n_ctx;
+    // 0 means the model's default, as in SessionOptions.
+    const int limit = resolve_limit(m_model, 0, settings);
     if (limit < n_past())
         throw InvalidArgument("the context limit cannot drop to " + std::to_string(limit) +
                               " below the " + std::to_string(n_past()) + " tokens already in the context");
     m_settings = settings;
+    m_settings.context_limit = limit;
     m_n_ctx = limit;
+}
+
+void Session::truncate(int n_tokens)
+{
+    if (n_tokens < 0 || n_tokens > n_past())
+        throw InvalidArgument("cannot keep " + std::to_string(n_tokens) + " tokens of a context of " +
+                              std::to_string(n_past()));
+    // The cache rows past n_tokens stay allocated and are overwritten by the next tokens.
+    m_history.resize(size_t(n_tokens));
+    if (m_key_base.size() > size_t(n_tokens))
+        m_key_base.resize(size_t(n_tokens));
 }
 
 double rope_base_in_effect(const HParams &hp, const RopeSettings &rope, int seq_len)
@@ -208,7 +220,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     const int64_t len = int64_t(m_history.size()) + n;
     if (len > m_n_ctx)
         throw ContextOverflow(std::to_string(len) + " tokens do not fit in the context limit of " +
-                              std::to_string(m_n_ctx) + " (raise it with --ctx)");
+                              std::to_string(m_n_ctx) + " (raise the context limit)");
     const int past = n_past();
     const double base = rope_base_for(int(len));
     const ForwardParams params = forward_params(base);
@@ -328,7 +340,7 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     if (int64_t(request.prompt.size()) > session.n_ctx())
         throw ContextOverflow("the prompt has " + std::to_string(request.prompt.size()) +
                               " tokens, more than the context limit of " +
-                              std::to_string(session.n_ctx()) + " (raise it with --ctx)");
+                              std::to_string(session.n_ctx()) + " (raise the context limit)");
 
     using clock = std::chrono::steady_clock;
     GenerateResult result;

@@ -1,0 +1,585 @@
+// Quantized weight types Q8_0, Q4_0, Q4_K and Q6_K.
+//
+// The truth from outside is tests/data/quant (see its README): blocks decoded by llama.cpp's
+// gguf Python package and ggml's C code (which agree bit for bit), and ggml's reference
+// quantizers' blocks for fixed inputs. Dequantization must match bit for bit; our quantizers
+// are ports of ggml's reference ones and must match them too. On top: error bounds of the
+// quantize -> dequantize round trip, matmul on quantized weights against a double reference,
+// and whole models quantized by quantize_model_file.
+#include "cpu/ops.h"
+#include "cpu/quant.h"
+#include "cpu/thread_pool.h"
+
+#include "longscope/engine.h"
+#include "longscope/errors.h"
+#include "longscope/gguf.h"
+#include "longscope/quantize.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace longscope;
+
+Q_DECLARE_METATYPE(longscope::DType)
+
+namespace {
+
+const std::string fixture_dir = LONGSCOPE_TEST_DATA "/quant/";
+const std::string bundled = LONGSCOPE_BUNDLED_MODEL;
+
+std::vector<uint8_t> read_bytes(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return {};
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<float> read_floats(const std::string &path)
+{
+    const std::vector<uint8_t> b = read_bytes(path);
+    std::vector<float> f(b.size() / 4);
+    std::memcpy(f.data(), b.data(), f.size() * 4);
+    return f;
+}
+
+uint32_t bits_of(float f)
+{
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+void add_type_rows()
+{
+    QTest::addColumn<DType>("type");
+    QTest::addColumn<QString>("file");
+    QTest::newRow("Q8_0") << DType::Q8_0 << "q8_0";
+    QTest::newRow("Q4_0") << DType::Q4_0 << "q4_0";
+    QTest::newRow("Q4_K") << DType::Q4_K << "q4_k";
+    QTest::newRow("Q6_K") << DType::Q6_K << "q6_k";
+}
+
+int64_t block_size(DType t) { return dtype_traits(uint32_t(t))->block_elems; }
+
+// Random rows of the kinds of data weights hold.
+std::vector<float> random_row(std::mt19937 &rng, int kind, int64_t n)
+{
+    std::vector<float> x(static_cast<size_t>(n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::student_t_distribution<float> heavy(3.0f);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+        switch (kind) {
+        case 0: x[size_t(i)] = 0.02f * normal(rng); break;  // weight-like
+        case 1: x[size_t(i)] = heavy(rng); break;           // heavy tails, outliers
+        case 2: x[size_t(i)] = uni(rng) + 0.5f; break;      // mostly positive, offset
+        default: x[size_t(i)] = normal(rng) * std::pow(10.0f, float(i / 32 % 4) - 2); break; // scales per 32
+        }
+    }
+    return x;
+}
+
+struct OwnedQuantWeight {
+    std::vector<uint8_t> storage;
+    WeightView view;
+    std::vector<float> values; // dequantized, row-major [n_out][n_in]
+};
+
+// A quantized [n_in, n_out] weight, placed at an odd address (mapped files promise nothing).
+OwnedQuantWeight make_quant_weight(DType type, int64_t n_in, int64_t n_out, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    OwnedQuantWeight w;
+    const size_t rb = row_bytes(type, n_in);
+    w.storage.resize(rb * size_t(n_out) + 1);
+    uint8_t *base = w.storage.data() + 1;
+    w.values.resize(size_t(n_in * n_out));
+    for (int64_t o = 0; o < n_out; ++o) {
+        std::vector<float> x = random_row(rng, int(o % 4), n_in);
+        quantize_row(type, x.data(), base + size_t(o) * rb, n_in);
+        dequantize_row(type, base + size_t(o) * rb, w.values.data() + o * n_in, n_in);
+    }
+    w.view.name = "test.weight";
+    w.view.type = type;
+    w.view.shape = {n_in, n_out};
+    w.view.data = base;
+    w.view.nbytes = rb * size_t(n_out);
+    return w;
+}
+
+std::string greedy_text(const Model &m, const std::string &prompt, int n)
+{
+    Session s(m, {0, 2});
+    GenerateRequest req;
+    req.prompt = m.tokenizer().encode(prompt, true);
+    req.max_new_tokens = n;
+    req.sampling.temperature = 0;
+    req.stop_at_eos = false;
+    return generate(s, req).text;
+}
+
+std::map<std::string, DType> tensor_types(const std::string &path)
+{
+    std::map<std::string, DType> out;
+    auto g = GgufFile::open(path);
+    for (const GgufTensorInfo &t : g->tensors())
+        out[t.name] = t.type;
+    return out;
+}
+
+} // namespace
+
+class TestQuant : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+
+    std::string tmp(const std::string &name) const { return m_tmp.filePath(QString::fromStdString(name)).toStdString(); }
+
+private slots:
+    void initTestCase() { QVERIFY(m_tmp.isValid()); }
+
+    void layout_sizes()
+    {
+        // ggml's block sizes: 34, 18, 144 and 210 bytes.
+        QCOMPARE(row_bytes(DType::Q8_0, 64), size_t(68));
+        QCOMPARE(row_bytes(DType::Q4_0, 64), size_t(36));
+        QCOMPARE(row_bytes(DType::Q4_K, 512), size_t(288));
+        QCOMPARE(row_bytes(DType::Q6_K, 512), size_t(420));
+        QCOMPARE(row_bytes(DType::F16, 10), size_t(20));
+        for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+            QVERIFY(dtype_supported(t));
+    }
+
+    // Bit-exact against gguf.quants.dequantize (the fixtures' expected values).
+    void dequantize_matches_fixtures_data() { add_type_rows(); }
+    void dequantize_matches_fixtures()
+    {
+        QFETCH(DType, type);
+        QFETCH(QString, file);
+        const std::string base = fixture_dir + file.toStdString();
+        const std::vector<uint8_t> blocks = read_bytes(base + ".blocks.bin");
+        const std::vector<float> expect = read_floats(base + ".dequant.f32");
+        QVERIFY2(!blocks.empty() && !expect.empty(), "fixture files missing");
+        const int64_t n = int64_t(expect.size());
+        QCOMPARE(row_bytes(type, n), blocks.size());
+        // At an odd address too: the decoder must not assume alignment.
+        std::vector<uint8_t> shifted(blocks.size() + 1);
+        std::memcpy(shifted.data() + 1, blocks.data(), blocks.size());
+        for (const uint8_t *src : {blocks.data(), static_cast<const uint8_t *>(shifted.data() + 1)}) {
+            std::vector<float> got(static_cast<size_t>(n));
+            dequantize_row(type, src, got.data(), n);
+            for (int64_t i = 0; i < n; ++i)
+                if (bits_of(got[size_t(i)]) != bits_of(expect[size_t(i)]))
+                    QFAIL(qPrintable(QString("element %1 (block %2): got %3, expected %4")
+                                         .arg(i).arg(i / block_size(type))
+                                         .arg(double(got[size_t(i)]), 0, 'g', 9)
+                                         .arg(double(expect[size_t(i)]), 0, 'g', 9)));
+        }
+        // weight_row_f32 (what matmul reads) gives the same rows: the fixture as [qk, n/qk]
+        // for the 32-blocks, [256, n/256] for the K types.
+        WeightView w;
+        w.type = type;
+        w.shape = {block_size(type), n / block_size(type)};
+        w.data = blocks.data();
+        w.nbytes = blocks.size();
+        std::vector<float> row(static_cast<size_t>(block_size(type)));
+        for (int64_t r = 0; r < w.shape[1]; ++r) {
+            weight_row_f32(w, r, row.data());
+            QVERIFY(std::memcmp(row.data(), expect.data() + r * block_size(type), row.size() * 4) == 0);
+        }
+    }
+
+    // Our quantizers against ggml's quantize_row_*_ref on the same inputs.
+    void quantize_matches_ggml_reference_data() { add_type_rows(); }
+    void quantize_matches_ggml_reference()
+    {
+        QFETCH(DType, type);
+        QFETCH(QString, file);
+        const std::string base = fixture_dir + file.toStdString();
+        const std::vector<float> input = read_floats(base + ".input.f32");
+        const std::vector<uint8_t> expect = read_bytes(base + ".quant.bin");
+        QVERIFY(!input.empty());
+        QCOMPARE(row_bytes(type, int64_t(input.size())), expect.size());
+        std::vector<uint8_t> got(expect.size());
+        quantize_row(type, input.data(), got.data(), int64_t(input.size()));
+        const size_t bb = dtype_traits(uint32_t(type))->block_bytes;
+        for (size_t b = 0; b < expect.size() / bb; ++b)
+            QVERIFY2(std::memcmp(got.data() + b * bb, expect.data() + b * bb, bb) == 0,
+                     qPrintable(QString("block %1 differs from ggml's reference quantizer").arg(b)));
+    }
+
+    // Round trip error bounds, per block, on random rows of four kinds (weight-like, heavy
+    // tails, offset, magnitudes changing every 32). With amax the block's largest magnitude:
+    //   Q8_0: |err| <= 0.57 * amax/127  (half a step, plus d rounded to f16 times |q| <= 127)
+    //   Q4_0: |err| <= 1.01 * amax/8    (one step: the far end opposite the extreme clamps
+    //                                    at +7; elsewhere half a step)
+    //   Q4_K: |err| <= (max(x, 0) - min(x, 0))/15 over each 256-block (one 4-bit step of the
+    //                                    block's range: sub-block scales and mins are 6-bit
+    //                                    fractions of the block's largest)
+    //   Q6_K: |err| <= amax/31 over each 256-block
+    // (measured worst cases: 0.94, 0.99, 0.72 and 0.52 of these), and the relative RMS error of
+    // the weight-like rows at most Q8_0 0.007, Q4_0 0.10, Q4_K 0.085, Q6_K 0.022 (measured
+    // 0.0055, 0.087, 0.072, 0.018).
+    void round_trip_error_bounds_data()
+    {
+        QTest::addColumn<DType>("type");
+        QTest::addColumn<double>("max_err_factor"); // of the block's measure below
+        QTest::addColumn<double>("max_rel_rms");
+        QTest::newRow("Q8_0") << DType::Q8_0 << 0.57 / 127 << 0.007;
+        QTest::newRow("Q4_0") << DType::Q4_0 << 1.01 / 8 << 0.10;
+        QTest::newRow("Q4_K") << DType::Q4_K << 1.0 / 15 << 0.085;
+        QTest::newRow("Q6_K") << DType::Q6_K << 1.0 / 31 << 0.022;
+    }
+    void round_trip_error_bounds()
+    {
+        QFETCH(DType, type);
+        QFETCH(double, max_err_factor);
+        QFETCH(double, max_rel_rms);
+        std::mt19937 rng(7);
+        const int64_t n = 4096;
+        const int64_t qk = block_size(type);
+        std::vector<uint8_t> q(row_bytes(type, n));
+        std::vector<float> y(static_cast<size_t>(n));
+        double worst_ratio = 0, worst_rel = 0;
+        for (int rep = 0; rep < 8; ++rep) {
+            for (int kind = 0; kind < 4; ++kind) {
+                std::vector<float> x = random_row(rng, kind, n);
+                quantize_row(type, x.data(), q.data(), n);
+                dequantize_row(type, q.data(), y.data(), n);
+                double se = 0, sx = 0;
+                for (int64_t b = 0; b < n / qk; ++b) {
+                    double amax = 0, mn = 0, mx = 0, err = 0;
+                    for (int64_t i = b * qk; i < (b + 1) * qk; ++i) {
+                        const double v = x[size_t(i)];
+                        amax = std::max(amax, std::fabs(v));
+                        mn = std::min(mn, v);
+                        mx = std::max(mx, v);
+                        err = std::max(err, std::fabs(v - y[size_t(i)]));
+                        se += (v - y[size_t(i)]) * (v - y[size_t(i)]);
+                        sx += v * v;
+                    }
+                    const double measure = type == DType::Q4_K ? mx - mn : amax;
+                    const double bound = max_err_factor * measure;
+                    worst_ratio = std::max(worst_ratio, err / std::max(bound, 1e-30));
+                    if (err > bound)
+                        QFAIL(qPrintable(QString("kind %1 block %2: max error %3 above the bound %4")
+                                             .arg(kind).arg(b).arg(err).arg(bound)));
+                }
+                if (kind == 0) {
+                    const double rel = std::sqrt(se / sx);
+                    worst_rel = std::max(worst_rel, rel);
+                    QVERIFY2(rel <= max_rel_rms, qPrintable(QString("relative RMS error %1").arg(rel)));
+                }
+            }
+        }
+        qInfo("worst block error / bound: %.3f, relative RMS error of weight-like rows: %.4f",
+              worst_ratio, worst_rel);
+        // Zeros stay exactly zero.
+        std::vector<float> zeros(size_t(n), 0.0f);
+        quantize_row(type, zeros.data(), q.data(), n);
+        dequantize_row(type, q.data(), y.data(), n);
+        for (float v : y)
+            QCOMPARE(v, 0.0f);
+    }
+
+    // matmul() on quantized weights: odd n_out, several token counts (the 4-token and the
+    // single-token paths), against a double-precision product over the dequantized values.
+    void matmul_on_quantized_weights_data()
+    {
+        QTest::addColumn<DType>("type");
+        QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::newRow("Q8_0 96x37") << DType::Q8_0 << 96 << 37;
+        QTest::newRow("Q4_0 160x33") << DType::Q4_0 << 160 << 33;
+        QTest::newRow("Q4_K 512x37") << DType::Q4_K << 512 << 37;
+        QTest::newRow("Q6_K 768x29") << DType::Q6_K << 768 << 29;
+        QTest::newRow("Q8_0 1024x1") << DType::Q8_0 << 1024 << 1;
+    }
+    void matmul_on_quantized_weights()
+    {
+        QFETCH(DType, type);
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 11);
+        ThreadPool pool(3);
+        std::mt19937 rng(5);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        for (int n_tokens : {1, 3, 5, 8}) {
+            std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+            for (float &v : x)
+                v = dist(rng);
+            std::vector<float> y(size_t(n_tokens * n_out), NAN);
+            matmul(pool, w.view, x.data(), y.data(), n_tokens);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double ref = 0, mag = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        const double p = double(w.values[size_t(o * n_in + i)]) * x[size_t(t * n_in + i)];
+                        ref += p;
+                        mag += std::fabs(p);
+                    }
+                    const double got = y[size_t(t * n_out + o)];
+                    // float accumulation of n_in products: a few ulps of the magnitude sum.
+                    QVERIFY2(std::fabs(got - ref) <= 1e-5 * mag + 1e-30,
+                             qPrintable(QString("tokens %1 t %2 o %3: %4 vs %5").arg(n_tokens).arg(t).arg(o)
+                                            .arg(got, 0, 'g', 9).arg(ref, 0, 'g', 9)));
+                }
+        }
+    }
+
+    // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every
+    // 2-D weight but ffn_down, and Q4_K/Q6_K (256-element blocks) keep every tensor as it is.
+    void quantized_stories260k_data()
+    {
+        QTest::addColumn<DType>("type");
+        QTest::addColumn<int>("n_quantized");
+        QTest::addColumn<uint32_t>("file_type");
+        QTest::newRow("Q8_0") << DType::Q8_0 << 32 << 7u;
+        QTest::newRow("Q4_0") << DType::Q4_0 << 32 << 2u;
+        QTest::newRow("Q4_K") << DType::Q4_K << 0 << 15u;
+        QTest::newRow("Q6_K") << DType::Q6_K << 0 << 18u;
+    }
+    void quantized_stories260k()
+    {
+        QFETCH(DType, type);
+        QFETCH(int, n_quantized);
+        QFETCH(uint32_t, file_type);
+        const std::string out = tmp("stories-" + std::string(dtype_name(type)) + ".gguf");
+        double last = -1;
+        bool monotonic = true;
+        quantize_model_file(bundled, out, type, [&](double f) {
+            monotonic = monotonic && f >= last && f <= 1.0;
+            last = f;
+        });
+        QVERIFY(monotonic);
+        QCOMPARE(last, 1.0);
+
+        auto src = GgufFile::open(bundled);
+        auto q = GgufFile::open(out);
+        // Same metadata, in the same order, with file_type and quantization_version set.
+        std::vector<std::string> keys = src->metadata_order();
+        keys.push_back("general.quantization_version");
+        QCOMPARE(q->metadata_order(), keys);
+        QCOMPARE(q->get_int("general.file_type").value(), int64_t(file_type));
+        QCOMPARE(q->get_int("general.quantization_version").value(), int64_t(2));
+        QCOMPARE(q->find("general.file_type")->type, GgufValueType::Uint32);
+        for (const std::string &k : src->metadata_order()) {
+            if (k == "general.file_type")
+                continue;
+            const GgufValue &a = *src->find(k), &b = *q->find(k);
+            QCOMPARE(a.type, b.type);
+            if (const GgufArray *arr = a.as_array()) {
+                QCOMPARE(arr->items.size(), b.as_array()->items.size());
+                for (size_t i = 0; i < arr->items.size(); ++i)
+                    QVERIFY(arr->items[i].value == b.as_array()->items[i].value);
+            } else {
+                QVERIFY2(a.value == b.value, k.c_str());
+            }
+        }
+        QCOMPARE(q->alignment(), uint64_t(32));
+
+        int quantized = 0;
+        for (const GgufTensorInfo &t : q->tensors()) {
+            const GgufTensorInfo *s = src->find_tensor(t.name);
+            QVERIFY(s);
+            QCOMPARE(t.shape, s->shape);
+            if (t.type != s->type) {
+                ++quantized;
+                QCOMPARE(t.type, type);
+                QCOMPARE(t.shape.size(), size_t(2));
+            } else {
+                QVERIFY(t.shape.size() == 1 || t.shape[0] % block_size(type) != 0);
+                QVERIFY(std::memcmp(t.data, s->data, t.nbytes) == 0);
+            }
+        }
+        QCOMPARE(quantized, n_quantized);
+
+        auto m = Model::load(out);
+        QCOMPARE(int(m->info().tensor_types.count(std::string(dtype_name(type)))), n_quantized ? 1 : 0);
+        const std::string text = greedy_text(*m, "Once upon a time", 30);
+        if (type == DType::Q4_0) {
+            QVERIFY(text.size() > 20); // runs; 4 bits on a 260K-parameter model drift early
+        } else {
+            QVERIFY2(text.rfind(", there was a little girl named Lily.", 0) == 0, text.c_str());
+        }
+    }
+
+    // The Q4_K_M mix on a model whose rows divide into 256: output and the attn_v / ffn_down
+    // of layers 0, 3, 6 and 7 of 8 (llama.cpp's use_more_bits) in Q6_K, the rest Q4_K; and the
+    // quantized model computes nearly what the F16 one does.
+    void q4_k_m_mix_and_accuracy()
+    {
+        RandomModelSpec spec;
+        spec.n_embd = 256;
+        spec.n_layer = 8;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.n_ff = 512;
+        spec.n_vocab = 512;
+        spec.n_ctx = 256;
+        spec.type = DType::F16;
+        spec.seed = 3;
+        const std::string f16 = tmp("mix-f16.gguf"), q4k = tmp("mix-q4k.gguf"), q8 = tmp("mix-q8.gguf");
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q4k, DType::Q4_K);
+        quantize_model_file(f16, q8, DType::Q8_0);
+
+        auto types = tensor_types(q4k);
+        QCOMPARE(types["output.weight"], DType::Q6_K);
+        QCOMPARE(types["token_embd.weight"], DType::Q4_K);
+        QCOMPARE(types["output_norm.weight"], DType::F32);
+        for (int l = 0; l < 8; ++l) {
+            const std::string p = "blk." + std::to_string(l) + ".";
+            const DType more = (l == 0 || l == 3 || l == 6 || l == 7) ? DType::Q6_K : DType::Q4_K;
+            QCOMPARE(types[p + "attn_v.weight"], more);
+            QCOMPARE(types[p + "ffn_down.weight"], more);
+            for (const char *n : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"})
+                QCOMPARE(types[p + n + ".weight"], DType::Q4_K);
+            QCOMPARE(types[p + "attn_norm.weight"], DType::F32);
+        }
+
+        auto m16 = Model::load(f16);
+        auto m4 = Model::load(q4k);
+        auto m8 = Model::load(q8);
+        const std::vector<int32_t> prompt = {1, 300, 301, 302, 303, 304, 305, 306};
+        auto logits = [&](const Model &m) {
+            Session s(m, {0, 2});
+            auto l = s.eval(prompt);
+            return std::vector<float>(l.begin(), l.end());
+        };
+        const std::vector<float> a = logits(*m16), b4 = logits(*m4), b8 = logits(*m8);
+        auto rel = [&](const std::vector<float> &b) {
+            double se = 0, sa = 0;
+            for (size_t i = 0; i < a.size(); ++i) {
+                if (!std::isfinite(b[i]))
+                    return double(INFINITY);
+                se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+                sa += double(a[i]) * a[i];
+            }
+            return std::sqrt(se / sa);
+        };
+        const double r8 = rel(b8), r4 = rel(b4);
+        qInfo("logits relative RMS difference to F16: Q8_0 %.4f, Q4_K_M %.4f", r8, r4);
+        // Errors compound through 8 layers of a random (untrained, so not robust) model;
+        // an actual mistake (a wrong row, a wrong scale) gives a difference of order 1.
+        QVERIFY(r8 < 0.05);
+        QVERIFY(r4 < 0.5);
+        QVERIFY(r8 < r4);
+    }
+
+    void quantize_rejects_quantized_input()
+    {
+        const std::string q8 = tmp("rq-q8.gguf");
+        quantize_model_file(bundled, q8, DType::Q8_0);
+        try {
+            quantize_model_file(q8, tmp("rq-q4.gguf"), DType::Q4_0);
+            QFAIL("no error");
+        } catch (const FormatError &e) {
+            QVERIFY2(std::string(e.what()).find("already Q8_0") != std::string::npos, e.what());
+        }
+        QVERIFY(!std::filesystem::exists(tmp("rq-q4.gguf")));
+        QVERIFY(!std::filesystem::exists(tmp("rq-q4.gguf.partial")));
+    }
+
+    // A file cut inside a quantized tensor is refused by the loader, naming the tensor.
+    void truncated_quantized_tensor_rejected()
+    {
+        const std::string q8 = tmp("trunc-q8.gguf");
+        quantize_model_file(bundled, q8, DType::Q8_0);
+        auto g = GgufFile::open(q8);
+        // The last tensor of the file (stories260K's blk.4.ffn_up, quantized).
+        const GgufTensorInfo *last = nullptr;
+        for (const GgufTensorInfo &t : g->tensors())
+            if (!last || t.offset > last->offset)
+                last = &t;
+        QVERIFY(last);
+        QCOMPARE(last->type, DType::Q8_0);
+        // The writer pads the data section to the alignment, so it starts at the file size
+        // minus the padded end of the last tensor.
+        const uint64_t end = (last->offset + last->nbytes + 31) / 32 * 32;
+        const uint64_t data_start = g->file_size() - end;
+        const uint64_t new_size = data_start + last->offset + last->nbytes - 10;
+        const std::string name = last->name;
+        g.reset();
+        const std::string cut_path = tmp("trunc-cut.gguf");
+        std::filesystem::copy_file(q8, cut_path);
+        std::filesystem::resize_file(cut_path, new_size);
+        try {
+            Model::load(cut_path);
+            QFAIL("a truncated file loaded");
+        } catch (const FormatError &e) {
+            QVERIFY2(std::string(e.what()).find("tensor " + name + " extends past end") != std::string::npos, e.what());
+        }
+        // Whole again (without the final padding, which no tensor needs) it loads.
+        std::filesystem::resize_file(cut_path, new_size + 10);
+        QVERIFY(Model::load(cut_path) != nullptr);
+    }
+
+    void random_model_is_deterministic()
+    {
+        RandomModelSpec spec;
+        spec.n_embd = 256;
+        spec.n_layer = 1;
+        spec.n_head = 4;
+        spec.n_head_kv = 4;
+        spec.n_ff = 256;
+        spec.n_vocab = 300;
+        spec.type = DType::Q6_K;
+        spec.seed = 42;
+        write_random_model_file(tmp("det-a.gguf"), spec);
+        write_random_model_file(tmp("det-b.gguf"), spec);
+        spec.seed = 43;
+        write_random_model_file(tmp("det-c.gguf"), spec);
+        const auto a = read_bytes(tmp("det-a.gguf")), b = read_bytes(tmp("det-b.gguf")),
+                   c = read_bytes(tmp("det-c.gguf"));
+        QVERIFY(a == b);
+        QVERIFY(a != c);
+        QCOMPARE(a.size(), c.size());
+        // Loads, with the byte-level vocabulary: any text round-trips through it.
+        auto m = Model::load(tmp("det-a.gguf"));
+        QCOMPARE(m->tokenizer().n_vocab(), 300);
+        const std::string text = "Hello, wörld!";
+        QCOMPARE(m->tokenizer().decode(m->tokenizer().encode(text, false)), text);
+        // The weights: normal(0, 0.02) (one Q6_K tensor, dequantized).
+        auto g = GgufFile::open(tmp("det-a.gguf"));
+        const GgufTensorInfo *t = g->find_tensor("blk.0.ffn_up.weight");
+        QVERIFY(t && t->type == DType::Q6_K);
+        std::vector<float> v(static_cast<size_t>(t->n_elements()));
+        dequantize_row(t->type, t->data, v.data(), int64_t(v.size()));
+        double s = 0, s2 = 0;
+        for (float x : v) {
+            s += x;
+            s2 += double(x) * x;
+        }
+        const double mean = s / double(v.size()), sd = std::sqrt(s2 / double(v.size()) - mean * mean);
+        QVERIFY2(std::fabs(mean) < 0.001 && std::fabs(sd - 0.02) < 0.001,
+                 qPrintable(QString("mean %1 sd %2").arg(mean).arg(sd)));
+    }
+
+    void invalid_shapes_rejected()
+    {
+        RandomModelSpec spec;
+        spec.n_embd = 250;
+        spec.n_layer = 1;
+        spec.n_head = 4; // 250 is not divisible by 4
+        spec.n_head_kv = 4;
+        spec.n_ff = 256;
+        spec.n_vocab = 300;
+        QVERIFY_THROWS_EXCEPTION(ConfigError, write_random_model_file(tmp("bad.gguf"), spec));
+        spec.n_embd = 256;
+        spec.n_vocab = 100; // smaller than the byte-level vocabulary
+        QVERIFY_THROWS_EXCEPTION(ConfigError, write_random_model_file(tmp("bad.gguf"), spec));
+        QVERIFY(!std::filesystem::exists(tmp("bad.gguf")));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestQuant)
+#include "tst_quant.moc"

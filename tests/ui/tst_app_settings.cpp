@@ -1,0 +1,201 @@
+// AppSettings: every field through an ini file and back; recent models ordered, deduplicated,
+// capped, missing files dropped; bad values on disk fall back to the defaults.
+#include "app_settings.h"
+#include "model_paths.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace longscope::ui;
+using longscope::KvMode;
+using longscope::OverflowPolicy;
+
+class TestAppSettings : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    QString ini() const { return m_dir.filePath(QStringLiteral("longscope.ini")); }
+
+    QString touch(const QString &name)
+    {
+        const QString path = m_dir.filePath(name);
+        QFile f(path);
+        f.open(QIODevice::WriteOnly);
+        return path;
+    }
+
+private slots:
+    void init() { QFile::remove(ini()); }
+
+    void defaultsWhenEmpty()
+    {
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        const GenerationParams g = s.loadGenerationParams();
+        const GenerationParams d;
+        QCOMPARE(g.max_new_tokens, d.max_new_tokens);
+        QCOMPARE(g.temperature, d.temperature);
+        QCOMPARE(g.do_sample, d.do_sample);
+        const longscope::Settings e = s.loadEngineSettings();
+        QCOMPARE(e.kv_mode, KvMode::Static);
+        QCOMPARE(e.rope.ntk_alpha, 1.0f);
+        QCOMPARE(e.overflow, OverflowPolicy::Error);
+        QVERIFY(s.loadSystemPrompt().isEmpty());
+        QVERIFY(s.loadRecentModels().isEmpty());
+        QVERIFY(s.loadLastModel().isEmpty());
+        QVERIFY(s.loadWindowGeometry().isEmpty());
+        QVERIFY(s.loadWindowState().isEmpty());
+    }
+
+    void roundTrip()
+    {
+        GenerationParams g;
+        g.max_new_tokens = 77;
+        g.temperature = 0.65f;
+        g.top_p = 0.5f;
+        g.top_k = 7;
+        g.do_sample = false;
+        g.repetition_penalty = 1.3f;
+        g.seed = 0xfedcba9876543210ULL;
+        longscope::Settings e;
+        e.rope.ntk_alpha = 2.5f;
+        e.rope.ntk_auto = true;
+        e.rope.store_kv_before_rope = true;
+        e.attention.memory_efficient = true;
+        e.attention.causal_flash = true;
+        e.kv_mode = KvMode::Vmm;
+        e.context_limit = 8192;
+        e.overflow = OverflowPolicy::DropOldestTurns;
+        const QString model = touch(QStringLiteral("m.gguf"));
+        const QByteArray geometry("\x01\x02\x00\xff geometry", 13);
+        const QByteArray state("\x00state\xff", 7);
+        const QString prompt = QStringLiteral("You are helpful.\nLine two, ünïcödé = \"quoted\"; [brackets]");
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            AppSettings s(&qs);
+            s.saveGenerationParams(g);
+            s.saveEngineSettings(e);
+            s.saveSystemPrompt(prompt);
+            s.saveLastModel(model);
+            s.addRecentModel(model);
+            s.saveWindowGeometry(geometry);
+            s.saveWindowState(state);
+            s.sync();
+            QCOMPARE(qs.status(), QSettings::NoError);
+        }
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        const GenerationParams g2 = s.loadGenerationParams();
+        QCOMPARE(g2.max_new_tokens, g.max_new_tokens);
+        QCOMPARE(g2.temperature, g.temperature);
+        QCOMPARE(g2.top_p, g.top_p);
+        QCOMPARE(g2.top_k, g.top_k);
+        QCOMPARE(g2.do_sample, g.do_sample);
+        QCOMPARE(g2.repetition_penalty, g.repetition_penalty);
+        QCOMPARE(g2.seed, g.seed);
+        const longscope::Settings e2 = s.loadEngineSettings();
+        QCOMPARE(e2.rope.ntk_alpha, e.rope.ntk_alpha);
+        QCOMPARE(e2.rope.ntk_auto, e.rope.ntk_auto);
+        QCOMPARE(e2.rope.store_kv_before_rope, e.rope.store_kv_before_rope);
+        QCOMPARE(e2.attention.memory_efficient, e.attention.memory_efficient);
+        QCOMPARE(e2.attention.causal_flash, e.attention.causal_flash);
+        QCOMPARE(e2.kv_mode, e.kv_mode);
+        QCOMPARE(e2.context_limit, e.context_limit);
+        QCOMPARE(e2.overflow, e.overflow);
+        QCOMPARE(s.loadSystemPrompt(), prompt);
+        QCOMPARE(s.loadLastModel(), model);
+        QCOMPARE(s.loadRecentModels(), QStringList{model});
+        QCOMPARE(s.loadWindowGeometry(), geometry);
+        QCOMPARE(s.loadWindowState(), state);
+    }
+
+    void everyKvModeAndPolicy()
+    {
+        for (KvMode m : {KvMode::None, KvMode::Concat, KvMode::Static, KvMode::Vmm}) {
+            for (OverflowPolicy p : {OverflowPolicy::Error, OverflowPolicy::HeadTail, OverflowPolicy::DropOldestTurns}) {
+                QSettings qs(ini(), QSettings::IniFormat);
+                AppSettings s(&qs);
+                longscope::Settings e;
+                e.kv_mode = m;
+                e.overflow = p;
+                s.saveEngineSettings(e);
+                QCOMPARE(s.loadEngineSettings().kv_mode, m);
+                QCOMPARE(s.loadEngineSettings().overflow, p);
+            }
+        }
+    }
+
+    void badValuesFallBack()
+    {
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            qs.setValue(QStringLiteral("longContext/ntkAlpha"), 0.25);
+            qs.setValue(QStringLiteral("longContext/kvMode"), QStringLiteral("quantum"));
+            qs.setValue(QStringLiteral("longContext/overflow"), 17);
+            qs.setValue(QStringLiteral("longContext/contextLimit"), -5);
+            qs.setValue(QStringLiteral("generation/temperature"), QStringLiteral("hot"));
+            qs.setValue(QStringLiteral("generation/topP"), 7.0);
+            qs.setValue(QStringLiteral("generation/maxNewTokens"), -1);
+        }
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        const longscope::Settings e = s.loadEngineSettings();
+        QCOMPARE(e.rope.ntk_alpha, 1.0f);
+        QCOMPARE(e.kv_mode, KvMode::Static);
+        QCOMPARE(e.overflow, OverflowPolicy::Error);
+        QCOMPARE(e.context_limit, 0);
+        e.validate();
+        const GenerationParams g = s.loadGenerationParams();
+        const GenerationParams d;
+        QCOMPARE(g.top_p, d.top_p);
+        QCOMPARE(g.max_new_tokens, d.max_new_tokens);
+        QVERIFY(g.temperature >= 0);
+    }
+
+    void recentModels()
+    {
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        QStringList paths;
+        for (int i = 0; i < 10; ++i)
+            paths << touch(QStringLiteral("model%1.gguf").arg(i));
+        for (const QString &p : paths)
+            s.addRecentModel(p);
+        QStringList recent = s.loadRecentModels();
+        QCOMPARE(recent.size(), AppSettings::kMaxRecentModels);
+        QCOMPARE(recent.first(), paths[9]); // most recent first
+        QCOMPARE(recent.last(), paths[2]);
+
+        // Opening one again moves it to the front, without a duplicate.
+        s.addRecentModel(paths[5]);
+        recent = s.loadRecentModels();
+        QCOMPARE(recent.size(), AppSettings::kMaxRecentModels);
+        QCOMPARE(recent.first(), paths[5]);
+        QCOMPARE(recent.count(paths[5]), 1);
+        QCOMPARE(recent[1], paths[9]);
+
+        // A directory (a Hugging Face model) counts as existing; a deleted file is dropped.
+        s.addRecentModel(m_dir.path());
+        QFile::remove(paths[9]);
+        recent = s.loadRecentModels();
+        QCOMPARE(recent.first(), m_dir.path());
+        QVERIFY(!recent.contains(paths[9]));
+
+        s.saveRecentModels({paths[1], paths[1], QString(), paths[0]});
+        QCOMPARE(s.loadRecentModels(), (QStringList{paths[1], paths[0]}));
+    }
+
+    void bundledModel()
+    {
+        const QString path = bundledModelPath();
+        QVERIFY(!path.isEmpty());
+        QVERIFY(QFileInfo(path).isFile());
+        QCOMPARE(QFileInfo(path).fileName(), QStringLiteral("stories260K.gguf"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAppSettings)
+#include "tst_app_settings.moc"

@@ -1,0 +1,469 @@
+// The main window end to end with the bundled model, off screen: load, chat through the
+// input, stop, live settings mid-generation, plots and their exports, bad models and books,
+// books streamed and continued, clear, regenerate, saved conversations, and closing while
+// the worker is busy.
+#include "book_panel.h"
+#include "chat_input.h"
+#include "chat_model.h"
+#include "chat_view.h"
+#include "conversation_store.h"
+#include "generation_panel.h"
+#include "long_context_panel.h"
+#include "main_window.h"
+#include "metrics_plots.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDropEvent>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QImage>
+#include <QLabel>
+#include <QMimeData>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QElapsedTimer>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QUrl>
+
+#include <memory>
+
+using namespace longscope;
+using namespace longscope::ui;
+
+namespace {
+
+// QTEST_MAIN builds the QApplication in main(); the platform has to be chosen before that.
+const bool kOffscreen = [] {
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    return true;
+}();
+
+constexpr int kTimeoutMs = 60000;
+
+// Message boxes and file dialogs answered by the test instead of a person.
+class TestWindow : public MainWindow {
+public:
+    using MainWindow::MainWindow;
+
+    QStringList errors;
+    QStringList questions;
+    bool answer = true;
+
+protected:
+    void showError(const QString &title, const QString &text) override { errors << title + QStringLiteral(": ") + text; }
+    bool askConfirmation(const QString &, const QString &text) override
+    {
+        questions << text;
+        return answer;
+    }
+    QString chooseOpenFile(const QString &, const QString &) override { return {}; }
+    QString chooseDirectory(const QString &) override { return {}; }
+    QString chooseSaveFile(const QString &, const QString &, const QString &) override { return {}; }
+};
+
+QString lastText(const MainWindow &w)
+{
+    const ChatModel *m = w.chatModel();
+    return m->count() > 0 ? m->at(m->count() - 1).text : QString();
+}
+
+} // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+
+private:
+    // `modelPath` empty: the window picks the model itself (the last one, else the bundled).
+    std::unique_ptr<TestWindow> makeWindow(const QString &modelPath = QStringLiteral(LONGSCOPE_BUNDLED_MODEL));
+    void sendAndWait(TestWindow &w, const QString &text);
+    // Makes every step recompute the whole sequence, so a generation lasts long enough to
+    // be interrupted.
+    static void makeSlow(TestWindow &w);
+
+    QTemporaryDir m_dir;
+    int m_windows = 0;
+
+private slots:
+    void initTestCase();
+    void loadsTheBundledModel();
+    void enterSendsAndStreamsAReply();
+    void shiftEnterAddsANewLine();
+    void stopEndsAGenerationEarly();
+    void liveSettingsReachARunningGeneration();
+    void plotsReceivePointsAndExport();
+    void corruptModelKeepsThePreviousOne();
+    void binaryBookIsRejected();
+    void bookStreamsAndContinues();
+    void droppedBookOpens();
+    void clearEmptiesTheView();
+    void regenerateReplacesTheReply();
+    void conversationsAreSavedReopenedAndDeleted();
+    void closingMidGenerationIsClean();
+};
+
+void TestMainWindow::initTestCase()
+{
+    QVERIFY(kOffscreen);
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(m_dir.isValid());
+    QVERIFY2(QFile::exists(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)), LONGSCOPE_BUNDLED_MODEL);
+}
+
+std::unique_ptr<TestWindow> TestMainWindow::makeWindow(const QString &modelPath)
+{
+    // A settings file of its own per window, so one test's choices do not leak into the next
+    // (and the user's settings are never touched).
+    auto *settings = new QSettings(m_dir.filePath(QStringLiteral("settings-%1.ini").arg(++m_windows)),
+                                  QSettings::IniFormat, this);
+    MainWindowOptions options;
+    options.modelPath = modelPath;
+    options.conversationDirectory = m_dir.filePath(QStringLiteral("conversations"));
+    options.settings = settings;
+    auto w = std::make_unique<TestWindow>(options);
+    w->resize(1400, 900);
+    w->show();
+    return w;
+}
+
+void TestMainWindow::sendAndWait(TestWindow &w, const QString &text)
+{
+    w.sendMessage(text);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), kTimeoutMs);
+}
+
+void TestMainWindow::makeSlow(TestWindow &w)
+{
+    QComboBox *kv = w.longContextPanel()->kvModeBox();
+    kv->setCurrentIndex(kv->findData(int(KvMode::None)));
+    w.generationPanel()->maxNewTokensBox()->setValue(4096);
+}
+
+void TestMainWindow::loadsTheBundledModel()
+{
+    auto w = makeWindow(QString());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QCOMPARE(w->modelSummary().name, QStringLiteral("stories260K"));
+    QCOMPARE(w->modelSummary().n_ctx_train, 512);
+    QCOMPARE(w->longContextPanel()->trainedContext(), 512);
+    QCOMPARE(w->contextLimit(), 512);
+    QVERIFY(w->sendButton()->isEnabled());
+    QVERIFY(!w->stopButton()->isEnabled());
+    QVERIFY(w->errors.isEmpty());
+    QVERIFY(w->isWorkerThreadRunning());
+    QCOMPARE(QFileInfo(w->modelSummary().path), QFileInfo(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)));
+}
+
+void TestMainWindow::enterSendsAndStreamsAReply()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QTest::keyClicks(w->chatInput(), QStringLiteral("Once upon a time"));
+    QTest::keyClick(w->chatInput(), Qt::Key_Return);
+    QVERIFY(w->chatInput()->toPlainText().isEmpty());
+    QCOMPARE(w->chatModel()->at(0).role, Message::Role::User);
+    QCOMPARE(w->chatModel()->at(0).text, QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+
+    const QString reply = lastText(*w);
+    w->chatView()->flush();
+    const QString shown = w->chatView()->toPlainText();
+    QVERIFY2(shown.contains(QStringLiteral("Once upon a time")), qPrintable(shown));
+    QVERIFY2(shown.contains(reply.left(20)), qPrintable(shown));
+    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QVERIFY(w->contextUsed() > 0);
+    QVERIFY(w->errors.isEmpty());
+}
+
+void TestMainWindow::shiftEnterAddsANewLine()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QTest::keyClicks(w->chatInput(), QStringLiteral("first"));
+    QTest::keyClick(w->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
+    QTest::keyClicks(w->chatInput(), QStringLiteral("second"));
+    QCOMPARE(w->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
+    QCOMPARE(w->chatModel()->count(), 0);
+    QVERIFY(!w->isBusy());
+}
+
+void TestMainWindow::stopEndsAGenerationEarly()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    makeSlow(*w);
+    w->sendMessage(QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
+    QVERIFY(w->isBusy());
+    QVERIFY(w->stopButton()->isEnabled());
+    QTest::mouseClick(w->stopButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(int(w->lastSummary().reason), int(FinishReason::Stopped));
+    QVERIFY(w->lastSummary().generated_tokens < 4096);
+    QVERIFY(!lastText(*w).isEmpty()); // what came before the stop stays
+    QVERIFY(w->sendButton()->isEnabled());
+}
+
+void TestMainWindow::liveSettingsReachARunningGeneration()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    makeSlow(*w);
+    w->sendMessage(QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(lastText(*w).size() > 3, kTimeoutMs);
+    QVERIFY(w->isBusy());
+    const int markersBefore = w->metricsPlots()->markerCount();
+
+    QComboBox *kv = w->longContextPanel()->kvModeBox();
+    kv->setCurrentIndex(kv->findData(int(KvMode::Vmm)));
+    w->longContextPanel()->memoryEfficientBox()->setChecked(true);
+
+    QTRY_VERIFY_WITH_TIMEOUT(w->metricsPlots()->markerCount() > markersBefore, kTimeoutMs);
+    const QString applied = w->longContextPanel()->appliedLabel()->text();
+    const QRegularExpressionMatch m = QRegularExpression(QStringLiteral("Applied at token ([\\d,.\\s]+)")).match(applied);
+    QVERIFY2(m.hasMatch(), qPrintable(applied));
+    QVERIFY2(m.captured(1).remove(QRegularExpression(QStringLiteral("\\D"))).toInt() > 0, qPrintable(applied));
+    w->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QVERIFY(!lastText(*w).isEmpty());
+    QVERIFY(w->errors.isEmpty());
+    // The marked plots, kept where LONGSCOPE_TEST_ARTIFACTS says (for a look by eye).
+    const QString artifacts = qEnvironmentVariable("LONGSCOPE_TEST_ARTIFACTS", m_dir.path());
+    QVERIFY(w->exportPlotsPng(QDir(artifacts).filePath(QStringLiteral("live-settings-plots.png"))));
+    w->metricsPlots()->replotNow();
+    QVERIFY(w->grab().save(QDir(artifacts).filePath(QStringLiteral("live-settings-window.png"))));
+
+    // The next reply runs with them: a generation after the change still works.
+    w->generationPanel()->maxNewTokensBox()->setValue(16);
+    sendAndWait(*w, QStringLiteral("Tell me more"));
+    QVERIFY(w->lastSummary().reason != FinishReason::Error);
+}
+
+void TestMainWindow::plotsReceivePointsAndExport()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->generationPanel()->maxNewTokensBox()->setValue(40);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    MetricsPlots *plots = w->metricsPlots();
+    QVERIFY(plots->stepCount() > 1);
+    QTRY_VERIFY(plots->plottedPointCount() > 1); // drawn on the refresh timer
+
+    const QString png = m_dir.filePath(QStringLiteral("plots.png"));
+    const QString csv = m_dir.filePath(QStringLiteral("plots.csv"));
+    QVERIFY(w->exportPlotsPng(png));
+    QVERIFY(w->exportPlotsCsv(csv));
+    const QImage image(png);
+    QVERIFY(!image.isNull());
+    QVERIFY(image.width() > 400);
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+    QCOMPARE(lines.size(), plots->stepCount() + 1);
+    QVERIFY(lines.first().contains("position"));
+
+    QVERIFY(!w->exportPlotsPng(m_dir.filePath(QStringLiteral("no/such/dir/plots.png"))));
+    QCOMPARE(w->errors.size(), 1);
+}
+
+void TestMainWindow::corruptModelKeepsThePreviousOne()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    const QString bad = m_dir.filePath(QStringLiteral("corrupt.gguf"));
+    {
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray("GGUF\x03\x00\x00\x00", 8) + QByteArray(" this is not a model at all"));
+    }
+    QSignalSpy failed(w.get(), &MainWindow::modelLoadFailed);
+    w->loadModel(bad);
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() == 1, kTimeoutMs);
+    QTRY_VERIFY(!w->isBusy());
+    QCOMPARE(w->errors.size(), 1);
+    QVERIFY2(w->errors.first().contains(QStringLiteral("corrupt.gguf")), qPrintable(w->errors.first()));
+    QVERIFY2(w->errors.first().contains(QStringLiteral("stories260K is still loaded")), qPrintable(w->errors.first()));
+    QVERIFY(w->isModelLoaded());
+    QCOMPARE(w->modelSummary().name, QStringLiteral("stories260K"));
+
+    // Still usable.
+    w->generationPanel()->maxNewTokensBox()->setValue(16);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    QVERIFY(!lastText(*w).isEmpty());
+}
+
+void TestMainWindow::binaryBookIsRejected()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    const QString binary = m_dir.filePath(QStringLiteral("binary.txt"));
+    {
+        QFile f(binary);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QByteArray bytes(4096, '\0');
+        for (int i = 0; i < bytes.size(); ++i)
+            bytes[i] = char((i * 37) & 0xff);
+        f.write(bytes);
+    }
+    QVERIFY(!w->openBook(binary));
+    QCOMPARE(w->errors.size(), 1);
+    QVERIFY(!w->bookPanel()->hasBook());
+    QVERIFY(!w->openBook(m_dir.filePath(QStringLiteral("missing.txt"))));
+    QCOMPARE(w->errors.size(), 2);
+}
+
+void TestMainWindow::bookStreamsAndContinues()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QVERIFY(w->openBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    QVERIFY(w->bookPanel()->hasBook());
+    QVERIFY(w->bookPanel()->book().title.contains(QStringLiteral("Alice")));
+    QVERIFY(w->bookPanel()->estimatedTokens() > 512);
+
+    QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+    const int stepsBefore = w->metricsPlots()->stepCount();
+    w->streamBook();
+    QVERIFY(w->isBusy());
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
+    QCOMPARE(streamed.first().at(0).toBool(), false); // not stopped
+    // The book is far larger than 512 tokens: its head and tail fill the context.
+    QCOMPARE(w->longContextPanel()->settings().overflow, OverflowPolicy::HeadTail);
+    QCOMPARE(w->contextUsed(), 512);
+    QVERIFY(w->metricsPlots()->stepCount() >= stepsBefore + 8); // chunk by chunk
+    QVERIFY(w->bookPanel()->continueButton()->isEnabled());
+    QVERIFY(w->errors.isEmpty());
+
+    // A full context: continuing stops at once with "context full", and says so.
+    w->generationPanel()->maxNewTokensBox()->setValue(8);
+    w->continueText();
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(int(w->lastSummary().reason), int(FinishReason::ContextFull));
+
+    // With room, Continue writes on.
+    w->clearConversation();
+    QSpinBox *limit = w->longContextPanel()->contextLimitBox();
+    limit->setValue(1024);
+    w->streamBook();
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 2, kTimeoutMs);
+    QCOMPARE(w->contextUsed(), 1024);
+    limit->setValue(1200);
+    w->continueText();
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QCOMPARE(w->chatModel()->at(w->chatModel()->count() - 1).role, Message::Role::Assistant);
+    QVERIFY(!lastText(*w).isEmpty());
+}
+
+void TestMainWindow::droppedBookOpens()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg98-a-tale-of-two-cities.txt"))});
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(w.get(), &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(w.get(), &drop);
+    QVERIFY(w->bookPanel()->hasBook());
+    QVERIFY(w->bookPanel()->book().title.contains(QStringLiteral("Two Cities")));
+    QVERIFY(w->errors.isEmpty());
+}
+
+void TestMainWindow::clearEmptiesTheView()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->generationPanel()->maxNewTokensBox()->setValue(24);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    QCOMPARE(w->chatModel()->count(), 2);
+    QTest::mouseClick(w->clearButton(), Qt::LeftButton);
+    QCOMPARE(w->chatModel()->count(), 0);
+    w->chatView()->flush();
+    QVERIFY(w->chatView()->toPlainText().trimmed().isEmpty());
+    QVERIFY(w->conversation().isEmpty());
+    QCOMPARE(w->contextUsed(), 0);
+    // And the chat goes on from nothing.
+    sendAndWait(*w, QStringLiteral("Hello"));
+    QCOMPARE(w->chatModel()->count(), 2);
+}
+
+void TestMainWindow::regenerateReplacesTheReply()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->generationPanel()->maxNewTokensBox()->setValue(24);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    QVERIFY(w->regenerateButton()->isEnabled());
+    QTest::mouseClick(w->regenerateButton(), Qt::LeftButton);
+    QVERIFY(w->isBusy());
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+    QVERIFY(!lastText(*w).isEmpty());
+}
+
+void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->generationPanel()->maxNewTokensBox()->setValue(24);
+    sendAndWait(*w, QStringLiteral("A saved conversation"));
+    const QString id = w->conversation().id();
+    QVERIFY(w->conversationStore()->contains(id)); // saved after the reply
+    const std::optional<Conversation> saved = w->conversationStore()->load(id);
+    QVERIFY(saved.has_value());
+    QCOMPARE(saved->messages().size(), 2);
+    QCOMPARE(saved->messages().at(1).text, lastText(*w));
+
+    w->clearConversation();
+    QCOMPARE(w->chatModel()->count(), 0);
+    w->openConversation(id);
+    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->conversation().id(), id);
+
+    w->answer = false;
+    QVERIFY(!w->deleteConversation(id));
+    QCOMPARE(w->questions.size(), 1);
+    QVERIFY(w->conversationStore()->contains(id));
+    w->answer = true;
+    QVERIFY(w->deleteConversation(id));
+    QVERIFY(!w->conversationStore()->contains(id));
+    QCOMPARE(w->chatModel()->count(), 0); // the open one was deleted: a fresh conversation
+}
+
+void TestMainWindow::closingMidGenerationIsClean()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    makeSlow(*w);
+    w->sendMessage(QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
+    QVERIFY(w->isBusy());
+    const QString id = w->conversation().id();
+    QElapsedTimer timer;
+    timer.start();
+    QVERIFY(w->close());
+    QVERIFY(timer.elapsed() < 10000);
+    QVERIFY(!w->isWorkerThreadRunning());
+    QVERIFY(w->conversationStore()->contains(id)); // the partial reply is kept
+    QCoreApplication::processEvents(); // late queued signals must find nothing to do
+    w.reset();
+    QCoreApplication::sendPostedEvents(nullptr, QEvent::DeferredDelete);
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_main_window.moc"

@@ -1,0 +1,505 @@
+#include "engine_worker.h"
+
+#include "longscope/chat.h"
+#include "longscope/errors.h"
+#include "longscope/model.h"
+#include "longscope/tokenizer.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QMetaType>
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+#include <string>
+#include <thread>
+
+namespace longscope::ui {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0)
+{
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+QString qs(const std::string &s) { return QString::fromUtf8(s.data(), qsizetype(s.size())); }
+std::string utf8(const QString &s)
+{
+    const QByteArray b = s.toUtf8();
+    return std::string(b.constData(), size_t(b.size()));
+}
+
+// Drops leading whitespace from a chat reply as it streams: the first token usually carries
+// the dummy-prefix space ("▁Once"), which is not part of what the assistant said.
+class LeadingTrim {
+public:
+    std::string operator()(std::string piece)
+    {
+        if (m_seen_text)
+            return piece;
+        size_t i = 0;
+        while (i < piece.size() && (piece[i] == ' ' || piece[i] == '\n' || piece[i] == '\t' || piece[i] == '\r'))
+            ++i;
+        piece.erase(0, i);
+        if (!piece.empty())
+            m_seen_text = true;
+        return piece;
+    }
+
+private:
+    bool m_seen_text = false;
+};
+
+bool same_settings(const longscope::Settings &a, const longscope::Settings &b)
+{
+    return a.rope.ntk_alpha == b.rope.ntk_alpha && a.rope.ntk_auto == b.rope.ntk_auto &&
+           a.rope.store_kv_before_rope == b.rope.store_kv_before_rope &&
+           a.attention.memory_efficient == b.attention.memory_efficient &&
+           a.attention.causal_flash == b.attention.causal_flash &&
+           a.attention.reproduce_padding_bug == b.attention.reproduce_padding_bug && a.kv_mode == b.kv_mode &&
+           a.context_limit == b.context_limit && a.overflow == b.overflow;
+}
+
+} // namespace
+
+QString finishReasonText(FinishReason reason)
+{
+    switch (reason) {
+    case FinishReason::MaxTokens: return QStringLiteral("max tokens");
+    case FinishReason::EndOfText: return QStringLiteral("end of text");
+    case FinishReason::ContextFull: return QStringLiteral("context full");
+    case FinishReason::Stopped: return QStringLiteral("stopped");
+    case FinishReason::Error: return QStringLiteral("error");
+    }
+    return QStringLiteral("?");
+}
+
+void registerMetaTypes()
+{
+    qRegisterMetaType<longscope::ui::ModelSummary>("longscope::ui::ModelSummary");
+    qRegisterMetaType<longscope::ui::ChatRequest>("longscope::ui::ChatRequest");
+    qRegisterMetaType<longscope::ui::GenerationParams>("longscope::ui::GenerationParams");
+    qRegisterMetaType<longscope::ui::GenerationSummary>("longscope::ui::GenerationSummary");
+    qRegisterMetaType<longscope::StepMetrics>("longscope::StepMetrics");
+    qRegisterMetaType<longscope::Settings>("longscope::Settings");
+}
+
+EngineWorker::EngineWorker(int n_threads, QObject *parent)
+    : QObject(parent), m_n_threads(std::max(0, n_threads))
+{
+    registerMetaTypes();
+}
+
+EngineWorker::~EngineWorker()
+{
+    // The session refers to the model: it goes first.
+    m_session.reset();
+    m_model.reset();
+}
+
+void EngineWorker::requestStop() { m_stop.store(true); }
+
+void EngineWorker::cancelLoad() { m_cancel_load.store(true); }
+
+void EngineWorker::setSettings(const longscope::Settings &s)
+{
+    try {
+        s.validate();
+    } catch (const std::exception &e) {
+        emit errorOccurred(QStringLiteral("invalid settings: %1").arg(QString::fromUtf8(e.what())));
+        return;
+    }
+    std::lock_guard lock(m_settings_mutex);
+    m_settings = s;
+    m_pending = s;
+}
+
+longscope::Settings EngineWorker::settings() const
+{
+    std::lock_guard lock(m_settings_mutex);
+    return m_settings;
+}
+
+void EngineWorker::apply_pending_settings(bool may_reset)
+{
+    if (!m_session)
+        return;
+    std::optional<longscope::Settings> pending;
+    {
+        std::lock_guard lock(m_settings_mutex);
+        pending.swap(m_pending);
+    }
+    if (!pending)
+        return;
+    // Session::set_settings reads a limit of 0 as "keep the current one"; here 0 means the
+    // model's default, as when the session was made.
+    longscope::Settings effective = *pending;
+    if (effective.context_limit == 0)
+        effective.context_limit = std::min(m_model->hparams().n_ctx_train, k_default_ctx_cap);
+    try {
+        if (may_reset && effective.context_limit < m_session->n_past()) {
+            m_session->reset();
+            m_logits.clear();
+            m_logits_pos = -1;
+        }
+        m_session->set_settings(effective);
+    } catch (const std::exception &e) {
+        // The session keeps its settings; so does what the worker reports, unless the UI
+        // has asked for something newer meanwhile.
+        {
+            std::lock_guard lock(m_settings_mutex);
+            if (!m_pending)
+                m_settings = m_session->settings();
+        }
+        emit errorOccurred(QStringLiteral("the settings were not applied: %1").arg(QString::fromUtf8(e.what())));
+        return;
+    }
+    emit settingsApplied(m_next_step, m_session->n_past(), *pending);
+}
+
+bool EngineWorker::require_model()
+{
+    if (m_model && m_session)
+        return true;
+    emit errorOccurred(QStringLiteral("no model is loaded"));
+    return false;
+}
+
+void EngineWorker::on_session_metrics(const longscope::StepMetrics &m)
+{
+    m_next_step = m.step + 1;
+    emit stepMetrics(m);
+}
+
+void EngineWorker::loadModel(const QString &path)
+{
+    m_cancel_load.store(false);
+    emit loadStarted(path);
+    // The new session is made with the settings asked for so far; a change that arrives
+    // while loading stays pending for the next step.
+    longscope::Settings wanted;
+    {
+        std::lock_guard lock(m_settings_mutex);
+        wanted = m_settings;
+        m_pending.reset();
+    }
+    QString failure;
+    try {
+        auto progress = [this](double fraction) {
+            emit loadProgress(fraction);
+            return !m_cancel_load.load();
+        };
+        std::unique_ptr<Model> model = Model::load(QFile::encodeName(path).toStdString(), progress);
+        SessionOptions options;
+        options.n_threads = m_n_threads;
+        options.settings = wanted;
+        // Built before anything is replaced: if it throws, the old model and session stay.
+        auto session = std::make_unique<Session>(*model, options);
+
+        m_session.reset();
+        m_model = std::move(model);
+        m_session = std::move(session);
+        m_session->set_metrics_callback([this](const StepMetrics &m) { on_session_metrics(m); });
+        m_next_step = 0;
+        m_logits.clear();
+        m_logits_pos = -1;
+
+        const ModelInfo &info = m_model->info();
+        const HParams &hp = m_model->hparams();
+        ModelSummary s;
+        s.path = path;
+        s.name = info.name.empty() ? QFileInfo(path).completeBaseName() : qs(info.name);
+        s.format = info.format == ModelFormat::Gguf ? QStringLiteral("GGUF v%1").arg(info.gguf_version)
+                                                    : QStringLiteral("Hugging Face");
+        s.n_ctx_train = hp.n_ctx_train;
+        s.n_vocab = hp.n_vocab;
+        s.n_layer = hp.n_layer;
+        s.weight_bytes = qint64(info.weight_bytes);
+        const int threads = m_session->n_threads();
+        s.backend = QStringLiteral("CPU (%1 thread%2)").arg(threads).arg(threads == 1 ? "" : "s");
+        s.gpu_status = QStringLiteral("CUDA backend not built");
+        m_summary = s;
+        emit modelLoaded(s);
+        return;
+    } catch (const Cancelled &) {
+        failure = QStringLiteral("loading was cancelled");
+    } catch (const Error &e) {
+        failure = QString::fromUtf8(e.what());
+    } catch (const std::bad_alloc &) {
+        failure = QStringLiteral("out of memory while loading the model");
+    } catch (const std::exception &e) {
+        failure = QString::fromUtf8(e.what());
+    } catch (...) {
+        failure = QStringLiteral("unknown error while loading the model");
+    }
+    {
+        // The old session stays: what was pending for it still is.
+        std::lock_guard lock(m_settings_mutex);
+        if (m_session && !m_pending && !same_settings(m_session->settings(), wanted))
+            m_pending = wanted;
+    }
+    emit loadFailed(path, failure);
+}
+
+void EngineWorker::remember_logits(std::span<const float> logits)
+{
+    m_logits.assign(logits.begin(), logits.end());
+    m_logits_pos = m_session->n_past();
+}
+
+void EngineWorker::ensure_logits()
+{
+    if (m_logits_pos == m_session->n_past() && !m_logits.empty())
+        return;
+    // The logits of the last token are not at hand (should not happen): evaluate the context
+    // again from the start.
+    const std::vector<int32_t> history = m_session->history();
+    m_session->reset();
+    remember_logits(m_session->eval(history));
+}
+
+void EngineWorker::decode_loop(const std::vector<int32_t> &tokens, const GenerationParams &params, bool trim_leading,
+                               GenerationSummary &summary)
+{
+    SamplingParams sp;
+    sp.temperature = params.do_sample ? params.temperature : 0.0f;
+    sp.top_k = params.top_k;
+    sp.top_p = params.top_p;
+    sp.repeat_penalty = params.repetition_penalty;
+    sp.seed = params.seed;
+    sp.validate();
+    if (params.max_new_tokens < 0)
+        throw InvalidArgument("the number of tokens to generate must not be negative");
+    Sampler sampler(sp);
+
+    const Tokenizer &tok = m_model->tokenizer();
+    const int32_t eos = tok.eos_id();
+    const int32_t bos = tok.bos_id();
+
+    if (!tokens.empty()) {
+        apply_pending_settings();
+        const auto t0 = Clock::now();
+        remember_logits(m_session->eval(tokens));
+        const double secs = seconds_since(t0);
+        summary.prefill_tokens_per_second = secs > 0 ? double(tokens.size()) / secs : 0;
+    } else {
+        ensure_logits();
+    }
+
+    TokenTextStream stream(tok);
+    LeadingTrim trim;
+    std::string reply;
+    auto deliver = [&](std::string piece) {
+        if (trim_leading)
+            piece = trim(std::move(piece));
+        if (piece.empty())
+            return;
+        reply += piece;
+        emit tokenStreamed(qs(piece));
+    };
+
+    std::vector<float> logits;
+    const auto t1 = Clock::now();
+    summary.reason = FinishReason::MaxTokens;
+    for (;;) {
+        if (m_stop.load()) {
+            summary.reason = FinishReason::Stopped;
+            break;
+        }
+        if (summary.generated_tokens >= params.max_new_tokens) {
+            summary.reason = FinishReason::MaxTokens;
+            break;
+        }
+        if (m_session->n_past() >= m_session->n_ctx()) {
+            summary.reason = FinishReason::ContextFull;
+            break;
+        }
+        logits = m_logits;
+        const int32_t id = sampler.sample(logits, m_session->history());
+        if (id == eos || (bos >= 0 && id == bos)) {
+            summary.reason = FinishReason::EndOfText;
+            break;
+        }
+        deliver(stream.push(id));
+        ++summary.generated_tokens;
+        // Settings that arrived meanwhile take effect with this token's step. Every sampled
+        // token is evaluated, so the reply is in the context for the next turn.
+        apply_pending_settings();
+        remember_logits(m_session->eval(std::span<const int32_t>(&id, 1)));
+    }
+    deliver(stream.flush());
+    const double secs = seconds_since(t1);
+    summary.decode_tokens_per_second = secs > 0 ? summary.generated_tokens / secs : 0;
+    summary.text = qs(reply);
+}
+
+void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
+{
+    m_stop.store(false);
+    emit generationStarted();
+    GenerationSummary summary;
+    try {
+        if (!require_model()) {
+            summary.reason = FinishReason::Error;
+            emit generationFinished(summary);
+            return;
+        }
+        // The limit and policy below are the ones in effect. A limit below the context's length
+        // clears it: the prompt is evaluated again anyway when it no longer fits.
+        apply_pending_settings(true);
+        std::vector<ChatMessage> messages;
+        if (!request.system_prompt.trimmed().isEmpty())
+            messages.push_back({ChatMessage::Role::System, utf8(request.system_prompt)});
+        for (const ChatTurn &t : request.turns) {
+            ChatMessage m;
+            m.role = t.role == ChatTurn::Role::User ? ChatMessage::Role::User : ChatMessage::Role::Assistant;
+            // Replies are stored as streamed (no leading space); trimming both ends keeps the
+            // formatted text equal to what the context already holds, so the cache is reused.
+            m.content = utf8(t.role == ChatTurn::Role::Assistant ? t.text.trimmed() : t.text);
+            messages.push_back(std::move(m));
+        }
+        if (request.turns.isEmpty())
+            throw InvalidArgument("the conversation has no message to answer");
+        const int limit = m_session->n_ctx();
+        const int reserve = std::min(std::max(0, request.params.max_new_tokens), limit / 2);
+        const ChatPrompt prompt =
+            build_chat_prompt(*m_model, messages, limit, reserve, m_session->settings().overflow);
+        summary.prompt_tokens = int(prompt.tokens.size());
+        summary.dropped_turns = prompt.dropped_turns;
+        emit promptFitted(summary.prompt_tokens, prompt.dropped_turns, prompt.truncated);
+
+        // Reuse the cache when the context holds a prefix of this prompt (the previous turns
+        // and the reply): only the new part is evaluated.
+        const std::vector<int32_t> &history = m_session->history();
+        std::vector<int32_t> todo;
+        if (!history.empty() && history.size() <= prompt.tokens.size() &&
+            std::equal(history.begin(), history.end(), prompt.tokens.begin())) {
+            todo.assign(prompt.tokens.begin() + std::ptrdiff_t(history.size()), prompt.tokens.end());
+        } else {
+            m_session->reset();
+            m_logits.clear();
+            m_logits_pos = -1;
+            todo = prompt.tokens;
+        }
+        decode_loop(todo, request.params, true, summary);
+        emit generationFinished(summary);
+    } catch (const std::bad_alloc &) {
+        finish_with_error(QStringLiteral("out of memory"), summary);
+    } catch (const std::exception &e) {
+        finish_with_error(QString::fromUtf8(e.what()), summary);
+    } catch (...) {
+        finish_with_error(QStringLiteral("unknown error"), summary);
+    }
+}
+
+void EngineWorker::continueText(const longscope::ui::GenerationParams &params)
+{
+    m_stop.store(false);
+    emit generationStarted();
+    GenerationSummary summary;
+    try {
+        if (!require_model()) {
+            summary.reason = FinishReason::Error;
+            emit generationFinished(summary);
+            return;
+        }
+        apply_pending_settings();
+        if (m_session->n_past() == 0) {
+            finish_with_error(QStringLiteral("nothing to continue: the context is empty"), summary);
+            return;
+        }
+        summary.prompt_tokens = m_session->n_past();
+        decode_loop({}, params, false, summary);
+        emit generationFinished(summary);
+    } catch (const std::bad_alloc &) {
+        finish_with_error(QStringLiteral("out of memory"), summary);
+    } catch (const std::exception &e) {
+        finish_with_error(QString::fromUtf8(e.what()), summary);
+    } catch (...) {
+        finish_with_error(QStringLiteral("unknown error"), summary);
+    }
+}
+
+void EngineWorker::finish_with_error(const QString &message, GenerationSummary summary)
+{
+    summary.reason = FinishReason::Error;
+    emit errorOccurred(message);
+    emit generationFinished(summary);
+}
+
+void EngineWorker::streamText(const QString &text, int chunk_tokens)
+{
+    m_stop.store(false);
+    if (!require_model()) {
+        emit streamFinished(true, 0);
+        return;
+    }
+    try {
+        apply_pending_settings();
+        const Tokenizer &tok = m_model->tokenizer();
+        const bool add_bos = m_session->n_past() == 0 && tok.add_bos_default();
+        std::vector<int32_t> tokens = tok.encode(utf8(text), add_bos);
+        const int limit = m_session->n_ctx();
+        const int in_context = m_session->n_past();
+        const int room = limit - in_context;
+        if (int64_t(tokens.size()) > room) {
+            const OverflowPolicy policy = m_session->settings().overflow;
+            if (policy != OverflowPolicy::HeadTail || room <= 0) {
+                emit errorOccurred(QStringLiteral("the text is %1 tokens but only %2 of the context limit of %3 are "
+                                                  "free (%4 already in the context); raise the limit or choose "
+                                                  "the head-and-tail overflow policy")
+                                       .arg(tokens.size())
+                                       .arg(std::max(0, room))
+                                       .arg(limit)
+                                       .arg(in_context));
+                emit streamFinished(true, in_context);
+                return;
+            }
+            tokens = fit_prompt(tokens, room, 0, OverflowPolicy::HeadTail);
+        }
+        const int total = int(tokens.size());
+        const int chunk = chunk_tokens > 0 ? chunk_tokens : std::max(1, total);
+        emit streamProgress(0, total);
+        bool stopped = false;
+        for (int done = 0; done < total;) {
+            if (m_stop.load()) {
+                stopped = true;
+                break;
+            }
+            apply_pending_settings();
+            const int n = std::min(chunk, total - done);
+            remember_logits(m_session->eval(std::span<const int32_t>(tokens.data() + done, size_t(n))));
+            done += n;
+            emit streamProgress(done, total);
+        }
+        emit streamFinished(stopped, m_session->n_past());
+        return;
+    } catch (const std::bad_alloc &) {
+        emit errorOccurred(QStringLiteral("out of memory"));
+    } catch (const std::exception &e) {
+        emit errorOccurred(QString::fromUtf8(e.what()));
+    } catch (...) {
+        emit errorOccurred(QStringLiteral("unknown error"));
+    }
+    emit streamFinished(true, m_session ? m_session->n_past() : 0);
+}
+
+void EngineWorker::resetContext()
+{
+    if (!m_session)
+        return;
+    try {
+        m_session->reset();
+        m_logits.clear();
+        m_logits_pos = -1;
+        apply_pending_settings();
+    } catch (const std::exception &e) {
+        emit errorOccurred(QString::fromUtf8(e.what()));
+    }
+}
+
+} // namespace longscope::ui

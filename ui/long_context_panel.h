@@ -1,0 +1,76 @@
+// The long-context controls: NTK alpha (fixed, or auto with the alpha in effect shown),
+// keys cached before RoPE, memory-efficient attention, causal flash, the KV cache mode, the
+// context limit (may exceed the trained context) and the overflow policy, plus the backend
+// in use and why CUDA is not. Every change is emitted at once so the worker can apply it at
+// the next step; the panel then shows when it did.
+#pragma once
+
+#include "longscope/settings.h"
+
+#include <QGroupBox>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QSpinBox;
+
+namespace longscope::ui {
+
+class LongContextPanel : public QGroupBox {
+    Q_OBJECT
+
+public:
+    explicit LongContextPanel(QWidget *parent = nullptr);
+
+    longscope::Settings settings() const;
+    // Emits no settingsChanged. Fields without a control here are kept and returned as set.
+    void setSettings(const longscope::Settings &settings);
+
+    // The model's trained context (shown next to the limit; 0: no model).
+    void setTrainedContext(int n_ctx_train);
+    int trainedContext() const { return m_trainedContext; }
+    void setBackend(const QString &backend, const QString &gpuStatus);
+    // The alpha the last step ran with (StepMetrics::ntk_alpha).
+    void setEffectiveAlpha(double alpha);
+    // A change was sent and waits for the next step / took effect at this token position.
+    void setPending();
+    void setApplied(int position);
+
+    QDoubleSpinBox *alphaBox() const { return m_alpha; }
+    QCheckBox *autoAlphaBox() const { return m_autoAlpha; }
+    QCheckBox *keysBeforeRopeBox() const { return m_keysBeforeRope; }
+    QCheckBox *memoryEfficientBox() const { return m_memoryEfficient; }
+    QCheckBox *causalFlashBox() const { return m_causalFlash; }
+    QComboBox *kvModeBox() const { return m_kvMode; }
+    QSpinBox *contextLimitBox() const { return m_contextLimit; }
+    QComboBox *overflowBox() const { return m_overflow; }
+    QLabel *effectiveAlphaLabel() const { return m_effectiveAlpha; }
+    QLabel *appliedLabel() const { return m_applied; }
+
+signals:
+    void settingsChanged(const longscope::Settings &settings);
+
+private:
+    void emitChanged();
+    void updateAlphaEnabled();
+
+    QDoubleSpinBox *m_alpha = nullptr;
+    QCheckBox *m_autoAlpha = nullptr;
+    QLabel *m_effectiveAlpha = nullptr;
+    QCheckBox *m_keysBeforeRope = nullptr;
+    QCheckBox *m_memoryEfficient = nullptr;
+    QCheckBox *m_causalFlash = nullptr;
+    QComboBox *m_kvMode = nullptr;
+    QSpinBox *m_contextLimit = nullptr;
+    QLabel *m_trained = nullptr;
+    QComboBox *m_overflow = nullptr;
+    QLabel *m_backend = nullptr;
+    QLabel *m_gpuStatus = nullptr;
+    QLabel *m_applied = nullptr;
+    longscope::Settings m_base; // fields without a control
+    int m_trainedContext = 0;
+    bool m_updating = false;
+};
+
+} // namespace longscope::ui
