@@ -143,6 +143,7 @@ void EngineWorker::apply_pending_settings(bool may_reset)
     try {
         if (may_reset && effective.context_limit < m_session->n_past()) {
             m_session->reset();
+            m_document.clear();
             m_logits.clear();
             m_logits_pos = -1;
         }
@@ -259,6 +260,7 @@ void EngineWorker::ensure_logits()
     // again from the start.
     const std::vector<int32_t> history = m_session->history();
     m_session->reset();
+    m_document.clear();
     remember_logits(m_session->eval(history));
 }
 
@@ -366,8 +368,17 @@ void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
             throw InvalidArgument("the conversation has no message to answer");
         const int limit = m_session->n_ctx();
         const int reserve = std::min(std::max(0, request.params.max_new_tokens), limit / 2);
-        const ChatPrompt prompt =
-            build_chat_prompt(*m_model, messages, limit, reserve, m_session->settings().overflow);
+        // After a book was streamed in, the conversation continues from it: the document is
+        // the prompt's prefix and the chat fits into what it leaves free.
+        const int doc = int(m_document.size());
+        if (doc > 0 && limit - doc < reserve + 16)
+            throw ContextOverflow("the streamed text fills " + std::to_string(doc) + " of the " + std::to_string(limit) +
+                                  " tokens of the context, leaving no room to chat; raise the context limit or "
+                                  "clear the context");
+        ChatPrompt prompt = build_chat_prompt(*m_model, messages, limit - doc, reserve, m_session->settings().overflow,
+                                              doc == 0);
+        if (doc > 0)
+            prompt.tokens.insert(prompt.tokens.begin(), m_document.begin(), m_document.end());
         summary.prompt_tokens = int(prompt.tokens.size());
         summary.dropped_turns = prompt.dropped_turns;
         emit promptFitted(summary.prompt_tokens, prompt.dropped_turns, prompt.truncated);
@@ -381,6 +392,7 @@ void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
             todo.assign(prompt.tokens.begin() + std::ptrdiff_t(history.size()), prompt.tokens.end());
         } else {
             m_session->reset();
+            m_document.clear();
             m_logits.clear();
             m_logits_pos = -1;
             todo = prompt.tokens;
@@ -445,7 +457,11 @@ void EngineWorker::streamText(const QString &text, int chunk_tokens)
         std::vector<int32_t> tokens = tok.encode(utf8(text), add_bos);
         const int limit = m_session->n_ctx();
         const int in_context = m_session->n_past();
-        const int room = limit - in_context;
+        // Cutting a text to fit leaves a quarter of the context (at most 512 tokens) free,
+        // so there is room to chat about it or continue it.
+        const int keep_free = std::min(512, limit / 4);
+        const int room = int64_t(tokens.size()) > limit - in_context ? limit - in_context - keep_free
+                                                                   : limit - in_context;
         if (int64_t(tokens.size()) > room) {
             const OverflowPolicy policy = m_session->settings().overflow;
             if (policy != OverflowPolicy::HeadTail || room <= 0) {
@@ -476,6 +492,8 @@ void EngineWorker::streamText(const QString &text, int chunk_tokens)
             done += n;
             emit streamProgress(done, total);
         }
+        // Everything in the context now is the document later chats continue from.
+        m_document = m_session->history();
         emit streamFinished(stopped, m_session->n_past());
         return;
     } catch (const std::bad_alloc &) {
@@ -494,6 +512,7 @@ void EngineWorker::resetContext()
         return;
     try {
         m_session->reset();
+        m_document.clear();
         m_logits.clear();
         m_logits_pos = -1;
         apply_pending_settings();

@@ -161,6 +161,9 @@ private:
     mutable std::mutex m_settings_mutex;
     longscope::Settings m_settings;          // what the UI asked for
     std::optional<longscope::Settings> m_pending;
+    // Text streamed into the context (a book): the prefix chats continue from. The session's
+    // history always starts with it; cleared with the context.
+    std::vector<int32_t> m_document;
 };
 
 } // namespace longscope::ui

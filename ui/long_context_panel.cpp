@@ -36,6 +36,7 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_alpha->setRange(1.0, 64.0);
     m_alpha->setDecimals(2);
     m_alpha->setSingleStep(0.25);
+    m_alpha->setKeyboardTracking(false);
     m_alpha->setToolTip(tr("NTK-aware RoPE scaling: base' = base × α^(d/(d−2)). 1 leaves RoPE as trained."));
     m_autoAlpha = new QCheckBox(tr("auto"), this);
     m_autoAlpha->setToolTip(tr("α = max(1, 1.1 × (L / (trained context / 2) − 1)), recomputed every step"));
@@ -61,6 +62,8 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_contextLimit->setSingleStep(256);
     m_contextLimit->setSuffix(tr(" tokens"));
     m_contextLimit->setSpecialValueText(tr("model default"));
+    // Typing "4096" must not send 4, 40 and 409 to a running generation on the way.
+    m_contextLimit->setKeyboardTracking(false);
     m_contextLimit->setToolTip(tr("The context limit; it may exceed the trained context (use NTK α then)"));
     m_trained = mutedLabel(this);
 

@@ -1,3 +1,170 @@
-// The application entry point arrives with the desktop app; until then the target builds
-// an empty program.
-int main() { return 0; }
+// The Longscope desktop application: parses the command line, builds the main window and,
+// for automation, streams a book, sends a prompt and renders the window to a PNG.
+#include "main_window.h"
+#include "metrics_plots.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QFileInfo>
+#include <QIcon>
+#include <QPixmap>
+#include <QTimer>
+
+#include <cstdio>
+#include <cstring>
+
+#ifndef LONGSCOPE_VERSION
+#define LONGSCOPE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+constexpr const char *kUsage =
+    "Usage: longscope [options]\n"
+    "Local LLM chat and long-context explorer.\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help             Show this help and exit.\n"
+    "  -v, --version          Show the version and exit.\n"
+    "  --model PATH           Open this GGUF file or Hugging Face directory.\n"
+    "  --book FILE            Once the model is loaded, open this .txt and stream it\n"
+    "                         into the context.\n"
+    "  --prompt TEXT          Once the model is loaded, send this message.\n"
+    "  --screenshot FILE      After the first reply (or once the book is streamed),\n"
+    "                         save the window as a PNG and quit. Without --prompt or\n"
+    "                         --book it sends \"Once upon a time\".\n";
+
+// --version and --help must work without a display, so they are answered before
+// QApplication (which needs a platform plugin) is constructed.
+int answerWithoutDisplay(int argc, char **argv)
+{
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (std::strcmp(a, "--") == 0)
+            break;
+        if (std::strcmp(a, "--version") == 0 || std::strcmp(a, "-v") == 0) {
+            std::printf("longscope %s\n", LONGSCOPE_VERSION);
+            return 0;
+        }
+        if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0 || std::strcmp(a, "-?") == 0) {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
+        // Skip the value of options that take one, so a prompt such as "--help" is text.
+        if (std::strcmp(a, "--model") == 0 || std::strcmp(a, "--book") == 0 ||
+            std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0)
+            ++i;
+    }
+    return -1;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (const int rc = answerWithoutDisplay(argc, argv); rc >= 0)
+        return rc;
+
+    QApplication app(argc, argv);
+    longscope::ui::initResources();
+    QApplication::setApplicationName(QStringLiteral("Longscope"));
+    QApplication::setOrganizationName(QStringLiteral("Longscope"));
+    QApplication::setApplicationDisplayName(QStringLiteral("Longscope"));
+    QApplication::setApplicationVersion(QStringLiteral(LONGSCOPE_VERSION));
+    QApplication::setWindowIcon(QIcon(QStringLiteral(":/longscope/icons/longscope.svg")));
+    QGuiApplication::setDesktopFileName(QStringLiteral("longscope"));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral("Local LLM chat and long-context explorer"));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    const QCommandLineOption modelOption(QStringLiteral("model"), QStringLiteral("GGUF file or Hugging Face directory."),
+                                         QStringLiteral("PATH"));
+    const QCommandLineOption bookOption(QStringLiteral("book"), QStringLiteral("Stream this .txt once the model is loaded."),
+                                        QStringLiteral("FILE"));
+    const QCommandLineOption promptOption(QStringLiteral("prompt"), QStringLiteral("Send this message once the model is loaded."),
+                                          QStringLiteral("TEXT"));
+    const QCommandLineOption screenshotOption(QStringLiteral("screenshot"),
+                                              QStringLiteral("Save the window as a PNG after the first reply and quit."),
+                                              QStringLiteral("FILE"));
+    parser.addOptions({modelOption, bookOption, promptOption, screenshotOption});
+    parser.process(app);
+
+    const QString screenshot = parser.value(screenshotOption);
+    const QString book = parser.value(bookOption);
+    QString prompt = parser.value(promptOption);
+    if (!screenshot.isEmpty() && prompt.isEmpty() && book.isEmpty())
+        prompt = QStringLiteral("Once upon a time");
+
+    longscope::ui::MainWindowOptions options;
+    options.modelPath = parser.value(modelOption);
+    if (!options.modelPath.isEmpty())
+        options.modelPath = QFileInfo(options.modelPath).absoluteFilePath();
+    options.interactive = screenshot.isEmpty(); // automation never blocks on a message box
+
+    longscope::ui::MainWindow window(options);
+    if (!screenshot.isEmpty())
+        window.resize(1600, 1000);
+    window.show();
+
+    int exitCode = 0;
+    bool shotTaken = false;
+    auto takeScreenshot = [&](int code) {
+        if (shotTaken)
+            return;
+        shotTaken = true;
+        exitCode = code;
+        // Let the plots' queued replot and the chat's coalesced render land first.
+        QTimer::singleShot(400, &window, [&, code] {
+            window.metricsPlots()->replotNow();
+            const QPixmap pixmap = window.grab();
+            if (!pixmap.save(screenshot, "PNG")) {
+                std::fprintf(stderr, "longscope: cannot write %s\n", qPrintable(screenshot));
+                exitCode = 1;
+            } else if (code == 0) {
+                std::printf("%s\n", qPrintable(screenshot));
+            }
+            window.close();
+            QApplication::exit(exitCode);
+        });
+    };
+
+    bool started = false;
+    QObject::connect(&window, &longscope::ui::MainWindow::modelReady, &window, [&] {
+        if (started)
+            return;
+        started = true;
+        if (!book.isEmpty()) {
+            if (window.openBook(QFileInfo(book).absoluteFilePath()))
+                window.streamBook();
+            else if (!screenshot.isEmpty())
+                takeScreenshot(1);
+            return;
+        }
+        if (!prompt.isEmpty())
+            window.sendMessage(prompt);
+    });
+    if (!screenshot.isEmpty()) {
+        if (!book.isEmpty())
+            QObject::connect(&window, &longscope::ui::MainWindow::bookStreamFinished, &window,
+                             [&](bool stopped, int) { takeScreenshot(stopped ? 1 : 0); });
+        else
+            QObject::connect(&window, &longscope::ui::MainWindow::replyFinished, &window, [&] { takeScreenshot(0); });
+        QObject::connect(&window, &longscope::ui::MainWindow::modelLoadFailed, &window, [&] {
+            // A failed --model falls back to the bundled model; only give up with nothing loaded.
+            QTimer::singleShot(2000, &window, [&] {
+                if (!window.isModelLoaded() && window.activity() != longscope::ui::MainWindow::Activity::Loading)
+                    takeScreenshot(1);
+            });
+        });
+        // Never hang an automated run.
+        QTimer::singleShot(10 * 60 * 1000, &window, [&] { takeScreenshot(1); });
+    } else if (!prompt.isEmpty() && !book.isEmpty()) {
+        // Interactive: after the book, ask the prompt.
+        QObject::connect(&window, &longscope::ui::MainWindow::bookStreamFinished, &window,
+                         [&](bool, int) { window.sendMessage(prompt); }, Qt::SingleShotConnection);
+    }
+
+    const int rc = QApplication::exec();
+    return exitCode != 0 ? exitCode : rc;
+}

@@ -536,7 +536,7 @@ private slots:
             QCOMPARE(ev.streamFinished.first(), qMakePair(true, 0));
         }
 
-        // Head and tail: exactly the limit is kept.
+        // Head and tail: the text is cut to leave a quarter of the context free (64 of 256).
         s.overflow = OverflowPolicy::HeadTail;
         reset(s);
         {
@@ -544,15 +544,28 @@ private slots:
             post([worker, text] { worker->streamText(text, 64); });
             QVERIFY(Events::waitFor(ev.streamFinished));
             QVERIFY(ev.errors.isEmpty());
-            QCOMPARE(ev.streamFinished.first(), qMakePair(false, 256));
+            QCOMPARE(ev.streamFinished.first(), qMakePair(false, 192));
         }
 
-        // A full context ends a continuation with ContextFull.
+        // A chat continues from the streamed text: the book stays as the prompt's prefix and
+        // only the conversation is evaluated.
+        {
+            Events gen(w());
+            post([worker] { worker->generateChat(userSays(QStringLiteral("Who is in the story?"), greedy(10))); });
+            QVERIFY(Events::waitFor(gen.finished));
+            QVERIFY(gen.errors.isEmpty());
+            QVERIFY(gen.finished.first().prompt_tokens > 192);
+            QVERIFY(!gen.steps.isEmpty());
+            QVERIFY(gen.steps.first().n_tokens < gen.finished.first().prompt_tokens - 150);
+            QVERIFY(gen.finished.first().generated_tokens > 0);
+        }
+
+        // Filling the rest: a long continuation ends with ContextFull.
         Events gen(w());
-        post([worker] { worker->continueText(greedy(10)); });
+        post([worker] { worker->continueText(greedy(400)); });
         QVERIFY(Events::waitFor(gen.finished));
         QCOMPARE(gen.finished.first().reason, FinishReason::ContextFull);
-        QCOMPARE(gen.finished.first().generated_tokens, 0);
+        QVERIFY(gen.finished.first().generated_tokens > 0);
     }
 
     void loadsHuggingFaceDirectory()

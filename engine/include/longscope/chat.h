@@ -42,7 +42,8 @@ struct ChatPrompt {
 // prompt (never the last user message) until it fits; HeadTail keeps the head and tail
 // halves; Error throws ContextOverflow. Falls back to head-tail when even the last message
 // alone does not fit under DropOldestTurns.
+// `add_bos` false for a conversation that continues text already in the context.
 ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit,
-                             int reserve, OverflowPolicy policy);
+                             int reserve, OverflowPolicy policy, bool add_bos = true);
 
 } // namespace longscope

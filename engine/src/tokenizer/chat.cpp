@@ -77,7 +77,7 @@ std::string format_chat(ChatTemplate t, const std::vector<ChatMessage> &messages
 }
 
 ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit,
-                             int reserve, OverflowPolicy policy)
+                             int reserve, OverflowPolicy policy, bool add_bos)
 {
     if (messages.empty())
         throw InvalidArgument("the conversation is empty");
@@ -87,7 +87,7 @@ ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> 
     std::vector<ChatMessage> kept = messages;
     const size_t system_count = kept.front().role == ChatMessage::Role::System ? 1 : 0;
     ChatPrompt out;
-    auto encode = [&] { return tok.encode(format_chat(t, kept), tok.add_bos_default()); };
+    auto encode = [&] { return tok.encode(format_chat(t, kept), add_bos && tok.add_bos_default()); };
     out.tokens = encode();
     if (policy == OverflowPolicy::DropOldestTurns) {
         // Drop whole messages from the oldest on, keeping the system prompt and the last one.
