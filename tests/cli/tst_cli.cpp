@@ -6,6 +6,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "cli_runner.h"
+
 namespace {
 
 // The published greedy continuation of "Once upon a time" for stories260K (its README: two
@@ -14,32 +16,8 @@ const QByteArray known_text =
     ", there was a little girl named Lily. She loved to play outside in the park. One day, she "
     "saw a big, red ball. She wanted to play with it, but it was too high.\n";
 
-struct Run {
-    int code = -1;
-    QByteArray out;
-    QByteArray err;
-};
-
-Run run_cli(const QStringList &args, const QByteArray &env_model = {})
-{
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove("LONGSCOPE_MODEL");
-    if (!env_model.isEmpty())
-        env.insert("LONGSCOPE_MODEL", QString::fromUtf8(env_model));
-    p.setProcessEnvironment(env);
-    p.start(QStringLiteral(LONGSCOPE_CLI_PATH), args);
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-        return {};
-    }
-    Run r;
-    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using Run = longscope::test::CliRun;
+using longscope::test::run_cli;
 
 QString bundled() { return QStringLiteral(LONGSCOPE_BUNDLED_MODEL); }
 QString hf_dir() { return QStringLiteral(LONGSCOPE_TEST_DATA "/stories260K/hf"); }

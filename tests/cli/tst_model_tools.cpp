@@ -5,32 +5,12 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "cli_runner.h"
+
 namespace {
 
-struct Run {
-    int code = -1;
-    QByteArray out;
-    QByteArray err;
-};
-
-Run run_cli(const QStringList &args)
-{
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove("LONGSCOPE_MODEL");
-    p.setProcessEnvironment(env);
-    p.start(QStringLiteral(LONGSCOPE_CLI_PATH), args);
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-        return {};
-    }
-    Run r;
-    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using Run = longscope::test::CliRun;
+using longscope::test::run_cli;
 
 QString bundled() { return QStringLiteral(LONGSCOPE_BUNDLED_MODEL); }
 QString tok512() { return QStringLiteral(LONGSCOPE_TEST_DATA "/stories260K/tok512.model"); }
