@@ -1,6 +1,7 @@
 #include "cpu/ops.h"
 
 #include "cpu/quant.h"
+#include "cpu/gemm.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
@@ -105,35 +106,40 @@ float dot_f32(const float *a, const float *b, int64_t n) { return cpu_kernels().
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    const CpuKernels &k = cpu_kernels();
-    // F32 rows are read in place when aligned; other types are converted one row at a time
-    // into a per-thread buffer that stays in cache while every token uses it.
-    const bool direct = w.type == DType::F32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
+    // F32, F16 and BF16 rows are read in place by the kernel and widened in registers;
+    // quantized rows are dequantized, four at a time, into a per-thread buffer first.
+    const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
+    const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
+    const int token_block = gemm_token_block();
+    // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
+    // while the thread's weight rows stream past them once per group.
+    constexpr int64_t token_group = 64;
     pool.parallel_for(
         n_out,
         [&](int64_t begin, int64_t end) {
-            std::vector<float> row(direct ? 0 : size_t(n_in));
-            float out4[4];
-            for (int64_t o = begin; o < end; ++o) {
-                const float *wr;
-                if (direct) {
-                    wr = static_cast<const float *>(w.data) + o * n_in;
-                } else {
-                    weight_row_f32(w, o, row.data());
-                    wr = row.data();
+            std::vector<float> buf(in_place ? 0 : size_t(4 * n_in));
+            const void *rows[4];
+            for (int64_t g = 0; g < n_tokens; g += token_group) {
+                const int64_t g_end = std::min(n_tokens, g + token_group);
+                for (int64_t o = begin; o < end; o += 4) {
+                    const int nr = int(std::min<int64_t>(4, end - o));
+                    for (int r = 0; r < nr; ++r) {
+                        if (in_place) {
+                            rows[r] = static_cast<const uint8_t *>(w.data) + (o + r) * row_stride;
+                        } else {
+                            weight_row_f32(w, o + r, buf.data() + r * n_in);
+                            rows[r] = buf.data() + r * n_in;
+                        }
+                    }
+                    const DType kernel_type = in_place ? w.type : DType::F32;
+                    for (int64_t t = g; t < g_end; t += token_block) {
+                        const int nt = int(std::min<int64_t>(token_block, g_end - t));
+                        gemm_tile(kernel_type, rows, nr, x + t * n_in, n_in, nt, n_in, y + t * n_out + o, n_out);
+                    }
                 }
-                // Four tokens per pass load the weight row once for all four.
-                int64_t t = 0;
-                for (; t + 4 <= n_tokens; t += 4) {
-                    k.dot4(wr, x + t * n_in, n_in, n_in, out4);
-                    for (int j = 0; j < 4; ++j)
-                        y[(t + j) * n_out + o] = out4[j];
-                }
-                for (; t < n_tokens; ++t)
-                    y[t * n_out + o] = k.dot(wr, x + t * n_in, n_in);
             }
         },
-        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+        std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
 }
 
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
