@@ -1,8 +1,16 @@
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
+#include <immintrin.h>
 
 namespace longscope {
+
+namespace {
+// About 20-50 microseconds of pause instructions: longer than the gap between the loops of
+// a decode step, far shorter than anything a person would notice as a busy core.
+constexpr int k_spin = 4000;
+inline void cpu_relax() { _mm_pause(); }
+} // namespace
 
 ThreadPool::ThreadPool(int n_threads) : m_n_threads(std::max(1, n_threads))
 {
@@ -14,7 +22,7 @@ ThreadPool::~ThreadPool()
 {
     {
         std::lock_guard lock(m_mutex);
-        m_stop = true;
+        m_stop.store(true, std::memory_order_release);
     }
     m_wake.notify_all();
     for (auto &t : m_workers)
@@ -26,48 +34,60 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 {
     if (n <= 0)
         return;
-    int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread))));
+    const int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread))));
     if (chunks <= 1) {
         fn(0, n);
         return;
     }
+    m_job.store(&fn, std::memory_order_relaxed);
+    m_n.store(n, std::memory_order_relaxed);
+    m_pending.store(chunks - 1, std::memory_order_relaxed);
     {
+        // Under the mutex so a worker about to sleep cannot miss the new generation.
         std::lock_guard lock(m_mutex);
-        m_job = &fn;
-        m_n = n;
-        m_chunks = chunks;
-        m_pending = chunks - 1;
-        ++m_generation;
+        const uint64_t gen = (m_state.load(std::memory_order_relaxed) >> 16) + 1;
+        m_state.store(gen << 16 | uint64_t(chunks), std::memory_order_release);
     }
     m_wake.notify_all();
     fn(0, n / chunks); // chunk 0 on the calling thread
+    for (int i = 0; i < k_spin; ++i) {
+        if (m_pending.load(std::memory_order_acquire) == 0)
+            return;
+        cpu_relax();
+    }
     std::unique_lock lock(m_mutex);
-    m_done.wait(lock, [this] { return m_pending == 0; });
-    m_job = nullptr;
+    m_done.wait(lock, [this] { return m_pending.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::worker(int index)
 {
     uint64_t seen = 0;
     for (;;) {
-        const std::function<void(int64_t, int64_t)> *job;
-        int64_t n;
-        int chunks;
-        {
-            std::unique_lock lock(m_mutex);
-            m_wake.wait(lock, [&] { return m_stop || m_generation != seen; });
-            if (m_stop)
-                return;
-            seen = m_generation;
-            job = m_job;
-            n = m_n;
-            chunks = m_chunks;
+        // Spin for the next job, then sleep.
+        uint64_t state = m_state.load(std::memory_order_acquire);
+        for (int i = 0; i < k_spin && state == seen && !m_stop.load(std::memory_order_acquire); ++i) {
+            cpu_relax();
+            state = m_state.load(std::memory_order_acquire);
         }
-        if (index < chunks) {
-            (*job)(n * index / chunks, n * (index + 1) / chunks);
+        if (state == seen && !m_stop.load(std::memory_order_acquire)) {
+            std::unique_lock lock(m_mutex);
+            m_wake.wait(lock, [&] {
+                return m_stop.load(std::memory_order_acquire) || m_state.load(std::memory_order_acquire) != seen;
+            });
+            state = m_state.load(std::memory_order_acquire);
+        }
+        if (m_stop.load(std::memory_order_acquire))
+            return;
+        seen = state;
+        const int chunks = int(state & 0xffff);
+        if (index >= chunks)
+            continue;
+        const auto *job = m_job.load(std::memory_order_relaxed);
+        const int64_t n = m_n.load(std::memory_order_relaxed);
+        (*job)(n * index / chunks, n * (index + 1) / chunks);
+        if (m_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             std::lock_guard lock(m_mutex);
-            if (--m_pending == 0)
-                m_done.notify_one();
+            m_done.notify_one();
         }
     }
 }

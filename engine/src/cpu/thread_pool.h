@@ -1,7 +1,10 @@
 // A persistent pool of worker threads for data-parallel loops. The calling thread takes part,
-// so a pool of n threads starts n-1 workers.
+// so a pool of n threads starts n-1 workers. Between jobs the workers spin briefly before they
+// sleep: a decode step runs ~150 short loops back to back, and waking a sleeping thread costs
+// more than many of them take.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,12 +37,16 @@ private:
     std::mutex m_mutex;
     std::condition_variable m_wake;
     std::condition_variable m_done;
-    const std::function<void(int64_t, int64_t)> *m_job = nullptr;
-    int64_t m_n = 0;
-    int m_chunks = 0;
-    uint64_t m_generation = 0;
-    int m_pending = 0;
-    bool m_stop = false;
+    // The job: written by the caller before m_state is bumped (release), read by the
+    // workers after they see the new generation (acquire).
+    // Only workers that have a chunk read the job (the caller waits for them, so it cannot
+    // change under them); the chunk count travels in the same atomic as the generation, so a
+    // worker without a chunk never reads a later job's fields as this one's.
+    std::atomic<const std::function<void(int64_t, int64_t)> *> m_job{nullptr};
+    std::atomic<int64_t> m_n{0};
+    std::atomic<uint64_t> m_state{0}; // generation << 16 | chunk count
+    std::atomic<int> m_pending{0};
+    std::atomic<bool> m_stop{false};
 };
 
 } // namespace longscope
