@@ -3,6 +3,7 @@
 #include "args.h"
 #include "model_path.h"
 
+#include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 
@@ -269,9 +270,30 @@ int cmd_tokenize(const std::vector<std::string> &argv, const char *argv0)
 
 int cmd_info(const std::vector<std::string> &argv, const char *argv0)
 {
-    Args a(argv, {{{"-m", "--model"}}, {{"--json"}, false}});
+    Args a(argv, {{{"-m", "--model"}}, {{"--json"}, false}, {{"--backends"}, false}});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.flag("--backends")) {
+        // Which backends this installation can use, and why not where it cannot.
+        const auto backends = probe_backends();
+        if (a.flag("--json")) {
+            nlohmann::json out = nlohmann::json::array();
+            for (const BackendStatus &b : backends) {
+                nlohmann::json j{{"name", b.name}, {"available", b.available}, {"detail", b.detail}, {"library", b.library}};
+                for (const DeviceInfo &d : b.devices)
+                    j["devices"].push_back({{"name", d.name}, {"total_memory", d.total_memory},
+                                            {"free_memory", d.free_memory},
+                                            {"compute_capability", std::to_string(d.compute_major) + "." +
+                                                                       std::to_string(d.compute_minor)}});
+                out.push_back(j);
+            }
+            std::cout << out.dump(2) << "\n";
+        } else {
+            for (const BackendStatus &b : backends)
+                std::cout << b.name << ": " << (b.available ? "available" : "unavailable") << " - " << b.detail << "\n";
+        }
+        return 0;
+    }
     auto model = load_model(a, argv0);
     const HParams &hp = model->hparams();
     const ModelInfo &in = model->info();
