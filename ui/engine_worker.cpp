@@ -3,6 +3,7 @@
 #include "longscope/chat.h"
 #include "longscope/errors.h"
 #include "longscope/model.h"
+#include "longscope/perplexity.h"
 #include "longscope/tokenizer.h"
 
 #include <QFile>
@@ -86,6 +87,7 @@ void registerMetaTypes()
     qRegisterMetaType<longscope::ui::GenerationSummary>("longscope::ui::GenerationSummary");
     qRegisterMetaType<longscope::StepMetrics>("longscope::StepMetrics");
     qRegisterMetaType<longscope::Settings>("longscope::Settings");
+    qRegisterMetaType<longscope::ui::PerplexityRunResult>("longscope::ui::PerplexityRunResult");
 }
 
 EngineWorker::EngineWorker(int n_threads, QObject *parent)
@@ -208,6 +210,8 @@ void EngineWorker::loadModel(const QString &path)
         m_next_step = 0;
         m_logits.clear();
         m_logits_pos = -1;
+        m_scored_text.clear();
+        m_scored_tokens.clear();
 
         const ModelInfo &info = m_model->info();
         const HParams &hp = m_model->hparams();
@@ -504,6 +508,83 @@ void EngineWorker::streamText(const QString &text, int chunk_tokens)
         emit errorOccurred(QStringLiteral("unknown error"));
     }
     emit streamFinished(true, m_session ? m_session->n_past() : 0);
+}
+
+const std::vector<int32_t> &EngineWorker::perplexity_tokens(const QString &text)
+{
+    if (m_scored_tokens.empty() || text != m_scored_text) {
+        m_scored_tokens = m_model->tokenizer().encode(utf8(text), false);
+        m_scored_text = text;
+    }
+    return m_scored_tokens;
+}
+
+void EngineWorker::runPerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                                 const QString &label, qint64 maxTokens)
+{
+    m_stop.store(false);
+    PerplexityRunResult run;
+    run.label = label;
+    run.settings = settings;
+    run.settings.context_limit = ctx;
+    run.ctx = ctx;
+    run.bucket = bucket;
+    const auto t0 = Clock::now();
+    double step_seconds = 0;
+    qint64 step_tokens = 0;
+    try {
+        if (!m_model)
+            throw InvalidArgument("no model is loaded");
+        run.n_ctx_train = m_model->hparams().n_ctx_train;
+        run.model_name = m_summary.name;
+        if (ctx < 2)
+            throw InvalidArgument("the context length to score to must be at least 2 tokens");
+        if (bucket < 1)
+            throw InvalidArgument("the bucket size must be at least 1 position");
+        run.settings.validate();
+        std::span<const int32_t> tokens(perplexity_tokens(text));
+        if (maxTokens > 0 && qint64(tokens.size()) > maxTokens)
+            tokens = tokens.first(size_t(maxTokens));
+
+        PerplexityOptions options;
+        options.ctx = ctx;
+        options.bucket = bucket;
+        options.n_threads = m_n_threads;
+        options.settings = run.settings;
+        options.progress = [&](int64_t done, int64_t total) {
+            run.n_total = total;
+            emit perplexityProgress(label, done, total);
+            return !m_stop.load();
+        };
+        // The run's own speed and memory; not emitted as stepMetrics, which describe the chat's
+        // context.
+        options.metrics = [&](const StepMetrics &m) {
+            ++run.steps;
+            step_seconds += m.seconds;
+            step_tokens += m.n_tokens;
+            run.peak_memory_bytes = std::max(run.peak_memory_bytes, qint64(m.memory.peak_total));
+        };
+        const PerplexityResult r = perplexity(*m_model, tokens, options);
+        run.mean_nll = r.mean_nll;
+        run.n_scored = r.n_scored;
+        run.windows = r.windows;
+        run.cancelled = r.cancelled;
+        run.curve.reserve(qsizetype(r.curve.size()));
+        for (const PositionBucket &b : r.curve)
+            run.curve.append(PerplexityPoint{b.begin, b.end, b.count, b.mean_nll});
+    } catch (const std::bad_alloc &) {
+        run.error = QStringLiteral("out of memory");
+    } catch (const std::exception &e) {
+        run.error = QString::fromUtf8(e.what());
+    } catch (...) {
+        run.error = QStringLiteral("unknown error");
+    }
+    run.seconds = seconds_since(t0);
+    run.tokens_per_second = step_seconds > 0 ? double(step_tokens) / step_seconds : 0;
+    run.created = QDateTime::currentDateTimeUtc();
+    if (run.failed())
+        emit errorOccurred(run.error);
+    emit perplexityFinished(label, run);
 }
 
 void EngineWorker::resetContext()

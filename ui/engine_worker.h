@@ -5,6 +5,8 @@
 // loop checks at every step, not queued slots that would wait until the loop ends.
 #pragma once
 
+#include "perplexity_run.h"
+
 #include "longscope/engine.h"
 #include "longscope/metrics.h"
 #include "longscope/sampler.h"
@@ -89,7 +91,7 @@ public:
     ~EngineWorker() override;
 
     // Thread-safe: called from the UI thread while the worker is busy.
-    void requestStop();                                // ends the generation or book at the next step
+    void requestStop();                                // ends the generation, book or perplexity run at the next step
     void cancelLoad();                                 // abandons a model load in progress
     void setSettings(const longscope::Settings &s);    // applied at the next step
     longscope::Settings settings() const;
@@ -107,6 +109,14 @@ public slots:
     void streamText(const QString &text, int chunk_tokens);
     // Forgets the context (the cache is kept, its contents cleared).
     void resetContext();
+    // Perplexity by position: scores `text` (tokenized without BOS, nothing stripped; its
+    // first `maxTokens` tokens, 0: all) in windows of `ctx` tokens with `settings`, curve
+    // points of `bucket` positions. The run has a session of its own, so the chat's context
+    // and settings are untouched. Progress after every step; requestStop() cancels (the
+    // result is then marked cancelled and covers what was scored). Ends with exactly one
+    // perplexityFinished, after an errorOccurred when it failed (the result's error set).
+    void runPerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                       const QString &label, qint64 maxTokens = 0);
 
 signals:
     void loadStarted(const QString &path);
@@ -128,6 +138,9 @@ signals:
     // (requestStop, or an error reported just before through errorOccurred).
     void streamFinished(bool stopped, int tokens_in_context);
 
+    void perplexityProgress(const QString &label, qint64 done, qint64 total);
+    void perplexityFinished(const QString &label, const longscope::ui::PerplexityRunResult &result);
+
     void stepMetrics(const longscope::StepMetrics &metrics);
     // New settings took effect at this step (the first step that ran with them).
     void settingsApplied(qint64 step, int position, const longscope::Settings &settings);
@@ -147,6 +160,8 @@ private:
     void decode_loop(const std::vector<int32_t> &tokens, const GenerationParams &params,
                      bool trim_leading, GenerationSummary &summary);
     void finish_with_error(const QString &message, GenerationSummary summary);
+    // The tokens of a text to score, kept for the next run on the same text.
+    const std::vector<int32_t> &perplexity_tokens(const QString &text);
 
     ModelSummary m_summary;
     qint64 m_next_step = 0;       // the step index the next StepMetrics will carry
@@ -164,6 +179,8 @@ private:
     // Text streamed into the context (a book): the prefix chats continue from. The session's
     // history always starts with it; cleared with the context.
     std::vector<int32_t> m_document;
+    QString m_scored_text;                // the text m_scored_tokens belong to
+    std::vector<int32_t> m_scored_tokens;
 };
 
 } // namespace longscope::ui

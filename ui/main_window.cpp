@@ -8,6 +8,8 @@
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
 #include "conversation_store.h"
+#include "explore_store.h"
+#include "explore_view.h"
 #include "generation_panel.h"
 #include "long_context_panel.h"
 #include "metrics_plots.h"
@@ -36,6 +38,7 @@
 #include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTimer>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -137,6 +140,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_appSettings = options.settings ? std::make_unique<AppSettings>(options.settings)
                                      : std::make_unique<AppSettings>();
     m_store = new ConversationStore(options.conversationDirectory, this);
+    m_exploreStore = new ExploreStore(options.runsDirectory, this);
     m_conversationList = new ConversationListModel(m_store, this);
     m_chatModel = new ChatModel(this);
 
@@ -167,11 +171,23 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     v->setContentsMargins(0, 0, 0, 0);
     v->setSpacing(0);
     v->addWidget(createBanner());
-    auto *body = new QWidget(central);
-    auto *bodyLayout = new QVBoxLayout(body);
-    bodyLayout->setContentsMargins(8, 8, 8, 4);
-    bodyLayout->addWidget(columns);
-    v->addWidget(body, 1);
+    // Chat and Explore share the window (and the engine) as two tabs.
+    m_tabs = new QTabWidget(central);
+    m_tabs->setObjectName(QStringLiteral("mainTabs"));
+    m_tabs->setDocumentMode(true);
+    auto *chatPage = new QWidget(m_tabs);
+    auto *chatLayout = new QVBoxLayout(chatPage);
+    chatLayout->setContentsMargins(8, 8, 8, 4);
+    chatLayout->addWidget(columns);
+    m_tabs->addTab(chatPage, tr("Chat"));
+    m_explore = new ExploreView(m_exploreStore, m_tabs);
+    auto *explorePage = new QWidget(m_tabs);
+    auto *exploreLayout = new QVBoxLayout(explorePage);
+    exploreLayout->setContentsMargins(8, 8, 8, 4);
+    exploreLayout->addWidget(m_explore);
+    m_tabs->addTab(explorePage, tr("Explore"));
+    m_tabs->setTabToolTip(1, tr("Perplexity by position: where each long-context setting stops understanding a book"));
+    v->addWidget(m_tabs, 1);
     setCentralWidget(central);
 
     m_sidebar = new ConversationSidebar(this);
@@ -183,6 +199,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
                       QDockWidget::DockWidgetFloatable);
     addDockWidget(Qt::LeftDockWidgetArea, dock);
     resizeDocks({dock}, {230}, Qt::Horizontal);
+    m_conversationsDock = dock;
 
     createMenus();
     // The View menu gets the dock's toggle.
@@ -202,6 +219,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_generation->setParams(m_appSettings->loadGenerationParams());
     const longscope::Settings engineSettings = m_appSettings->loadEngineSettings();
     m_longContext->setSettings(engineSettings);
+    m_explore->setCurrentSettings(engineSettings);
     m_appliedSettings = engineSettings;
     m_systemPrompt->setPlainText(m_appSettings->loadSystemPrompt());
     restoreGeometry(m_appSettings->loadWindowGeometry());
@@ -216,6 +234,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_worker = worker;
     connect(&m_thread, &QThread::finished, worker, &QObject::deleteLater);
     connectWorker();
+    connectExplore();
     m_thread.setObjectName(QStringLiteral("longscope-engine"));
     m_thread.start();
     m_worker->setSettings(engineSettings);
@@ -426,6 +445,8 @@ void MainWindow::createMenus()
         if (!path.isEmpty() && exportPlotsCsv(path))
             statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
     });
+    file->addAction(tr("Export E&xploration as PNG…"), m_explore, &ExploreView::exportPngRequested);
+    file->addAction(tr("Export Exp&loration as CSV…"), m_explore, &ExploreView::exportCsvRequested);
     file->addSeparator();
     QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -433,6 +454,11 @@ void MainWindow::createMenus()
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     view->menuAction()->setObjectName(QStringLiteral("viewMenu"));
+    QAction *chatTab = view->addAction(tr("&Chat"), this, &MainWindow::showChat);
+    chatTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_1));
+    QAction *exploreTab = view->addAction(tr("&Explore"), this, &MainWindow::showExplore);
+    exploreTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_2));
+    view->addSeparator();
     view->addAction(tr("Clear &Plots"), m_plots, &MetricsPlots::clear);
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
@@ -491,6 +517,30 @@ void MainWindow::connectWorker()
     connect(w, &EngineWorker::errorOccurred, this, &MainWindow::onWorkerError);
 }
 
+void MainWindow::connectExplore()
+{
+    m_explore->setWorker(m_worker);
+    connect(m_explore, &ExploreView::runningChanged, this, &MainWindow::onExploreRunningChanged);
+    connect(m_explore, &ExploreView::openBookRequested, this, &MainWindow::onExploreOpenBookRequested);
+    connect(m_explore, &ExploreView::deleteRunRequested, this, &MainWindow::onExploreDeleteRequested);
+    connect(m_explore, &ExploreView::statusMessage, this, [this](const QString &text) {
+        statusBar()->showMessage(text, 6000);
+    });
+    connect(m_explore, &ExploreView::exportPngRequested, this, [this] {
+        const QString path = chooseSaveFile(tr("Export Exploration"), QStringLiteral("longscope-perplexity.png"),
+                                            tr("PNG images (*.png)"));
+        if (!path.isEmpty() && exportExplorationPng(path))
+            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+    });
+    connect(m_explore, &ExploreView::exportCsvRequested, this, [this] {
+        const QString path = chooseSaveFile(tr("Export Exploration"), QStringLiteral("longscope-perplexity.csv"),
+                                            tr("CSV files (*.csv)"));
+        if (!path.isEmpty() && exportExplorationCsv(path))
+            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+    });
+    connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::onTabChanged);
+}
+
 void MainWindow::rebuildRecentMenu()
 {
     m_recentMenu->clear();
@@ -547,6 +597,7 @@ void MainWindow::updateActions()
     m_recentMenu->setEnabled(m_activity != Activity::Loading);
     m_openBookAction->setEnabled(m_activity != Activity::Streaming);
     m_sidebar->setEnabled(idle || m_activity == Activity::Loading);
+    m_explore->setEngineAvailable(m_modelLoaded && (idle || m_activity == Activity::Exploring));
 }
 
 void MainWindow::refreshStatus()
@@ -623,7 +674,9 @@ void MainWindow::loadModel(const QString &path)
 {
     if (path.isEmpty() || m_shutDown)
         return;
-    if (m_activity == Activity::Chatting || m_activity == Activity::Continuing || m_activity == Activity::Streaming)
+    if (m_activity == Activity::Exploring)
+        m_explore->cancel();
+    else if (m_activity == Activity::Chatting || m_activity == Activity::Continuing || m_activity == Activity::Streaming)
         m_worker->requestStop(); // the load runs once the worker is free
     m_loadingPath = path;
     m_loadCancelled = false;
@@ -673,6 +726,7 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
     m_appSettings->addRecentModel(summary.path);
     m_appSettings->saveLastModel(summary.path);
     m_longContext->setTrainedContext(summary.n_ctx_train);
+    m_explore->setModel(summary.name, summary.n_ctx_train);
     m_longContext->setBackend(summary.backend, summary.gpu_status);
     const double mib = double(summary.weight_bytes) / (1024.0 * 1024.0);
     m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>%2 · %L3 layers · %L4-token trained context · "
@@ -772,6 +826,10 @@ void MainWindow::startChat()
 
 void MainWindow::stop()
 {
+    if (m_activity == Activity::Exploring) {
+        m_explore->cancel();
+        return;
+    }
     if (m_worker && m_activity != Activity::Idle && m_activity != Activity::Loading) {
         m_worker->requestStop();
         statusBar()->showMessage(tr("Stopping…"), 2000);
@@ -959,6 +1017,8 @@ void MainWindow::onWorkerError(const QString &message)
     if (m_activity == Activity::Loading)
         return; // loadFailed reports it
     statusBar()->showMessage(tr("Error: %1").arg(message), 10000);
+    if (m_activity == Activity::Exploring)
+        return; // the Explore tab shows it with the run that failed
     if (m_activity == Activity::Idle && message.startsWith(QLatin1String("the settings were not applied"))) {
         addNote(tr("Error: %1").arg(message));
         return;
@@ -1000,6 +1060,7 @@ void MainWindow::onLongContextChanged(const longscope::Settings &settings)
 {
     if (m_worker)
         m_worker->setSettings(settings); // thread-safe: reaches a running generation
+    m_explore->setCurrentSettings(settings);
     m_appSettings->saveEngineSettings(settings);
     m_longContext->setPending();
     updateBookFit();
@@ -1055,6 +1116,8 @@ bool MainWindow::openBook(const QString &path)
     }
     m_bookPanel->setBook(*book);
     m_bookPanel->show();
+    if (!m_explore->isRunning())
+        m_explore->setBook(*book); // the Explore tab scores the open book too
     updateBookFit();
     updateActions();
     statusBar()->showMessage(tr("Opened “%1”: press Stream into context").arg(m_bookPanel->book().title), 6000);
@@ -1150,6 +1213,89 @@ void MainWindow::continueText()
     const GenerationParams params = m_generation->params();
     QMetaObject::invokeMethod(m_worker, [w = m_worker.data(), params] { w->continueText(params); },
                               Qt::QueuedConnection);
+}
+
+// ---------------------------------------------------------------------------------------
+// Explore
+
+bool MainWindow::openExploreBook(const QString &path)
+{
+    if (m_explore->isRunning()) {
+        statusBar()->showMessage(tr("Cancel the runs first"), 3000);
+        return false;
+    }
+    QString error;
+    const std::optional<Book> book = loadBook(path, &error);
+    if (!book) {
+        showError(tr("Cannot open the book"),
+                  error.isEmpty() ? tr("%1 could not be read.").arg(QDir::toNativeSeparators(path)) : error);
+        return false;
+    }
+    m_explore->setBook(*book);
+    showExplore();
+    return true;
+}
+
+void MainWindow::showChat() { m_tabs->setCurrentIndex(0); }
+
+void MainWindow::showExplore() { m_tabs->setCurrentIndex(1); }
+
+void MainWindow::onTabChanged(int index)
+{
+    // The saved conversations belong to the chat: their dock makes way for the plot.
+    const bool explore = index == 1;
+    if (explore && m_conversationsDock->isVisible()) {
+        m_dockHiddenForExplore = true;
+        m_conversationsDock->hide();
+    } else if (!explore && m_dockHiddenForExplore) {
+        m_dockHiddenForExplore = false;
+        m_conversationsDock->show();
+    }
+}
+
+void MainWindow::onExploreRunningChanged(bool running)
+{
+    if (running)
+        setActivity(Activity::Exploring);
+    else if (m_activity == Activity::Exploring)
+        setActivity(Activity::Idle);
+    m_statusDirty = true;
+}
+
+void MainWindow::onExploreOpenBookRequested()
+{
+    const QString path = chooseOpenFile(tr("Open a Book to Explore"), tr("Text files (*.txt);;All files (*)"));
+    if (!path.isEmpty())
+        openExploreBook(path);
+}
+
+void MainWindow::onExploreDeleteRequested(const QString &id)
+{
+    if (!askConfirmation(tr("Delete run"), tr("Delete this saved run? This cannot be undone.")))
+        return;
+    QString error;
+    if (!m_explore->deleteRun(id, &error) && !error.isEmpty())
+        showError(tr("Cannot delete the run"), error);
+}
+
+bool MainWindow::exportExplorationPng(const QString &path)
+{
+    QString error;
+    if (!m_explore->exportPng(path, &error)) {
+        showError(tr("Export failed"), error);
+        return false;
+    }
+    return true;
+}
+
+bool MainWindow::exportExplorationCsv(const QString &path)
+{
+    QString error;
+    if (!m_explore->exportCsv(path, &error)) {
+        showError(tr("Export failed"), error);
+        return false;
+    }
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1285,7 +1431,11 @@ void MainWindow::saveUiSettings()
     m_appSettings->saveGenerationParams(m_generation->params());
     m_appSettings->saveEngineSettings(m_longContext->settings());
     m_appSettings->saveWindowGeometry(saveGeometry());
+    if (m_dockHiddenForExplore) // saved as the chat shows it
+        m_conversationsDock->show();
     m_appSettings->saveWindowState(saveState());
+    if (m_dockHiddenForExplore)
+        m_conversationsDock->hide();
     m_appSettings->sync();
 }
 
@@ -1307,6 +1457,7 @@ void MainWindow::shutDownWorker()
     if (m_worker) {
         // Nothing the worker still sends may reach a window that is going away.
         disconnect(m_worker, nullptr, this, nullptr);
+        disconnect(m_worker, nullptr, m_explore, nullptr);
         m_worker->requestStop();
         m_worker->cancelLoad();
     }

@@ -1,8 +1,9 @@
-// The main window, laid out after Chinese-LLaMA-Alpaca-2's gradio demo: a banner; left, wide:
-// the conversation, the system prompt, the input and Send / Stop / Regenerate / Clear, with
-// the live plots under them; right, narrow: the book, the generation controls and the
-// long-context panel; the saved conversations in a dock. It owns the engine worker's
-// thread and talks to the worker only through queued calls and signals (plus the
+// The main window, laid out after Chinese-LLaMA-Alpaca-2's gradio demo: a banner, then two
+// tabs. Chat: left, wide: the conversation, the system prompt, the input and Send / Stop /
+// Regenerate / Clear, with the live plots under them; right, narrow: the book, the generation
+// controls and the long-context panel; the saved conversations in a dock. Explore: perplexity
+// by position of a book under several settings on one plot (ExploreView). It owns the engine
+// worker's thread and talks to the worker only through queued calls and signals (plus the
 // thread-safe requestStop() / cancelLoad() / setSettings()).
 #pragma once
 
@@ -17,12 +18,14 @@
 #include <memory>
 
 class QAction;
+class QDockWidget;
 class QLabel;
 class QMenu;
 class QPlainTextEdit;
 class QProgressDialog;
 class QPushButton;
 class QSettings;
+class QTabWidget;
 class QTimer;
 
 namespace longscope::ui {
@@ -35,6 +38,8 @@ class ChatView;
 class ConversationListModel;
 class ConversationSidebar;
 class ConversationStore;
+class ExploreStore;
+class ExploreView;
 class GenerationPanel;
 class LongContextPanel;
 class MetricsPlots;
@@ -46,6 +51,7 @@ struct MainWindowOptions {
     QString modelPath;             // empty: the last model, else the bundled one
     bool loadModelOnStart = true;
     QString conversationDirectory; // empty: ConversationStore::defaultDirectory()
+    QString runsDirectory;         // saved exploration runs; empty: ExploreStore::defaultDirectory()
     QSettings *settings = nullptr; // not owned; null: the application's QSettings
     int threads = 0;               // engine threads; 0: all
     // false (automation): errors go to stderr instead of message boxes, and questions are
@@ -57,7 +63,7 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 
 public:
-    enum class Activity { Idle, Loading, Chatting, Continuing, Streaming };
+    enum class Activity { Idle, Loading, Chatting, Continuing, Streaming, Exploring };
     Q_ENUM(Activity)
 
     explicit MainWindow(const MainWindowOptions &options = {}, QWidget *parent = nullptr);
@@ -87,6 +93,9 @@ public:
     BookPanel *bookPanel() const { return m_bookPanel; }
     ConversationSidebar *conversationSidebar() const { return m_sidebar; }
     ConversationStore *conversationStore() const { return m_store; }
+    QTabWidget *tabs() const { return m_tabs; }
+    ExploreView *exploreView() const { return m_explore; }
+    ExploreStore *exploreStore() const { return m_exploreStore; }
 
 public slots:
     void loadModel(const QString &path);
@@ -103,6 +112,10 @@ public slots:
     bool deleteConversation(const QString &id, bool confirm = true);
 
     bool openBook(const QString &path);
+    // Opens `path` in the Explore tab (not in the chat's book panel) and shows the tab.
+    bool openExploreBook(const QString &path);
+    void showChat();
+    void showExplore();
     void streamBook();
     void continueText();
 
@@ -110,6 +123,8 @@ public slots:
     bool exportPlotsCsv(const QString &path);
     bool exportConversationMarkdown(const QString &path);
     bool exportConversationJson(const QString &path);
+    bool exportExplorationPng(const QString &path);
+    bool exportExplorationCsv(const QString &path);
 
 signals:
     void modelReady(const QString &name);
@@ -149,12 +164,17 @@ private slots:
     void onDeleteRequested(const QString &id);
     void onExportMarkdownRequested(const QString &id);
     void onExportJsonRequested(const QString &id);
+    void onExploreRunningChanged(bool running);
+    void onExploreOpenBookRequested();
+    void onExploreDeleteRequested(const QString &id);
+    void onTabChanged(int index);
     void refreshStatus();
 
 private:
     QWidget *createBanner();
     QWidget *createChatArea();
     QWidget *createControlColumn();
+    void connectExplore();
     void createMenus();
     void createStatusBar();
     void connectWorker();
@@ -193,6 +213,11 @@ private:
     MetricsPlots *m_plots = nullptr;
     BookPanel *m_bookPanel = nullptr;
     ConversationSidebar *m_sidebar = nullptr;
+    QDockWidget *m_conversationsDock = nullptr;
+    bool m_dockHiddenForExplore = false;
+    QTabWidget *m_tabs = nullptr;
+    ExploreView *m_explore = nullptr;
+    ExploreStore *m_exploreStore = nullptr;
     QPointer<QProgressDialog> m_loadDialog;
     QLabel *m_statusModel = nullptr;
     QLabel *m_statusContext = nullptr;

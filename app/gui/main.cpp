@@ -1,5 +1,9 @@
 // The Longscope desktop application: parses the command line, builds the main window and,
-// for automation, streams a book, sends a prompt and renders the window to a PNG.
+// for automation, streams a book, sends a prompt, explores a book's perplexity by position
+// and renders the window to a PNG.
+#include "explore_plot.h"
+#include "explore_settings_list.h"
+#include "explore_view.h"
 #include "main_window.h"
 #include "metrics_plots.h"
 
@@ -12,6 +16,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #ifndef LONGSCOPE_VERSION
 #define LONGSCOPE_VERSION "0.0.0"
@@ -30,9 +35,15 @@ constexpr const char *kUsage =
     "  --book FILE            Once the model is loaded, open this .txt and stream it\n"
     "                         into the context.\n"
     "  --prompt TEXT          Once the model is loaded, send this message.\n"
-    "  --screenshot FILE      After the first reply (or once the book is streamed),\n"
-    "                         save the window as a PNG and quit. Without --prompt or\n"
-    "                         --book it sends \"Once upon a time\".\n";
+    "  --explore BOOK         Once the model is loaded, open the Explore tab with this\n"
+    "                         .txt and the preset settings, and score it with each.\n"
+    "  --explore-ctx N        With --explore: the context length to score to (default\n"
+    "                         2048; above the trained context is allowed).\n"
+    "  --explore-windows N    With --explore: windows scored per setting (default 8).\n"
+    "  --screenshot FILE      After the first reply (or once the book is streamed, or\n"
+    "                         the exploration is done), save the window as a PNG and\n"
+    "                         quit. Without --prompt, --book or --explore it sends\n"
+    "                         \"Once upon a time\".\n";
 
 // --version and --help must work without a display, so they are answered before
 // QApplication (which needs a platform plugin) is constructed.
@@ -52,7 +63,9 @@ int answerWithoutDisplay(int argc, char **argv)
         }
         // Skip the value of options that take one, so a prompt such as "--help" is text.
         if (std::strcmp(a, "--model") == 0 || std::strcmp(a, "--book") == 0 ||
-            std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0)
+            std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0 ||
+            std::strcmp(a, "--explore") == 0 || std::strcmp(a, "--explore-ctx") == 0 ||
+            std::strcmp(a, "--explore-windows") == 0)
             ++i;
     }
     return -1;
@@ -87,13 +100,43 @@ int main(int argc, char **argv)
     const QCommandLineOption screenshotOption(QStringLiteral("screenshot"),
                                               QStringLiteral("Save the window as a PNG after the first reply and quit."),
                                               QStringLiteral("FILE"));
-    parser.addOptions({modelOption, bookOption, promptOption, screenshotOption});
+    const QCommandLineOption exploreOption(QStringLiteral("explore"),
+                                           QStringLiteral("Score this .txt with the preset settings in the Explore tab."),
+                                           QStringLiteral("BOOK"));
+    const QCommandLineOption exploreCtxOption(QStringLiteral("explore-ctx"),
+                                              QStringLiteral("With --explore: the context length to score to."),
+                                              QStringLiteral("N"));
+    const QCommandLineOption exploreWindowsOption(QStringLiteral("explore-windows"),
+                                                  QStringLiteral("With --explore: windows scored per setting."),
+                                                  QStringLiteral("N"));
+    parser.addOptions({modelOption, bookOption, promptOption, screenshotOption, exploreOption, exploreCtxOption,
+                       exploreWindowsOption});
     parser.process(app);
+
+    const QString explore = parser.value(exploreOption);
+    int exploreCtx = 0;
+    int exploreWindows = 0;
+    for (const auto &[option, value, lo, hi] :
+         {std::tuple{&exploreCtxOption, &exploreCtx, 16, 1 << 18}, std::tuple{&exploreWindowsOption, &exploreWindows, 1, 1000}}) {
+        if (!parser.isSet(*option))
+            continue;
+        bool ok = false;
+        *value = parser.value(*option).toInt(&ok);
+        if (!ok || *value < lo || *value > hi) {
+            std::fprintf(stderr, "longscope: --%s takes a whole number from %d to %d\n",
+                         qPrintable(option->names().first()), lo, hi);
+            return 2;
+        }
+        if (explore.isEmpty()) {
+            std::fprintf(stderr, "longscope: --%s goes with --explore BOOK\n", qPrintable(option->names().first()));
+            return 2;
+        }
+    }
 
     const QString screenshot = parser.value(screenshotOption);
     const QString book = parser.value(bookOption);
     QString prompt = parser.value(promptOption);
-    if (!screenshot.isEmpty() && prompt.isEmpty() && book.isEmpty())
+    if (!screenshot.isEmpty() && prompt.isEmpty() && book.isEmpty() && explore.isEmpty())
         prompt = QStringLiteral("Once upon a time");
 
     longscope::ui::MainWindowOptions options;
@@ -117,6 +160,7 @@ int main(int argc, char **argv)
         // Let the plots' queued replot and the chat's coalesced render land first.
         QTimer::singleShot(400, &window, [&, code] {
             window.metricsPlots()->replotNow();
+            window.exploreView()->plot()->replotNow();
             const QPixmap pixmap = window.grab();
             if (!pixmap.save(screenshot, "PNG")) {
                 std::fprintf(stderr, "longscope: cannot write %s\n", qPrintable(screenshot));
@@ -134,6 +178,22 @@ int main(int argc, char **argv)
         if (started)
             return;
         started = true;
+        if (!explore.isEmpty()) {
+            longscope::ui::ExploreView *view = window.exploreView();
+            if (!window.openExploreBook(QFileInfo(explore).absoluteFilePath())) {
+                if (!screenshot.isEmpty())
+                    takeScreenshot(1);
+                return;
+            }
+            view->settingsList()->resetToPresets();
+            if (exploreCtx > 0)
+                view->setContextLength(exploreCtx);
+            if (exploreWindows > 0)
+                view->setWindowsPerRun(exploreWindows);
+            if (!view->run() && !screenshot.isEmpty())
+                takeScreenshot(1);
+            return;
+        }
         if (!book.isEmpty()) {
             if (window.openBook(QFileInfo(book).absoluteFilePath()))
                 window.streamBook();
@@ -145,7 +205,10 @@ int main(int argc, char **argv)
             window.sendMessage(prompt);
     });
     if (!screenshot.isEmpty()) {
-        if (!book.isEmpty())
+        if (!explore.isEmpty())
+            QObject::connect(window.exploreView(), &longscope::ui::ExploreView::explorationFinished, &window,
+                             [&] { takeScreenshot(window.exploreView()->lastError().isEmpty() ? 0 : 1); });
+        else if (!book.isEmpty())
             QObject::connect(&window, &longscope::ui::MainWindow::bookStreamFinished, &window,
                              [&](bool stopped, int) { takeScreenshot(stopped ? 1 : 0); });
         else

@@ -154,6 +154,27 @@ private slots:
         QVERIFY(r.cancelled);
         QVERIFY(r.n_scored > 0 && r.n_scored < 300);
     }
+
+    void reports_each_steps_metrics()
+    {
+        // Two windows of 64 (63 text tokens each), evaluated 16 tokens at a time: 8 steps.
+        const auto text = book_tokens(*m_model, 126);
+        PerplexityOptions o;
+        o.ctx = 64;
+        o.batch = 16;
+        std::vector<StepMetrics> steps;
+        o.metrics = [&](const StepMetrics &m) { steps.push_back(m); };
+        const PerplexityResult r = perplexity(*m_model, text, o);
+        QCOMPARE(r.windows, 2);
+        QCOMPARE(steps.size(), size_t(8));
+        int tokens = 0;
+        for (const StepMetrics &m : steps) {
+            tokens += m.n_tokens;
+            QVERIFY(m.memory.peak_total >= m.memory.total && m.memory.total > 0);
+            QCOMPARE(m.settings.context_limit, 64);
+        }
+        QCOMPARE(tokens, 2 * 64);
+    }
 };
 
 QTEST_APPLESS_MAIN(TestPerplexity)

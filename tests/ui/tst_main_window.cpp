@@ -128,6 +128,7 @@ std::unique_ptr<TestWindow> TestMainWindow::makeWindow(const QString &modelPath)
     MainWindowOptions options;
     options.modelPath = modelPath;
     options.conversationDirectory = m_dir.filePath(QStringLiteral("conversations"));
+    options.runsDirectory = m_dir.filePath(QStringLiteral("runs"));
     options.settings = settings;
     auto w = std::make_unique<TestWindow>(options);
     w->resize(1400, 900);

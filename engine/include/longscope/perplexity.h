@@ -22,6 +22,8 @@ struct PerplexityOptions {
     // Called after each step with tokens scored so far and the total; false cancels (the
     // result then covers what was scored).
     std::function<bool(int64_t done, int64_t total)> progress;
+    // Called after each evaluation step with its metrics (speed, memory ledger with peaks).
+    MetricsCallback metrics;
 };
 
 struct PositionBucket {

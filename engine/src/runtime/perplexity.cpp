@@ -34,6 +34,8 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
     so.settings = o.settings;
     so.settings.context_limit = o.ctx;
     Session session(model, so);
+    if (o.metrics)
+        session.set_metrics_callback(o.metrics);
     const int ctx = session.n_ctx();
     if (ctx < 2)
         throw InvalidArgument("the perplexity window must hold at least 2 tokens");
