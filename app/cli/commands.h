@@ -24,5 +24,6 @@ int cmd_perplexity(const std::vector<std::string> &args, const char *argv0);
 int cmd_passkey(const std::vector<std::string> &args, const char *argv0);
 int cmd_quantize(const std::vector<std::string> &args, const char *argv0);
 int cmd_make_model(const std::vector<std::string> &args, const char *argv0);
+int cmd_serve(const std::vector<std::string> &args, const char *argv0);
 
 } // namespace longscope::cli

@@ -41,6 +41,16 @@ const char *usage =
     "        [--seed S] [--json] [long-context options]\n"
     "      Hides a number in filler text at each depth and asks for it back: accuracy by\n"
     "      length and depth.\n"
+    "  serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--ctx N] [--threads N]\n"
+    "        [--max-connections 16] [--max-queue 8] [--max-body 1048576] [--timeout 600]\n"
+    "        [long-context options]\n"
+    "      OpenAI-compatible HTTP API: POST /v1/chat/completions, POST /v1/completions\n"
+    "      (streaming as server-sent events), GET /v1/models, /v1/metrics, /health. Requests\n"
+    "      queue on the one engine; the long-context options are the defaults that the\n"
+    "      request fields ntk_alpha, kv_before_rope, memory_efficient_attention, causal_flash\n"
+    "      and kv_mode override. --port 0 picks a free port; the address is printed on stderr.\n"
+    "      With --api-key (or $LONGSCOPE_API_KEY) every endpoint but /health needs\n"
+    "      'Authorization: Bearer KEY'. SIGINT/SIGTERM stop it. See docs/serve.md.\n"
     "  tokenize -m MODEL [--bos] (TEXT | -f FILE)\n"
     "      Print the token ids, space separated, on one line.\n"
     "  info -m MODEL [--json]\n"
@@ -111,6 +121,8 @@ int main(int argc, char **argv)
             return longscope::cli::cmd_quantize(args, argv[0]);
         if (cmd == "make-model")
             return longscope::cli::cmd_make_model(args, argv[0]);
+        if (cmd == "serve")
+            return longscope::cli::cmd_serve(args, argv[0]);
         std::fprintf(stderr, "longscope-cli: unknown command '%s' (try --help)\n", cmd.c_str());
         return 2;
     } catch (const longscope::cli::UsageError &e) {

@@ -1,0 +1,637 @@
+#include "server_api.h"
+
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+
+namespace longscope::cli::api {
+
+ApiError::ApiError(int status, std::string message, std::string type, std::string param, std::string code)
+    : std::runtime_error(std::move(message)), m_status(status), m_type(std::move(type)),
+      m_param(std::move(param)), m_code(std::move(code))
+{
+}
+
+json ApiError::body() const { return error_body(what(), m_type, m_param, m_code); }
+
+json error_body(std::string_view message, std::string_view type, std::string_view param, std::string_view code)
+{
+    json e;
+    e["message"] = std::string(message);
+    e["type"] = std::string(type);
+    e["param"] = param.empty() ? json(nullptr) : json(std::string(param));
+    e["code"] = code.empty() ? json(nullptr) : json(std::string(code));
+    return json{{"error", e}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string &param, const std::string &message, const std::string &code = {})
+{
+    throw ApiError(400, message, "invalid_request_error", param, code);
+}
+
+const char *type_name(const json &v)
+{
+    switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+    }
+}
+
+double number_in(const json &v, const std::string &name, double lo, double hi)
+{
+    if (!v.is_number())
+        bad(name, "'" + name + "' must be a number, got " + type_name(v));
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi)
+        bad(name, "'" + name + "' must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                      ", got " + v.dump());
+    return d;
+}
+
+int64_t integer_in(const json &v, const std::string &name, int64_t lo, int64_t hi)
+{
+    int64_t i = 0;
+    if (v.is_number_integer()) {
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+            bad(name, "'" + name + "' is too large: " + v.dump());
+        i = v.get<int64_t>();
+    } else if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+               v.get<double>() == std::floor(v.get<double>()) && std::abs(v.get<double>()) < 9e18) {
+        i = int64_t(v.get<double>());
+    } else {
+        bad(name, "'" + name + "' must be an integer, got " + (v.is_number() ? v.dump() : type_name(v)));
+    }
+    if (i < lo || i > hi)
+        bad(name, "'" + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                      ", got " + std::to_string(i));
+    return i;
+}
+
+bool boolean(const json &v, const std::string &name)
+{
+    if (!v.is_boolean())
+        bad(name, "'" + name + "' must be a boolean, got " + type_name(v));
+    return v.get<bool>();
+}
+
+const std::string &string_of(const json &v, const std::string &name)
+{
+    if (!v.is_string())
+        bad(name, "'" + name + "' must be a string, got " + type_name(v));
+    return v.get_ref<const std::string &>();
+}
+
+// Message content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string content_text(const json &v, const std::string &name)
+{
+    if (v.is_null())
+        return {};
+    if (v.is_string())
+        return v.get<std::string>();
+    if (!v.is_array())
+        bad(name, "'" + name + "' must be a string or an array of text parts, got " + type_name(v));
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string pname = name + "[" + std::to_string(i) + "]";
+        const json &part = v[i];
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text"))
+            bad(pname, "'" + pname + "': only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        out += string_of(part["text"], pname + ".text");
+    }
+    return out;
+}
+
+std::vector<ChatMessage> parse_messages(const json &v)
+{
+    if (!v.is_array())
+        bad("messages", std::string("'messages' must be an array, got ") + type_name(v));
+    if (v.empty())
+        bad("messages", "'messages' must hold at least one message");
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string name = "messages[" + std::to_string(i) + "]";
+        const json &m = v[i];
+        if (!m.is_object())
+            bad(name, "'" + name + "' must be an object, got " + std::string(type_name(m)));
+        if (!m.contains("role"))
+            bad(name + ".role", "'" + name + ".role' is required");
+        const std::string &role = string_of(m["role"], name + ".role");
+        static const json null_content;
+        auto c = m.find("content");
+        const std::string content = content_text(c != m.end() ? *c : null_content, name + ".content");
+        if (role == "system" || role == "developer") {
+            // Leading system messages become the system prompt; the templates have no place
+            // for one later in the conversation.
+            if (!out.empty() && out.back().role != ChatMessage::Role::System)
+                bad(name + ".role", "'" + name + "': a system message is only supported at the start of the conversation");
+            if (!out.empty())
+                out.back().content += "\n" + content;
+            else
+                out.push_back({ChatMessage::Role::System, content});
+        } else if (role == "user") {
+            out.push_back({ChatMessage::Role::User, content});
+        } else if (role == "assistant") {
+            if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty())
+                bad(name + ".tool_calls", "tool calls are not supported");
+            out.push_back({ChatMessage::Role::Assistant, content});
+        } else {
+            bad(name + ".role", "'" + name + ".role' must be system, user or assistant, got '" + role + "'");
+        }
+    }
+    return out;
+}
+
+std::vector<int32_t> token_ids(const json &v, const std::string &name)
+{
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v.size(); ++i)
+        ids.push_back(int32_t(integer_in(v[i], name + "[" + std::to_string(i) + "]", 0,
+                                         std::numeric_limits<int32_t>::max())));
+    return ids;
+}
+
+void parse_prompt(const json &v, CompletionRequest &r)
+{
+    if (v.is_string()) {
+        r.prompt = v.get<std::string>();
+        return;
+    }
+    if (v.is_array() && !v.empty()) {
+        if (v.size() == 1 && v[0].is_string()) {
+            r.prompt = v[0].get<std::string>();
+            return;
+        }
+        if (v[0].is_number()) {
+            r.prompt_ids = token_ids(v, "prompt");
+            return;
+        }
+        if (v.size() == 1 && v[0].is_array() && !v[0].empty()) {
+            r.prompt_ids = token_ids(v[0], "prompt[0]");
+            return;
+        }
+        if (v.size() > 1 && (v[0].is_string() || v[0].is_array()))
+            bad("prompt", "one prompt per request: 'prompt' must be a string (send one request per prompt)");
+    }
+    bad("prompt", std::string("'prompt' must be a string or an array of token ids, got ") +
+                      (v.is_array() ? "an empty or mixed array" : type_name(v)));
+}
+
+// Fields OpenAI defines that this server does not implement: accepted only at their neutral value.
+void check_neutral(const std::string &key, const json &v)
+{
+    if (v.is_null())
+        return;
+    if (key == "frequency_penalty" || key == "presence_penalty") {
+        if (number_in(v, key, -2, 2) != 0)
+            bad(key, "'" + key + "' is not supported (use 'repeat_penalty')");
+    } else if (key == "logprobs") {
+        if ((v.is_boolean() && v.get<bool>()) || (v.is_number() && v.get<double>() != 0) ||
+            !(v.is_boolean() || v.is_number()))
+            bad(key, "'logprobs' is not supported");
+    } else if (key == "top_logprobs") {
+        if (integer_in(v, key, 0, 20) != 0)
+            bad(key, "'top_logprobs' is not supported");
+    } else if (key == "logit_bias") {
+        if (!v.is_object() || !v.empty())
+            bad(key, "'logit_bias' is not supported");
+    } else if (key == "response_format") {
+        if (!v.is_object() || v.value("type", std::string()) != "text")
+            bad(key, "'response_format' other than {\"type\": \"text\"} is not supported");
+    } else if (key == "tools" || key == "functions") {
+        if (!v.is_array() || !v.empty())
+            bad(key, "'" + key + "' (tool calling) is not supported");
+    } else if (key == "tool_choice" || key == "function_call") {
+        if (!(v.is_string() && v.get<std::string>() == "none"))
+            bad(key, "'" + key + "' (tool calling) is not supported");
+    } else if (key == "echo") {
+        if (boolean(v, key))
+            bad(key, "'echo' is not supported");
+    } else if (key == "best_of") {
+        if (integer_in(v, key, 1, 20) != 1)
+            bad(key, "'best_of' must be 1");
+    } else if (key == "suffix") {
+        if (!string_of(v, key).empty())
+            bad(key, "'suffix' is not supported");
+    } else if (key == "user") {
+        string_of(v, key);
+    }
+}
+
+const std::set<std::string> k_common_fields = {
+    "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream", "stream_options", "n",
+    "user", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias",
+    // extra fields of this server
+    "top_k", "repeat_penalty", "ntk_alpha", "kv_before_rope", "memory_efficient_attention",
+    "causal_flash", "kv_mode"};
+const std::set<std::string> k_chat_fields = {"messages", "max_completion_tokens", "top_logprobs",
+                                             "response_format", "tools", "tool_choice", "functions",
+                                             "function_call"};
+const std::set<std::string> k_completion_fields = {"prompt", "echo", "best_of", "suffix"};
+
+// The deepest nesting of arrays and objects in a JSON text (strings skipped), so that a
+// hostile body cannot make recursive copies or destruction run out of stack.
+int nesting_depth(std::string_view text)
+{
+    int depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (char ch : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (ch == '\\')
+                escaped = true;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '[' || ch == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if (ch == ']' || ch == '}') {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+} // namespace
+
+void apply_settings_fields(const json &body, Settings &s)
+{
+    if (auto it = body.find("ntk_alpha"); it != body.end() && !it->is_null()) {
+        if (it->is_string()) {
+            if (it->get<std::string>() != "auto")
+                bad("ntk_alpha", "'ntk_alpha' must be a number >= 1 or \"auto\", got " + it->dump());
+            s.rope.ntk_auto = true;
+        } else {
+            if (!it->is_number())
+                bad("ntk_alpha", std::string("'ntk_alpha' must be a number >= 1 or \"auto\", got ") + type_name(*it));
+            const double a = it->get<double>();
+            if (!std::isfinite(a) || a < 1 || a > 1e6)
+                bad("ntk_alpha", "'ntk_alpha' must be a number >= 1 (at most 1e6) or \"auto\", got " + it->dump());
+            s.rope.ntk_auto = false;
+            s.rope.ntk_alpha = float(a);
+        }
+    }
+    if (auto it = body.find("kv_before_rope"); it != body.end() && !it->is_null())
+        s.rope.store_kv_before_rope = boolean(*it, "kv_before_rope");
+    if (auto it = body.find("memory_efficient_attention"); it != body.end() && !it->is_null())
+        s.attention.memory_efficient = boolean(*it, "memory_efficient_attention");
+    if (auto it = body.find("causal_flash"); it != body.end() && !it->is_null())
+        s.attention.causal_flash = boolean(*it, "causal_flash");
+    if (auto it = body.find("kv_mode"); it != body.end() && !it->is_null()) {
+        const std::string &m = string_of(*it, "kv_mode");
+        auto mode = parse_kv_mode(m);
+        if (!mode)
+            bad("kv_mode", "'kv_mode' must be none, concat, static or vmm, got '" + m + "'");
+        s.kv_mode = *mode;
+    }
+    try {
+        s.validate();
+    } catch (const InvalidArgument &e) {
+        bad("", e.what());
+    }
+}
+
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, const Settings &defaults)
+{
+    if (nesting_depth(body_text) > k_max_json_depth)
+        throw ApiError(400, "the request body nests arrays and objects deeper than " + std::to_string(k_max_json_depth) +
+                                " levels");
+    json body;
+    try {
+        body = json::parse(body_text);
+    } catch (const json::parse_error &e) {
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
+                       "", "invalid_json");
+    }
+    if (!body.is_object())
+        throw ApiError(400, std::string("the request body must be a JSON object, got ") + type_name(body));
+
+    const auto &own = endpoint == Endpoint::Chat ? k_chat_fields : k_completion_fields;
+    for (const auto &[key, value] : body.items())
+        if (!k_common_fields.count(key) && !own.count(key))
+            bad(key, "Unrecognized request argument supplied: " + key, "unknown_parameter");
+
+    CompletionRequest r;
+    r.endpoint = endpoint;
+    r.settings = defaults;
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 1.0f;
+    r.sampling.top_k = 0;
+    r.sampling.repeat_penalty = 1.0f;
+
+    auto get = [&](const char *key) -> const json * {
+        auto it = body.find(key);
+        return it == body.end() || it->is_null() ? nullptr : &*it;
+    };
+
+    if (endpoint == Endpoint::Chat) {
+        const json *m = get("messages");
+        if (!m)
+            bad("messages", "'messages' is required");
+        r.messages = parse_messages(*m);
+    } else {
+        const json *p = get("prompt");
+        if (!p)
+            bad("prompt", "'prompt' is required");
+        parse_prompt(*p, r);
+    }
+    if (const json *v = get("model"))
+        r.model = string_of(*v, "model");
+    if (const json *v = get("max_tokens"))
+        r.max_tokens = int(integer_in(*v, "max_tokens", 1, 1 << 24));
+    if (const json *v = get("max_completion_tokens"))
+        r.max_tokens = int(integer_in(*v, "max_completion_tokens", 1, 1 << 24));
+    if (const json *v = get("temperature"))
+        r.sampling.temperature = float(number_in(*v, "temperature", 0, 2));
+    if (const json *v = get("top_p")) {
+        const double p = number_in(*v, "top_p", 0, 1);
+        if (p == 0)
+            r.sampling.temperature = 0; // only the most likely token survives: greedy
+        else
+            r.sampling.top_p = float(p);
+    }
+    if (const json *v = get("top_k"))
+        r.sampling.top_k = int(integer_in(*v, "top_k", 0, 1 << 24));
+    if (const json *v = get("repeat_penalty"))
+        r.sampling.repeat_penalty = float(number_in(*v, "repeat_penalty", 1e-3, 100));
+    if (const json *v = get("seed")) {
+        r.sampling.seed = uint64_t(integer_in(*v, "seed", std::numeric_limits<int64_t>::min(),
+                                              std::numeric_limits<int64_t>::max()));
+        r.seed_given = true;
+    }
+    if (const json *v = get("stop")) {
+        if (v->is_string()) {
+            r.stop.push_back(v->get<std::string>());
+        } else if (v->is_array()) {
+            if (v->size() > size_t(k_max_stop_sequences))
+                bad("stop", "'stop' holds at most " + std::to_string(k_max_stop_sequences) + " sequences, got " +
+                                std::to_string(v->size()));
+            for (size_t i = 0; i < v->size(); ++i)
+                r.stop.push_back(string_of((*v)[i], "stop[" + std::to_string(i) + "]"));
+        } else {
+            bad("stop", std::string("'stop' must be a string or an array of strings, got ") + type_name(*v));
+        }
+        std::erase_if(r.stop, [](const std::string &s) { return s.empty(); });
+    }
+    if (const json *v = get("stream"))
+        r.stream = boolean(*v, "stream");
+    if (const json *v = get("stream_options")) {
+        if (!v->is_object())
+            bad("stream_options", std::string("'stream_options' must be an object, got ") + type_name(*v));
+        for (const auto &[key, value] : v->items()) {
+            if (key != "include_usage")
+                bad("stream_options." + key, "Unrecognized stream option: " + key, "unknown_parameter");
+            if (!value.is_null())
+                r.include_usage = boolean(value, "stream_options.include_usage");
+        }
+    }
+    if (const json *v = get("n"))
+        if (integer_in(*v, "n", 1, 128) != 1)
+            bad("n", "'n' must be 1: this server generates one choice per request");
+    for (const char *key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
+                            "response_format", "tools", "functions", "tool_choice", "function_call", "echo",
+                            "best_of", "suffix", "user"})
+        if (const json *v = get(key))
+            check_neutral(key, *v);
+
+    apply_settings_fields(body, r.settings);
+    try {
+        r.sampling.validate();
+    } catch (const InvalidArgument &e) {
+        bad("", e.what());
+    }
+    return r;
+}
+
+json settings_json(const Settings &s)
+{
+    json j;
+    j["ntk_alpha"] = s.rope.ntk_auto ? json("auto") : json(double(s.rope.ntk_alpha));
+    j["kv_before_rope"] = s.rope.store_kv_before_rope;
+    j["memory_efficient_attention"] = s.attention.memory_efficient;
+    j["causal_flash"] = s.attention.causal_flash;
+    j["kv_mode"] = std::string(to_string(s.kv_mode));
+    j["context_limit"] = s.context_limit;
+    j["overflow"] = std::string(to_string(s.overflow));
+    return j;
+}
+
+std::string StopScanner::push(std::string_view piece)
+{
+    if (m_stopped)
+        return {};
+    m_held.append(piece);
+    if (m_stops.empty()) {
+        std::string out;
+        out.swap(m_held);
+        return out;
+    }
+    size_t first = std::string::npos;
+    for (const std::string &s : m_stops)
+        first = std::min(first, m_held.find(s));
+    if (first != std::string::npos) {
+        std::string out = m_held.substr(0, first);
+        m_held.clear();
+        m_stopped = true;
+        return out;
+    }
+    // Hold back the longest tail that is the start of some stop sequence.
+    size_t longest = 0;
+    for (const std::string &s : m_stops)
+        longest = std::max(longest, s.size());
+    size_t keep_from = m_held.size();
+    for (size_t i = m_held.size() > longest ? m_held.size() - longest + 1 : 0; i < m_held.size(); ++i) {
+        const std::string_view tail = std::string_view(m_held).substr(i);
+        const bool prefix = std::any_of(m_stops.begin(), m_stops.end(), [&](const std::string &s) {
+            return s.size() > tail.size() && std::string_view(s).substr(0, tail.size()) == tail;
+        });
+        if (prefix) {
+            keep_from = i;
+            break;
+        }
+    }
+    std::string out = m_held.substr(0, keep_from);
+    m_held.erase(0, keep_from);
+    return out;
+}
+
+std::string StopScanner::finish()
+{
+    std::string out;
+    if (!m_stopped)
+        out.swap(m_held);
+    m_held.clear();
+    return out;
+}
+
+std::string finish_reason(StopReason reason, bool stop_sequence_hit)
+{
+    if (stop_sequence_hit || reason == StopReason::EndOfSequence)
+        return "stop";
+    return "length";
+}
+
+json usage_json(const Usage &u)
+{
+    return json{{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+std::string new_id(Endpoint endpoint)
+{
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::string id = endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-";
+    for (int i = 0; i < 24; ++i)
+        id += alphabet[rng() % (sizeof(alphabet) - 1)];
+    return id;
+}
+
+json chat_response(const std::string &id, int64_t created, const std::string &model, const std::string &text,
+                   const std::string &finish, const Usage &usage)
+{
+    json choice{{"index", 0},
+                {"message", {{"role", "assistant"}, {"content", text}}},
+                {"logprobs", nullptr},
+                {"finish_reason", finish}};
+    return json{{"id", id},           {"object", "chat.completion"}, {"created", created},
+                {"model", model},     {"choices", json::array({choice})}, {"usage", usage_json(usage)}};
+}
+
+json completion_response(const std::string &id, int64_t created, const std::string &model, const std::string &text,
+                         const std::string &finish, const Usage &usage)
+{
+    json choice{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    return json{{"id", id},           {"object", "text_completion"}, {"created", created},
+                {"model", model},     {"choices", json::array({choice})}, {"usage", usage_json(usage)}};
+}
+
+json chat_chunk(const std::string &id, int64_t created, const std::string &model,
+                const std::optional<std::string> &text, const std::optional<std::string> &finish, bool role)
+{
+    json delta = json::object();
+    if (role)
+        delta["role"] = "assistant";
+    if (text)
+        delta["content"] = *text;
+    json choice{{"index", 0},
+                {"delta", delta},
+                {"logprobs", nullptr},
+                {"finish_reason", finish ? json(*finish) : json(nullptr)}};
+    return json{{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
+}
+
+json completion_chunk(const std::string &id, int64_t created, const std::string &model, const std::string &text,
+                      const std::optional<std::string> &finish)
+{
+    json choice{{"text", text},
+                {"index", 0},
+                {"logprobs", nullptr},
+                {"finish_reason", finish ? json(*finish) : json(nullptr)}};
+    return json{{"id", id},       {"object", "text_completion"}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
+}
+
+json usage_chunk(Endpoint endpoint, const std::string &id, int64_t created, const std::string &model,
+                 const Usage &usage)
+{
+    return json{{"id", id},
+                {"object", endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array()},
+                {"usage", usage_json(usage)}};
+}
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json &j) { return "data: " + dump(j) + "\n\n"; }
+
+json model_object(const std::string &name, int64_t created)
+{
+    return json{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "longscope"}};
+}
+
+json models_list(const std::string &name, int64_t created)
+{
+    return json{{"object", "list"}, {"data", json::array({model_object(name, created)})}};
+}
+
+json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &now)
+{
+    auto ledger = [](const MemoryLedger &m) {
+        return json{{"weights", m.weights},
+                    {"kv_reserved", m.kv_reserved},
+                    {"kv_resident", m.kv_resident},
+                    {"scratch", m.scratch},
+                    {"total", m.total},
+                    {"peak_kv_reserved", m.peak_kv_reserved},
+                    {"peak_kv_resident", m.peak_kv_resident},
+                    {"peak_scratch", m.peak_scratch},
+                    {"peak_total", m.peak_total},
+                    {"process_rss", m.process_rss},
+                    {"kv_bytes_copied", m.kv_bytes_copied}};
+    };
+    json j;
+    j["object"] = "metrics";
+    if (last) {
+        j["step"] = json{{"step", last->step},
+                         {"phase", std::string(to_string(last->phase))},
+                         {"n_tokens", last->n_tokens},
+                         {"position", last->position},
+                         {"seconds", last->seconds},
+                         {"tokens_per_second", last->tokens_per_second},
+                         {"ntk_alpha", last->ntk_alpha},
+                         {"rope_base", last->rope_base},
+                         {"attention_tiles_skipped", last->attention_tiles_skipped},
+                         {"settings", settings_json(last->settings)},
+                         {"memory", ledger(last->memory)}};
+    } else {
+        j["step"] = nullptr;
+    }
+    j["memory"] = ledger(now);
+    return j;
+}
+
+bool bearer_matches(std::string_view header, std::string_view key)
+{
+    auto trim = [](std::string_view s) {
+        while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+            s.remove_prefix(1);
+        while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+            s.remove_suffix(1);
+        return s;
+    };
+    header = trim(header);
+    constexpr std::string_view scheme = "bearer ";
+    if (header.size() < scheme.size())
+        return false;
+    for (size_t i = 0; i < scheme.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(header[i])) != scheme[i])
+            return false;
+    const std::string_view given = trim(header.substr(scheme.size()));
+    // Constant time in the key's length: no early exit on the first differing byte.
+    unsigned diff = given.size() == key.size() ? 0u : 1u;
+    for (size_t i = 0; i < key.size(); ++i)
+        diff |= static_cast<unsigned char>(key[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+    return diff == 0 && !key.empty();
+}
+
+} // namespace longscope::cli::api

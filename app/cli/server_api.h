@@ -1,0 +1,140 @@
+// The OpenAI-compatible API of `longscope-cli serve`, without sockets: request parsing and
+// validation, the response and stream-chunk JSON shapes, errors in OpenAI's shape, stop
+// sequences. serve.cpp wires these to HTTP; tst_serve tests them over real HTTP.
+#pragma once
+
+#include "longscope/chat.h"
+#include "longscope/engine.h"
+#include "longscope/metrics.h"
+#include "longscope/sampler.h"
+#include "longscope/settings.h"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace longscope::cli::api {
+
+using json = nlohmann::json;
+
+// An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
+class ApiError : public std::runtime_error {
+public:
+    ApiError(int status, std::string message, std::string type = "invalid_request_error",
+             std::string param = {}, std::string code = {});
+    int status() const { return m_status; }
+    const std::string &type() const { return m_type; }
+    const std::string &param() const { return m_param; }
+    const std::string &code() const { return m_code; }
+    json body() const;
+
+private:
+    int m_status;
+    std::string m_type, m_param, m_code;
+};
+
+// The body of an error (param and code null when empty).
+json error_body(std::string_view message, std::string_view type, std::string_view param = {},
+                std::string_view code = {});
+
+enum class Endpoint { Chat, Completion };
+
+// OpenAI's limits and defaults.
+inline constexpr int k_max_stop_sequences = 4;
+inline constexpr int k_default_completion_tokens = 16; // /v1/completions without max_tokens
+inline constexpr int k_max_json_depth = 64;            // deeper request bodies are refused
+
+// A validated request. Fields not given keep the server's defaults.
+struct CompletionRequest {
+    Endpoint endpoint = Endpoint::Chat;
+    std::vector<ChatMessage> messages;          // chat
+    std::string prompt;                         // completions: text...
+    std::optional<std::vector<int32_t>> prompt_ids; // ...or token ids
+    std::optional<int> max_tokens;
+    SamplingParams sampling;                    // OpenAI defaults: temperature 1, top_p 1, no top-k
+    bool seed_given = false;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;                 // stream_options.include_usage
+    Settings settings;                          // server defaults plus the extra fields
+    std::string model;                          // as the client named it (informative)
+};
+
+// Parses and validates a request body. `defaults` are the server's long-context settings,
+// which the extra fields (ntk_alpha, kv_before_rope, memory_efficient_attention,
+// causal_flash, kv_mode) override. Throws ApiError (400) naming the offending field.
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const Settings &defaults);
+
+// Applies the extra long-context fields of `body` to `settings`; throws ApiError.
+void apply_settings_fields(const json &body, Settings &settings);
+
+// The long-context settings as the API spells them (for /v1/metrics and responses).
+json settings_json(const Settings &s);
+
+// Finds the stop sequences in streamed text. push() returns the text that can be released
+// now: everything except a tail that might still grow into a stop sequence. Once a stop
+// sequence is found, the text is cut just before it and stopped() is true; finish() returns
+// what was held back when generation ends without one.
+class StopScanner {
+public:
+    explicit StopScanner(std::vector<std::string> stops) : m_stops(std::move(stops)) {}
+    std::string push(std::string_view piece);
+    std::string finish();
+    bool stopped() const { return m_stopped; }
+
+private:
+    std::vector<std::string> m_stops;
+    std::string m_held;
+    bool m_stopped = false;
+};
+
+// "stop" for an end of sequence or a stop sequence, "length" for max_tokens or a full context.
+std::string finish_reason(StopReason reason, bool stop_sequence_hit);
+
+struct Usage {
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+};
+json usage_json(const Usage &u);
+
+// A fresh id: "chatcmpl-..." or "cmpl-..." with 24 random characters.
+std::string new_id(Endpoint endpoint);
+
+// Whole responses.
+json chat_response(const std::string &id, int64_t created, const std::string &model,
+                   const std::string &text, const std::string &finish, const Usage &usage);
+json completion_response(const std::string &id, int64_t created, const std::string &model,
+                         const std::string &text, const std::string &finish, const Usage &usage);
+
+// Stream chunks: `role` for the first chat chunk, `text` a piece of content, `finish` set
+// on the last choice chunk (with an empty delta). `usage` a final chunk with no choices.
+json chat_chunk(const std::string &id, int64_t created, const std::string &model,
+                const std::optional<std::string> &text, const std::optional<std::string> &finish,
+                bool role = false);
+json completion_chunk(const std::string &id, int64_t created, const std::string &model,
+                      const std::string &text, const std::optional<std::string> &finish);
+json usage_chunk(Endpoint endpoint, const std::string &id, int64_t created, const std::string &model,
+                 const Usage &usage);
+
+// One server-sent event carrying `j`.
+std::string sse_event(const json &j);
+inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
+
+// Serializes for the wire; invalid UTF-8 (never produced by the engine) replaced.
+std::string dump(const json &j);
+
+// GET /v1/models and /v1/models/{id}.
+json model_object(const std::string &name, int64_t created);
+json models_list(const std::string &name, int64_t created);
+
+// GET /v1/metrics: the latest step's metrics and ledger (step null before any request).
+json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &ledger_now);
+
+// Whether the Authorization header carries "Bearer KEY" (compared in constant time).
+bool bearer_matches(std::string_view authorization, std::string_view key);
+
+} // namespace longscope::cli::api
