@@ -1,5 +1,7 @@
 #include "engine_worker.h"
 
+#include "longscope/backend.h"
+
 #include "longscope/chat.h"
 #include "longscope/errors.h"
 #include "longscope/model.h"
@@ -226,7 +228,11 @@ void EngineWorker::loadModel(const QString &path)
         s.weight_bytes = qint64(info.weight_bytes);
         const int threads = m_session->n_threads();
         s.backend = QStringLiteral("CPU (%1 thread%2)").arg(threads).arg(threads == 1 ? "" : "s");
-        s.gpu_status = QStringLiteral("CUDA backend not built");
+        // Why the GPU is not used (or which one could be), as the backend probe says.
+        for (const BackendStatus &b : probe_backends())
+            if (b.name == "CUDA")
+                s.gpu_status = b.available ? QStringLiteral("CUDA: %1 (the GPU forward pass is not available yet)").arg(qs(b.detail))
+                                           : QStringLiteral("CUDA: %1").arg(qs(b.detail));
         m_summary = s;
         emit modelLoaded(s);
         return;
