@@ -1,5 +1,7 @@
 #include "conversation_store.h"
 
+#include "store_files.h"
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -15,11 +17,7 @@ namespace {
 // A conversation file larger than this is not read (a hostile or runaway file).
 constexpr qint64 k_max_file_bytes = 256LL * 1024 * 1024;
 
-void setError(QString *error, const QString &message)
-{
-    if (error)
-        *error = message;
-}
+void setError(QString *error, const QString &message) { setStoreError(error, message); }
 
 const QString k_suffix = QStringLiteral(".json");
 
@@ -121,21 +119,7 @@ std::optional<Conversation> ConversationStore::load(const QString &id, QString *
 
 bool ConversationStore::writeFileAtomically(const QString &path, const QByteArray &bytes, QString *error)
 {
-    QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly)) {
-        setError(error, QStringLiteral("%1: cannot write: %2").arg(path, f.errorString()));
-        return false;
-    }
-    if (f.write(bytes) != bytes.size()) {
-        setError(error, QStringLiteral("%1: write failed: %2").arg(path, f.errorString()));
-        f.cancelWriting();
-        return false;
-    }
-    if (!f.commit()) {
-        setError(error, QStringLiteral("%1: could not be saved: %2").arg(path, f.errorString()));
-        return false;
-    }
-    return true;
+    return longscope::ui::writeFileAtomically(path, bytes, error);
 }
 
 bool ConversationStore::save(const Conversation &conversation, QString *error)
@@ -161,13 +145,7 @@ bool ConversationStore::save(const Conversation &conversation, QString *error)
 bool ConversationStore::remove(const QString &id, QString *error)
 {
     m_errors.clear();
-    QString msg;
-    if (!Conversation::isValidId(id))
-        msg = QStringLiteral("invalid conversation id \"%1\"").arg(id);
-    else if (!QFileInfo(filePath(id)).isFile())
-        msg = QStringLiteral("no conversation \"%1\"").arg(id);
-    else if (!QFile::remove(filePath(id)))
-        msg = QStringLiteral("%1: could not be removed").arg(filePath(id));
+    const QString msg = removeStoredFile(filePath(id), Conversation::isValidId(id), QStringLiteral("conversation"), id);
     if (!msg.isEmpty()) {
         m_errors << msg;
         setError(error, msg);

@@ -1,5 +1,7 @@
 #include "explore_store.h"
 
+#include "store_files.h"
+
 #include "conversation_store.h"
 
 #include <QDateTime>
@@ -20,11 +22,7 @@ namespace {
 constexpr qint64 k_max_file_bytes = 16LL * 1024 * 1024;
 const QString k_suffix = QStringLiteral(".json");
 
-void setError(QString *error, const QString &message)
-{
-    if (error)
-        *error = message;
-}
+void setError(QString *error, const QString &message) { setStoreError(error, message); }
 
 } // namespace
 
@@ -136,7 +134,7 @@ bool ExploreStore::save(PerplexityRunResult &run, QString *error)
         run.created = QDateTime::currentDateTimeUtc();
     QDir().mkpath(m_dir);
     QString why;
-    if (!ConversationStore::writeFileAtomically(filePath(run.id), run.toJsonBytes(), &why)) {
+    if (!writeFileAtomically(filePath(run.id), run.toJsonBytes(), &why)) {
         m_errors << why;
         setError(error, why);
         return false;
@@ -148,13 +146,7 @@ bool ExploreStore::save(PerplexityRunResult &run, QString *error)
 bool ExploreStore::remove(const QString &id, QString *error)
 {
     m_errors.clear();
-    QString msg;
-    if (!isValidId(id))
-        msg = QStringLiteral("invalid run id \"%1\"").arg(id);
-    else if (!QFileInfo(filePath(id)).isFile())
-        msg = QStringLiteral("no saved run \"%1\"").arg(id);
-    else if (!QFile::remove(filePath(id)))
-        msg = QStringLiteral("%1: could not be removed").arg(filePath(id));
+    const QString msg = removeStoredFile(filePath(id), isValidId(id), QStringLiteral("saved run"), id);
     if (!msg.isEmpty()) {
         m_errors << msg;
         setError(error, msg);

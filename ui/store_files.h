@@ -1,0 +1,19 @@
+// File handling shared by the stores that keep one JSON file per item in a directory
+// (conversations, exploration runs): atomic writes and checked removal.
+#pragma once
+
+#include <QByteArray>
+#include <QString>
+
+namespace longscope::ui {
+
+void setStoreError(QString *error, const QString &message);
+
+// Writes `bytes` to `path` through QSaveFile: a crash mid-write keeps the old file.
+bool writeFileAtomically(const QString &path, const QByteArray &bytes, QString *error = nullptr);
+
+// Removes the file of item `id` (`what` names the kind in messages, e.g. "conversation").
+// Returns an empty string on success, else why it could not.
+QString removeStoredFile(const QString &path, bool valid_id, const QString &what, const QString &id);
+
+} // namespace longscope::ui
