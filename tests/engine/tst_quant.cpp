@@ -7,6 +7,7 @@
 // quantize -> dequantize round trip, matmul on quantized weights against a double reference,
 // and whole models quantized by quantize_model_file.
 #include "cpu/ops.h"
+#include "cpu/qdot.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 
@@ -112,6 +113,32 @@ OwnedQuantWeight make_quant_weight(DType type, int64_t n_in, int64_t n_out, uint
     w.view.data = base;
     w.view.nbytes = rb * size_t(n_out);
     return w;
+}
+
+// The activations' 8-bit quantization as qdot.h documents it (llama.cpp's Q8_0 rule):
+// per block of 32, d = max|x| / 127 and q = round-to-nearest-even(x * (127 / max|x|)).
+// Blocks never straddle tokens: every row length here is a multiple of 32.
+std::vector<float> quantize_acts_reference(const std::vector<float> &x)
+{
+    std::vector<float> out(x.size());
+    for (size_t b = 0; b < x.size(); b += 32) {
+        float amax = 0;
+        for (size_t j = b; j < b + 32; ++j)
+            amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (size_t j = b; j < b + 32; ++j)
+            out[j] = d * std::nearbyint(x[j] * id);
+    }
+    return out;
+}
+
+double block_absmax(const std::vector<float> &x, size_t i)
+{
+    const size_t b = i / 32 * 32;
+    double m = 0;
+    for (size_t j = b; j < b + 32; ++j)
+        m = std::max(m, double(std::fabs(x[j])));
+    return m;
 }
 
 std::string greedy_text(const Model &m, const std::string &prompt, int n)
@@ -290,8 +317,14 @@ private slots:
             QCOMPARE(v, 0.0f);
     }
 
-    // matmul() on quantized weights: odd n_out, several token counts (the 4-token and the
-    // single-token paths), against a double-precision product over the dequantized values.
+    // matmul() on quantized weights: odd n_out and odd block counts (96 = 3 blocks, 160 = 5,
+    // 768 = 3 super-blocks), several token counts. matmul quantizes the activations to 8 bits
+    // per block of 32 (d = max|x| / 127, q = round(x / d), as documented in qdot.h) and sums
+    // integer products. Two references in double over the dequantized weights:
+    //  - with the activations as given: the error is bounded by sum_i |w_i| * d(i) / 2 (the
+    //    activations' rounding) plus float accumulation;
+    //  - with the activations quantized by the documented rule, written here independently:
+    //    then only float accumulation differs.
     void matmul_on_quantized_weights_data()
     {
         QTest::addColumn<DType>("type");
@@ -302,6 +335,7 @@ private slots:
         QTest::newRow("Q4_K 512x37") << DType::Q4_K << 512 << 37;
         QTest::newRow("Q6_K 768x29") << DType::Q6_K << 768 << 29;
         QTest::newRow("Q8_0 1024x1") << DType::Q8_0 << 1024 << 1;
+        QTest::newRow("Q4_0 2080x9") << DType::Q4_0 << 2080 << 9;
     }
     void matmul_on_quantized_weights()
     {
@@ -312,27 +346,94 @@ private slots:
         ThreadPool pool(3);
         std::mt19937 rng(5);
         std::normal_distribution<float> dist(0.0f, 1.0f);
+        double worst_ratio = 0;
         for (int n_tokens : {1, 3, 5, 8}) {
             std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
             for (float &v : x)
                 v = dist(rng);
+            const std::vector<float> xq = quantize_acts_reference(x);
             std::vector<float> y(size_t(n_tokens * n_out), NAN);
             matmul(pool, w.view, x.data(), y.data(), n_tokens);
             for (int t = 0; t < n_tokens; ++t)
                 for (int o = 0; o < n_out; ++o) {
-                    double ref = 0, mag = 0;
+                    double ref = 0, ref_q = 0, mag = 0, bound = 0;
                     for (int i = 0; i < n_in; ++i) {
-                        const double p = double(w.values[size_t(o * n_in + i)]) * x[size_t(t * n_in + i)];
-                        ref += p;
-                        mag += std::fabs(p);
+                        const size_t xi = size_t(t * n_in + i);
+                        const double wv = w.values[size_t(o * n_in + i)];
+                        ref += wv * x[xi];
+                        ref_q += wv * xq[xi];
+                        mag += std::fabs(wv * xq[xi]);
+                        bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
                     }
                     const double got = y[size_t(t * n_out + o)];
-                    // float accumulation of n_in products: a few ulps of the magnitude sum.
-                    QVERIFY2(std::fabs(got - ref) <= 1e-5 * mag + 1e-30,
-                             qPrintable(QString("tokens %1 t %2 o %3: %4 vs %5").arg(n_tokens).arg(t).arg(o)
-                                            .arg(got, 0, 'g', 9).arg(ref, 0, 'g', 9)));
+                    const QString where = QString("tokens %1 t %2 o %3: %4 vs %5 / %6")
+                                              .arg(n_tokens).arg(t).arg(o).arg(got, 0, 'g', 9)
+                                              .arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
+                    QVERIFY2(std::fabs(got - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
+                    QVERIFY2(std::fabs(got - ref) <= bound + 1e-5 * mag, qPrintable(where));
+                    worst_ratio = std::max(worst_ratio, std::fabs(got - ref) / bound);
                 }
         }
+        qInfo("worst |error| / activation-rounding bound: %.3f", worst_ratio);
+    }
+
+    // Every integer kernel this CPU runs (VNNI, AVX2, portable) on every tile shape: the same
+    // values within float rounding, and within one kernel the same bits whatever the tile.
+    void integer_kernels_agree_data() { add_type_rows(); }
+    void integer_kernels_agree()
+    {
+        QFETCH(DType, type);
+        const int n_in = type == DType::Q4_K || type == DType::Q6_K ? 768 : 224; // 3 and 7 blocks
+        const int n_out = 4, n_tokens = 4;
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 23);
+        std::mt19937 rng(9);
+        std::normal_distribution<float> dist(0.0f, 2.0f);
+        std::vector<float> x(size_t(n_tokens * n_in));
+        for (float &v : x)
+            v = dist(rng);
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), n_tokens, n_in, acts);
+        const size_t rb = row_bytes(type, n_in);
+        const void *rows[4];
+        for (int r = 0; r < 4; ++r)
+            rows[r] = static_cast<const uint8_t *>(w.view.data) + size_t(r) * rb;
+        QKernel kernels[3];
+        const int nk = available_qkernels(kernels, 3);
+        QVERIFY(nk >= 1 && kernels[nk - 1] == QKernel::Portable);
+        std::vector<float> first(size_t(n_tokens * n_out));
+        for (int k = 0; k < nk; ++k) {
+            // Every tile shape R x NT covering the 4 x 4 pairs.
+            std::vector<float> ref(size_t(n_tokens * n_out), NAN);
+            qgemm_tile_with(kernels[k], type, rows, 4, acts, 0, 4, ref.data(), n_out);
+            for (int R = 1; R <= 4; ++R)
+                for (int NT = 1; NT <= 4; ++NT) {
+                    std::vector<float> y(size_t(n_tokens * n_out), NAN);
+                    for (int r = 0; r < 4; r += R)
+                        for (int t = 0; t < 4; t += NT)
+                            qgemm_tile_with(kernels[k], type, rows + r, std::min(R, 4 - r), acts, t,
+                                            std::min(NT, 4 - t), y.data() + t * n_out + r, n_out);
+                    for (size_t i = 0; i < y.size(); ++i)
+                        QVERIFY2(bits_of(y[i]) == bits_of(ref[i]),
+                                 qPrintable(QString("%1 tile %2x%3 pair %4: %5 vs %6")
+                                                .arg(qkernel_name(kernels[k])).arg(R).arg(NT).arg(i)
+                                                .arg(y[i], 0, 'g', 9).arg(ref[i], 0, 'g', 9)));
+                }
+            if (k == 0) {
+                first = ref;
+                continue;
+            }
+            for (size_t i = 0; i < ref.size(); ++i) {
+                const int t = int(i) / n_out, o = int(i) % n_out;
+                double mag = 0;
+                for (int j = 0; j < n_in; ++j)
+                    mag += std::fabs(double(w.values[size_t(o * n_in + j)]) * x[size_t(t * n_in + j)]);
+                QVERIFY2(std::fabs(double(ref[i]) - first[i]) <= 1e-5 * mag,
+                         qPrintable(QString("%1 vs %2 pair %3: %4 vs %5").arg(qkernel_name(kernels[k]))
+                                        .arg(qkernel_name(kernels[0])).arg(i).arg(ref[i], 0, 'g', 9)
+                                        .arg(first[i], 0, 'g', 9)));
+            }
+        }
+        qInfo("kernels compared: %d (best: %s)", nk, qkernel_name(kernels[0]));
     }
 
     // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every

@@ -2,12 +2,15 @@
 
 #include "cpu/quant.h"
 #include "cpu/gemm.h"
+#include "cpu/qdot.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 namespace longscope {
@@ -103,9 +106,60 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
 
 float dot_f32(const float *a, const float *b, int64_t n) { return cpu_kernels().dot(a, b, n); }
 
+namespace {
+
+// LONGSCOPE_QUANT_MATMUL=dequantize takes quantized weights through the float kernel instead
+// (rows dequantized into a buffer), for comparisons.
+bool dequantized_matmul()
+{
+    static const bool v = [] {
+        const char *e = std::getenv("LONGSCOPE_QUANT_MATMUL");
+        return e && std::string_view(e) == "dequantize";
+    }();
+    return v;
+}
+
+// Quantized weights against activations quantized to 8 bits per block of 32 (qdot.h): the
+// weight rows stream once per group of tokens, four at a time, never widened to floats.
+void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
+{
+    const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    thread_local QuantizedActs acts;
+    quantize_acts(&pool, x, n_tokens, n_in, acts);
+    const QKernel kernel = qkernel();
+    const int token_block = qgemm_token_block(kernel);
+    const size_t stride = row_bytes(w.type, n_in);
+    constexpr int64_t token_group = 64;
+    const QuantizedActs &a = acts;
+    pool.parallel_for(
+        n_out,
+        [&](int64_t begin, int64_t end) {
+            const void *rows[4];
+            for (int64_t g = 0; g < n_tokens; g += token_group) {
+                const int64_t g_end = std::min(n_tokens, g + token_group);
+                for (int64_t o = begin; o < end; o += 4) {
+                    const int nr = int(std::min<int64_t>(4, end - o));
+                    for (int r = 0; r < nr; ++r)
+                        rows[r] = static_cast<const uint8_t *>(w.data) + size_t(o + r) * stride;
+                    for (int64_t t = g; t < g_end; t += token_block) {
+                        const int nt = int(std::min<int64_t>(token_block, g_end - t));
+                        qgemm_tile_with(kernel, w.type, rows, nr, a, t, nt, y + t * n_out + o, n_out);
+                    }
+                }
+            }
+        },
+        std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+}
+
+} // namespace
+
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    if (has_integer_dot(w.type) && n_in % 32 == 0 && !dequantized_matmul()) {
+        matmul_integer(pool, w, x, y, n_tokens);
+        return;
+    }
     // F32, F16 and BF16 rows are read in place by the kernel and widened in registers;
     // quantized rows are dequantized, four at a time, into a per-thread buffer first.
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;

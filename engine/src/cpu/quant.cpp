@@ -502,6 +502,12 @@ bool has_avx2_q() { return __builtin_cpu_supports("avx2") && __builtin_cpu_suppo
 } // namespace
 
 
+void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 8; ++j)
+        q4_k_scale_min(j, packed, sc[j], m[j]);
+}
+
 bool is_quantized(DType type)
 {
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;

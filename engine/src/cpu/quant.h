@@ -50,4 +50,7 @@ void dequantize_row(DType type, const void *src, float *dst, int64_t n);
 // Q6_K search of the scale per 16 (weighted by x^2). Also F32, F16 and BF16.
 void quantize_row(DType type, const float *src, void *dst, int64_t n);
 
+// The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed bytes.
+void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8]);
+
 } // namespace longscope

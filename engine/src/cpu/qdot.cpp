@@ -1,0 +1,639 @@
+#include "cpu/qdot.h"
+
+#include "cpu/ops.h"
+#include "cpu/quant.h"
+#include "cpu/simd.h"
+#include "cpu/thread_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <immintrin.h>
+#include <string_view>
+
+// GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduce
+// intrinsics; the values are defined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace longscope {
+
+namespace {
+
+constexpr int64_t qk = 32;   // activation block, Q8_0 and Q4_0 block
+constexpr int64_t qk_k = 256; // K-quant super-block
+constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q4_k_bytes = 144, q6_k_bytes = 210;
+
+inline uint16_t load_u16(const uint8_t *p)
+{
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+// One block of 32: d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|). The vector
+// version below computes exactly the same values (same float operations, same rounding).
+void quantize_block_portable(const float *x, int8_t *q, float *dl, float *ds)
+{
+    float amax = 0;
+    for (int j = 0; j < qk; ++j)
+        amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < qk; ++j) {
+        const float v = std::nearbyint(x[j] * id);
+        const int qi = std::isnan(v) ? -128 : int(std::clamp(v, -128.0f, 127.0f));
+        q[j] = int8_t(qi);
+        sum += qi;
+    }
+    for (int j = 0; j < qk / 4; ++j)
+        dl[j] = d;
+    *ds = d * float(sum);
+}
+
+#define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *ds)
+{
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
+    *ds = d * float(sum);
+}
+
+bool has_avx512_base()
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+bool has_vnni() { return has_avx512_base() && __builtin_cpu_supports("avx512vnni"); }
+bool has_avx2_int()
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, bool vector)
+{
+    for (int64_t t = t0; t < t1; ++t)
+        for (int64_t b = 0; b < n / qk; ++b) {
+            const float *src = x + t * n + b * qk;
+            int8_t *q = a.q.data() + t * n + b * qk;
+            float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
+            float *ds = a.ds.data() + t * (n / qk) + b;
+            if (vector)
+                quantize_block_avx512(src, q, dl, ds);
+            else
+                quantize_block_portable(src, q, dl, ds);
+        }
+}
+
+// ---- portable -----------------------------------------------------------------------------------
+
+// One (row, token) pair, block by block, in the same arithmetic as the vector kernels: an exact
+// integer sum per scale group, then float: acc += isum * (weight scale * activation scale).
+float dot_portable(DType type, const uint8_t *row, const QuantizedActs &a, int64_t t)
+{
+    const int64_t n = a.n;
+    const int8_t *x = a.q_row(t);
+    const float *dl = a.dl_row(t), *ds = a.ds_row(t);
+    float acc = 0;
+    switch (type) {
+    case DType::Q8_0:
+        for (int64_t b = 0; b < n / qk; ++b) {
+            const uint8_t *p = row + b * q8_0_bytes;
+            int isum = 0;
+            for (int j = 0; j < qk; ++j)
+                isum += int(int8_t(p[2 + j])) * x[b * qk + j];
+            acc += float(isum) * (f16_to_f32(load_u16(p)) * dl[b * 8]);
+        }
+        break;
+    case DType::Q4_0:
+        for (int64_t b = 0; b < n / qk; ++b) {
+            const uint8_t *p = row + b * q4_0_bytes;
+            int isum = 0;
+            for (int j = 0; j < qk / 2; ++j)
+                isum += ((p[2 + j] & 0xF) - 8) * x[b * qk + j] + ((p[2 + j] >> 4) - 8) * x[b * qk + j + 16];
+            acc += float(isum) * (f16_to_f32(load_u16(p)) * dl[b * 8]);
+        }
+        break;
+    case DType::Q4_K:
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            const uint8_t *p = row + sb * q4_k_bytes;
+            const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
+            uint8_t sc[8], m[8];
+            q4_k_scales_mins(p + 4, sc, m);
+            float mins = 0;
+            for (int j = 0; j < 8; ++j)
+                mins += (dmin * float(m[j])) * ds[sb * 8 + j];
+            acc -= mins;
+            const int8_t *xs = x + sb * qk_k;
+            for (int j = 0; j < 8; ++j) {
+                const uint8_t *qs = p + 16 + 32 * (j / 2);
+                int isum = 0;
+                for (int l = 0; l < 32; ++l)
+                    isum += (j % 2 ? qs[l] >> 4 : qs[l] & 0xF) * xs[32 * j + l];
+                acc += float(isum) * ((d * float(sc[j])) * dl[sb * 64 + 8 * j]);
+            }
+        }
+        break;
+    case DType::Q6_K:
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            const uint8_t *p = row + sb * q6_k_bytes;
+            const float d = f16_to_f32(load_u16(p + 208));
+            int8_t u[qk_k];
+            for (int h = 0; h < 2; ++h) {
+                const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
+                for (int l = 0; l < 32; ++l) {
+                    u[128 * h + l] = int8_t((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                    u[128 * h + l + 32] = int8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                    u[128 * h + l + 64] = int8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                    u[128 * h + l + 96] = int8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                }
+            }
+            const int8_t *xs = x + sb * qk_k;
+            for (int g = 0; g < 16; ++g) {
+                int isum = 0;
+                for (int l = 0; l < 16; ++l)
+                    isum += (u[16 * g + l] - 32) * xs[16 * g + l];
+                const float sc = float(int8_t(p[192 + g]));
+                acc += float(isum) * ((d * sc) * dl[sb * 64 + 4 * g]);
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    return acc;
+}
+
+// ---- AVX-512 VNNI ---------------------------------------------------------------------------------
+
+#define LS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+LS_VNNI inline float h2f_vnni(const uint8_t *p) { return _cvtsh_ss(load_u16(p)); }
+
+LS_VNNI inline __m512 two_halves(float a, float b)
+{
+    const __m512d lo = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+// One 64-value chunk of every (row, token) pair: acc += float(sum of u * x - bias terms) * ws * dl.
+template <int R, int NT>
+LS_VNNI inline void pairs_vnni(const __m512i (&u)[R], const __m512 (&ws)[R], const __m512i (&xv)[NT],
+                               const __m512i (&cv)[NT], const __m512 (&dv)[NT], __m512 (&acc)[R][NT])
+{
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const __m512i s = _mm512_dpbusd_epi32(cv[t], u[r], xv[t]);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws[r], dv[t]), acc[r][t]);
+        }
+}
+
+template <DType T, int R, int NT>
+LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64_t t0, float *out, int64_t ldo)
+{
+    const int64_t n = a.n;
+    __m512 acc[R][NT];
+    const int8_t *xq[NT];
+    const float *xl[NT], *xs[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xl[t] = a.dl_row(t0 + t);
+        xs[t] = a.ds_row(t0 + t);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            acc[r][t] = _mm512_setzero_ps();
+    }
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i u[R], xv[NT], cv[NT];
+    __m512 ws[R], dv[NT];
+
+    if constexpr (T == DType::Q8_0 || T == DType::Q4_0) {
+        // Q8_0: u = w + 128 (bias 128); Q4_0: u = the nibble (bias 8). Two blocks per chunk; an
+        // odd last block runs as a half chunk with the other half zero.
+        constexpr int64_t bb = T == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
+        const __m512i bias = _mm512_set1_epi8(T == DType::Q8_0 ? char(-128) : char(8));
+        const int64_t nb = n / qk;
+        for (int64_t b = 0; b < nb; b += 2) {
+            const bool full = b + 1 < nb;
+            const __mmask64 mx = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                xv[t] = _mm512_maskz_loadu_epi8(mx, xq[t] + b * qk);
+                dv[t] = _mm512_maskz_loadu_ps(full ? __mmask16(0xFFFF) : __mmask16(0x00FF), xl[t] + b * 8);
+                cv[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t]));
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + b * bb;
+                if constexpr (T == DType::Q8_0) {
+                    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 2));
+                    const __m256i q1 =
+                        full ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + bb + 2)) : _mm256_setzero_si256();
+                    u[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1),
+                                            _mm512_set1_epi8(char(0x80)));
+                } else {
+                    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 2));
+                    const __m128i q1 =
+                        full ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + bb + 2)) : _mm_setzero_si128();
+                    const __m256i a0 = _mm256_set_m128i(_mm_srli_epi16(q0, 4), q0);
+                    const __m256i a1 = _mm256_set_m128i(_mm_srli_epi16(q1, 4), q1);
+                    u[r] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1),
+                                            _mm512_set1_epi8(0x0F));
+                }
+                ws[r] = two_halves(h2f_vnni(p), full ? h2f_vnni(p + bb) : 0.0f);
+            }
+            pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
+        }
+    } else if constexpr (T == DType::Q4_K) {
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            cv[t] = zero;
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            alignas(64) float scf[R][8], mnf[R][16];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q4_k_bytes;
+                const float d = h2f_vnni(p), dmin = h2f_vnni(p + 2);
+                uint8_t sc[8], m[8];
+                q4_k_scales_mins(p + 4, sc, m);
+                for (int j = 0; j < 8; ++j) {
+                    scf[r][j] = d * float(sc[j]);
+                    mnf[r][j] = dmin * float(m[j]);
+                    mnf[r][j + 8] = 0.0f;
+                }
+            }
+            // The minimums: acc -= sum_j dmin m_j * d_j sum(q) over the eight sub-blocks.
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m512 dsv = _mm512_maskz_loadu_ps(0x00FF, xs[t] + sb * 8);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r)
+                    acc[r][t] = _mm512_fnmadd_ps(_mm512_load_ps(mnf[r]), dsv, acc[r][t]);
+            }
+            for (int k = 0; k < 4; ++k) {
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
+                    dv[t] = _mm512_loadu_ps(xl[t] + sb * 64 + 16 * k);
+                }
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    const __m256i v =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * k));
+                    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+                    u[r] = _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
+                    ws[r] = two_halves(scf[r][2 * k], scf[r][2 * k + 1]);
+                }
+                pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
+            }
+        }
+    } else { // Q6_K: u = the 6-bit code, bias 32, a scale per 16 values
+        const __m512i bias = _mm512_set1_epi8(32);
+        const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            for (int k = 0; k < 4; ++k) {
+                const int h = k / 2, c2 = k % 2;
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
+                    dv[t] = _mm512_loadu_ps(xl[t] + sb * 64 + 16 * k);
+                    cv[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t]));
+                }
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 64 * h));
+                    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 64 * h + 32));
+                    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 128 + 32 * h));
+                    __m256i lo, hi;
+                    if (c2 == 0) {
+                        lo = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+                        hi = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                    } else {
+                        lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+                        hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                    }
+                    u[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                    int32_t s4;
+                    std::memcpy(&s4, p + 192 + 4 * k, 4);
+                    const __m128i sc = _mm_shuffle_epi8(_mm_cvtsi32_si128(s4), spread);
+                    ws[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)),
+                                          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                }
+                pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// ---- AVX2 ------------------------------------------------------------------------------------------
+
+#define LS_AVX2Q __attribute__((target("avx2,fma,f16c")))
+
+LS_AVX2Q inline float h2f_avx2(const uint8_t *p) { return _cvtsh_ss(load_u16(p)); }
+
+// Sums of four u * x products per 32-bit lane (u unsigned <= 128, x signed: no saturation).
+LS_AVX2Q inline __m256i dot4_avx2(__m256i u, __m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+LS_AVX2Q inline float hsum_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+template <int R, int NT>
+LS_AVX2Q inline void pairs_avx2(const __m256i (&u)[R], const __m256 (&ws)[R], const __m256i (&xv)[NT],
+                                const __m256i (&cv)[NT], const __m256 (&dv)[NT], __m256 (&acc)[R][NT])
+{
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const __m256i s = _mm256_sub_epi32(dot4_avx2(u[r], xv[t]), cv[t]);
+            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws[r], dv[t]), acc[r][t]);
+        }
+}
+
+template <DType T, int R, int NT>
+LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int64_t t0, float *out, int64_t ldo)
+{
+    const int64_t n = a.n;
+    __m256 acc[R][NT];
+    const int8_t *xq[NT];
+    const float *xl[NT], *xs[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xl[t] = a.dl_row(t0 + t);
+        xs[t] = a.ds_row(t0 + t);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i u[R], xv[NT], cv[NT];
+    __m256 ws[R], dv[NT];
+
+    if constexpr (T == DType::Q8_0) {
+        // Signed by signed through the sign trick: |w| as the unsigned operand, x with w's sign.
+        for (int64_t b = 0; b < n / qk; ++b) {
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                dv[t] = _mm256_loadu_ps(xl[t] + b * 8);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + b * q8_0_bytes;
+                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 2));
+                const __m256 wsr = _mm256_set1_ps(h2f_avx2(p));
+                const __m256i aw = _mm256_sign_epi8(w, w);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * qk));
+                    const __m256i s = dot4_avx2(aw, _mm256_sign_epi8(x, w));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wsr, dv[t]), acc[r][t]);
+                }
+            }
+        }
+    } else if constexpr (T == DType::Q4_0) {
+        const __m256i bias = _mm256_set1_epi8(8);
+        for (int64_t b = 0; b < n / qk; ++b) {
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * qk));
+                dv[t] = _mm256_loadu_ps(xl[t] + b * 8);
+                cv[t] = dot4_avx2(bias, xv[t]);
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + b * q4_0_bytes;
+                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 2));
+                u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+                ws[r] = _mm256_set1_ps(h2f_avx2(p));
+            }
+            pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
+        }
+    } else if constexpr (T == DType::Q4_K) {
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            cv[t] = zero;
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            float scf[R][8];
+            alignas(32) float mnf[R][8];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q4_k_bytes;
+                const float d = h2f_avx2(p), dmin = h2f_avx2(p + 2);
+                uint8_t sc[8], m[8];
+                q4_k_scales_mins(p + 4, sc, m);
+                for (int j = 0; j < 8; ++j) {
+                    scf[r][j] = d * float(sc[j]);
+                    mnf[r][j] = dmin * float(m[j]);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m256 dsv = _mm256_loadu_ps(xs[t] + sb * 8);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r)
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_load_ps(mnf[r]), dsv, acc[r][t]);
+            }
+            for (int j = 0; j < 8; ++j) {
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * j));
+                    dv[t] = _mm256_loadu_ps(xl[t] + sb * 64 + 8 * j);
+                }
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    const __m256i v = _mm256_loadu_si256(
+                        reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * (j / 2)));
+                    u[r] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+                    ws[r] = _mm256_set1_ps(scf[r][j]);
+                }
+                pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
+            }
+        }
+    } else { // Q6_K
+        const __m256i bias = _mm256_set1_epi8(32);
+        const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
+        for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            for (int c = 0; c < 8; ++c) { // 32 values each: A, B, C, D of the first half, then of the second
+                const int h = c / 4, part = c % 4;
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * c));
+                    dv[t] = _mm256_loadu_ps(xl[t] + sb * 64 + 8 * c);
+                    cv[t] = dot4_avx2(bias, xv[t]);
+                }
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 64 * h + 32 * (part % 2)));
+                    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 128 + 32 * h));
+                    const __m256i low4 = part < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                    __m256i top2;
+                    switch (part) {
+                    case 0: top2 = _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4); break;
+                    case 1: top2 = _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30); break;
+                    case 2: top2 = _mm256_and_si256(hb, m30); break;
+                    default: top2 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30); break;
+                    }
+                    u[r] = _mm256_or_si256(low4, top2);
+                    uint16_t s2;
+                    std::memcpy(&s2, p + 192 + 2 * c, 2);
+                    const __m128i sc = _mm_shuffle_epi8(_mm_cvtsi32_si128(s2), spread);
+                    ws[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_avx2(p + 208)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+                }
+                pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            out[t * ldo + r] = hsum_avx2(acc[r][t]);
+}
+
+// ---- dispatch -------------------------------------------------------------------------------------
+
+using QTileFn = void (*)(const uint8_t *const *, const QuantizedActs &, int64_t, float *, int64_t);
+
+#define LS_QTILE_TABLE(kernel)                                                                               \
+    template <DType T> QTileFn kernel##_fn(int R, int NT)                                                   \
+    {                                                                                                        \
+        static const QTileFn table[4][4] = {                                                                 \
+            {kernel<T, 1, 1>, kernel<T, 1, 2>, kernel<T, 1, 3>, kernel<T, 1, 4>},                            \
+            {kernel<T, 2, 1>, kernel<T, 2, 2>, kernel<T, 2, 3>, kernel<T, 2, 4>},                            \
+            {kernel<T, 3, 1>, kernel<T, 3, 2>, kernel<T, 3, 3>, kernel<T, 3, 4>},                            \
+            {kernel<T, 4, 1>, kernel<T, 4, 2>, kernel<T, 4, 3>, kernel<T, 4, 4>}};                           \
+        return table[R - 1][NT - 1];                                                                         \
+    }
+
+LS_QTILE_TABLE(tile_vnni)
+LS_QTILE_TABLE(tile_avx2)
+
+template <DType T> QTileFn tile_fn(QKernel k, int R, int NT)
+{
+    return k == QKernel::Vnni ? tile_vnni_fn<T>(R, NT) : tile_avx2_fn<T>(R, NT);
+}
+
+QKernel choose_qkernel()
+{
+    const std::string_view simd = cpu_kernels().name;
+    if (simd == "avx512" && has_vnni())
+        return QKernel::Vnni;
+    if (simd != "portable" && has_avx2_int())
+        return QKernel::Avx2;
+    return QKernel::Portable;
+}
+
+} // namespace
+
+void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out)
+{
+    out.n = n;
+    out.n_tokens = n_tokens;
+    out.q.resize(static_cast<size_t>(n_tokens * n));
+    out.dl.resize(static_cast<size_t>(n_tokens * (n / 4)));
+    out.ds.resize(static_cast<size_t>(n_tokens * (n / qk)));
+    const bool vector = qkernel() != QKernel::Portable && has_avx512_base();
+    if (pool && n_tokens > 1)
+        pool->parallel_for(
+            n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, vector); }, 1);
+    else
+        quantize_tokens(x, 0, n_tokens, n, out, vector);
+}
+
+bool has_integer_dot(DType type)
+{
+    return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;
+}
+
+QKernel qkernel()
+{
+    static const QKernel k = choose_qkernel();
+    return k;
+}
+
+const char *qkernel_name(QKernel k)
+{
+    switch (k) {
+    case QKernel::Vnni: return "avx512-vnni";
+    case QKernel::Avx2: return "avx2";
+    default: return "portable";
+    }
+}
+
+int available_qkernels(QKernel *out, int max)
+{
+    int n = 0;
+    if (has_vnni() && n < max)
+        out[n++] = QKernel::Vnni;
+    if (has_avx2_int() && n < max)
+        out[n++] = QKernel::Avx2;
+    if (n < max)
+        out[n++] = QKernel::Portable;
+    return n;
+}
+
+int qgemm_token_block(QKernel k) { return k == QKernel::Avx2 ? 2 : 4; }
+
+void qgemm_tile_with(QKernel k, DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0,
+                     int n_tokens, float *out, int64_t ldo)
+{
+    const auto *const *r = reinterpret_cast<const uint8_t *const *>(rows);
+    if (k == QKernel::Portable) {
+        for (int i = 0; i < n_rows; ++i)
+            for (int t = 0; t < n_tokens; ++t)
+                out[t * ldo + i] = dot_portable(type, r[i], a, t0 + t);
+        return;
+    }
+    QTileFn fn = nullptr;
+    switch (type) {
+    case DType::Q8_0: fn = tile_fn<DType::Q8_0>(k, n_rows, n_tokens); break;
+    case DType::Q4_0: fn = tile_fn<DType::Q4_0>(k, n_rows, n_tokens); break;
+    case DType::Q4_K: fn = tile_fn<DType::Q4_K>(k, n_rows, n_tokens); break;
+    case DType::Q6_K: fn = tile_fn<DType::Q6_K>(k, n_rows, n_tokens); break;
+    default: return;
+    }
+    fn(r, a, t0, out, ldo);
+}
+
+void qgemm_tile(DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0, int n_tokens,
+                float *out, int64_t ldo)
+{
+    qgemm_tile_with(qkernel(), type, rows, n_rows, a, t0, n_tokens, out, ldo);
+}
+
+} // namespace longscope

@@ -1,0 +1,64 @@
+// Integer dot products between quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) and activations
+// quantized to 8 bits on the fly, the scheme llama.cpp uses on CPUs: the weights are never
+// widened to floats; each block's integer products are summed exactly in int32 and scaled once.
+//
+// Activations: each block of 32 values x gets d = max|x| / 127 and q = round(x / d), so
+// |x - d q| <= d / 2. A weight block with values s * (u - bias) (u the stored unsigned code,
+// s its scale) contributes s * d * (sum(u q) - bias * sum(q)); Q4_K adds - dmin * m * d * sum(q)
+// per sub-block. Every integer sum is exact; the only error beyond float rounding is the
+// activations' rounding, bounded by sum_i |w_i| * d_block(i) / 2.
+//
+// Kernels, chosen at run time: AVX-512 VNNI (vpdpbusd, 64 products per instruction), AVX2
+// (vpmaddubsw + vpmaddwd) and portable C++. Each (row, token) pair is computed by the same
+// sequence of operations whatever the tile it sits in, so batched and single-token runs agree
+// bit for bit.
+#pragma once
+
+#include "longscope/types.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace longscope {
+
+class ThreadPool;
+
+struct QuantizedActs {
+    int64_t n = 0;        // values per token (a multiple of 32)
+    int64_t n_tokens = 0;
+    std::vector<int8_t> q; // [n_tokens, n]
+    std::vector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
+    std::vector<float> ds; // [n_tokens, n / 32]: d * sum(q) per block
+
+    const int8_t *q_row(int64_t t) const { return q.data() + t * n; }
+    const float *dl_row(int64_t t) const { return dl.data() + t * (n / 4); }
+    const float *ds_row(int64_t t) const { return ds.data() + t * (n / 32); }
+};
+
+// Quantizes x [n_tokens, n] (n a multiple of 32) into `out`, reusing its storage. Splits the
+// tokens over `pool` when there are several.
+void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out);
+
+enum class QKernel { Vnni, Avx2, Portable };
+
+// Whether the integer path handles weights of this type.
+bool has_integer_dot(DType type);
+
+// The kernel in use: VNNI where the CPU has AVX-512 VNNI and the float kernels are the AVX-512
+// ones, else AVX2, else portable (LONGSCOPE_SIMD=avx2|portable lowers it with them).
+QKernel qkernel();
+const char *qkernel_name(QKernel k);
+// Every kernel this CPU runs, best first (tests compare them).
+int available_qkernels(QKernel *out, int max);
+
+// out[t * ldo + r] = sum_i w_r[i] * x_(t0 + t)[i] for r < n_rows (<= 4), t < n_tokens (<= 4),
+// with x the quantized activations `a`; rows[r] points at row r's first block.
+void qgemm_tile(DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0, int n_tokens,
+                float *out, int64_t ldo);
+void qgemm_tile_with(QKernel k, DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0,
+                     int n_tokens, float *out, int64_t ldo);
+
+// The token block the kernel handles best (4 with VNNI, 2 with AVX2, 4 portable).
+int qgemm_token_block(QKernel k);
+
+} // namespace longscope
