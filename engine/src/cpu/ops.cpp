@@ -119,6 +119,12 @@ bool dequantized_matmul()
     return v;
 }
 
+// Rows per tile. A single token takes one row at a time: each thread then reads its weights as
+// one sequential stream, which the hardware prefetchers follow at full bandwidth (four rows
+// interleaved measured 16 against 27 tokens/s for a Q8_0 decode on two cores). Several tokens
+// take four rows, so each token's activations are loaded once per four rows.
+int decode_row_block(int64_t n_tokens) { return n_tokens == 1 ? 1 : 4; }
+
 // Quantized weights against activations quantized to 8 bits per block of 32 (qdot.h): the
 // weight rows stream once per group of tokens, four at a time, never widened to floats.
 void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
@@ -129,6 +135,7 @@ void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float
     const QKernel kernel = qkernel();
     const int token_block = qgemm_token_block(kernel);
     const size_t stride = row_bytes(w.type, n_in);
+    const int row_block = decode_row_block(n_tokens);
     constexpr int64_t token_group = 64;
     const QuantizedActs &a = acts;
     pool.parallel_for(
@@ -137,8 +144,8 @@ void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float
             const void *rows[4];
             for (int64_t g = 0; g < n_tokens; g += token_group) {
                 const int64_t g_end = std::min(n_tokens, g + token_group);
-                for (int64_t o = begin; o < end; o += 4) {
-                    const int nr = int(std::min<int64_t>(4, end - o));
+                for (int64_t o = begin; o < end; o += row_block) {
+                    const int nr = int(std::min<int64_t>(row_block, end - o));
                     for (int r = 0; r < nr; ++r)
                         rows[r] = static_cast<const uint8_t *>(w.data) + size_t(o + r) * stride;
                     for (int64_t t = g; t < g_end; t += token_block) {
@@ -165,6 +172,7 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
     const int token_block = gemm_token_block();
+    const int row_block = decode_row_block(n_tokens);
     // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
     // while the thread's weight rows stream past them once per group.
     constexpr int64_t token_group = 64;
@@ -175,8 +183,8 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
             const void *rows[4];
             for (int64_t g = 0; g < n_tokens; g += token_group) {
                 const int64_t g_end = std::min(n_tokens, g + token_group);
-                for (int64_t o = begin; o < end; o += 4) {
-                    const int nr = int(std::min<int64_t>(4, end - o));
+                for (int64_t o = begin; o < end; o += row_block) {
+                    const int nr = int(std::min<int64_t>(row_block, end - o));
                     for (int r = 0; r < nr; ++r) {
                         if (in_place) {
                             rows[r] = static_cast<const uint8_t *>(w.data) + (o + r) * row_stride;

@@ -178,6 +178,21 @@ float dot_portable(DType type, const uint8_t *row, const QuantizedActs &a, int64
     return acc;
 }
 
+// The 12 packed bytes of a Q4_K super-block (layout in quant.h) as 16 bytes: the eight 6-bit
+// scales, then the eight 6-bit mins. Four bytes at a time: scales 0-3 and mins 0-3 are the low
+// six bits of bytes 0-3 and 4-7; scales 4-7 (mins 4-7) take their low nibble from bytes 8-11
+// (high nibble) and their top two bits from the top of bytes 0-3 (4-7).
+inline __m128i q4_k_unpack_scales(const uint8_t *packed)
+{
+    uint32_t w[3];
+    std::memcpy(w, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, nib = 0x0f0f0f0f, top2 = 0x03030303;
+    const uint32_t sc03 = w[0] & low6, m03 = w[1] & low6;
+    const uint32_t sc47 = (w[2] & nib) | (((w[0] >> 6) & top2) << 4);
+    const uint32_t m47 = ((w[2] >> 4) & nib) | (((w[1] >> 6) & top2) << 4);
+    return _mm_setr_epi32(int(sc03), int(sc47), int(m03), int(m47));
+}
+
 // ---- AVX-512 VNNI ---------------------------------------------------------------------------------
 
 #define LS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -266,28 +281,29 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
         for (int t = 0; t < NT; ++t)
             cv[t] = zero;
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            alignas(64) float scf[R][8], mnf[R][16];
+            // sm[r] = {d * sc[0..7], dmin * m[0..7]}; chunk k uses lanes 2k (x8) and 2k+1 (x8).
+            __m512 sm[R];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q4_k_bytes;
-                const float d = h2f_vnni(p), dmin = h2f_vnni(p + 2);
-                uint8_t sc[8], m[8];
-                q4_k_scales_mins(p + 4, sc, m);
-                for (int j = 0; j < 8; ++j) {
-                    scf[r][j] = d * float(sc[j]);
-                    mnf[r][j] = dmin * float(m[j]);
-                    mnf[r][j + 8] = 0.0f;
-                }
+                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))),
+                                      two_halves(h2f_vnni(p), h2f_vnni(p + 2)));
             }
-            // The minimums: acc -= sum_j dmin m_j * d_j sum(q) over the eight sub-blocks.
+            // The minimums: acc -= sum_j dmin m_j * d_j sum(q) over the eight sub-blocks (lanes 8-15).
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
-                const __m512 dsv = _mm512_maskz_loadu_ps(0x00FF, xs[t] + sb * 8);
+                const __m256 ds8 = _mm256_loadu_ps(xs[t] + sb * 8);
+                const __m512 dsv = _mm512_castpd_ps(
+                    _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(ds8), 1));
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r)
-                    acc[r][t] = _mm512_fnmadd_ps(_mm512_load_ps(mnf[r]), dsv, acc[r][t]);
+                    acc[r][t] = _mm512_fnmadd_ps(sm[r], dsv, acc[r][t]);
             }
+            #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
+                const __m512i idx = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                                     2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
+                                                     2 * k, 2 * k);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
@@ -299,18 +315,29 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
                         _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * k));
                     const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
                     u[r] = _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
-                    ws[r] = two_halves(scf[r][2 * k], scf[r][2 * k + 1]);
+                    ws[r] = _mm512_permutexvar_ps(idx, sm[r]);
                 }
                 pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
             }
         }
     } else { // Q6_K: u = the 6-bit code, bias 32, a scale per 16 values
         const __m512i bias = _mm512_set1_epi8(32);
-        const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
         const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            // sc[r] = d * scales[0..15]; chunk k uses lanes 4k..4k+3, four lanes each.
+            __m512 sc[R];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 192));
+                sc[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s16)));
+            }
+            #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const int h = k / 2, c2 = k % 2;
+                const __m512i idx = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
+                                                     4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                                     4 * k, 4 * k, 4 * k, 4 * k);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
@@ -333,11 +360,7 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
                     }
                     u[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                    int32_t s4;
-                    std::memcpy(&s4, p + 192 + 4 * k, 4);
-                    const __m128i sc = _mm_shuffle_epi8(_mm_cvtsi32_si128(s4), spread);
-                    ws[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)),
-                                          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                    ws[r] = _mm512_permutexvar_ps(idx, sc[r]);
                 }
                 pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
             }
