@@ -247,6 +247,95 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     return stats;
 }
 
+namespace {
+
+// One query row against one key tile: scores, the online-softmax update of (m, l) and the
+// rescaled accumulator. kt is the tile transposed [head_dim, T]; vt its values (row stride
+// ekv); mask (without causal flash) the row's additive mask; with `diagonal`, keys after
+// column `last_visible` are left out. Built for AVX-512, AVX2 and baseline x86-64, the best
+// chosen when the program starts; the loops are written so the compiler vectorises them.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd,
+              float scale, const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, float &m,
+              float &l)
+{
+    // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over dims in order, sixteen
+    // keys at a time over the transposed tile.
+    int64_t c0 = 0;
+    for (; c0 + 16 <= w; c0 += 16) {
+        float s16[16] = {};
+        for (int d = 0; d < hd; ++d) {
+            const float qd = q[d];
+            const float *kd = kt + int64_t(d) * T + c0;
+            for (int k = 0; k < 16; ++k)
+                s16[k] += qd * kd[k];
+        }
+        for (int k = 0; k < 16; ++k)
+            s[c0 + k] = s16[k] * scale;
+    }
+    for (int64_t c = c0; c < w; ++c) {
+        float x = 0.0f;
+        for (int d = 0; d < hd; ++d)
+            x += q[d] * kt[int64_t(d) * T + c];
+        s[c] = x * scale;
+    }
+    if (mask) {
+        for (int64_t c = 0; c < w; ++c)
+            s[c] += mask[c];
+    } else if (diagonal) {
+        // Keys past this query's position, by comparing positions.
+        for (int64_t c = std::max<int64_t>(0, last_visible + 1); c < w; ++c)
+            s[c] = kNegInf;
+    }
+    float tile_max = kNegInf;
+    for (int64_t c = 0; c < w; ++c)
+        tile_max = std::max(tile_max, s[c]);
+
+    const float m_old = m;
+    const float m_new = std::max(m_old, tile_max);
+    // Nothing visible to this row yet: exp(-inf - -inf) would be NaN; the row's state
+    // (m = -inf, l = 0, acc = 0) stays as it is.
+    if (m_new == kNegInf)
+        return;
+    // m_old = -inf (first visible tile) gives alpha = 0 on a zero accumulator, as wanted.
+    const float alpha = std::exp(m_old - m_new);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < w; ++c) {
+        s[c] = std::exp(s[c] - m_new);
+        sum += s[c];
+    }
+    l = l * alpha + sum;
+    m = m_new;
+
+    // acc = acc * alpha + sum_c p_c v_c, sixteen dims at a time kept in registers across the
+    // tile, then the tail dims.
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16) {
+        float a16[16];
+        for (int k = 0; k < 16; ++k)
+            a16[k] = a[d0 + k] * alpha;
+        for (int64_t cc = 0; cc < w; ++cc) {
+            const float pw = s[cc];
+            if (pw == 0.0f) // masked (or underflowed): adds nothing
+                continue;
+            const float *v = vt + cc * ekv + d0;
+            for (int k = 0; k < 16; ++k)
+                a16[k] += pw * v[k];
+        }
+        for (int k = 0; k < 16; ++k)
+            a[d0 + k] = a16[k];
+    }
+    for (int d = d0; d < hd; ++d) {
+        float ad = a[d] * alpha;
+        for (int64_t cc = 0; cc < w; ++cc)
+            if (s[cc] != 0.0f)
+                ad += s[cc] * vt[cc * ekv + d];
+        a[d] = ad;
+    }
+}
+
+} // namespace
+
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
                                int tile)
 {
@@ -342,87 +431,9 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                         const int h = kvh * group + g;
                         for (int64_t qi = 0; qi < bq; ++qi) {
                             const int64_t r = int64_t(g) * bq + qi;
-                            const int64_t pos = first_pos + qi;
-                            const float *q = p.q + ((i0 + qi) * n_head + h) * hd;
-                            float *s = scores.data() + r * T;
-
-                            // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over
-                            // dims in order, eight keys at a time over the transposed tile (a
-                            // fixed 8-wide inner loop the compiler turns into vector code).
-                            int64_t c0 = 0;
-                            for (; c0 + 8 <= w; c0 += 8) {
-                                float s8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                                for (int d = 0; d < hd; ++d) {
-                                    const float qd = q[d];
-                                    const float *kd = kt + int64_t(d) * T + c0;
-                                    for (int k = 0; k < 8; ++k)
-                                        s8[k] += qd * kd[k];
-                                }
-                                for (int k = 0; k < 8; ++k)
-                                    s[c0 + k] = s8[k] * scale;
-                            }
-                            for (int64_t c = c0; c < w; ++c) {
-                                float x = 0.0f;
-                                for (int d = 0; d < hd; ++d)
-                                    x += q[d] * kt[int64_t(d) * T + c];
-                                s[c] = x * scale;
-                            }
-                            if (!causal_flash) {
-                                const float *mk = mask.data() + qi * T;
-                                for (int64_t c = 0; c < w; ++c)
-                                    s[c] += mk[c];
-                            } else if (diagonal) {
-                                // Keys past this query's position, by comparing positions.
-                                for (int64_t c = std::max<int64_t>(0, pos + 1 - j0); c < w; ++c)
-                                    s[c] = kNegInf;
-                            }
-                            float tile_max = kNegInf;
-                            for (int64_t c = 0; c < w; ++c)
-                                tile_max = std::max(tile_max, s[c]);
-
-                            const float m_old = m[size_t(r)];
-                            const float m_new = std::max(m_old, tile_max);
-                            // Nothing visible to this row yet: exp(-inf - -inf) would be NaN;
-                            // the row's state (m = -inf, l = 0, acc = 0) stays as it is.
-                            if (m_new == kNegInf)
-                                continue;
-                            // m_old = -inf (first visible tile) gives alpha = 0 on a zero
-                            // accumulator, as wanted.
-                            const float alpha = std::exp(m_old - m_new);
-                            float sum = 0.0f;
-                            for (int64_t c = 0; c < w; ++c) {
-                                s[c] = std::exp(s[c] - m_new);
-                                sum += s[c];
-                            }
-                            l[size_t(r)] = l[size_t(r)] * alpha + sum;
-                            m[size_t(r)] = m_new;
-
-                            // acc = acc * alpha + sum_c p_c v_c, eight dims at a time kept in
-                            // registers across the tile, then the tail dims.
-                            float *a = acc.data() + r * hd;
-                            int d0 = 0;
-                            for (; d0 + 8 <= hd; d0 += 8) {
-                                float a8[8];
-                                for (int k = 0; k < 8; ++k)
-                                    a8[k] = a[d0 + k] * alpha;
-                                for (int64_t cc = 0; cc < w; ++cc) {
-                                    const float pw = s[cc];
-                                    if (pw == 0.0f) // masked (or underflowed): adds nothing
-                                        continue;
-                                    const float *v = vt + cc * ekv + d0;
-                                    for (int k = 0; k < 8; ++k)
-                                        a8[k] += pw * v[k];
-                                }
-                                for (int k = 0; k < 8; ++k)
-                                    a[d0 + k] = a8[k];
-                            }
-                            for (int d = d0; d < hd; ++d) {
-                                float ad = a[d] * alpha;
-                                for (int64_t cc = 0; cc < w; ++cc)
-                                    if (s[cc] != 0.0f)
-                                        ad += s[cc] * vt[cc * ekv + d];
-                                a[d] = ad;
-                            }
+                            tile_row(p.q + ((i0 + qi) * n_head + h) * hd, kt, T, w, vt, ekv, hd, scale,
+                                     causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi - j0,
+                                     scores.data() + r * T, acc.data() + r * hd, m[size_t(r)], l[size_t(r)]);
                         }
                     }
                 }
