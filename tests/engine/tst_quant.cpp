@@ -6,6 +6,7 @@
 // are ports of ggml's reference ones and must match them too. On top: error bounds of the
 // quantize -> dequantize round trip, matmul on quantized weights against a double reference,
 // and whole models quantized by quantize_model_file.
+#include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "cpu/qdot.h"
 #include "cpu/quant.h"
@@ -347,13 +348,13 @@ private slots:
         std::mt19937 rng(5);
         std::normal_distribution<float> dist(0.0f, 1.0f);
         double worst_ratio = 0;
-        for (int n_tokens : {1, 3, 5, 8}) {
+        for (int n_tokens : {1, 3, 5, 8, 21}) {
             std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
             for (float &v : x)
                 v = dist(rng);
             const std::vector<float> xq = quantize_acts_reference(x);
             std::vector<float> y(size_t(n_tokens * n_out), NAN);
-            matmul(pool, w.view, x.data(), y.data(), n_tokens);
+            matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Integer);
             for (int t = 0; t < n_tokens; ++t)
                 for (int o = 0; o < n_out; ++o) {
                     double ref = 0, ref_q = 0, mag = 0, bound = 0;
@@ -375,6 +376,51 @@ private slots:
                 }
         }
         qInfo("worst |error| / activation-rounding bound: %.3f", worst_ratio);
+    }
+
+    // The BF16 path (many tokens, CPUs with AVX-512 BF16): weights dequantized then rounded to
+    // BF16, activations rounded to BF16, products summed in float. Each rounding is to nearest
+    // with 8 significant bits (unit roundoff 2^-8), so |w^ x^ - w x| <= |w x| (2^-7 + 2^-16);
+    // float accumulation adds a few ulps of the magnitude sum. Where the CPU lacks BF16 dot
+    // products the path falls back to the integer one, and the integer bound is checked.
+    void matmul_bf16_path_data() { matmul_on_quantized_weights_data(); }
+    void matmul_bf16_path()
+    {
+        QFETCH(DType, type);
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 13);
+        ThreadPool pool(3);
+        std::mt19937 rng(7);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        const bool bf16 = has_bf16_dot();
+        for (int n_tokens : {1, 6, 16, 37}) {
+            std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+            for (float &v : x)
+                v = dist(rng);
+            std::vector<float> y(size_t(n_tokens * n_out), NAN);
+            matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Bf16);
+            double worst = 0;
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double ref = 0, mag = 0, int_bound = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        const size_t xi = size_t(t * n_in + i);
+                        const double wv = w.values[size_t(o * n_in + i)];
+                        ref += wv * x[xi];
+                        mag += std::fabs(wv * x[xi]);
+                        int_bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                    }
+                    const double got = y[size_t(t * n_out + o)];
+                    const double bound = bf16 ? mag * (1.0 / 128 + 1.0 / 65536) + 1e-5 * mag : int_bound + 2e-5 * mag;
+                    QVERIFY2(std::fabs(got - ref) <= bound,
+                             qPrintable(QString("tokens %1 t %2 o %3: %4 vs %5 (bound %6)").arg(n_tokens).arg(t).arg(o)
+                                            .arg(got, 0, 'g', 9).arg(ref, 0, 'g', 9).arg(bound)));
+                    worst = std::max(worst, std::fabs(got - ref) / mag);
+                }
+            qInfo("%s, %d tokens: worst |error| / sum|w x| = %.2e", bf16 ? "BF16 dot products" : "no BF16 on this CPU: integer path",
+                  n_tokens, worst);
+        }
     }
 
     // Every integer kernel this CPU runs (VNNI, AVX2, portable) on every tile shape: the same

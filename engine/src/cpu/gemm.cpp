@@ -231,6 +231,71 @@ void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, 
     }
 }
 
+// ---- AVX-512 BF16 ---------------------------------------------------------------------------
+
+#define LS_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+namespace {
+
+template <int R, int NT>
+LS_BF16 void tile_bf16(const uint16_t *const *rows, const uint16_t *x, int64_t ldx, int64_t n, float *out, int64_t ldo)
+{
+    __m512 acc[R][NT];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        __m512bh xv[NT];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            xv[t] = (__m512bh)_mm512_loadu_si512(x + t * ldx + i);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const __m512bh w = (__m512bh)_mm512_loadu_si512(rows[r] + i);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w, xv[t]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+using Bf16TileFn = void (*)(const uint16_t *const *, const uint16_t *, int64_t, int64_t, float *, int64_t);
+
+} // namespace
+
+bool has_bf16_dot()
+{
+    static const bool v = std::string_view(cpu_kernels().name) == "avx512" && __builtin_cpu_supports("avx512bf16");
+    return v;
+}
+
+void gemm_tile_bf16dot(const uint16_t *const *rows, int n_rows, const uint16_t *x, int64_t ldx, int n_tokens,
+                       int64_t n, float *out, int64_t ldo)
+{
+    static const Bf16TileFn table[4][4] = {
+        {tile_bf16<1, 1>, tile_bf16<1, 2>, tile_bf16<1, 3>, tile_bf16<1, 4>},
+        {tile_bf16<2, 1>, tile_bf16<2, 2>, tile_bf16<2, 3>, tile_bf16<2, 4>},
+        {tile_bf16<3, 1>, tile_bf16<3, 2>, tile_bf16<3, 3>, tile_bf16<3, 4>},
+        {tile_bf16<4, 1>, tile_bf16<4, 2>, tile_bf16<4, 3>, tile_bf16<4, 4>}};
+    table[n_rows - 1][n_tokens - 1](rows, x, ldx, n, out, ldo);
+}
+
+LS_BF16 void f32_to_bf16_rne(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    for (; i < n; ++i)
+        dst[i] = f32_to_bf16(src[i]);
+}
+
 int gemm_token_block() { return std::string_view(cpu_kernels().name) == "avx2" ? 2 : 4; }
 
 } // namespace longscope

@@ -16,6 +16,18 @@ namespace longscope {
 void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, int64_t ldx, int n_tokens,
                int64_t n, float *out, int64_t ldo);
 
+// Whether the CPU has AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice
+// the float FMA's 16), used for the matrix products of quantized weights over many tokens.
+bool has_bf16_dot();
+
+// out[t * ldo + r] = sum_i w_r[i] * x_t[i], rows and tokens in BF16 (x_t = x + t * ldx), sums
+// in float, for r < n_rows (<= 4), t < n_tokens (<= 4); n a multiple of 32. Needs has_bf16_dot().
+void gemm_tile_bf16dot(const uint16_t *const *rows, int n_rows, const uint16_t *x, int64_t ldx, int n_tokens,
+                       int64_t n, float *out, int64_t ldo);
+
+// Rounds n floats to BF16, to nearest even (needs has_bf16_dot()).
+void f32_to_bf16_rne(const float *src, uint16_t *dst, int64_t n);
+
 // The token block the kernel in use handles best (4 with AVX-512, 2 with AVX2, 4 portable).
 int gemm_token_block();
 

@@ -108,13 +108,19 @@ float dot_f32(const float *a, const float *b, int64_t n) { return cpu_kernels().
 
 namespace {
 
-// LONGSCOPE_QUANT_MATMUL=dequantize takes quantized weights through the float kernel instead
-// (rows dequantized into a buffer), for comparisons.
-bool dequantized_matmul()
+// LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize overrides the automatic choice (comparisons).
+QuantMatmul quant_matmul_override()
 {
-    static const bool v = [] {
+    static const QuantMatmul v = [] {
         const char *e = std::getenv("LONGSCOPE_QUANT_MATMUL");
-        return e && std::string_view(e) == "dequantize";
+        const std::string_view s = e ? e : "";
+        if (s == "integer")
+            return QuantMatmul::Integer;
+        if (s == "bf16")
+            return QuantMatmul::Bf16;
+        if (s == "dequantize")
+            return QuantMatmul::Dequantize;
+        return QuantMatmul::Auto;
     }();
     return v;
 }
@@ -158,17 +164,78 @@ void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float
         std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
 }
 
+// Quantized weights over many tokens through BF16 dot products: each panel of rows is
+// dequantized once per call (to float, then rounded to BF16) and kept in the L2 cache while
+// every token's BF16 activations stream past it, four rows by four tokens per tile.
+void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
+{
+    const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    // The calling thread's buffer; the workers reach it through this pointer (a thread_local
+    // named inside the lambda would be each worker's own).
+    thread_local std::vector<uint16_t> xb_storage;
+    xb_storage.resize(static_cast<size_t>(n_tokens * n_in));
+    uint16_t *const xb = xb_storage.data();
+    pool.parallel_for(
+        n_tokens,
+        [&](int64_t begin, int64_t end) { f32_to_bf16_rne(x + begin * n_in, xb + begin * n_in, (end - begin) * n_in); },
+        1);
+    const size_t stride = row_bytes(w.type, n_in);
+    // Rows per panel: about 256 KiB of BF16, a multiple of 4.
+    const int64_t panel = std::clamp<int64_t>((262144 / (2 * n_in)) / 4 * 4, 4, 64);
+    const uint16_t *xs = xb;
+    pool.parallel_for(
+        n_out,
+        [&](int64_t begin, int64_t end) {
+            std::vector<float> f(static_cast<size_t>(n_in));
+            std::vector<uint16_t> wb(static_cast<size_t>(panel * n_in));
+            const uint16_t *rows[4];
+            for (int64_t p0 = begin; p0 < end; p0 += panel) {
+                const int64_t np = std::min(panel, end - p0);
+                for (int64_t r = 0; r < np; ++r) {
+                    dequantize_row(w.type, static_cast<const uint8_t *>(w.data) + size_t(p0 + r) * stride, f.data(),
+                                   n_in);
+                    f32_to_bf16_rne(f.data(), wb.data() + r * n_in, n_in);
+                }
+                for (int64_t t = 0; t < n_tokens; t += 4) {
+                    const int nt = int(std::min<int64_t>(4, n_tokens - t));
+                    for (int64_t o = 0; o < np; o += 4) {
+                        const int nr = int(std::min<int64_t>(4, np - o));
+                        for (int r = 0; r < nr; ++r)
+                            rows[r] = wb.data() + (o + r) * n_in;
+                        gemm_tile_bf16dot(rows, nr, xs + t * n_in, n_in, nt, n_in, y + t * n_out + p0 + o, n_out);
+                    }
+                }
+            }
+        },
+        std::max<int64_t>(panel, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+}
+
 } // namespace
 
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
+    matmul_with(pool, w, x, y, n_tokens, QuantMatmul::Auto);
+}
+
+void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how)
+{
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    if (has_integer_dot(w.type) && n_in % 32 == 0 && !dequantized_matmul()) {
-        matmul_integer(pool, w, x, y, n_tokens);
-        return;
+    if (is_quantized(w.type) && n_in % 32 == 0) {
+        if (how == QuantMatmul::Auto)
+            how = quant_matmul_override();
+        if (how == QuantMatmul::Auto)
+            how = n_tokens >= bf16_min_tokens && has_bf16_dot() ? QuantMatmul::Bf16 : QuantMatmul::Integer;
+        if (how == QuantMatmul::Bf16 && !has_bf16_dot())
+            how = QuantMatmul::Integer;
+        if (how == QuantMatmul::Bf16) {
+            matmul_bf16(pool, w, x, y, n_tokens);
+            return;
+        }
+        if (how == QuantMatmul::Integer && has_integer_dot(w.type)) {
+            matmul_integer(pool, w, x, y, n_tokens);
+            return;
+        }
     }
-    // F32, F16 and BF16 rows are read in place by the kernel and widened in registers;
-    // quantized rows are dequantized, four at a time, into a per-thread buffer first.
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
     const int token_block = gemm_token_block();

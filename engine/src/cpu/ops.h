@@ -25,6 +25,15 @@ float dot_f32(const float *a, const float *b, int64_t n);
 // W: [n_in, n_out] (n_out rows of n_in). Each weight row is read once for all tokens.
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens);
 
+// How quantized weights are multiplied. Auto: BF16 dot products (weights dequantized once per
+// call, activations rounded to BF16) from bf16_min_tokens tokens on where the CPU has them,
+// else integer dot products (activations quantized to 8 bits per block of 32, qdot.h).
+// Dequantize: rows widened to float into a buffer, then the float kernel (a reference path).
+// LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize replaces Auto.
+enum class QuantMatmul { Auto, Integer, Bf16, Dequantize };
+constexpr int64_t bf16_min_tokens = 16;
+void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
+
 // out[t] = x[t] / rms(x[t]) * weight, per row of width n.
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
              float eps);

@@ -492,6 +492,68 @@ LS_AVX2_Q void dequantize_q8_0_avx2(const uint8_t *src, float *dst, int64_t n)
     }
 }
 
+// Q4_K: y = (d * sc) * q - (dmin * m), the scalar order (no fused multiply-add).
+LS_AVX512_Q void dequantize_q4_k_avx512(const uint8_t *src, float *dst, int64_t n)
+{
+    const __m128i low = _mm_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const uint8_t *p = src + b * sizeof(BlockQ4_K);
+        uint16_t hd, hm;
+        std::memcpy(&hd, p, 2);
+        std::memcpy(&hm, p + 2, 2);
+        const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
+        float *y = dst + b * qk_k;
+        for (int c = 0; c < 4; ++c) {
+            const uint8_t *q = p + 16 + 32 * c;
+            for (int sub = 0; sub < 2; ++sub) {
+                uint8_t sc, m;
+                q4_k_scale_min(2 * c + sub, p + 4, sc, m);
+                const __m512 d1 = _mm512_set1_ps(d * float(sc)), m1 = _mm512_set1_ps(dmin * float(m));
+                for (int h = 0; h < 2; ++h) {
+                    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + 16 * h));
+                    const __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
+                    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
+                    _mm512_storeu_ps(y + 64 * c + 32 * sub + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1));
+                }
+            }
+        }
+    }
+}
+
+// Q6_K: y = (d * sc) * (q - 32), sixteen values (one scale) at a time.
+LS_AVX512_Q void dequantize_q6_k_avx512(const uint8_t *src, float *dst, int64_t n)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f), m3 = _mm_set1_epi8(0x03), m30 = _mm_set1_epi8(0x30);
+    const __m512i k32 = _mm512_set1_epi32(32);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const uint8_t *p = src + b * sizeof(BlockQ6_K);
+        uint16_t hd;
+        std::memcpy(&hd, p + 208, 2);
+        const float d = _cvtsh_ss(hd);
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t *ql = p + 64 * half, *qh = p + 128 + 32 * half;
+            const auto *sc = reinterpret_cast<const int8_t *>(p + 192 + 8 * half);
+            float *y = dst + b * qk_k + 128 * half;
+            for (int l = 0; l < 32; l += 16) {
+                const int is = l / 16;
+                const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + l));
+                const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + l + 32));
+                const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qh + l));
+                const __m128i q[4] = {
+                    _mm_or_si128(_mm_and_si128(a, m4), _mm_slli_epi16(_mm_and_si128(h, m3), 4)),
+                    _mm_or_si128(_mm_and_si128(c, m4), _mm_and_si128(_mm_slli_epi16(h, 2), m30)),
+                    _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(h, m30)),
+                    _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), m4), _mm_and_si128(_mm_srli_epi16(h, 2), m30))};
+                for (int k = 0; k < 4; ++k) {
+                    const __m512 dk = _mm512_set1_ps(d * float(sc[is + 2 * k]));
+                    const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q[k]), k32));
+                    _mm512_storeu_ps(y + l + 32 * k, _mm512_mul_ps(dk, qf));
+                }
+            }
+        }
+    }
+}
+
 bool has_avx512_q()
 {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -556,8 +618,18 @@ void dequantize_row(DType type, const void *src, float *dst, int64_t n)
         else
             dequantize_q4_0(p, dst, n);
         return;
-    case DType::Q4_K: dequantize_q4_k(p, dst, n); return;
-    case DType::Q6_K: dequantize_q6_k(p, dst, n); return;
+    case DType::Q4_K:
+        if (has_avx512_q())
+            dequantize_q4_k_avx512(p, dst, n);
+        else
+            dequantize_q4_k(p, dst, n);
+        return;
+    case DType::Q6_K:
+        if (has_avx512_q())
+            dequantize_q6_k_avx512(p, dst, n);
+        else
+            dequantize_q6_k(p, dst, n);
+        return;
     default: return; // callers check dtype_supported first
     }
 }
