@@ -217,9 +217,12 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.prefill_gflop_s);
         return 0;
     }
-    std::printf("model %s (%s weights, %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
-                model->info().name.c_str(), model->info().tensor_types.begin()->first.c_str(),
-                mib(model->info().weight_bytes).c_str(), n_threads, cpu_kernel_name().c_str(), bandwidth / 1e9);
+    std::string types;
+    for (const auto &[type, count] : model->info().tensor_types)
+        types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(count);
+    std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
+                model->info().name.c_str(), types.c_str(), mib(model->info().weight_bytes).c_str(), n_threads,
+                cpu_kernel_name().c_str(), bandwidth / 1e9);
     std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | decode tok/s | "
                 "roofline | throughput tok/s | KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | "
                 "KV copied MiB |\n");

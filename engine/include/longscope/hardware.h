@@ -7,7 +7,8 @@
 
 namespace longscope {
 
-// "avx512", "avx2" or "portable": the vector kernels this process runs.
+// The vector kernels this process runs ("avx512", "avx2" or "portable"), then in parentheses
+// those for quantized weights (integer dot products; BF16 dot products for prefill).
 std::string cpu_kernel_name();
 
 // Reads a buffer of `bytes` (larger than the caches) with `n_threads` threads, several

@@ -1,5 +1,8 @@
 #include "longscope/hardware.h"
 
+#include "cpu/gemm.h"
+#include "cpu/ops.h"
+#include "cpu/qdot.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
@@ -11,7 +14,14 @@
 
 namespace longscope {
 
-std::string cpu_kernel_name() { return cpu_kernels().name; }
+std::string cpu_kernel_name()
+{
+    std::string s = cpu_kernels().name;
+    s += std::string(" (quantized weights: ") + qkernel_name(qkernel()) + " integer dot products";
+    if (has_bf16_dot())
+        s += ", BF16 dot products from " + std::to_string(bf16_min_tokens) + " tokens";
+    return s + ")";
+}
 
 double measure_read_bandwidth(int n_threads, uint64_t bytes)
 {

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Side-by-side speed of longscope-cli and llama.cpp's llama-bench on the same GGUF files.
+
+Not part of the build or the tests: it needs a llama-bench binary built separately, e.g. from
+the llama.cpp sources inside the `llama-cpp-python` source package on PyPI:
+
+    pip download --no-deps --no-binary :all: llama-cpp-python && tar xzf llama_cpp_python-*.tar.gz
+    cmake -S llama_cpp_python-*/vendor/llama.cpp -B llama-build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
+    cmake --build llama-build -j --target llama-bench
+
+Usage:
+    scripts/bench-vs-llama-cpp.py --llama-bench llama-build/bin/llama-bench \\
+        --prompt 512 --new 64 --threads 2 MODEL.gguf [MODEL.gguf ...]
+
+For each model it runs, alternately and `--rounds` times, llama-bench (prompt processing of
+--prompt tokens and generation of --new tokens, flash attention on) and longscope-cli bench
+(prefill of --prompt tokens with memory-efficient causal attention; decode of --new tokens
+after an 8-token prompt), keeps the best of each, and prints tokens/s and the ratio
+longscope / llama.cpp. Machines are noisy: compare the ratios, not the absolute numbers.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def llama(bench, model, prompt, new, threads):
+    rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", str(new), "-t", str(threads),
+                     "-fa", "1", "-r", "1", "-o", "json"])
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == new and r["n_prompt"] == 0)
+    return pp, tg
+
+
+def longscope(cli, model, prompt, new, threads):
+    common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json"]
+    pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1", "--attn", "mem-efficient",
+                                     "--causal-flash", "--no-probe"])[0]
+    dec = run_json([cli] + common + ["--input", "8", "--new", str(new)])[0]
+    return pre["prefill_tok_s"], dec["decode_tok_s"], dec["roofline_fraction"], dec["bandwidth_gb_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "app", "cli", "longscope-cli"))
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("models", nargs="+")
+    a = ap.parse_args()
+
+    print(f"prompt {a.prompt} tokens, {a.new} new tokens, {a.threads} threads, best of {a.rounds} alternating rounds")
+    print("| model | prefill llama.cpp | prefill longscope | ratio | decode llama.cpp | decode longscope | ratio "
+          "| longscope roofline |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in a.models:
+        best_l = [0.0, 0.0]
+        best_s = [0.0, 0.0, 0.0]
+        for _ in range(a.rounds):
+            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads)
+            best_l = [max(best_l[0], pp), max(best_l[1], tg)]
+            pre, dec, roof, _bw = longscope(a.cli, m, a.prompt, a.new, a.threads)
+            if dec > best_s[1]:
+                best_s[1], best_s[2] = dec, roof
+            best_s[0] = max(best_s[0], pre)
+        print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {best_s[0] / best_l[0]:.2f} "
+              f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {best_s[1] / best_l[1]:.2f} | {100 * best_s[2]:.0f}% |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
