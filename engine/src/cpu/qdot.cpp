@@ -36,7 +36,7 @@ inline uint16_t load_u16(const uint8_t *p)
 
 // One block of 32: d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|). The vector
 // version below computes exactly the same values (same float operations, same rounding).
-void quantize_block_portable(const float *x, int8_t *q, float *dl, float *ds)
+void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
     float amax = 0;
     for (int j = 0; j < qk; ++j)
@@ -52,12 +52,13 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *ds)
     }
     for (int j = 0; j < qk / 4; ++j)
         dl[j] = d;
+    *db = d;
     *ds = d * float(sum);
 }
 
 #define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
-LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *ds)
+LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -69,6 +70,7 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
     const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     _mm256_storeu_ps(dl, _mm256_set1_ps(d));
+    *db = d;
     *ds = d * float(sum);
 }
 
@@ -91,11 +93,12 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
             const float *src = x + t * n + b * qk;
             int8_t *q = a.q.data() + t * n + b * qk;
             float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
+            float *db = a.db.data() + t * (n / qk) + b;
             float *ds = a.ds.data() + t * (n / qk) + b;
             if (vector)
-                quantize_block_avx512(src, q, dl, ds);
+                quantize_block_avx512(src, q, dl, db, ds);
             else
-                quantize_block_portable(src, q, dl, ds);
+                quantize_block_portable(src, q, dl, db, ds);
         }
 }
 
@@ -277,61 +280,80 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
         }
     } else if constexpr (T == DType::Q4_K) {
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            cv[t] = zero;
+        // Per super-block and pair, one vector of scale products, in the lane order
+        //   smx = {(d sc_j) dx_j for j < 8, (dmin m_j) ds_j for j < 8}
+        // (dx_j, ds_j: the activations' scale and scaled sum of sub-block j). The minimums are
+        // subtracted from lanes 8-15; chunk k takes lanes 2k (x8) and 2k+1 (x8) as its scales.
+        const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            // sm[r] = {d * sc[0..7], dmin * m[0..7]}; chunk k uses lanes 2k (x8) and 2k+1 (x8).
-            __m512 sm[R];
+            __m512 sm[R], xd[NT];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q4_k_bytes;
                 sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))),
                                       two_halves(h2f_vnni(p), h2f_vnni(p + 2)));
             }
-            // The minimums: acc -= sum_j dmin m_j * d_j sum(q) over the eight sub-blocks (lanes 8-15).
             #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                const __m256 ds8 = _mm256_loadu_ps(xs[t] + sb * 8);
-                const __m512 dsv = _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(ds8), 1));
+            for (int t = 0; t < NT; ++t)
+                xd[t] = _mm512_castpd_ps(_mm512_insertf64x4(
+                    _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a.db_row(t0 + t) + sb * 8))),
+                    _mm256_castps_pd(_mm256_loadu_ps(xs[t] + sb * 8)), 1));
+            __m512 smx[R][NT];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r)
                 #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = _mm512_fnmadd_ps(sm[r], dsv, acc[r][t]);
-            }
+                for (int t = 0; t < NT; ++t) {
+                    smx[r][t] = _mm512_mul_ps(sm[r], xd[t]);
+                    acc[r][t] = _mm512_mask_sub_ps(acc[r][t], 0xFF00, acc[r][t], smx[r][t]);
+                }
             #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const __m512i idx = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
                                                      2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
                                                      2 * k, 2 * k);
                 #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
+                for (int t = 0; t < NT; ++t)
                     xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
-                    dv[t] = _mm512_loadu_ps(xl[t] + sb * 64 + 16 * k);
-                }
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
-                    const __m256i v =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * k));
-                    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-                    u[r] = _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
-                    ws[r] = _mm512_permutexvar_ps(idx, sm[r]);
+                    // The 32 bytes twice; the upper copy shifted right by 4: low nibbles give
+                    // values 0-31 of the chunk, high nibbles values 32-63.
+                    const __m512i v = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * k)));
+                    const __m512i uk = _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const __m512i isum = _mm512_dpbusd_epi32(zero, uk, xv[t]);
+                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(idx, smx[r][t]),
+                                                    acc[r][t]);
+                    }
                 }
-                pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
             }
         }
     } else { // Q6_K: u = the 6-bit code, bias 32, a scale per 16 values
+        // Per super-block and pair: scx = {(d sc_j) dx_(j/2) for j < 16}; chunk k takes lanes
+        // 4k..4k+3, four lanes each.
         const __m512i bias = _mm512_set1_epi8(32);
+        const __m512i pair_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
         const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            // sc[r] = d * scales[0..15]; chunk k uses lanes 4k..4k+3, four lanes each.
-            __m512 sc[R];
+            __m512 sc[R], xd[NT];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q6_k_bytes;
                 const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 192));
                 sc[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s16)));
             }
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                xd[t] = _mm512_permutexvar_ps(pair_idx,
+                                              _mm512_castps256_ps512(_mm256_loadu_ps(a.db_row(t0 + t) + sb * 8)));
+            __m512 scx[R][NT];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r)
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    scx[r][t] = _mm512_mul_ps(sc[r], xd[t]);
             #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const int h = k / 2, c2 = k % 2;
@@ -341,7 +363,6 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
-                    dv[t] = _mm512_loadu_ps(xl[t] + sb * 64 + 16 * k);
                     cv[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t]));
                 }
                 #pragma GCC unroll 4
@@ -359,10 +380,14 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
                         hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
                     }
-                    u[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                    ws[r] = _mm512_permutexvar_ps(idx, sc[r]);
+                    const __m512i uk = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const __m512i isum = _mm512_dpbusd_epi32(cv[t], uk, xv[t]);
+                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(idx, scx[r][t]),
+                                                    acc[r][t]);
+                    }
                 }
-                pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
             }
         }
     }
@@ -589,6 +614,7 @@ void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n
     out.n_tokens = n_tokens;
     out.q.resize(static_cast<size_t>(n_tokens * n));
     out.dl.resize(static_cast<size_t>(n_tokens * (n / 4)));
+    out.db.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.ds.resize(static_cast<size_t>(n_tokens * (n / qk)));
     const bool vector = qkernel() != QKernel::Portable && has_avx512_base();
     if (pool && n_tokens > 1)

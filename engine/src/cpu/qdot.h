@@ -28,10 +28,12 @@ struct QuantizedActs {
     int64_t n_tokens = 0;
     std::vector<int8_t> q; // [n_tokens, n]
     std::vector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
+    std::vector<float> db; // [n_tokens, n / 32]: d per block
     std::vector<float> ds; // [n_tokens, n / 32]: d * sum(q) per block
 
     const int8_t *q_row(int64_t t) const { return q.data() + t * n; }
     const float *dl_row(int64_t t) const { return dl.data() + t * (n / 4); }
+    const float *db_row(int64_t t) const { return db.data() + t * (n / 32); }
     const float *ds_row(int64_t t) const { return ds.data() + t * (n / 32); }
 };
 
