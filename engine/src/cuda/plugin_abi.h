@@ -5,7 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#define LONGSCOPE_CUDA_ABI_VERSION 1
+// 2: contexts, device buffers and the forward-pass ops.
+#define LONGSCOPE_CUDA_ABI_VERSION 2
 
 extern "C" {
 
@@ -28,4 +29,138 @@ int longscope_cuda_probe(LongscopeCudaDevice *devices, int max, char *reason, si
 // `reason` filled.
 int longscope_cuda_rmsnorm_selftest(int device, const float *x, const float *weight, float *out, int rows, int n,
                                     float eps, char *reason, size_t reason_len);
+
+// ---------------------------------------------------------------------------------------------
+// Contexts, buffers and ops (ABI 2).
+//
+// A context is one device with its own stream and cuBLAS handle. Every function below returns 0
+// on success; otherwise a nonzero code (a cudaError_t value, LONGSCOPE_CUDA_ERR_CUBLAS for a
+// cuBLAS failure, LONGSCOPE_CUDA_ERR_ARGUMENT for an invalid argument) and
+// longscope_cuda_error(ctx) says what failed and why. Nothing aborts the process.
+//
+// Pointers named "device" are device memory from longscope_cuda_alloc. Ops are queued on the
+// context's stream and return without waiting for the device; an error the device meets while
+// running them surfaces at the next longscope_cuda_synchronize or download. Uploads and
+// downloads wait for the copy (and so for everything queued before it).
+
+#define LONGSCOPE_CUDA_ERR_ARGUMENT (-1)
+#define LONGSCOPE_CUDA_ERR_CUBLAS (-2)
+
+// Element types of device weights.
+#define LONGSCOPE_CUDA_F32 0
+#define LONGSCOPE_CUDA_F16 1
+#define LONGSCOPE_CUDA_BF16 2
+
+// RoPE pair layouts, numbered as longscope::RopeStyle.
+#define LONGSCOPE_CUDA_ROPE_INTERLEAVED 0 // pairs (2i, 2i+1): GPT-J, original LLaMA
+#define LONGSCOPE_CUDA_ROPE_ROTATE_HALF 1 // pairs (i, i + n_rot/2): GPT-NeoX, Hugging Face
+
+// Attention algorithms.
+#define LONGSCOPE_CUDA_ATTN_NAIVE 0    // score matrix, softmax, weighted sum
+#define LONGSCOPE_CUDA_ATTN_TILED 1    // memory-efficient: tiles with an online softmax
+#define LONGSCOPE_CUDA_ATTN_SPLIT_KV 2 // split-KV decoding: partial results, then a combine
+
+typedef struct LongscopeCudaContext LongscopeCudaContext;
+
+// Creates a context on `device` (cudaSetDevice, a stream, a cuBLAS handle). On failure returns
+// nonzero with `reason` filled and *out null.
+int longscope_cuda_context_create(int device, LongscopeCudaContext **out, char *reason, size_t reason_len);
+// Waits for the stream, then frees the context and its scratch memory. Null is accepted.
+void longscope_cuda_context_destroy(LongscopeCudaContext *ctx);
+// The reason for the last failure on this context ("" when none); valid until the next call.
+const char *longscope_cuda_error(const LongscopeCudaContext *ctx);
+// Waits until everything queued on the context has run.
+int longscope_cuda_synchronize(LongscopeCudaContext *ctx);
+// Free and total device memory (cudaMemGetInfo), and the bytes of scratch the context holds.
+int longscope_cuda_mem_info(LongscopeCudaContext *ctx, uint64_t *free_bytes, uint64_t *total_bytes,
+                            uint64_t *scratch_bytes);
+
+// Device buffers (cudaMalloc, never managed memory).
+int longscope_cuda_alloc(LongscopeCudaContext *ctx, size_t bytes, void **device_ptr);
+int longscope_cuda_free(LongscopeCudaContext *ctx, void *device_ptr);
+int longscope_cuda_upload(LongscopeCudaContext *ctx, void *device_dst, const void *host_src, size_t bytes);
+int longscope_cuda_download(LongscopeCudaContext *ctx, void *host_dst, const void *device_src, size_t bytes);
+int longscope_cuda_memset(LongscopeCudaContext *ctx, void *device_dst, int value, size_t bytes);
+
+// out[t, :] = table[tokens[t], :] as floats. table: [n_rows, n_embd] of `type`; tokens: int32
+// on the device; an id outside [0, n_rows) gives zeros.
+int longscope_cuda_embedding(LongscopeCudaContext *ctx, const void *table, int type, int64_t n_rows, int64_t n_embd,
+                             const int32_t *tokens, int64_t n_tokens, float *out);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, rows of n floats; weight: n floats.
+int longscope_cuda_rmsnorm(LongscopeCudaContext *ctx, const float *x, const float *weight, float *y, int64_t rows,
+                           int64_t n, float eps);
+
+// out = a + b over n floats (out may alias a or b).
+int longscope_cuda_add(LongscopeCudaContext *ctx, const float *a, const float *b, float *out, int64_t n);
+
+// out = silu(gate) * up over n floats (out may alias gate or up).
+int longscope_cuda_swiglu(LongscopeCudaContext *ctx, const float *gate, const float *up, float *out, int64_t n);
+
+// y[t, o] = sum_i W[o, i] x[t, i]: W is n_out rows of n_in values of `type` (F32, F16, BF16),
+// x [n_tokens, n_in] and y [n_tokens, n_out] floats. cuBLAS (cublasGemmEx, 32-bit float
+// accumulation); with F16/BF16 weights the activations are first rounded to the weight type.
+int longscope_cuda_matmul(LongscopeCudaContext *ctx, const void *w, int type, int64_t n_in, int64_t n_out,
+                          const float *x, float *y, int64_t n_tokens);
+
+// Rotates in place the first n_rot dims of each head of x [n_tokens, n_heads, head_dim]. Token
+// t is at positions[t] (doubles on the device) or, with positions null, at
+// (pos0 + t) * pos_scale; inv_freq[i] = base^(-2i/n_rot) (an NTK alpha is a larger base).
+int longscope_cuda_rope(LongscopeCudaContext *ctx, float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot,
+                        int style, const double *positions, double pos0, double pos_scale, double base);
+
+// Copies cached keys j0 .. j0+n_keys-1 stored before RoPE (row k at src + k * src_stride
+// floats, n_heads * head_dim per row) into dst (packed rows) rotated for position j * pos_scale.
+int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, const float *src, int64_t src_stride, float *dst, int64_t j0,
+                             int64_t n_keys, int n_heads, int head_dim, int n_rot, int style, double pos_scale,
+                             double base);
+
+// One attention call with the semantics of the CPU's AttentionProblem
+// (engine/src/cpu/attention.h): query i at position q_pos0 + i sees keys j < n_kv with
+// j <= q_pos0 + i; scale 1/sqrt(head_dim); grouped-query heads.
+struct LongscopeCudaAttention {
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    const float *q; // [n_q, n_head, head_dim], device
+    int64_t n_q;
+    int64_t q_pos0;
+    const float *k; // [n_kv, n_head_kv * head_dim], device
+    const float *v; // same layout as k
+    int64_t n_kv;
+    float *out;     // [n_q, n_head, head_dim], device
+
+    // Nonzero: the cache holds keys before RoPE; key j is rotated for position j * pos_scale
+    // with inv_freq[i] = rope_base^(-2i/n_rot) as it is read.
+    int rotate_keys;
+    int n_rot;
+    int rope_style;
+    double rope_base;
+    double pos_scale;
+
+    int algorithm;    // LONGSCOPE_CUDA_ATTN_*
+    // NAIVE: nonzero scores only the keys up to each query's position, zero builds and adds
+    // an explicit [n_q, n_kv] causal mask. TILED: nonzero skips key tiles lying entirely
+    // beyond a query tile's last position, zero computes and masks them. SPLIT_KV: unused.
+    int causal_flash;
+    int n_splits;     // SPLIT_KV: key ranges per query; 0 chooses about 256 keys per range
+    // Optional (may be null), device: TILED adds one per (query head, query tile, key tile)
+    // computed.
+    unsigned long long *tile_counter;
+};
+
+struct LongscopeCudaAttentionInfo {
+    uint64_t scratch_bytes; // device scratch the call used (score matrix, mask, partials)
+    int q_tile;             // TILED: queries per tile
+    int k_tile;             // TILED: keys per tile
+    int n_splits;           // SPLIT_KV: the ranges used
+};
+
+// `info` may be null.
+int longscope_cuda_attention(LongscopeCudaContext *ctx, const LongscopeCudaAttention *problem,
+                             LongscopeCudaAttentionInfo *info);
+
+// out[r] = the index of the largest of the n logits of row r (lowest index on ties), int32 on
+// the device; NaN entries never win.
+int longscope_cuda_argmax(LongscopeCudaContext *ctx, const float *logits, int64_t n_rows, int64_t n, int32_t *out);
 }
