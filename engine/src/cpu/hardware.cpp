@@ -34,9 +34,11 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
     }
     ThreadPool pool(std::max(1, n_threads));
     // Touch every page from the threads that will read it (first-touch placement).
-    pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
-        std::memset(buf.data() + b, 0, size_t(e - b) * sizeof(float));
-    });
+    // One piece per thread (min_per_thread = n / threads), the same split in both loops.
+    const int64_t per_thread = (int64_t(n) + pool.size() - 1) / pool.size();
+    pool.parallel_for(
+        int64_t(n), [&](int64_t b, int64_t e) { std::memset(buf.data() + b, 0, size_t(e - b) * sizeof(float)); },
+        per_thread);
     const CpuKernels &k = cpu_kernels();
     double best = 0;
     volatile float sink = 0;
@@ -46,8 +48,8 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
         pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
             // A dot product of the chunk with itself streams it once (both operands hit the
             // same cache lines) with the widest loads the CPU has.
-            partial[size_t(b * pool.size() / int64_t(n))] = k.dot(buf.data() + b, buf.data() + b, e - b);
-        });
+            partial[size_t(b / per_thread)] = k.dot(buf.data() + b, buf.data() + b, e - b);
+        }, per_thread);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         for (float p : partial)
             sink = sink + p;

@@ -9,6 +9,9 @@ namespace {
 // About 20-50 microseconds of pause instructions: longer than the gap between the loops of
 // a decode step, far shorter than anything a person would notice as a busy core.
 constexpr int k_spin = 4000;
+// Pieces per thread: threads that finish early take more, so no thread waits long for the
+// slowest (weight rows stream at different speeds on different cores).
+constexpr int64_t k_pieces_per_thread = 4;
 inline void cpu_relax() { _mm_pause(); }
 } // namespace
 
@@ -34,13 +37,16 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 {
     if (n <= 0)
         return;
-    const int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread))));
+    const int64_t max_pieces = n / std::max<int64_t>(1, min_per_thread);
+    const int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, max_pieces)));
     if (chunks <= 1) {
         fn(0, n);
         return;
     }
     m_job.store(&fn, std::memory_order_relaxed);
     m_n.store(n, std::memory_order_relaxed);
+    m_pieces.store(std::min<int64_t>(max_pieces, int64_t(chunks) * k_pieces_per_thread), std::memory_order_relaxed);
+    m_next.store(0, std::memory_order_relaxed);
     m_pending.store(chunks - 1, std::memory_order_relaxed);
     {
         // Under the mutex so a worker about to sleep cannot miss the new generation.
@@ -49,7 +55,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         m_state.store(gen << 16 | uint64_t(chunks), std::memory_order_release);
     }
     m_wake.notify_all();
-    fn(0, n / chunks); // chunk 0 on the calling thread
+    run_pieces(fn);
     for (int i = 0; i < k_spin; ++i) {
         if (m_pending.load(std::memory_order_acquire) == 0)
             return;
@@ -57,6 +63,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     }
     std::unique_lock lock(m_mutex);
     m_done.wait(lock, [this] { return m_pending.load(std::memory_order_acquire) == 0; });
+}
+
+void ThreadPool::run_pieces(const std::function<void(int64_t, int64_t)> &fn)
+{
+    const int64_t n = m_n.load(std::memory_order_relaxed);
+    const int64_t pieces = m_pieces.load(std::memory_order_relaxed);
+    for (int64_t c = m_next.fetch_add(1, std::memory_order_relaxed); c < pieces;
+         c = m_next.fetch_add(1, std::memory_order_relaxed))
+        fn(n * c / pieces, n * (c + 1) / pieces);
 }
 
 void ThreadPool::worker(int index)
@@ -82,9 +97,7 @@ void ThreadPool::worker(int index)
         const int chunks = int(state & 0xffff);
         if (index >= chunks)
             continue;
-        const auto *job = m_job.load(std::memory_order_relaxed);
-        const int64_t n = m_n.load(std::memory_order_relaxed);
-        (*job)(n * index / chunks, n * (index + 1) / chunks);
+        run_pieces(*m_job.load(std::memory_order_relaxed));
         if (m_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             std::lock_guard lock(m_mutex);
             m_done.notify_one();

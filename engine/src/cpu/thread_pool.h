@@ -23,14 +23,16 @@ public:
 
     int size() const { return m_n_threads; }
 
-    // Calls fn(begin, end) over [0, n) split in contiguous chunks, one per thread, and
-    // returns when all are done. Runs inline when n is small or the pool has one thread.
-    // `min_per_thread` keeps tiny loops from paying for a wake-up.
+    // Calls fn(begin, end) over [0, n) split in contiguous pieces, up to four per thread and
+    // each at least `min_per_thread` long, which the threads take in turn; returns when all
+    // are done. Runs inline when n is small or the pool has one thread. Which thread runs a
+    // piece varies from call to call: fn must not depend on it.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> &fn,
                       int64_t min_per_thread = 1);
 
 private:
     void worker(int index);
+    void run_pieces(const std::function<void(int64_t, int64_t)> &fn);
 
     int m_n_threads;
     std::vector<std::thread> m_workers;
@@ -44,6 +46,8 @@ private:
     // worker without a chunk never reads a later job's fields as this one's.
     std::atomic<const std::function<void(int64_t, int64_t)> *> m_job{nullptr};
     std::atomic<int64_t> m_n{0};
+    std::atomic<int64_t> m_pieces{0};
+    std::atomic<int64_t> m_next{0}; // the next piece to take
     std::atomic<uint64_t> m_state{0}; // generation << 16 | chunk count
     std::atomic<int> m_pending{0};
     std::atomic<bool> m_stop{false};
