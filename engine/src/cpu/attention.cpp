@@ -249,6 +249,20 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 
 namespace {
 
+// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the
+// AVX-512 build of tile_row, two or four narrower ones in the others.
+// The helpers are inlined into each build of tile_row; the ABI note GCC gives for returning
+// a 64-byte vector from a function built without AVX-512 does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V16 __attribute__((vector_size(64)));
+__attribute__((always_inline)) inline V16 load16(const float *p)
+{
+    V16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+__attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
+
 // One query row against one key tile: scores, the online-softmax update of (m, l) and the
 // rescaled accumulator. kt is the tile transposed [head_dim, T]; vt its values (row stride
 // ekv); mask (without causal flash) the row's additive mask; with `diagonal`, keys after
@@ -259,9 +273,21 @@ void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float
               float scale, const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, float &m,
               float &l)
 {
-    // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over dims in order, sixteen
-    // keys at a time over the transposed tile.
+    // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over dims in order, 64 keys
+    // at a time (four independent vector chains), then sixteen, over the transposed tile.
     int64_t c0 = 0;
+    for (; c0 + 64 <= w; c0 += 64) {
+        V16 acc[4] = {};
+        for (int d = 0; d < hd; ++d) {
+            const float qd = q[d];
+            const float *kd = kt + int64_t(d) * T + c0;
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+                acc[j] += qd * load16(kd + 16 * j);
+        }
+        for (int j = 0; j < 4; ++j)
+            store16(s + c0 + 16 * j, acc[j] * scale);
+    }
     for (; c0 + 16 <= w; c0 += 16) {
         float s16[16] = {};
         for (int d = 0; d < hd; ++d) {
@@ -307,9 +333,26 @@ void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float
     l = l * alpha + sum;
     m = m_new;
 
-    // acc = acc * alpha + sum_c p_c v_c, sixteen dims at a time kept in registers across the
-    // tile, then the tail dims.
+    // acc = acc * alpha + sum_c p_c v_c, 64 dims (four independent vector chains), then
+    // sixteen, at a time kept in registers across the tile, then the tail dims.
     int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) {
+        V16 acc[4];
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j)
+            acc[j] = load16(a + d0 + 16 * j) * alpha;
+        for (int64_t cc = 0; cc < w; ++cc) {
+            const float pw = s[cc];
+            if (pw == 0.0f) // masked (or underflowed): adds nothing
+                continue;
+            const float *v = vt + cc * ekv + d0;
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+                acc[j] += pw * load16(v + 16 * j);
+        }
+        for (int j = 0; j < 4; ++j)
+            store16(a + d0 + 16 * j, acc[j]);
+    }
     for (; d0 + 16 <= hd; d0 += 16) {
         float a16[16];
         for (int k = 0; k < 16; ++k)
