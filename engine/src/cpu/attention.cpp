@@ -263,6 +263,38 @@ __attribute__((always_inline)) inline V16 load16(const float *p)
 }
 __attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
 
+// exp(x) for sixteen x <= 0 (softmax arguments, x - max): x = n ln2 + r with |r| <= ln2 / 2,
+// exp(r) by its Taylor polynomial to r^7 (truncation below 2e-9, under one float ulp), times
+// 2^n built in the exponent bits. Exactly 0 below -87.3 (the smallest normal float's
+// logarithm) and for -inf, so masked keys still add nothing.
+typedef int32_t V16i __attribute__((vector_size(64)));
+__attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
+{
+    const V16 lo = x < -87.3f ? V16{} - 1.0f : V16{};            // lanes to flush to zero
+    x = x < -87.3f ? V16{} - 87.3f : x;
+    const V16 t = x * 1.44269504088896341f;                          // x / ln 2
+    V16i n = __builtin_convertvector(t, V16i);                       // towards zero
+    n += (t < __builtin_convertvector(n, V16)) ? V16i{} - 1 : V16i{}; // floor
+    V16 nf = __builtin_convertvector(n, V16);
+    const V16i up = (t - nf) > 0.5f ? V16i{} + 1 : V16i{};           // nearest
+    n += up;
+    nf = __builtin_convertvector(n, V16);
+    const V16 r = (x - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
+    V16 p = V16{} + 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    V16i bits = (n + 127) << 23;
+    V16 scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    const V16 e = p * scale;
+    return lo != 0.0f ? V16{} : e;
+}
+
 // One query row against one key tile: scores, the online-softmax update of (m, l) and the
 // rescaled accumulator. kt is the tile transposed [head_dim, T]; vt its values (row stride
 // ekv); mask (without causal flash) the row's additive mask; with `diagonal`, keys after
@@ -326,7 +358,18 @@ void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float
     // m_old = -inf (first visible tile) gives alpha = 0 on a zero accumulator, as wanted.
     const float alpha = std::exp(m_old - m_new);
     float sum = 0.0f;
-    for (int64_t c = 0; c < w; ++c) {
+    int64_t c = 0;
+    if (w >= 16) {
+        V16 sum16 = {};
+        for (; c + 16 <= w; c += 16) {
+            const V16 e = exp16_nonpositive(load16(s + c) - m_new);
+            store16(s + c, e);
+            sum16 += e;
+        }
+        for (int k = 0; k < 16; ++k)
+            sum += sum16[k];
+    }
+    for (; c < w; ++c) {
         s[c] = std::exp(s[c] - m_new);
         sum += s[c];
     }
