@@ -100,9 +100,9 @@ std::span<const float> CpuForward::eval_batch(std::span<const ForwardSegment> se
     for (int l = 0; l < m_hp.n_layer; ++l) {
         const LayerWeights &lw = w.layers[size_t(l)];
         rmsnorm(m_x.data(), lw.attn_norm, m_xn.data(), n, e, m_hp.rms_eps);
-        matmul(m_pool, lw.wq, m_xn.data(), m_q.data(), n); // [n, n_head, hd]
-        matmul(m_pool, lw.wk, m_xn.data(), m_k.data(), n); // [n, n_head_kv, hd]
-        matmul(m_pool, lw.wv, m_xn.data(), m_v.data(), n); // [n, n_head_kv, hd]
+        // q [n, n_head, hd], k and v [n, n_head_kv, hd]
+        const MatmulOut qkv[] = {{&lw.wq, m_q.data()}, {&lw.wk, m_k.data()}, {&lw.wv, m_v.data()}};
+        matmul_group(m_pool, qkv, m_xn.data(), n);
         for (size_t s = 0; s < segs.size(); ++s) {
             const ForwardSegment &seg = segs[s];
             const int64_t o = offset[s], ns = int64_t(seg.tokens.size());
@@ -138,8 +138,8 @@ std::span<const float> CpuForward::eval_batch(std::span<const ForwardSegment> se
             m_x[size_t(i)] += m_proj[size_t(i)];
 
         rmsnorm(m_x.data(), lw.ffn_norm, m_xn.data(), n, e, m_hp.rms_eps);
-        matmul(m_pool, lw.w_gate, m_xn.data(), m_gate.data(), n); // [n, n_ff]
-        matmul(m_pool, lw.w_up, m_xn.data(), m_up.data(), n);     // [n, n_ff]
+        const MatmulOut gate_up[] = {{&lw.w_gate, m_gate.data()}, {&lw.w_up, m_up.data()}}; // [n, n_ff] each
+        matmul_group(m_pool, gate_up, m_xn.data(), n);
         swiglu(m_gate.data(), m_up.data(), m_gate.data(), n * f);
         matmul(m_pool, lw.w_down, m_gate.data(), m_proj.data(), n);
         for (int64_t i = 0; i < n * e; ++i)

@@ -132,36 +132,82 @@ QuantMatmul quant_matmul_override()
 int decode_row_block(int64_t n_tokens) { return n_tokens == 1 ? 1 : 4; }
 
 // Quantized weights against activations quantized to 8 bits per block of 32 (qdot.h): the
-// weight rows stream once per group of tokens, four at a time, never widened to floats.
-void matmul_integer(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
+// weight rows stream once per group of tokens, never widened to floats. Rows [begin, end).
+void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t n_tokens, int64_t begin,
+                  int64_t end)
 {
-    const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    thread_local QuantizedActs acts;
-    quantize_acts(&pool, x, n_tokens, n_in, acts);
+    const int64_t n_out = w.ne(1);
     const QKernel kernel = qkernel();
     const int token_block = qgemm_token_block(kernel);
-    const size_t stride = row_bytes(w.type, n_in);
+    const size_t stride = row_bytes(w.type, w.ne(0));
     const int row_block = decode_row_block(n_tokens);
     constexpr int64_t token_group = 64;
-    const QuantizedActs &a = acts;
-    pool.parallel_for(
-        n_out,
-        [&](int64_t begin, int64_t end) {
-            const void *rows[4];
-            for (int64_t g = 0; g < n_tokens; g += token_group) {
-                const int64_t g_end = std::min(n_tokens, g + token_group);
-                for (int64_t o = begin; o < end; o += row_block) {
-                    const int nr = int(std::min<int64_t>(row_block, end - o));
-                    for (int r = 0; r < nr; ++r)
-                        rows[r] = static_cast<const uint8_t *>(w.data) + size_t(o + r) * stride;
-                    for (int64_t t = g; t < g_end; t += token_block) {
-                        const int nt = int(std::min<int64_t>(token_block, g_end - t));
-                        qgemm_tile_with(kernel, w.type, rows, nr, a, t, nt, y + t * n_out + o, n_out);
-                    }
+    const void *rows[4];
+    for (int64_t g = 0; g < n_tokens; g += token_group) {
+        const int64_t g_end = std::min(n_tokens, g + token_group);
+        for (int64_t o = begin; o < end; o += row_block) {
+            const int nr = int(std::min<int64_t>(row_block, end - o));
+            for (int r = 0; r < nr; ++r)
+                rows[r] = static_cast<const uint8_t *>(w.data) + size_t(o + r) * stride;
+            for (int64_t t = g; t < g_end; t += token_block) {
+                const int nt = int(std::min<int64_t>(token_block, g_end - t));
+                qgemm_tile_with(kernel, w.type, rows, nr, a, t, nt, y + t * n_out + o, n_out);
+            }
+        }
+    }
+}
+
+// Float kernel (F32, F16 and BF16 rows read in place and widened in registers; other types
+// widened into a per-call buffer first). Rows [begin, end).
+void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens, int64_t begin, int64_t end)
+{
+    const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
+    const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
+    const int token_block = gemm_token_block();
+    const int row_block = decode_row_block(n_tokens);
+    // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
+    // while the thread's weight rows stream past them once per group.
+    constexpr int64_t token_group = 64;
+    std::vector<float> buf(in_place ? 0 : size_t(4 * n_in));
+    const void *rows[4];
+    const DType kernel_type = in_place ? w.type : DType::F32;
+    for (int64_t g = 0; g < n_tokens; g += token_group) {
+        const int64_t g_end = std::min(n_tokens, g + token_group);
+        for (int64_t o = begin; o < end; o += row_block) {
+            const int nr = int(std::min<int64_t>(row_block, end - o));
+            for (int r = 0; r < nr; ++r) {
+                if (in_place) {
+                    rows[r] = static_cast<const uint8_t *>(w.data) + (o + r) * row_stride;
+                } else {
+                    weight_row_f32(w, o + r, buf.data() + r * n_in);
+                    rows[r] = buf.data() + r * n_in;
                 }
             }
-        },
-        std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+            for (int64_t t = g; t < g_end; t += token_block) {
+                const int nt = int(std::min<int64_t>(token_block, g_end - t));
+                gemm_tile(kernel_type, rows, nr, x + t * n_in, n_in, nt, n_in, y + t * n_out + o, n_out);
+            }
+        }
+    }
+}
+
+int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)); }
+
+// The path a weight takes for n_tokens tokens.
+QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
+{
+    if (!is_quantized(w.type) || w.ne(0) % 32 != 0)
+        return QuantMatmul::Dequantize; // the float kernel
+    if (how == QuantMatmul::Auto)
+        how = quant_matmul_override();
+    if (how == QuantMatmul::Auto)
+        how = n_tokens >= bf16_min_tokens && has_bf16_dot() ? QuantMatmul::Bf16 : QuantMatmul::Integer;
+    if (how == QuantMatmul::Bf16 && !has_bf16_dot())
+        how = QuantMatmul::Integer;
+    if (how == QuantMatmul::Integer && !has_integer_dot(w.type))
+        how = QuantMatmul::Dequantize;
+    return how;
 }
 
 // Quantized weights over many tokens through BF16 dot products: each panel of rows is
@@ -219,56 +265,58 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
 
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how)
 {
-    const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    if (is_quantized(w.type) && n_in % 32 == 0) {
-        if (how == QuantMatmul::Auto)
-            how = quant_matmul_override();
-        if (how == QuantMatmul::Auto)
-            how = n_tokens >= bf16_min_tokens && has_bf16_dot() ? QuantMatmul::Bf16 : QuantMatmul::Integer;
-        if (how == QuantMatmul::Bf16 && !has_bf16_dot())
-            how = QuantMatmul::Integer;
-        if (how == QuantMatmul::Bf16) {
-            matmul_bf16(pool, w, x, y, n_tokens);
-            return;
+    const MatmulOut out{&w, y};
+    matmul_group(pool, std::span<const MatmulOut>(&out, 1), x, n_tokens, how);
+}
+
+void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float *x, int64_t n_tokens,
+                  QuantMatmul how)
+{
+    if (outs.empty())
+        return;
+    const int64_t n_in = outs[0].w->ne(0);
+    const QuantMatmul path = choose_path(*outs[0].w, n_tokens, how);
+    bool same = true;
+    for (const MatmulOut &o : outs)
+        same = same && o.w->ne(0) == n_in && choose_path(*o.w, n_tokens, how) == path;
+    if (path == QuantMatmul::Bf16 || !same) {
+        // Each on its own (the BF16 path's loops are long enough not to share a wake-up).
+        for (const MatmulOut &o : outs) {
+            if (choose_path(*o.w, n_tokens, how) == QuantMatmul::Bf16)
+                matmul_bf16(pool, *o.w, x, o.y, n_tokens);
+            else
+                matmul_group(pool, std::span<const MatmulOut>(&o, 1), x, n_tokens, how);
         }
-        if (how == QuantMatmul::Integer && has_integer_dot(w.type)) {
-            matmul_integer(pool, w, x, y, n_tokens);
-            return;
-        }
+        return;
     }
-    const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
-    const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
-    const int token_block = gemm_token_block();
-    const int row_block = decode_row_block(n_tokens);
-    // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
-    // while the thread's weight rows stream past them once per group.
-    constexpr int64_t token_group = 64;
+    // One loop over the rows of every weight: one wake-up of the pool instead of one each,
+    // and the activations quantized once.
+    thread_local QuantizedActs acts_storage;
+    const QuantizedActs *acts = nullptr;
+    if (path == QuantMatmul::Integer) {
+        quantize_acts(&pool, x, n_tokens, n_in, acts_storage);
+        acts = &acts_storage;
+    }
+    int64_t total = 0;
+    for (const MatmulOut &o : outs)
+        total += o.w->ne(1);
     pool.parallel_for(
-        n_out,
+        total,
         [&](int64_t begin, int64_t end) {
-            std::vector<float> buf(in_place ? 0 : size_t(4 * n_in));
-            const void *rows[4];
-            for (int64_t g = 0; g < n_tokens; g += token_group) {
-                const int64_t g_end = std::min(n_tokens, g + token_group);
-                for (int64_t o = begin; o < end; o += row_block) {
-                    const int nr = int(std::min<int64_t>(row_block, end - o));
-                    for (int r = 0; r < nr; ++r) {
-                        if (in_place) {
-                            rows[r] = static_cast<const uint8_t *>(w.data) + (o + r) * row_stride;
-                        } else {
-                            weight_row_f32(w, o + r, buf.data() + r * n_in);
-                            rows[r] = buf.data() + r * n_in;
-                        }
-                    }
-                    const DType kernel_type = in_place ? w.type : DType::F32;
-                    for (int64_t t = g; t < g_end; t += token_block) {
-                        const int nt = int(std::min<int64_t>(token_block, g_end - t));
-                        gemm_tile(kernel_type, rows, nr, x + t * n_in, n_in, nt, n_in, y + t * n_out + o, n_out);
-                    }
+            int64_t first = 0;
+            for (const MatmulOut &o : outs) {
+                const int64_t n_out = o.w->ne(1);
+                const int64_t b = std::max(begin, first) - first, e = std::min(end, first + n_out) - first;
+                if (b < e) {
+                    if (acts)
+                        integer_rows(*o.w, *acts, o.y, n_tokens, b, e);
+                    else
+                        float_rows(*o.w, x, o.y, n_tokens, b, e);
                 }
+                first += n_out;
             }
         },
-        std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+        rows_grain(n_in, n_tokens));
 }
 
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,

@@ -34,6 +34,15 @@ enum class QuantMatmul { Auto, Integer, Bf16, Dequantize };
 constexpr int64_t bf16_min_tokens = 16;
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
 
+// Several products of the same activations (Q, K and V; gate and up) in one pass over the
+// thread pool: each out.y gets out.w times x, exactly as separate matmul calls give it.
+struct MatmulOut {
+    const WeightView *w;
+    float *y;
+};
+void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float *x, int64_t n_tokens,
+                  QuantMatmul how = QuantMatmul::Auto);
+
 // out[t] = x[t] / rms(x[t]) * weight, per row of width n.
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
              float eps);
