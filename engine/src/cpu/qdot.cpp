@@ -447,7 +447,6 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
         for (int r = 0; r < R; ++r)
             acc[r][t] = _mm256_setzero_ps();
     }
-    const __m256i zero = _mm256_setzero_si256();
     __m256i u[R], xv[NT], cv[NT];
     __m256 ws[R], dv[NT];
 
@@ -490,57 +489,84 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
             pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
         }
     } else if constexpr (T == DType::Q4_K) {
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            cv[t] = zero;
+        // As the VNNI kernel: per super-block and pair the scale products
+        //   scx = (d sc_j) dx_j and mnx = (dmin m_j) ds_j for the eight sub-blocks j,
+        // the minimums subtracted at once, sub-block j scaled by lane j of scx.
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            float scf[R][8];
-            alignas(32) float mnf[R][8];
+            __m256 scv[R], mnv[R];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q4_k_bytes;
-                const float d = h2f_avx2(p), dmin = h2f_avx2(p + 2);
-                uint8_t sc[8], m[8];
-                q4_k_scales_mins(p + 4, sc, m);
-                for (int j = 0; j < 8; ++j) {
-                    scf[r][j] = d * float(sc[j]);
-                    mnf[r][j] = dmin * float(m[j]);
-                }
+                const __m128i sm = q4_k_unpack_scales(p + 4);
+                scv[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(h2f_avx2(p)));
+                mnv[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                                       _mm256_set1_ps(h2f_avx2(p + 2)));
             }
+            __m256 scx[R][NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
+                const __m256 dx = _mm256_loadu_ps(a.db_row(t0 + t) + sb * 8);
                 const __m256 dsv = _mm256_loadu_ps(xs[t] + sb * 8);
                 #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r)
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_load_ps(mnf[r]), dsv, acc[r][t]);
-            }
-            for (int j = 0; j < 8; ++j) {
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * j));
-                    dv[t] = _mm256_loadu_ps(xl[t] + sb * 64 + 8 * j);
+                for (int r = 0; r < R; ++r) {
+                    scx[r][t] = _mm256_mul_ps(scv[r], dx);
+                    acc[r][t] = _mm256_sub_ps(acc[r][t], _mm256_mul_ps(mnv[r], dsv));
                 }
+            }
+            #pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {
+                const __m256i lane = _mm256_set1_epi32(j);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * j));
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
                     const __m256i v = _mm256_loadu_si256(
                         reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * (j / 2)));
-                    u[r] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
-                    ws[r] = _mm256_set1_ps(scf[r][j]);
+                    const __m256i uj = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i isum = dot4_avx2(uj, xv[t]);
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_permutevar8x32_ps(scx[r][t], lane),
+                                                    acc[r][t]);
+                    }
                 }
-                pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
             }
         }
-    } else { // Q6_K
+    } else { // Q6_K: scx = (d sc_g) dx_(g/2) for the sixteen groups g of 16 values
         const __m256i bias = _mm256_set1_epi8(32);
-        const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
+        const __m256i pair_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), pair_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+            __m256 sc[R][2];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                const __m256 d = _mm256_set1_ps(h2f_avx2(p + 208));
+                const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 192));
+                sc[r][0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)));
+                sc[r][1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))));
+            }
+            __m256 scx[R][NT][2];
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m256 dx = _mm256_loadu_ps(a.db_row(t0 + t) + sb * 8);
+                const __m256 dlo = _mm256_permutevar8x32_ps(dx, pair_lo), dhi = _mm256_permutevar8x32_ps(dx, pair_hi);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    scx[r][t][0] = _mm256_mul_ps(sc[r][0], dlo);
+                    scx[r][t][1] = _mm256_mul_ps(sc[r][1], dhi);
+                }
+            }
+            #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) { // 32 values each: A, B, C, D of the first half, then of the second
                 const int h = c / 4, part = c % 4;
+                // Groups 2c and 2c+1: lanes 0-3 and 4-7 of this chunk.
+                const __m256i lanes = _mm256_setr_epi32((2 * c) % 8, (2 * c) % 8, (2 * c) % 8, (2 * c) % 8,
+                                                        (2 * c + 1) % 8, (2 * c + 1) % 8, (2 * c + 1) % 8, (2 * c + 1) % 8);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * c));
-                    dv[t] = _mm256_loadu_ps(xl[t] + sb * 64 + 8 * c);
                     cv[t] = dot4_avx2(bias, xv[t]);
                 }
                 #pragma GCC unroll 4
@@ -550,19 +576,22 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
                     const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 128 + 32 * h));
                     const __m256i low4 = part < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
                     __m256i top2;
-                    switch (part) {
-                    case 0: top2 = _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4); break;
-                    case 1: top2 = _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30); break;
-                    case 2: top2 = _mm256_and_si256(hb, m30); break;
-                    default: top2 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30); break;
+                    if (part == 0)
+                        top2 = _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4);
+                    else if (part == 1)
+                        top2 = _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30);
+                    else if (part == 2)
+                        top2 = _mm256_and_si256(hb, m30);
+                    else
+                        top2 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
+                    const __m256i uc = _mm256_or_si256(low4, top2);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i isum = _mm256_sub_epi32(dot4_avx2(uc, xv[t]), cv[t]);
+                        const __m256 wsc = _mm256_permutevar8x32_ps(scx[r][t][c / 4], lanes);
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), wsc, acc[r][t]);
                     }
-                    u[r] = _mm256_or_si256(low4, top2);
-                    uint16_t s2;
-                    std::memcpy(&s2, p + 192 + 2 * c, 2);
-                    const __m128i sc = _mm_shuffle_epi8(_mm_cvtsi32_si128(s2), spread);
-                    ws[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_avx2(p + 208)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
                 }
-                pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
             }
         }
     }
