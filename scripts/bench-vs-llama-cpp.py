@@ -41,7 +41,8 @@ def llama(bench, model, prompt, new, threads):
 
 
 def longscope(cli, model, prompt, new, threads):
-    common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json"]
+    common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json",
+              "--ctx", str(max(prompt, 8 + new) + 1)]
     pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1", "--attn", "mem-efficient",
                                      "--causal-flash", "--no-probe"])[0]
     dec = run_json([cli] + common + ["--input", "8", "--new", str(new)])[0]
