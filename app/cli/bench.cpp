@@ -50,6 +50,7 @@ struct Row {
     bool causal_flash = false;
     double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
     uint64_t kv_reserved = 0, peak_kv_resident = 0, peak_scratch = 0, peak_total = 0, kv_copied = 0, rss = 0;
+    uint64_t device_used = 0; // CUDA: device memory in use after the last step
 };
 
 // Deterministic prompt ids: ordinary tokens (skipping the first 3 special ids), varied.
@@ -91,6 +92,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                   {{"-c", "--ctx"}},
                   {{"--csv"}, false},
                   {{"--no-probe"}, false},
+                  {{"--backend"}},
                   {{"--json"}, false}});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -110,6 +112,17 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
             throw UsageError("--attn takes naive and/or mem-efficient, got '" + k + "'");
         attns.push_back(k == "mem-efficient");
     }
+    ComputeBackend backend = ComputeBackend::Cpu;
+    if (auto b = a.value("--backend")) {
+        auto parsed = parse_backend(*b);
+        if (!parsed)
+            throw UsageError("--backend must be cpu or cuda, got '" + *b + "'");
+        backend = *parsed;
+    }
+    if (backend == ComputeBackend::Cuda)
+        for (int b : batches)
+            if (b != 1)
+                throw UsageError("--backend cuda runs batch size 1 only (--batch 1)");
     const int threads = a.get_int("--threads", 1, 1024).value_or(0);
     const int ctx_opt = a.get_int("--ctx", 1, 1 << 24).value_or(0);
 
@@ -148,9 +161,20 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                             reqs[size_t(i)].sampling.temperature = 0;
                             reqs[size_t(i)].stop_at_eos = false;
                         }
+                        so.settings.backend = backend;
                         MemoryLedger last;
-                        auto results = generate_batch(*model, so, reqs, {},
-                                                      [&](const StepMetrics &m) { last = m.memory; });
+                        std::vector<GenerateResult> results;
+                        if (backend == ComputeBackend::Cuda) {
+                            // One sequence in a session on the device.
+                            Session session(*model, so);
+                            session.set_metrics_callback([&](const StepMetrics &m) { last = m.memory; });
+                            results.push_back(generate(session, reqs.front()));
+                            if (!session.backend_note().empty())
+                                throw BackendError(session.backend_note());
+                        } else {
+                            results = generate_batch(*model, so, reqs, {},
+                                                     [&](const StepMetrics &m) { last = m.memory; });
+                        }
                         Row r;
                         r.batch = b;
                         r.input = in;
@@ -173,6 +197,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.peak_total = last.peak_total;
                         r.kv_copied = last.kv_bytes_copied;
                         r.rss = last.process_rss;
+                        r.device_used = last.device_used;
                         // Decode reads every weight once per step (shared by the batch) and each
                         // sequence's cache, on average in + new/2 positions long.
                         r.bytes_per_token = double(model->info().weight_bytes) / b +
@@ -198,7 +223,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"threads", n_threads}, {"cpu_kernels", cpu_kernel_name()},
                            {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
                            {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
-                           {"process_rss_bytes", r.rss}});
+                           {"process_rss_bytes", r.rss}, {"backend", std::string(to_string(backend))},
+                           {"device_used_bytes", r.device_used}});
         std::cout << out.dump(2) << "\n";
         return 0;
     }
@@ -223,6 +249,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
                 model->info().name.c_str(), types.c_str(), mib(model->info().weight_bytes).c_str(), n_threads,
                 cpu_kernel_name().c_str(), bandwidth / 1e9);
+    if (backend == ComputeBackend::Cuda)
+        std::printf("backend cuda: the forward pass on the GPU (roofline and GFLOP/s columns are CPU figures)\n");
     std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | decode tok/s | "
                 "roofline | throughput tok/s | KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | "
                 "KV copied MiB |\n");

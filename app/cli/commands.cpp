@@ -62,7 +62,7 @@ std::string prompt_text(const Args &a, bool allow_positional)
 // The long-context options every command that runs the model takes.
 const std::vector<OptionSpec> k_settings_options = {
     {{"--alpha"}}, {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
-    {{"--kv"}}, {{"--overflow"}}};
+    {{"--kv"}}, {{"--overflow"}}, {{"--backend"}}};
 
 } // namespace
 
@@ -95,6 +95,12 @@ Settings settings_from_args(const Args &a)
         if (!p || *p == OverflowPolicy::DropOldestTurns)
             throw UsageError("--overflow must be error or head-tail, got '" + *o + "'");
         s.overflow = *p;
+    }
+    if (auto b = a.value("--backend")) {
+        auto backend = parse_backend(*b);
+        if (!backend)
+            throw UsageError("--backend must be cpu or cuda, got '" + *b + "'");
+        s.backend = *backend;
     }
     return s;
 }
@@ -241,6 +247,8 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
             std::cout << line << "\n";
         }
     }
+    if (!session.backend_note().empty())
+        std::fprintf(stderr, "\n[longscope] %s\n", session.backend_note().c_str());
     const GenerateResult &first = results.front();
     std::fprintf(stderr,
                  "\n[longscope] model %s | %zu sequence%s | prompt %d tokens, prefill %.1f tok/s | generated %zu "

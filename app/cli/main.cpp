@@ -73,6 +73,8 @@ const char *usage =
     "  --causal-flash        causality from positions, masked tiles skipped\n"
     "  --kv (none|concat|static|vmm) KV cache mode (default static)\n"
     "  --overflow (error|head-tail)  over-long prompts: fail, or keep head and tail halves\n"
+    "  --backend (cpu|cuda)  where the forward pass runs (default cpu; cuda needs the plugin\n"
+    "                        and a GPU, and runs one sequence: not with --batch-file)\n"
     "\n"
     "MODEL is a .gguf file or a Hugging Face LLaMA directory; without -m the bundled\n"
     "stories260K model is used (or $LONGSCOPE_MODEL).\n"

@@ -7,6 +7,7 @@
 #include <QtTest>
 
 #include "cli_runner.h"
+#include "longscope/backend.h"
 
 namespace {
 
@@ -149,6 +150,7 @@ private slots:
         QTest::newRow("ctx zero") << QStringList{"generate", "-p", "a", "--ctx", "0"} << 2 << "--ctx";
         QTest::newRow("missing prompt file") << QStringList{"generate", "-f", "/nonexistent/prompt.txt"} << 1 << "/nonexistent/prompt.txt";
         QTest::newRow("unknown command") << QStringList{"frobnicate"} << 2 << "frobnicate";
+        QTest::newRow("unknown backend") << QStringList{"generate", "-p", "a", "--backend", "gpu"} << 2 << "--backend";
         QTest::newRow("tokenize nothing") << QStringList{"tokenize"} << 2 << "text";
         QTest::newRow("info on directory without config") << QStringList{"info", "-m", LONGSCOPE_TEST_DATA} << 1 << "config.json";
     }
@@ -163,6 +165,23 @@ private slots:
         // One clear line on stderr.
         QVERIFY2(r.err.endsWith('\n') && r.err.count('\n') == 1, r.err.constData());
         QVERIFY2(r.err.contains(must_mention.toUtf8()), r.err.constData());
+    }
+
+    // Without a usable GPU, --backend cuda is one clear line and exit 1 (with one, it runs).
+    void cuda_backend_without_a_gpu_is_one_line()
+    {
+        for (const longscope::BackendStatus &b : longscope::probe_backends())
+            if (b.name == "CUDA" && b.available)
+                QSKIP("a GPU is usable here: --backend cuda runs (tst_cuda_forward covers it)");
+        for (const QStringList &args : {QStringList{"generate", "-p", "Once", "-n", "4", "--backend", "cuda"},
+                                        QStringList{"bench", "--input", "8", "--new", "2", "--kv", "static", "--attn",
+                                                    "naive", "--no-probe", "--backend", "cuda"}}) {
+            Run r = run_cli(args);
+            QCOMPARE(r.code, 1);
+            QVERIFY2(r.out.isEmpty(), r.out.constData());
+            QVERIFY2(r.err.endsWith('\n') && r.err.count('\n') == 1, r.err.constData());
+            QVERIFY2(r.err.contains("CUDA"), r.err.constData());
+        }
     }
 
     void long_context_flags_keep_the_greedy_text_data()

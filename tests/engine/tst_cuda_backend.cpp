@@ -58,6 +58,13 @@ struct CudaApi {
     LONGSCOPE_CUDA_FN(rope_keys)
     LONGSCOPE_CUDA_FN(attention)
     LONGSCOPE_CUDA_FN(argmax)
+    LONGSCOPE_CUDA_FN(copy)
+    LONGSCOPE_CUDA_FN(kv_create)
+    LONGSCOPE_CUDA_FN(kv_reserve)
+    LONGSCOPE_CUDA_FN(kv_layer)
+    LONGSCOPE_CUDA_FN(kv_info)
+    LONGSCOPE_CUDA_FN(kv_clear)
+    LONGSCOPE_CUDA_FN(kv_release)
 #undef LONGSCOPE_CUDA_FN
 
     // Empty when every entry point was found, else the first one missing.
@@ -88,6 +95,13 @@ struct CudaApi {
         LONGSCOPE_CUDA_LOAD(rope_keys)
         LONGSCOPE_CUDA_LOAD(attention)
         LONGSCOPE_CUDA_LOAD(argmax)
+        LONGSCOPE_CUDA_LOAD(copy)
+        LONGSCOPE_CUDA_LOAD(kv_create)
+        LONGSCOPE_CUDA_LOAD(kv_reserve)
+        LONGSCOPE_CUDA_LOAD(kv_layer)
+        LONGSCOPE_CUDA_LOAD(kv_info)
+        LONGSCOPE_CUDA_LOAD(kv_clear)
+        LONGSCOPE_CUDA_LOAD(kv_release)
 #undef LONGSCOPE_CUDA_LOAD
         return {};
     }
@@ -317,6 +331,107 @@ private slots:
         QVERIFY(ctx == nullptr);
         QVERIFY2(std::strlen(reason) > 10, reason);
         qInfo("context on device 4096: %s", reason);
+    }
+
+    // KV caches on the device (ABI 3): rows survive growth in every mode; static holds the
+    // limit from the start; concat reallocates and counts its copies; vmm maps whole granules
+    // per region as rows arrive (the reservation never changes), never copies, and gives the
+    // granules back on clear. 2 layers (4 regions) of rows of 4 KiB.
+    void kv_caches_on_the_device_data()
+    {
+        QTest::addColumn<int>("mode");
+        QTest::addRow("concat") << LONGSCOPE_CUDA_KV_CONCAT;
+        QTest::addRow("static") << LONGSCOPE_CUDA_KV_STATIC;
+        QTest::addRow("vmm") << LONGSCOPE_CUDA_KV_VMM;
+    }
+    void kv_caches_on_the_device()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, mode);
+        const int n_layer = 2;
+        const int64_t limit = 3000, row = 4096, regions = 2 * n_layer;
+        LongscopeCudaKv *kv = nullptr;
+        CUDA_OK(m_api.kv_create(m_ctx, mode, n_layer, limit, row, &kv));
+        QVERIFY(kv);
+        struct Release {
+            CudaApi &api;
+            LongscopeCudaContext *ctx;
+            LongscopeCudaKv *kv;
+            ~Release() { api.kv_release(ctx, kv); }
+        } release{m_api, m_ctx, kv};
+        LongscopeCudaKvInfo info{};
+        CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
+        if (mode == LONGSCOPE_CUDA_KV_STATIC)
+            QCOMPARE(info.resident_bytes, uint64_t(regions * limit * row));
+        else
+            QCOMPARE(info.resident_bytes, uint64_t(0));
+
+        // 5 rows in every region, each region's rows a pattern of its own.
+        CUDA_OK(m_api.kv_reserve(m_ctx, kv, 5));
+        std::vector<std::vector<float>> written(static_cast<size_t>(regions));
+        for (int l = 0; l < n_layer; ++l) {
+            void *k = nullptr, *v = nullptr;
+            CUDA_OK(m_api.kv_layer(m_ctx, kv, l, &k, &v));
+            for (int half = 0; half < 2; ++half) {
+                auto &w = written[size_t(2 * l + half)];
+                w = random_floats(size_t(5 * row / 4), uint32_t(100 + 2 * l + half));
+                CUDA_OK(m_api.upload(m_ctx, half ? v : k, w.data(), w.size() * 4));
+            }
+        }
+        CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
+        uint64_t granule = info.granule_bytes;
+        if (mode == LONGSCOPE_CUDA_KV_VMM) {
+            QVERIFY(granule > 0);
+            QCOMPARE(info.resident_bytes, uint64_t(regions) * granule);
+            QVERIFY(info.reserved_bytes >= uint64_t(regions * limit * row));
+            QVERIFY(info.capacity_rows >= 5);
+        }
+        const uint64_t reserved_before = info.reserved_bytes;
+
+        // Grow past the first granule (vmm) or simply to 600 rows, then to the limit.
+        for (int64_t rows : {int64_t(600), int64_t(granule ? granule / row + 1 : 1200), limit}) {
+            rows = std::min(rows, limit);
+            CUDA_OK(m_api.kv_reserve(m_ctx, kv, rows));
+            CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
+            QVERIFY(info.capacity_rows >= rows);
+            if (mode == LONGSCOPE_CUDA_KV_VMM) {
+                const uint64_t granules = (uint64_t(rows * row) + granule - 1) / granule;
+                QCOMPARE(info.resident_bytes, uint64_t(regions) * granules * granule);
+                QCOMPARE(info.reserved_bytes, reserved_before);
+                QCOMPARE(info.copied_bytes, uint64_t(0));
+            }
+            if (mode == LONGSCOPE_CUDA_KV_CONCAT) {
+                QCOMPARE(info.resident_bytes, uint64_t(regions * rows * row));
+                QVERIFY(info.copied_bytes > 0);
+            }
+            for (int l = 0; l < n_layer; ++l) {
+                void *k = nullptr, *v = nullptr;
+                CUDA_OK(m_api.kv_layer(m_ctx, kv, l, &k, &v));
+                for (int half = 0; half < 2; ++half) {
+                    const auto &w = written[size_t(2 * l + half)];
+                    std::vector<float> back(w.size());
+                    CUDA_OK(m_api.download(m_ctx, back.data(), half ? v : k, back.size() * 4));
+                    QVERIFY2(back == w, qPrintable(QString("rows lost growing to %1").arg(rows)));
+                }
+            }
+        }
+        QVERIFY(m_api.kv_reserve(m_ctx, kv, limit + 1) != 0);
+        qInfo("%s: granule %llu, reserved %llu, copied %llu", mode == LONGSCOPE_CUDA_KV_VMM ? "vmm" : "",
+              (unsigned long long)granule, (unsigned long long)info.reserved_bytes,
+              (unsigned long long)info.copied_bytes);
+
+        CUDA_OK(m_api.kv_clear(m_ctx, kv));
+        CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
+        if (mode == LONGSCOPE_CUDA_KV_VMM) {
+            QCOMPARE(info.resident_bytes, uint64_t(0));
+            QCOMPARE(info.reserved_bytes, reserved_before);
+            // And it maps again after a clear.
+            CUDA_OK(m_api.kv_reserve(m_ctx, kv, 1));
+            CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
+            QCOMPARE(info.resident_bytes, uint64_t(regions) * granule);
+        }
+        if (mode == LONGSCOPE_CUDA_KV_CONCAT)
+            QCOMPARE(info.resident_bytes, uint64_t(0));
     }
 
     void rmsnorm_selftest_matches_the_cpu()

@@ -27,6 +27,8 @@ struct SessionOptions {
 };
 
 class CpuForward;
+class CudaForward;
+class CudaKvCache;
 class KvStore;
 struct ForwardParams;
 struct ForwardStats;
@@ -34,7 +36,9 @@ using MetricsCallback = std::function<void(const StepMetrics &)>;
 
 class Session {
 public:
-    // Throws InvalidArgument for bad options, OutOfMemory when the KV cache cannot be had.
+    // Throws InvalidArgument for bad options, OutOfMemory when the KV cache cannot be had,
+    // BackendError when settings.backend is CUDA and CUDA cannot be used (the reason says
+    // why: no plugin, no driver or GPU, weights too large for the device).
     Session(const Model &model, const SessionOptions &options = {});
     ~Session();
     Session(const Session &) = delete;
@@ -50,7 +54,9 @@ public:
     // cached keys are converted when store_kv_before_rope flips; nothing is lost. A
     // context_limit of 0 means the model's default, as in SessionOptions; settings() reports
     // the limit in effect. Throws InvalidArgument for invalid settings or a limit below the
-    // current length (the old settings then stay).
+    // current length (the old settings then stay). Changing settings.backend moves the
+    // context to the other backend (its cache is rebuilt there from the tokens at the next
+    // eval()); BackendError when CUDA is asked for and cannot be used (the old settings stay).
     void set_settings(const Settings &settings);
     const Settings &settings() const { return m_settings; }
 
@@ -59,6 +65,11 @@ public:
     const StepMetrics &last_metrics() const { return m_last; }
     // The ledger as it stands now (between steps).
     MemoryLedger memory() const;
+
+    // Empty, or why the session left the CUDA backend: when a CUDA step fails (out of device
+    // memory, a kernel error), the step is evaluated again on the CPU, settings().backend
+    // becomes CPU and this says what failed.
+    const std::string &backend_note() const { return m_backend_note; }
 
     void reset();
     // Keeps the first n_tokens of the context and forgets the rest (regenerate, edit an
@@ -78,12 +89,23 @@ private:
     void apply_kv_settings(double rope_base);
     void convert_cached_keys(bool to_before_rope, double rope_base);
     void fill_ledger(MemoryLedger &m, uint64_t scratch, uint64_t kv_reserved, uint64_t kv_resident);
+    // The CUDA backend's side of eval(), apply_kv_settings() and convert_cached_keys().
+    void step_cuda(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
+                   bool all_logits, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident);
+    void run_cuda(std::span<const int32_t> tokens, int start_pos, int logits_from, CudaKvCache &kv,
+                  const ForwardParams &params, ForwardStats &stats);
+    void apply_cuda_kv_settings(double rope_base);
+    void convert_cached_keys_cuda(bool to_before_rope, double rope_base);
+    void fall_back_to_cpu(const std::string &reason);
 
     const Model &m_model;
     int m_n_ctx = 0;
     Settings m_settings;
     std::unique_ptr<CpuForward> m_forward;
-    std::unique_ptr<KvStore> m_kv;          // null in KvMode::None
+    std::unique_ptr<KvStore> m_kv;          // null in KvMode::None and on CUDA
+    std::unique_ptr<CudaForward> m_cuda;    // set while the backend is CUDA
+    std::unique_ptr<CudaKvCache> m_cuda_kv; // the device cache (declared after m_cuda: freed first)
+    std::string m_backend_note;
     bool m_kv_before_rope = false;          // how the keys in m_kv are stored
     std::vector<double> m_key_base;         // per cached position: base its key was rotated with
     std::vector<int32_t> m_history;

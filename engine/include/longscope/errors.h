@@ -48,6 +48,13 @@ public:
     using Error::Error;
 };
 
+// A compute backend cannot be used or failed: the CUDA plugin is missing or finds no GPU, the
+// device ran out of memory, a kernel failed. The message says which and why.
+class BackendError : public Error {
+public:
+    using Error::Error;
+};
+
 // The caller cancelled the operation (a model load, for example).
 class Cancelled : public Error {
 public:

@@ -22,6 +22,10 @@ struct MemoryLedger {
     uint64_t peak_total = 0;
     uint64_t process_rss = 0;   // the whole process, from /proc/self/statm
     uint64_t kv_bytes_copied = 0; // cumulative: growth copies and mode migrations
+    // CUDA backend: device memory in use and free (cudaMemGetInfo, the whole device) after the
+    // step; 0 on the CPU.
+    uint64_t device_used = 0;
+    uint64_t device_free = 0;
 };
 
 enum class StepPhase { Prefill, Decode };

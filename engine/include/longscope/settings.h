@@ -22,6 +22,12 @@ enum class OverflowPolicy {
     DropOldestTurns, // chats: drop the oldest turns (the chat layer applies this)
 };
 
+// Where the forward pass runs. CUDA needs the plugin (liblongscope-cuda.so) and a usable GPU.
+enum class ComputeBackend {
+    Cpu,
+    Cuda,
+};
+
 struct RopeSettings {
     // NTK-aware scaling: base' = base * alpha^(d / (d - 2)), d the rotary dimension.
     float ntk_alpha = 1.0f;
@@ -51,6 +57,7 @@ struct Settings {
     KvMode kv_mode = KvMode::Static;
     int context_limit = 0; // tokens; 0 = the model's trained context (at most 4096)
     OverflowPolicy overflow = OverflowPolicy::Error;
+    ComputeBackend backend = ComputeBackend::Cpu;
 
     // Throws InvalidArgument naming the bad value (alpha < 1 or not finite, limit < 0).
     void validate() const;
@@ -60,6 +67,8 @@ std::string_view to_string(KvMode m);
 std::string_view to_string(OverflowPolicy p);
 std::optional<KvMode> parse_kv_mode(std::string_view s);
 std::optional<OverflowPolicy> parse_overflow(std::string_view s);
+std::string_view to_string(ComputeBackend b); // "cpu", "cuda"
+std::optional<ComputeBackend> parse_backend(std::string_view s);
 
 // The NTK alpha in effect for a sequence of `seq_len` tokens.
 double effective_ntk_alpha(const RopeSettings &rope, int seq_len, int n_ctx_train);

@@ -3,6 +3,7 @@
 // into liblongscope-cuda.so (see kernels/CMakeLists.txt), never into the engine. Every CUDA and
 // cuBLAS status is checked; a failure returns a nonzero code and leaves its reason in the
 // context (longscope_cuda_error).
+#include "cuda/context_state.h"
 #include "cuda/plugin_abi.h"
 
 #include "attention.cuh"
@@ -20,56 +21,18 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#define LONGSCOPE_CUDA_EXPORT __attribute__((visibility("default")))
-
-struct LongscopeCudaContext {
-    int device = 0;
-    cudaStream_t stream = nullptr;
-    cublasHandle_t blas = nullptr;
-    void *scratch = nullptr; // grown on demand, freed with the context
-    size_t scratch_bytes = 0;
-    char error[512] = {0};
-};
-
 namespace {
 
 using namespace longscope::cuda;
 
-int fail_cuda(LongscopeCudaContext *ctx, const char *what, cudaError_t err)
-{
-    std::snprintf(ctx->error, sizeof ctx->error, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-    return int(err);
-}
-
-int fail_blas(LongscopeCudaContext *ctx, const char *what, cublasStatus_t st)
-{
-    std::snprintf(ctx->error, sizeof ctx->error, "%s: %s (%s)", what, cublasGetStatusString(st),
-                  cublasGetStatusName(st));
-    return LONGSCOPE_CUDA_ERR_CUBLAS;
-}
-
-__attribute__((format(printf, 2, 3))) int fail_arg(LongscopeCudaContext *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
-    va_end(ap);
-    return LONGSCOPE_CUDA_ERR_ARGUMENT;
-}
-
-// Makes the context's device current for this thread and clears the last reason.
-int enter(LongscopeCudaContext *ctx)
-{
-    ctx->error[0] = 0;
-    const cudaError_t err = cudaSetDevice(ctx->device);
-    return err == cudaSuccess ? 0 : fail_cuda(ctx, "cudaSetDevice", err);
-}
-
 // At least `bytes` of device scratch. Growing waits for the stream (the old buffer may still be
-// in use by queued work), then replaces the buffer.
+// in use by queued work), then replaces the buffer. It grows geometrically (at least doubling,
+// in whole MiB), so as a context gets longer and the attention scratch with it those waits
+// stay rare; when the doubled size cannot be had, exactly `bytes` is tried.
 int ensure_scratch(LongscopeCudaContext *ctx, size_t bytes, void **out)
 {
     if (bytes > ctx->scratch_bytes) {
+        const size_t old_bytes = ctx->scratch_bytes;
         cudaError_t err = cudaStreamSynchronize(ctx->stream);
         if (err != cudaSuccess)
             return fail_cuda(ctx, "cudaStreamSynchronize", err);
@@ -80,15 +43,23 @@ int ensure_scratch(LongscopeCudaContext *ctx, size_t bytes, void **out)
             if (err != cudaSuccess)
                 return fail_cuda(ctx, "cudaFree (scratch)", err);
         }
-        err = cudaMalloc(&ctx->scratch, bytes);
+        const size_t mib = size_t(1) << 20;
+        size_t want = bytes > 2 * old_bytes ? bytes : 2 * old_bytes;
+        want = (want + mib - 1) / mib * mib;
+        err = cudaMalloc(&ctx->scratch, want);
+        if (err != cudaSuccess && want > bytes) {
+            cudaGetLastError(); // an allocation failure is not sticky; clear it
+            want = bytes;
+            err = cudaMalloc(&ctx->scratch, want);
+        }
         if (err != cudaSuccess) {
             ctx->scratch = nullptr;
-            cudaGetLastError(); // an allocation failure is not sticky; clear it
+            cudaGetLastError();
             char what[96];
             std::snprintf(what, sizeof what, "cudaMalloc of %zu bytes of scratch", bytes);
             return fail_cuda(ctx, what, err);
         }
-        ctx->scratch_bytes = bytes;
+        ctx->scratch_bytes = want;
     }
     *out = ctx->scratch;
     return 0;

@@ -6,7 +6,8 @@
 #include <cstdint>
 
 // 2: contexts, device buffers and the forward-pass ops.
-#define LONGSCOPE_CUDA_ABI_VERSION 2
+// 3: device-to-device copies and KV caches on the device (concat, static, vmm).
+#define LONGSCOPE_CUDA_ABI_VERSION 3
 
 extern "C" {
 
@@ -163,4 +164,48 @@ int longscope_cuda_attention(LongscopeCudaContext *ctx, const LongscopeCudaAtten
 // out[r] = the index of the largest of the n logits of row r (lowest index on ties), int32 on
 // the device; NaN entries never win.
 int longscope_cuda_argmax(LongscopeCudaContext *ctx, const float *logits, int64_t n_rows, int64_t n, int32_t *out);
+
+// ---------------------------------------------------------------------------------------------
+// ABI 3: copies on the device and KV caches.
+
+// Queues a device-to-device copy of `bytes` on the context's stream (does not wait).
+int longscope_cuda_copy(LongscopeCudaContext *ctx, void *device_dst, const void *device_src, size_t bytes);
+
+// KV cache modes on the device (numbered as longscope::KvMode; "none" keeps no cache).
+#define LONGSCOPE_CUDA_KV_CONCAT 1 // a new buffer, a copy and a free each time it grows
+#define LONGSCOPE_CUDA_KV_STATIC 2 // one buffer for the limit, allocated up front
+#define LONGSCOPE_CUDA_KV_VMM 3    // address space for the limit, physical granules mapped as rows arrive
+
+typedef struct LongscopeCudaKv LongscopeCudaKv;
+
+// A cache of 2 * n_layer regions (keys and values of each layer), each of up to `limit_rows`
+// rows of `row_bytes`. STATIC allocates every row now; CONCAT and VMM start empty. VMM reserves
+// the address space of every region (each rounded up to the allocation granularity) with the
+// driver's virtual memory management, reached through cudaGetDriverEntryPointByVersion (the
+// plugin never links the driver library). On failure returns nonzero, *out null.
+int longscope_cuda_kv_create(LongscopeCudaContext *ctx, int mode, int n_layer, int64_t limit_rows, int64_t row_bytes,
+                             LongscopeCudaKv **out);
+// Makes rows [0, rows) of every region writable, keeping the rows already there. CONCAT
+// allocates exactly `rows`, copies the old rows on the stream and frees the old buffer
+// (cudaFree waits for the device: the price of this mode); VMM maps granules up to the one
+// holding row `rows - 1` and never moves a row; STATIC only checks. rows > limit is an error.
+int longscope_cuda_kv_reserve(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int64_t rows);
+// The keys and values of `layer` ([capacity rows, row_bytes], device). Valid until the next
+// reserve (CONCAT moves rows; STATIC and VMM never do) or release.
+int longscope_cuda_kv_layer(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int layer, void **keys, void **values);
+
+struct LongscopeCudaKvInfo {
+    int mode;
+    int64_t capacity_rows;   // rows writable now in every region
+    uint64_t reserved_bytes; // allocated, or address space reserved (VMM)
+    uint64_t resident_bytes; // backed by device memory
+    uint64_t copied_bytes;   // CONCAT: bytes copied by growth, cumulative
+    uint64_t granule_bytes;  // VMM: the mapping granularity; 0 otherwise
+};
+int longscope_cuda_kv_info(LongscopeCudaContext *ctx, const LongscopeCudaKv *kv, LongscopeCudaKvInfo *info);
+// Forgets every row: CONCAT frees its buffer, VMM unmaps and releases every granule (the
+// reservation stays), STATIC keeps its buffer.
+int longscope_cuda_kv_clear(LongscopeCudaContext *ctx, LongscopeCudaKv *kv);
+// Waits for the stream, then frees everything the cache holds. Null is accepted.
+void longscope_cuda_kv_release(LongscopeCudaContext *ctx, LongscopeCudaKv *kv);
 }

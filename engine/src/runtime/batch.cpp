@@ -36,6 +36,9 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         throw InvalidArgument("the batch holds no prompt");
     const Settings &st = options.settings;
     st.validate();
+    if (st.backend != ComputeBackend::Cpu)
+        throw BackendError("batched generation runs on the CPU backend only (the CUDA backend evaluates one "
+                           "sequence per session)");
     const HParams &hp = model.hparams();
     const int limit = st.context_limit > 0 ? st.context_limit
                       : options.n_ctx > 0  ? options.n_ctx

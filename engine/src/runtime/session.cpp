@@ -2,6 +2,7 @@
 
 #include "cpu/cpu_forward.h"
 #include "cpu/ops.h"
+#include "cuda_host/cuda_forward.h"
 #include "kv/kv_store.h"
 #include "longscope/errors.h"
 #include "runtime/rope_base.h"
@@ -51,8 +52,13 @@ Session::Session(const Model &model, const SessionOptions &options) : m_model(mo
     if (threads == 0)
         threads = std::max(1, int(std::thread::hardware_concurrency()));
     m_forward = std::make_unique<CpuForward>(model, threads);
-    if (m_settings.kv_mode != KvMode::None)
+    if (m_settings.backend == ComputeBackend::Cuda) {
+        m_cuda = std::make_unique<CudaForward>(model);
+        if (m_settings.kv_mode != KvMode::None)
+            m_cuda_kv = m_cuda->make_kv(m_settings.kv_mode, m_n_ctx);
+    } else if (m_settings.kv_mode != KvMode::None) {
         m_kv = make_kv_store(m_settings.kv_mode, model.hparams().n_layer, m_n_ctx, model.hparams().n_embd_kv());
+    }
     m_kv_before_rope = m_settings.rope.store_kv_before_rope;
 }
 
@@ -67,6 +73,8 @@ void Session::reset()
     m_key_base.clear();
     if (m_kv)
         m_kv->clear();
+    if (m_cuda_kv)
+        m_cuda_kv->clear();
 }
 
 void Session::set_settings(const Settings &settings)
@@ -77,6 +85,21 @@ void Session::set_settings(const Settings &settings)
     if (limit < n_past())
         throw InvalidArgument("the context limit cannot drop to " + std::to_string(limit) +
                               " below the " + std::to_string(n_past()) + " tokens already in the context");
+    if (settings.backend == ComputeBackend::Cuda && !m_cuda) {
+        // Throws BackendError when CUDA cannot be used; nothing has changed yet.
+        m_cuda = std::make_unique<CudaForward>(m_model);
+        // The device cache is built from the context at the next step.
+        if (m_kv) {
+            m_retired_copied += m_kv->copied_bytes();
+            m_kv.reset();
+        }
+        m_key_base.clear();
+    } else if (settings.backend == ComputeBackend::Cpu && m_cuda) {
+        // The CPU cache is built from the context at the next step.
+        m_cuda_kv.reset();
+        m_cuda.reset();
+        m_key_base.clear();
+    }
     m_settings = settings;
     m_settings.context_limit = limit;
     m_n_ctx = limit;
@@ -228,7 +251,21 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     m_logits.clear();
     uint64_t kv_reserved = 0, kv_resident = 0;
 
-    if (m_settings.kv_mode == KvMode::None) {
+    bool on_cuda = m_cuda != nullptr;
+    if (on_cuda) {
+        try {
+            step_cuda(tokens, past, int(len), base, params, all_logits, st, kv_reserved, kv_resident);
+        } catch (const BackendError &e) {
+            // The context is still here (m_history): rebuild it on the CPU and go on there.
+            fall_back_to_cpu(e.what());
+            on_cuda = false;
+            st = ForwardStats{};
+            m_logits.clear();
+        }
+    }
+    if (on_cuda) {
+        // step_cuda did the work
+    } else if (m_settings.kv_mode == KvMode::None) {
         // No cache: recompute the whole sequence in a buffer that lives for this step only.
         apply_kv_settings(base);
         std::vector<int32_t> seq(m_history);
@@ -262,6 +299,15 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     m.settings.context_limit = m_n_ctx;
     m.attention_tiles_skipped = st.tiles_skipped;
     fill_ledger(m.memory, st.scratch_bytes, kv_reserved, kv_resident);
+    if (m_cuda) {
+        try {
+            const DeviceMemoryInfo d = m_cuda->memory();
+            m.memory.device_free = d.free;
+            m.memory.device_used = d.total - d.free;
+        } catch (const BackendError &) {
+            // The step itself succeeded; a failing query leaves the device columns at 0.
+        }
+    }
     if (m_on_metrics)
         m_on_metrics(m);
     return {m_logits.data(), m_logits.size()};
@@ -269,7 +315,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
 
 void Session::fill_ledger(MemoryLedger &m, uint64_t scratch, uint64_t kv_reserved, uint64_t kv_resident)
 {
-    m.weights = m_model.info().weight_bytes;
+    m.weights = m_cuda ? m_cuda->weight_bytes() : m_model.info().weight_bytes;
     m.kv_reserved = kv_reserved;
     m.kv_resident = kv_resident;
     m.scratch = scratch;
@@ -293,9 +339,140 @@ MemoryLedger Session::memory() const
     m.kv_reserved = m_kv ? m_kv->reserved_bytes() : 0;
     m.kv_resident = m_kv ? m_kv->resident_bytes() : 0;
     m.scratch = m_forward->scratch_bytes();
-    m.total = m_model.info().weight_bytes + m.kv_resident + m.scratch;
+    m.weights = m_model.info().weight_bytes;
+    m.device_used = m.device_free = 0;
+    if (m_cuda) {
+        m.weights = m_cuda->weight_bytes();
+        try {
+            if (m_cuda_kv) {
+                const LongscopeCudaKvInfo kv = m_cuda_kv->info();
+                m.kv_reserved = kv.reserved_bytes;
+                m.kv_resident = kv.resident_bytes;
+            }
+            const DeviceMemoryInfo d = m_cuda->memory();
+            m.scratch = d.scratch;
+            m.device_free = d.free;
+            m.device_used = d.total - d.free;
+        } catch (const BackendError &) {
+            // Between steps the ledger is informative only: keep what the last step reported.
+        }
+    }
+    m.total = m.weights + m.kv_resident + m.scratch;
     m.process_rss = process_rss_bytes();
     return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA backend: the same steps as the CPU's above, on the device cache.
+
+void Session::run_cuda(std::span<const int32_t> tokens, int start_pos, int logits_from, CudaKvCache &kv,
+                       const ForwardParams &params, ForwardStats &stats)
+{
+    const int n = int(tokens.size());
+    const int chunk = params.memory_efficient ? k_prefill_chunk : std::max(1, n);
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        const int c1 = std::min(n, c0 + chunk);
+        const int first = std::max(0, logits_from - (start_pos + c0));
+        auto l = m_cuda->eval(tokens.subspan(size_t(c0), size_t(c1 - c0)), start_pos + c0, first, kv, params, stats);
+        m_logits.insert(m_logits.end(), l.begin(), l.end());
+    }
+}
+
+void Session::step_cuda(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
+                        bool all_logits, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident)
+{
+    const int logits_from = all_logits ? past : len - 1;
+    apply_cuda_kv_settings(base);
+    if (m_settings.kv_mode == KvMode::None) {
+        // No cache: recompute the whole sequence in a device buffer that lives for this step only.
+        std::vector<int32_t> seq(m_history);
+        seq.insert(seq.end(), tokens.begin(), tokens.end());
+        auto scratch_kv = m_cuda->make_kv(KvMode::Static, len);
+        scratch_kv->ensure(len);
+        run_cuda(seq, 0, logits_from, *scratch_kv, params, st);
+        const LongscopeCudaKvInfo info = scratch_kv->info();
+        kv_reserved = info.reserved_bytes;
+        kv_resident = info.resident_bytes;
+        return;
+    }
+    m_cuda_kv->ensure(len);
+    run_cuda(tokens, past, logits_from, *m_cuda_kv, params, st);
+    m_key_base.resize(size_t(len), params.keys_before_rope ? 0.0 : base);
+    std::fill(m_key_base.begin() + past, m_key_base.end(), params.keys_before_rope ? 0.0 : base);
+    const LongscopeCudaKvInfo info = m_cuda_kv->info();
+    kv_reserved = info.reserved_bytes;
+    kv_resident = info.resident_bytes;
+}
+
+void Session::apply_cuda_kv_settings(double rope_base)
+{
+    const HParams &hp = m_model.hparams();
+    const KvMode want = m_settings.kv_mode;
+    if (want == KvMode::None) {
+        if (m_cuda_kv) {
+            m_retired_copied += m_cuda_kv->info().copied_bytes;
+            m_cuda_kv.reset();
+        }
+        m_key_base.clear();
+        return;
+    }
+    if (!m_cuda_kv || m_cuda_kv->mode() != want || m_cuda_kv->limit() != m_n_ctx) {
+        auto fresh = m_cuda->make_kv(want, m_n_ctx);
+        if (m_cuda_kv) {
+            // Migrate the cached tokens on the device: nothing is lost when the mode or limit changes.
+            m_cuda->copy_rows(*m_cuda_kv, *fresh, n_past());
+            m_retired_copied += m_cuda_kv->info().copied_bytes + uint64_t(n_past()) * uint64_t(hp.n_embd_kv()) *
+                                                                     sizeof(float) * 2 * uint64_t(hp.n_layer);
+            m_cuda_kv = std::move(fresh);
+        } else {
+            // From the no-cache mode or the other backend: build the cache by evaluating the context once.
+            m_cuda_kv = std::move(fresh);
+            m_key_base.clear();
+            m_kv_before_rope = m_settings.rope.store_kv_before_rope;
+            if (n_past() > 0) {
+                m_cuda_kv->ensure(n_past());
+                ForwardStats st;
+                run_cuda(m_history, 0, n_past(), *m_cuda_kv, forward_params(rope_base), st);
+                m_key_base.assign(size_t(n_past()), m_kv_before_rope ? 0.0 : rope_base);
+            }
+        }
+    }
+    if (m_kv_before_rope != m_settings.rope.store_kv_before_rope)
+        convert_cached_keys_cuda(m_settings.rope.store_kv_before_rope, rope_base);
+}
+
+void Session::convert_cached_keys_cuda(bool to_before_rope, double rope_base)
+{
+    // As convert_cached_keys, with runs of positions sharing a base rotated in one call.
+    const int n = n_past();
+    const double pos_scale = rope_pos_scale(m_model.hparams());
+    auto base_of = [&](int j) { return to_before_rope ? m_key_base[size_t(j)] : rope_base; };
+    for (int j = 0; j < n;) {
+        const double base = base_of(j);
+        if (base <= 0) {
+            ++j;
+            continue;
+        }
+        int j1 = j + 1;
+        while (j1 < n && base_of(j1) == base)
+            ++j1;
+        m_cuda->rotate_cached_keys(*m_cuda_kv, j, j1 - j, base, pos_scale, to_before_rope);
+        for (int k = j; k < j1; ++k)
+            m_key_base[size_t(k)] = to_before_rope ? 0.0 : rope_base;
+        j = j1;
+    }
+    m_kv_before_rope = to_before_rope;
+}
+
+void Session::fall_back_to_cpu(const std::string &reason)
+{
+    m_backend_note = "the CUDA backend failed and the session continues on the CPU: " + reason;
+    m_cuda_kv.reset();
+    m_cuda.reset();
+    m_settings.backend = ComputeBackend::Cpu;
+    // The CPU cache is built from the context by apply_kv_settings.
+    m_kv.reset();
+    m_key_base.clear();
 }
 
 std::vector<int32_t> fit_prompt(std::span<const int32_t> prompt, int limit, int reserve,

@@ -57,6 +57,16 @@ std::optional<OverflowPolicy> parse_overflow(std::string_view s)
     return std::nullopt;
 }
 
+std::string_view to_string(ComputeBackend b) { return b == ComputeBackend::Cuda ? "cuda" : "cpu"; }
+
+std::optional<ComputeBackend> parse_backend(std::string_view s)
+{
+    for (ComputeBackend b : {ComputeBackend::Cpu, ComputeBackend::Cuda})
+        if (s == to_string(b))
+            return b;
+    return std::nullopt;
+}
+
 double effective_ntk_alpha(const RopeSettings &rope, int seq_len, int n_ctx_train)
 {
     if (!rope.ntk_auto)
