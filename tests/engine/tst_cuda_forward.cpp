@@ -226,13 +226,18 @@ private slots:
                 session.set_settings(st);
             }
         };
+        // Auto alpha passes 1 at 489 tokens for this model (trained on 512): a 500-token prompt
+        // and 60 steps put every step on a base of its own.
         std::vector<int32_t> long_prompt;
-        while (long_prompt.size() < 300)
+        while (long_prompt.size() < 500)
             long_prompt.insert(long_prompt.end(), m_prompt.begin(), m_prompt.end());
+        long_prompt.resize(500);
         const Trace cpu = run_greedy(*m_model, long_prompt, 60, s, 1024, flip);
         s.backend = ComputeBackend::Cuda;
         const Trace gpu = run_greedy(*m_model, long_prompt, 60, s, 1024, flip);
         COMPARE_WITH_CPU(gpu, cpu);
+        QVERIFY(gpu.metrics.back().ntk_alpha > 1.0);
+        QVERIFY(gpu.metrics.back().rope_base != gpu.metrics[gpu.metrics.size() - 2].rope_base);
     }
 
     void switching_the_backend_between_steps_loses_nothing()
