@@ -164,6 +164,10 @@ void EngineWorker::apply_pending_settings(bool may_reset)
         return;
     }
     emit settingsApplied(m_next_step, m_session->n_past(), *pending);
+    if (const QString text = backend_text(); text != m_summary.backend) {
+        m_summary.backend = text;
+        emit backendChanged(m_summary);
+    }
 }
 
 bool EngineWorker::require_model()
@@ -178,6 +182,30 @@ void EngineWorker::on_session_metrics(const longscope::StepMetrics &m)
 {
     m_next_step = m.step + 1;
     emit stepMetrics(m);
+    check_backend_fallback();
+}
+
+QString EngineWorker::backend_text() const
+{
+    if (m_session && m_session->settings().backend == ComputeBackend::Cuda)
+        return QStringLiteral("CUDA (GPU)");
+    const int threads = m_session ? m_session->n_threads() : m_n_threads;
+    return QStringLiteral("CPU (%1 thread%2)").arg(threads).arg(threads == 1 ? "" : "s");
+}
+
+void EngineWorker::check_backend_fallback()
+{
+    if (!m_session || m_session->backend_note().empty() || m_session->backend_note() == m_backend_note)
+        return;
+    m_backend_note = m_session->backend_note();
+    {
+        std::lock_guard lock(m_settings_mutex);
+        m_settings.backend = m_session->settings().backend;
+    }
+    m_summary.backend = backend_text();
+    m_summary.gpu_status = QStringLiteral("CUDA failed, continuing on the CPU: %1").arg(qs(m_backend_note));
+    emit errorOccurred(m_summary.gpu_status);
+    emit backendChanged(m_summary);
 }
 
 void EngineWorker::loadModel(const QString &path)
@@ -203,7 +231,20 @@ void EngineWorker::loadModel(const QString &path)
         options.n_threads = m_n_threads;
         options.settings = wanted;
         // Built before anything is replaced: if it throws, the old model and session stay.
-        auto session = std::make_unique<Session>(*model, options);
+        // CUDA asked for but unusable (no GPU, out of device memory): the CPU, and say why.
+        QString cuda_failure;
+        std::unique_ptr<Session> session;
+        try {
+            session = std::make_unique<Session>(*model, options);
+        } catch (const BackendError &e) {
+            if (options.settings.backend != ComputeBackend::Cuda)
+                throw;
+            cuda_failure = QString::fromUtf8(e.what());
+            options.settings.backend = ComputeBackend::Cpu;
+            session = std::make_unique<Session>(*model, options);
+            std::lock_guard lock(m_settings_mutex);
+            m_settings.backend = ComputeBackend::Cpu;
+        }
 
         m_session.reset();
         m_model = std::move(model);
@@ -226,13 +267,16 @@ void EngineWorker::loadModel(const QString &path)
         s.n_vocab = hp.n_vocab;
         s.n_layer = hp.n_layer;
         s.weight_bytes = qint64(info.weight_bytes);
-        const int threads = m_session->n_threads();
-        s.backend = QStringLiteral("CPU (%1 thread%2)").arg(threads).arg(threads == 1 ? "" : "s");
+        s.backend = backend_text();
         // Why the GPU is not used (or which one could be), as the backend probe says.
         for (const BackendStatus &b : probe_backends())
-            if (b.name == "CUDA")
-                s.gpu_status = b.available ? QStringLiteral("CUDA: %1 (the GPU forward pass is not available yet)").arg(qs(b.detail))
-                                           : QStringLiteral("CUDA: %1").arg(qs(b.detail));
+            if (b.name == "CUDA") {
+                s.cuda_available = b.available;
+                s.gpu_status = QStringLiteral("CUDA: %1").arg(qs(b.detail));
+            }
+        if (!cuda_failure.isEmpty())
+            s.gpu_status = QStringLiteral("CUDA could not be used, running on the CPU: %1").arg(cuda_failure);
+        m_backend_note.clear();
         m_summary = s;
         emit modelLoaded(s);
         return;

@@ -37,6 +37,7 @@ struct ModelSummary {
     qint64 weight_bytes = 0;
     QString backend;        // "CPU (2 threads)"
     QString gpu_status;     // why CUDA is not used, or which GPU is
+    bool cuda_available = false; // the probe found a usable GPU and the plugin
 };
 
 struct ChatTurn {
@@ -119,6 +120,8 @@ public slots:
                        const QString &label, qint64 maxTokens = 0);
 
 signals:
+    // The backend in use changed (a switch took effect, or CUDA failed and the CPU took over).
+    void backendChanged(const longscope::ui::ModelSummary &summary);
     void loadStarted(const QString &path);
     void loadProgress(double fraction);
     void modelLoaded(const longscope::ui::ModelSummary &summary);
@@ -153,6 +156,12 @@ private:
     void apply_pending_settings(bool may_reset = false);
     bool require_model();
     void on_session_metrics(const longscope::StepMetrics &m);
+    std::string m_backend_note; // the last fallback reported
+    // The backend line for the summary ("CPU (2 threads)", "CUDA").
+    QString backend_text() const;
+    // After a step: when the session left CUDA (a failed step ran again on the CPU), say so
+    // and report the settings it now runs with.
+    void check_backend_fallback();
     void remember_logits(std::span<const float> logits);
     void ensure_logits();
     // Evaluates `tokens` (none: continues from the last logits), then samples up to

@@ -2,6 +2,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QStandardItemModel>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QFrame>
@@ -14,6 +15,15 @@
 namespace longscope::ui {
 
 namespace {
+
+// The CUDA entry of the backend box is enabled only where the probe found a usable GPU; a
+// disabled entry cannot be picked, and the line under the box says why.
+void setCudaChoice(QComboBox *box, bool available)
+{
+    auto *model = qobject_cast<QStandardItemModel *>(box->model());
+    if (QStandardItem *item = model ? model->item(1) : nullptr)
+        item->setEnabled(available);
+}
 
 constexpr int kMaxContextLimit = 1 << 20;
 
@@ -73,6 +83,12 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_overflow->addItem(tr("Drop oldest turns"), int(OverflowPolicy::DropOldestTurns));
     m_overflow->setToolTip(tr("What happens when a prompt does not fit in the context limit"));
 
+    m_backendChoice = new QComboBox(this);
+    m_backendChoice->addItem(tr("CPU"), int(ComputeBackend::Cpu));
+    m_backendChoice->addItem(tr("CUDA (GPU)"), int(ComputeBackend::Cuda));
+    m_backendChoice->setToolTip(tr("Where the model runs; a switch moves the context to the other backend at the next step"));
+    setCudaChoice(m_backendChoice, false);
+
     m_backend = new QLabel(tr("no model"), this);
     m_backend->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_gpuStatus = mutedLabel(this);
@@ -100,7 +116,8 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     line->setFrameShape(QFrame::HLine);
     line->setFrameShadow(QFrame::Sunken);
     form->addRow(line);
-    form->addRow(tr("Backend"), m_backend);
+    form->addRow(tr("Backend"), m_backendChoice);
+    form->addRow(QString(), m_backend);
     form->addRow(QString(), m_gpuStatus);
     form->addRow(QString(), m_applied);
 
@@ -112,6 +129,7 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     connect(m_kvMode, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
     connect(m_contextLimit, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
     connect(m_overflow, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_backendChoice, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
 
     setSettings(longscope::Settings{});
     setTrainedContext(0);
@@ -128,6 +146,7 @@ longscope::Settings LongContextPanel::settings() const
     s.kv_mode = KvMode(m_kvMode->currentData().toInt());
     s.context_limit = m_contextLimit->value();
     s.overflow = OverflowPolicy(m_overflow->currentData().toInt());
+    s.backend = ComputeBackend(m_backendChoice->currentData().toInt());
     return s;
 }
 
@@ -145,6 +164,8 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
     m_contextLimit->setValue(std::clamp(s.context_limit, 0, kMaxContextLimit));
     const int ov = m_overflow->findData(int(s.overflow));
     m_overflow->setCurrentIndex(ov < 0 ? 0 : ov);
+    const int be = m_backendChoice->findData(int(s.backend));
+    m_backendChoice->setCurrentIndex(be < 0 ? 0 : be);
     m_updating = false;
     updateAlphaEnabled();
 }
@@ -162,8 +183,9 @@ void LongContextPanel::setTrainedContext(int n)
     m_contextLimit->setSpecialValueText(tr("default (%L1)").arg(def));
 }
 
-void LongContextPanel::setBackend(const QString &backend, const QString &gpuStatus)
+void LongContextPanel::setBackend(const QString &backend, const QString &gpuStatus, bool cudaAvailable)
 {
+    setCudaChoice(m_backendChoice, cudaAvailable);
     m_backend->setText(backend.isEmpty() ? tr("no model") : backend);
     m_gpuStatus->setText(gpuStatus);
     m_gpuStatus->setVisible(!gpuStatus.isEmpty());

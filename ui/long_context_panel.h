@@ -30,7 +30,9 @@ public:
     // The model's trained context (shown next to the limit; 0: no model).
     void setTrainedContext(int n_ctx_train);
     int trainedContext() const { return m_trainedContext; }
-    void setBackend(const QString &backend, const QString &gpuStatus);
+    // What the session runs on ("CPU (2 threads)", "CUDA: ..."), why CUDA is or is not usable,
+    // and whether the CUDA choice may be picked (it stays disabled when the probe says no).
+    void setBackend(const QString &backend, const QString &gpuStatus, bool cudaAvailable = false);
     // The alpha the last step ran with (StepMetrics::ntk_alpha).
     void setEffectiveAlpha(double alpha);
     // A change was sent and waits for the next step / took effect at this token position.
@@ -45,6 +47,7 @@ public:
     QComboBox *kvModeBox() const { return m_kvMode; }
     QSpinBox *contextLimitBox() const { return m_contextLimit; }
     QComboBox *overflowBox() const { return m_overflow; }
+    QComboBox *backendBox() const { return m_backendChoice; }
     QLabel *effectiveAlphaLabel() const { return m_effectiveAlpha; }
     QLabel *appliedLabel() const { return m_applied; }
 
@@ -65,6 +68,7 @@ private:
     QSpinBox *m_contextLimit = nullptr;
     QLabel *m_trained = nullptr;
     QComboBox *m_overflow = nullptr;
+    QComboBox *m_backendChoice = nullptr;
     QLabel *m_backend = nullptr;
     QLabel *m_gpuStatus = nullptr;
     QLabel *m_applied = nullptr;

@@ -514,6 +514,7 @@ void MainWindow::connectWorker()
     connect(w, &EngineWorker::streamFinished, this, &MainWindow::onStreamFinished);
     connect(w, &EngineWorker::stepMetrics, this, &MainWindow::onStepMetrics);
     connect(w, &EngineWorker::settingsApplied, this, &MainWindow::onSettingsApplied);
+    connect(w, &EngineWorker::backendChanged, this, &MainWindow::showBackend);
     connect(w, &EngineWorker::errorOccurred, this, &MainWindow::onWorkerError);
 }
 
@@ -727,7 +728,7 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
     m_appSettings->saveLastModel(summary.path);
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
-    m_longContext->setBackend(summary.backend, summary.gpu_status);
+    showBackend(summary);
     const double mib = double(summary.weight_bytes) / (1024.0 * 1024.0);
     m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>%2 · %L3 layers · %L4-token trained context · "
                               "%5 MiB · %6</span>")
@@ -1072,6 +1073,22 @@ void MainWindow::onGenerationParamsChanged(const GenerationParams &params)
     m_appSettings->saveGenerationParams(params);
 }
 
+void MainWindow::showBackend(const longscope::ui::ModelSummary &summary)
+{
+    m_summary.backend = summary.backend;
+    m_summary.gpu_status = summary.gpu_status;
+    m_summary.cuda_available = summary.cuda_available;
+    m_longContext->setBackend(summary.backend, summary.gpu_status, summary.cuda_available);
+    // The panel shows the backend the session runs on (after a fallback: the CPU).
+    if (summary.backend.startsWith(QLatin1String("CPU")) &&
+        m_longContext->settings().backend == longscope::ComputeBackend::Cuda) {
+        longscope::Settings s = m_longContext->settings();
+        s.backend = longscope::ComputeBackend::Cpu;
+        m_longContext->setSettings(s);
+        m_appliedSettings.backend = longscope::ComputeBackend::Cpu;
+    }
+}
+
 void MainWindow::onSettingsApplied(qint64 step, int position, const longscope::Settings &settings)
 {
     const QString change = describeChange(m_appliedSettings, settings);
@@ -1095,6 +1112,8 @@ QString MainWindow::describeChange(const longscope::Settings &a, const longscope
         parts << tr("causal flash %1").arg(onOff(b.attention.causal_flash));
     if (a.kv_mode != b.kv_mode)
         parts << tr("KV %1").arg(qs(to_string(b.kv_mode)));
+    if (a.backend != b.backend)
+        parts << (b.backend == longscope::ComputeBackend::Cuda ? tr("on CUDA") : tr("on the CPU"));
     if (a.context_limit != b.context_limit)
         parts << (b.context_limit > 0 ? tr("limit %L1").arg(b.context_limit) : tr("limit default"));
     if (a.overflow != b.overflow)

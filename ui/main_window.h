@@ -157,6 +157,7 @@ private slots:
     void onStreamFinished(bool stopped, int tokensInContext);
     void onStepMetrics(const longscope::StepMetrics &metrics);
     void onSettingsApplied(qint64 step, int position, const longscope::Settings &settings);
+    void showBackend(const longscope::ui::ModelSummary &summary);
     void onWorkerError(const QString &message);
     void onLongContextChanged(const longscope::Settings &settings);
     void onGenerationParamsChanged(const longscope::ui::GenerationParams &params);

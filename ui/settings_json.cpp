@@ -29,7 +29,8 @@ QJsonObject settingsToJson(const longscope::Settings &s)
                        {QStringLiteral("causal_flash"), s.attention.causal_flash},
                        {QStringLiteral("kv_mode"), qs(to_string(s.kv_mode))},
                        {QStringLiteral("context_limit"), s.context_limit},
-                       {QStringLiteral("overflow"), qs(to_string(s.overflow))}};
+                       {QStringLiteral("overflow"), qs(to_string(s.overflow))},
+                       {QStringLiteral("backend"), qs(to_string(s.backend))}};
 }
 
 std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QString *error)
@@ -82,6 +83,14 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
             return std::nullopt;
         }
         s.overflow = *policy;
+    }
+    if (const QJsonValue be = json.value(QStringLiteral("backend")); !be.isUndefined()) {
+        const auto backend = parse_backend(be.toString().toStdString());
+        if (!backend) {
+            setError(error, QStringLiteral("settings: unknown backend \"%1\"").arg(be.toString()));
+            return std::nullopt;
+        }
+        s.backend = *backend;
     }
     return s;
 }

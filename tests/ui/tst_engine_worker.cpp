@@ -4,6 +4,8 @@
 #include "book.h"
 #include "engine_worker.h"
 
+#include "longscope/backend.h"
+
 #include <QFile>
 #include <QTemporaryDir>
 #include <QThread>
@@ -335,6 +337,54 @@ private slots:
         w()->setSettings(bad); // validated on the calling thread
         QCOMPARE(ev.errors.size(), 1);
         QCOMPARE(w()->settings().rope.ntk_alpha, 1.0f);
+    }
+
+    // The CUDA backend asked for. Without a usable GPU (the probe says so): switching a running
+    // session is refused with the probe's reason and the chat goes on, on the CPU, with the
+    // same text; loading a model with CUDA asked for loads it on the CPU and says why. With a
+    // GPU: the switch takes effect and the greedy text is the CPU's.
+    void cudaBackendRequested()
+    {
+        bool cuda = false;
+        for (const longscope::BackendStatus &b : longscope::probe_backends())
+            if (b.name == "CUDA")
+                cuda = b.available;
+        reset();
+        const GenerationSummary cpu = chat(userSays(QStringLiteral("Once upon a time"), greedy(30)));
+        QCOMPARE(cpu.reason, FinishReason::MaxTokens);
+
+        longscope::Settings s;
+        s.backend = longscope::ComputeBackend::Cuda;
+        Events ev(w());
+        reset(s);
+        const GenerationSummary on = chat(userSays(QStringLiteral("Once upon a time"), greedy(30)), &ev);
+        QCOMPARE(on.reason, FinishReason::MaxTokens);
+        QCOMPARE(on.text, cpu.text);
+        if (!cuda) {
+            QVERIFY2(!ev.errors.isEmpty() && ev.errors.first().contains(QLatin1String("CUDA")),
+                     qPrintable(ev.errors.join(QLatin1Char('|'))));
+            QCOMPARE(w()->settings().backend, longscope::ComputeBackend::Cpu);
+        } else {
+            QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.join(QLatin1Char('|'))));
+        }
+
+        // A model loaded while CUDA is asked for.
+        w()->setSettings(s);
+        Events load(w());
+        EngineWorker *worker = w();
+        post([worker] { worker->loadModel(k_model); });
+        QVERIFY(Events::waitFor(load.loaded));
+        const ModelSummary m = load.loaded.first();
+        QCOMPARE(m.cuda_available, cuda);
+        if (!cuda) {
+            QCOMPARE(m.backend, QStringLiteral("CPU (2 threads)"));
+            QVERIFY2(m.gpu_status.startsWith(QLatin1String("CUDA could not be used, running on the CPU: ")),
+                     qPrintable(m.gpu_status));
+            QCOMPARE(w()->settings().backend, longscope::ComputeBackend::Cpu);
+        } else {
+            QCOMPARE(m.backend, QStringLiteral("CUDA (GPU)"));
+        }
+        reset();
     }
 
     void failedLoadKeepsOldModel()

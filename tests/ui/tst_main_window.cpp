@@ -12,6 +12,8 @@
 #include "main_window.h"
 #include "metrics_plots.h"
 
+#include "longscope/backend.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDropEvent>
@@ -23,6 +25,7 @@
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QStandardItemModel>
 #include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
@@ -162,6 +165,19 @@ void TestMainWindow::loadsTheBundledModel()
     QVERIFY(w->errors.isEmpty());
     QVERIFY(w->isWorkerThreadRunning());
     QCOMPARE(QFileInfo(w->modelSummary().path), QFileInfo(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)));
+
+    // The backend box offers CUDA exactly when the probe found a usable GPU.
+    bool cuda = false;
+    for (const longscope::BackendStatus &b : longscope::probe_backends())
+        if (b.name == "CUDA")
+            cuda = b.available;
+    QComboBox *backend = w->longContextPanel()->backendBox();
+    QCOMPARE(backend->count(), 2);
+    QCOMPARE(backend->currentText(), QStringLiteral("CPU"));
+    auto *items = qobject_cast<QStandardItemModel *>(backend->model());
+    QVERIFY(items);
+    QCOMPARE(items->item(1)->isEnabled(), cuda);
+    QCOMPARE(w->modelSummary().cuda_available, cuda);
 }
 
 void TestMainWindow::enterSendsAndStreamsAReply()
