@@ -1,6 +1,7 @@
 #include "engine_worker.h"
 
 #include "longscope/backend.h"
+#include "longscope/hardware.h"
 
 #include "longscope/chat.h"
 #include "longscope/errors.h"
@@ -268,6 +269,7 @@ void EngineWorker::loadModel(const QString &path)
         s.n_layer = hp.n_layer;
         s.weight_bytes = qint64(info.weight_bytes);
         s.backend = backend_text();
+        s.cpu_warning = qs(cpu_kernel_warning());
         // Why the GPU is not used (or which one could be), as the backend probe says.
         for (const BackendStatus &b : probe_backends())
             if (b.name == "CUDA") {

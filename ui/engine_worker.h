@@ -38,6 +38,7 @@ struct ModelSummary {
     QString backend;        // "CPU (2 threads)"
     QString gpu_status;     // why CUDA is not used, or which GPU is
     bool cuda_available = false; // the probe found a usable GPU and the plugin
+    QString cpu_warning;    // empty, or why only the slow portable CPU kernels run
 };
 
 struct ChatTurn {

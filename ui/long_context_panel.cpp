@@ -91,6 +91,7 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
 
     m_backend = new QLabel(tr("no model"), this);
     m_backend->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_backend->setWordWrap(true);
     m_gpuStatus = mutedLabel(this);
 
     m_applied = mutedLabel(this);

@@ -1078,7 +1078,10 @@ void MainWindow::showBackend(const longscope::ui::ModelSummary &summary)
     m_summary.backend = summary.backend;
     m_summary.gpu_status = summary.gpu_status;
     m_summary.cuda_available = summary.cuda_available;
-    m_longContext->setBackend(summary.backend, summary.gpu_status, summary.cuda_available);
+    m_summary.cpu_warning = summary.cpu_warning;
+    const QString backend =
+        summary.cpu_warning.isEmpty() ? summary.backend : tr("%1 · %2").arg(summary.backend, summary.cpu_warning);
+    m_longContext->setBackend(backend, summary.gpu_status, summary.cuda_available);
     // The panel shows the backend the session runs on (after a fallback: the CPU).
     if (summary.backend.startsWith(QLatin1String("CPU")) &&
         m_longContext->settings().backend == longscope::ComputeBackend::Cuda) {

@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include "longscope/errors.h"
+#include "longscope/hardware.h"
 
 #include <cstdio>
 #include <cstring>
@@ -106,6 +107,10 @@ int main(int argc, char **argv)
             std::fputs(usage, stdout);
             return 0;
         }
+    // Commands that run a model say once when only the slow portable kernels can run.
+    if (cmd == "generate" || cmd == "bench" || cmd == "perplexity" || cmd == "passkey" || cmd == "serve")
+        if (const std::string w = longscope::cpu_kernel_warning(); !w.empty())
+            std::fprintf(stderr, "longscope-cli: warning: %s\n", w.c_str());
     try {
         if (cmd == "generate")
             return longscope::cli::cmd_generate(args, argv[0]);

@@ -15,13 +15,17 @@ struct CliRun {
 };
 
 // `env_model` sets $LONGSCOPE_MODEL; otherwise it is removed so the bundled default is used.
-inline CliRun run_cli(const QStringList &args, const QByteArray &env_model = {})
+// `extra_env` adds NAME=value pairs.
+inline CliRun run_cli(const QStringList &args, const QByteArray &env_model = {}, const QStringList &extra_env = {})
 {
     QProcess p;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("LONGSCOPE_MODEL");
+    env.remove("LONGSCOPE_SIMD");
     if (!env_model.isEmpty())
         env.insert("LONGSCOPE_MODEL", QString::fromUtf8(env_model));
+    for (const QString &kv : extra_env)
+        env.insert(kv.section(QLatin1Char('='), 0, 0), kv.section(QLatin1Char('='), 1));
     p.setProcessEnvironment(env);
     p.start(QStringLiteral(LONGSCOPE_CLI_PATH), args);
     if (!p.waitForFinished(300000)) {

@@ -48,6 +48,21 @@ private slots:
         QVERIFY(r.err.contains("tok/s"));
     }
 
+    // The portable kernels (forced here; a CPU without AVX2 gets them too) still write the
+    // known text, and the CLI says once, on stderr, that they are the slow ones.
+    void portable_kernels_warn_and_keep_the_text()
+    {
+        Run fast = run_cli({"generate", "-p", "Once upon a time", "--temp", "0", "-n", "60"});
+        QCOMPARE(fast.code, 0);
+        QVERIFY2(!fast.err.contains("warning"), fast.err.constData());
+        Run r = run_cli({"generate", "-p", "Once upon a time", "--temp", "0", "-n", "60"}, {},
+                        {QStringLiteral("LONGSCOPE_SIMD=portable")});
+        QCOMPARE(r.code, 0);
+        QVERIFY2(r.out.startsWith(known_text), r.out.constData());
+        QCOMPARE(r.err.count("warning:"), 1);
+        QVERIFY2(r.err.contains("portable kernels"), r.err.constData());
+    }
+
     void json_output()
     {
         Run plain = run_cli({"generate", "-p", "Once upon a time", "--temp", "0", "-n", "30"});

@@ -11,6 +11,10 @@ namespace longscope {
 // those for quantized weights (integer dot products; BF16 dot products for prefill).
 std::string cpu_kernel_name();
 
+// Empty when vector kernels run; otherwise why the portable ones do (the CPU lacks AVX2, FMA
+// or F16C, or LONGSCOPE_SIMD asked for them) and that they are several times slower.
+std::string cpu_kernel_warning();
+
 // Reads a buffer of `bytes` (larger than the caches) with `n_threads` threads, several
 // times, and returns the best rate in bytes per second. Throws OutOfMemory if the buffer
 // cannot be had.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 namespace longscope {
@@ -21,6 +22,15 @@ std::string cpu_kernel_name()
     if (has_bf16_dot())
         s += ", BF16 dot products from " + std::to_string(bf16_min_tokens) + " tokens";
     return s + ")";
+}
+
+std::string cpu_kernel_warning()
+{
+    if (std::string_view(cpu_kernels().name) != "portable")
+        return {};
+    if (!cpu_has_avx2())
+        return "this CPU lacks AVX2, FMA or F16C: Longscope runs its portable kernels, several times slower";
+    return "LONGSCOPE_SIMD=portable: the portable kernels run, several times slower than this CPU allows";
 }
 
 double measure_read_bandwidth(int n_threads, uint64_t bytes)

@@ -251,6 +251,8 @@ const CpuKernels &cpu_kernels()
     return k;
 }
 
+bool cpu_has_avx2() { return has_avx2(); }
+
 int available_cpu_kernels(const CpuKernels **out, int max)
 {
     int n = 0;

@@ -22,6 +22,9 @@ struct CpuKernels {
 // (benchmarks and tests compare them).
 const CpuKernels &cpu_kernels();
 
+// Whether the CPU has AVX2, FMA and F16C (the baseline the fast kernels need).
+bool cpu_has_avx2();
+
 // Every kernel set this CPU can run, best first.
 int available_cpu_kernels(const CpuKernels **out, int max);
 
