@@ -58,7 +58,7 @@ uint64_t CpuForward::scratch_bytes() const
     uint64_t b = 0;
     for (const auto *v : {&m_x, &m_xn, &m_q, &m_k, &m_v, &m_attn, &m_proj, &m_gate, &m_up, &m_logits})
         b += bytes_of(*v);
-    return b;
+    return b + matmul_scratch_bytes();
 }
 
 std::span<const float> CpuForward::eval(std::span<const int32_t> tokens, int n_past, int logits_from,

@@ -108,6 +108,11 @@ float dot_f32(const float *a, const float *b, int64_t n) { return cpu_kernels().
 
 namespace {
 
+// Buffers the calling thread's matrix products keep from call to call (sized by the largest
+// call so far), counted as scratch by matmul_scratch_bytes.
+thread_local QuantizedActs t_acts;     // activations quantized to 8 bits (integer path)
+thread_local std::vector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
+
 // LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize overrides the automatic choice (comparisons).
 QuantMatmul quant_matmul_override()
 {
@@ -216,11 +221,10 @@ QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
 void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    // The calling thread's buffer; the workers reach it through this pointer (a thread_local
+    // The calling thread's buffer; the workers reach it through this pointer (the thread_local
     // named inside the lambda would be each worker's own).
-    thread_local std::vector<uint16_t> xb_storage;
-    xb_storage.resize(static_cast<size_t>(n_tokens * n_in));
-    uint16_t *const xb = xb_storage.data();
+    t_xb.resize(static_cast<size_t>(n_tokens * n_in));
+    uint16_t *const xb = t_xb.data();
     pool.parallel_for(
         n_tokens,
         [&](int64_t begin, int64_t end) { f32_to_bf16_rne(x + begin * n_in, xb + begin * n_in, (end - begin) * n_in); },
@@ -258,6 +262,12 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
 
 } // namespace
 
+uint64_t matmul_scratch_bytes()
+{
+    return t_acts.q.capacity() + 4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity()) +
+           2 * t_xb.capacity();
+}
+
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
 {
     matmul_with(pool, w, x, y, n_tokens, QuantMatmul::Auto);
@@ -291,11 +301,10 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     }
     // One loop over the rows of every weight: one wake-up of the pool instead of one each,
     // and the activations quantized once.
-    thread_local QuantizedActs acts_storage;
     const QuantizedActs *acts = nullptr;
     if (path == QuantMatmul::Integer) {
-        quantize_acts(&pool, x, n_tokens, n_in, acts_storage);
-        acts = &acts_storage;
+        quantize_acts(&pool, x, n_tokens, n_in, t_acts);
+        acts = &t_acts;
     }
     int64_t total = 0;
     for (const MatmulOut &o : outs)

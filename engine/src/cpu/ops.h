@@ -34,6 +34,10 @@ enum class QuantMatmul { Auto, Integer, Bf16, Dequantize };
 constexpr int64_t bf16_min_tokens = 16;
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
 
+// Bytes the calling thread's matrix products keep between calls (activations quantized to 8
+// bits or rounded to BF16 for quantized weights), for the memory ledger's scratch.
+uint64_t matmul_scratch_bytes();
+
 // Several products of the same activations (Q, K and V; gate and up) in one pass over the
 // thread pool: each out.y gets out.w times x, exactly as separate matmul calls give it.
 struct MatmulOut {
