@@ -202,6 +202,30 @@ inline __m128i q4_k_unpack_scales(const uint8_t *packed)
 
 LS_VNNI inline float h2f_vnni(const uint8_t *p) { return _cvtsh_ss(load_u16(p)); }
 
+// {d x8, dmin x8} from the two halves at the start of a Q4_K super-block: one 32-bit load, one
+// conversion, one permutation.
+LS_VNNI inline __m512 d_dmin_vnni(const uint8_t *p)
+{
+    uint32_t both;
+    std::memcpy(&both, p, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(both)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(f));
+}
+
+// q4_k_unpack_scales in vector registers: the 12 bytes (and 4 beyond them, inside the block,
+// ignored) as 32-bit lanes w0 w1 w2: lanes {w0, w1} & 63 give scales 0-3 and mins 0-3;
+// {w2, w2 >> 4} & 0x0f with the top two bits of {w0, w1} give scales 4-7 and mins 4-7.
+LS_VNNI inline __m128i q4_k_unpack_scales_vnni(const uint8_t *packed)
+{
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(packed));
+    const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));
+    const __m128i w2 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+    const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(v, 6), _mm_set1_epi8(0x03)), 4);
+    const __m128i high = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi8(0x0f)), top);
+    return _mm_unpacklo_epi32(low6, high); // {sc 0-3, sc 4-7, m 0-3, m 4-7}
+}
+
 LS_VNNI inline __m512 two_halves(float a, float b)
 {
     const __m512d lo = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a)));
@@ -290,8 +314,8 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q4_k_bytes;
-                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))),
-                                      two_halves(h2f_vnni(p), h2f_vnni(p + 2)));
+                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales_vnni(p + 4))),
+                                      d_dmin_vnni(p));
             }
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
