@@ -616,13 +616,18 @@ void TestExplore::corruptRunFilesAreSkipped()
     QByteArray badPoint = good.toJsonBytes();
     badPoint.replace("\"end\": 256", "\"end\": 0");
     write(QStringLiteral("badpoint.json"), badPoint);
+    QByteArray badBackend = good.toJsonBytes();
+    QVERIFY(badBackend.contains("\"backend\": \"cpu\""));
+    badBackend.replace("\"backend\": \"cpu\"", "\"backend\": \"tpu\"");
+    write(QStringLiteral("badbackend.json"), badBackend);
     write(QStringLiteral("bad name!.json"), good.toJsonBytes());
     write(QStringLiteral("notes.txt"), "not a run");
 
     const QVector<PerplexityRunResult> listed = store.list();
     QCOMPARE(listed.size(), 1);
     QCOMPARE(listed.first().id, good.id);
-    QCOMPARE(store.lastErrors().size(), 5);
+    QCOMPARE(store.lastErrors().size(), 6);
+    QVERIFY(store.lastErrors().join(QLatin1Char('\n')).contains(QLatin1String("unknown backend \"tpu\"")));
     QVERIFY(!store.load(QStringLiteral("garbage")));
 
     ExploreView view(&store);
