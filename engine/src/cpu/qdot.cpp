@@ -182,18 +182,18 @@ float dot_portable(DType type, const uint8_t *row, const QuantizedActs &a, int64
 }
 
 // The 12 packed bytes of a Q4_K super-block (layout in quant.h) as 16 bytes: the eight 6-bit
-// scales, then the eight 6-bit mins. Four bytes at a time: scales 0-3 and mins 0-3 are the low
-// six bits of bytes 0-3 and 4-7; scales 4-7 (mins 4-7) take their low nibble from bytes 8-11
-// (high nibble) and their top two bits from the top of bytes 0-3 (4-7).
-inline __m128i q4_k_unpack_scales(const uint8_t *packed)
+// scales, then the eight 6-bit mins. As 32-bit lanes w0 w1 w2 (the 4 bytes loaded beyond them
+// lie inside the block and are ignored): lanes {w0, w1} & 63 give scales 0-3 and mins 0-3;
+// {w2, w2 >> 4} & 0x0f, with the top two bits of each byte of {w0, w1} above, give scales 4-7
+// and mins 4-7. Used by the AVX2 and the VNNI kernels.
+__attribute__((target("avx2"))) inline __m128i q4_k_unpack_scales(const uint8_t *packed)
 {
-    uint32_t w[3];
-    std::memcpy(w, packed, 12);
-    const uint32_t low6 = 0x3f3f3f3f, nib = 0x0f0f0f0f, top2 = 0x03030303;
-    const uint32_t sc03 = w[0] & low6, m03 = w[1] & low6;
-    const uint32_t sc47 = (w[2] & nib) | (((w[0] >> 6) & top2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & nib) | (((w[1] >> 6) & top2) << 4);
-    return _mm_setr_epi32(int(sc03), int(sc47), int(m03), int(m47));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(packed));
+    const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));
+    const __m128i w2 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+    const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(v, 6), _mm_set1_epi8(0x03)), 4);
+    const __m128i high = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi8(0x0f)), top);
+    return _mm_unpacklo_epi32(low6, high); // {sc 0-3, sc 4-7, m 0-3, m 4-7}
 }
 
 // ---- AVX-512 VNNI ---------------------------------------------------------------------------------
@@ -211,19 +211,6 @@ LS_VNNI inline __m512 d_dmin_vnni(const uint8_t *p)
     const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(both)));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
                                  _mm512_castps128_ps512(f));
-}
-
-// q4_k_unpack_scales in vector registers: the 12 bytes (and 4 beyond them, inside the block,
-// ignored) as 32-bit lanes w0 w1 w2: lanes {w0, w1} & 63 give scales 0-3 and mins 0-3;
-// {w2, w2 >> 4} & 0x0f with the top two bits of {w0, w1} give scales 4-7 and mins 4-7.
-LS_VNNI inline __m128i q4_k_unpack_scales_vnni(const uint8_t *packed)
-{
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(packed));
-    const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));
-    const __m128i w2 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
-    const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(v, 6), _mm_set1_epi8(0x03)), 4);
-    const __m128i high = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi8(0x0f)), top);
-    return _mm_unpacklo_epi32(low6, high); // {sc 0-3, sc 4-7, m 0-3, m 4-7}
 }
 
 LS_VNNI inline __m512 two_halves(float a, float b)
@@ -314,7 +301,7 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + sb * q4_k_bytes;
-                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales_vnni(p + 4))),
+                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))),
                                       d_dmin_vnni(p));
             }
             #pragma GCC unroll 4
