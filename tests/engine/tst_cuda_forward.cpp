@@ -10,6 +10,7 @@
 // the CPU's own variants are held to (tst_techniques) and far below the logit gaps that decide
 // the greedy tokens here. vmm and static caches run the same kernels on the same rows, so they
 // must agree exactly.
+#include "support/comparisons.h"
 #include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -22,6 +23,8 @@
 using namespace longscope;
 
 Q_DECLARE_METATYPE(longscope::KvMode)
+
+using longscope::test::max_diff;
 
 namespace {
 
@@ -67,15 +70,6 @@ Trace run_greedy(const Model &m, const std::vector<int32_t> &prompt, int n_new, 
     return t;
 }
 
-double max_diff(const std::vector<float> &a, const std::vector<float> &b)
-{
-    if (a.size() != b.size())
-        return INFINITY;
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        d = std::max(d, std::fabs(double(a[i]) - b[i]));
-    return d;
-}
 
 Settings cuda_settings()
 {
@@ -164,17 +158,7 @@ private slots:
 
     void every_combination_matches_the_cpu_data()
     {
-        QTest::addColumn<bool>("mem_efficient");
-        QTest::addColumn<bool>("causal_flash");
-        QTest::addColumn<KvMode>("mode");
-        QTest::addColumn<bool>("before_rope");
-        for (bool me : {false, true})
-            for (bool cf : {false, true})
-                for (KvMode mode : {KvMode::None, KvMode::Concat, KvMode::Static, KvMode::Vmm})
-                    for (bool br : {false, true})
-                        QTest::addRow("%s%s kv=%s%s", me ? "mem-efficient" : "naive", cf ? " causal-flash" : "",
-                                      std::string(to_string(mode)).c_str(), br ? " keys-before-rope" : "")
-                            << me << cf << mode << br;
+        longscope::test::add_technique_matrix_rows();
     }
     void every_combination_matches_the_cpu()
     {

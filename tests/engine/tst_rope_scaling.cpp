@@ -1,5 +1,6 @@
 // config.json rope_scaling (linear, dynamic) and GGUF llama.rope.scaling.* are honoured:
 // the engine against the independent reference with the scaling applied there by formula.
+#include "support/comparisons.h"
 #include "support/gguf_writer.h"
 #include "support/llama2c_reference.h"
 #include "support/model_files.h"
@@ -16,6 +17,8 @@
 
 using namespace longscope;
 namespace fs = std::filesystem;
+
+using longscope::test::max_diff;
 
 namespace {
 
@@ -75,13 +78,6 @@ std::vector<std::vector<float>> reference_trace(const std::vector<int32_t> &prom
     return out;
 }
 
-double max_diff(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-    return m;
-}
 
 std::vector<int32_t> greedy_tokens(const Model &m, const std::vector<int32_t> &prompt, int n)
 {

@@ -1,6 +1,7 @@
 // The long-context techniques: every attention setting x causal flash x KV mode x keys
 // before RoPE gives the plain path's tokens and logits; NTK alpha against its formula;
 // settings switched between steps; batches against single runs; the memory ledger.
+#include "support/comparisons.h"
 #include "support/gguf_writer.h"
 #include "support/model_files.h"
 
@@ -19,6 +20,8 @@
 using namespace longscope;
 
 Q_DECLARE_METATYPE(longscope::KvMode)
+
+using longscope::test::max_diff;
 
 namespace {
 
@@ -61,13 +64,6 @@ Trace run_greedy(const Model &m, const std::vector<int32_t> &prompt, int n_new, 
     return t;
 }
 
-double max_diff(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        d = std::max(d, std::fabs(double(a[i]) - b[i]));
-    return d;
-}
 
 // Independent statement of the auto alpha formula (DESIGN.md).
 double auto_alpha(int L, int n_ctx_train) { return std::max(1.0, 1.1 * (L / (n_ctx_train / 2.0) - 1.0)); }
@@ -106,17 +102,7 @@ private slots:
 
     void every_combination_matches_the_plain_path_data()
     {
-        QTest::addColumn<bool>("mem_efficient");
-        QTest::addColumn<bool>("causal_flash");
-        QTest::addColumn<KvMode>("mode");
-        QTest::addColumn<bool>("before_rope");
-        for (bool me : {false, true})
-            for (bool cf : {false, true})
-                for (KvMode mode : {KvMode::None, KvMode::Concat, KvMode::Static, KvMode::Vmm})
-                    for (bool br : {false, true})
-                        QTest::addRow("%s%s kv=%s%s", me ? "mem-efficient" : "naive", cf ? " causal-flash" : "",
-                                      std::string(to_string(mode)).c_str(), br ? " keys-before-rope" : "")
-                            << me << cf << mode << br;
+        longscope::test::add_technique_matrix_rows();
     }
     void every_combination_matches_the_plain_path()
     {
