@@ -8,6 +8,7 @@
 // and whole models quantized by quantize_model_file.
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
+#include "cpu/packed.h"
 #include "cpu/qdot.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
@@ -480,6 +481,171 @@ private slots:
             }
         }
         qInfo("kernels compared: %d (best: %s)", nk, qkernel_name(kernels[0]));
+    }
+
+    // Q4_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed row gives
+    // the original row bit for bit; the packed kernel against the same two double references
+    // as the row kernel above, the same bits for a token whatever the tile's token count, and
+    // matmul over a packed matrix (groups split across threads at odd places) equal to the
+    // packed kernel's own tiles and within float rounding of the row kernel.
+    void packed_q4_k_data()
+    {
+        QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::newRow("256x16") << 256 << 16;
+        QTest::newRow("768x48") << 768 << 48;
+        QTest::newRow("2048x112") << 2048 << 112;
+    }
+    void packed_q4_k()
+    {
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        QVERIFY(packable(DType::Q4_K, n_in, n_out));
+        QVERIFY(!packable(DType::Q4_K, n_in, n_out + 8));
+        QVERIFY(!packable(DType::Q4_K, n_in + 32, n_out));
+        QVERIFY(!packable(DType::Q6_K, n_in, n_out));
+        OwnedQuantWeight w = make_quant_weight(DType::Q4_K, n_in, n_out, 31);
+        const size_t bytes = packed_size(n_in, n_out);
+        QCOMPARE(bytes, size_t(n_out / 16) * size_t(n_in / 256) * size_t(packed_q4_k_block_bytes));
+        std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
+        uint8_t *pk = packed.data() + 1;
+        const auto *src = static_cast<const uint8_t *>(w.view.data);
+        const int64_t groups = n_out / 16;
+        pack_q4_k(src, n_in, pk, 0, groups / 2); // in two parts, as threads split it
+        pack_q4_k(src, n_in, pk, groups / 2, groups);
+        std::vector<float> row(static_cast<size_t>(n_in));
+        for (int o = 0; o < n_out; ++o)
+            for (bool vector : {true, false}) {
+                if (vector)
+                    dequantize_packed_row(pk, n_in, o, row.data());
+                else
+                    dequantize_packed_row_portable(pk, n_in, o, row.data());
+                for (int i = 0; i < n_in; ++i)
+                    QVERIFY2(bits_of(row[size_t(i)]) == bits_of(w.values[size_t(o * n_in + i)]),
+                             qPrintable(QString("row %1 value %2 (%3): %4 vs %5").arg(o).arg(i)
+                                            .arg(vector ? "vector" : "portable").arg(row[size_t(i)])
+                                            .arg(w.values[size_t(o * n_in + i)])));
+            }
+        if (!packed_kernel_available()) {
+            qInfo("no AVX-512 VNNI here: the packed kernel is never used on this CPU (layout checked only)");
+            return;
+        }
+        std::mt19937 rng(17);
+        std::normal_distribution<float> dist(0.0f, 1.5f);
+        const int n_tokens = 7;
+        std::vector<float> x(size_t(n_tokens * n_in));
+        for (float &v : x)
+            v = dist(rng);
+        const std::vector<float> xq = quantize_acts_reference(x);
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), n_tokens, n_in, acts);
+
+        // Tiles of 4 tokens (4 + 3) and of 1 token: the same bits.
+        std::vector<float> y4(size_t(n_tokens * n_out), NAN), y1(size_t(n_tokens * n_out), NAN);
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int t = 0; t < n_tokens; t += 4)
+                packed_tile(pk, n_in, g, acts, t, std::min(4, n_tokens - t), y4.data() + t * n_out + g * 16, n_out);
+            for (int t = 0; t < n_tokens; ++t)
+                packed_tile(pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
+        }
+        double worst = 0;
+        for (int t = 0; t < n_tokens; ++t)
+            for (int o = 0; o < n_out; ++o) {
+                const size_t k = size_t(t * n_out + o);
+                QVERIFY2(bits_of(y4[k]) == bits_of(y1[k]),
+                         qPrintable(QString("t %1 o %2: %3 vs %4").arg(t).arg(o).arg(y4[k], 0, 'g', 9).arg(y1[k], 0, 'g', 9)));
+                double ref = 0, ref_q = 0, mag = 0, bound = 0;
+                for (int i = 0; i < n_in; ++i) {
+                    const size_t xi = size_t(t * n_in + i);
+                    const double wv = w.values[size_t(o * n_in + i)];
+                    ref += wv * x[xi];
+                    ref_q += wv * xq[xi];
+                    mag += std::fabs(wv * xq[xi]);
+                    bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                }
+                const QString where = QString("t %1 o %2: %3 vs %4 / %5").arg(t).arg(o).arg(y4[k], 0, 'g', 9)
+                                          .arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
+                QVERIFY2(std::fabs(y4[k] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
+                QVERIFY2(std::fabs(y4[k] - ref) <= bound + 1e-5 * mag, qPrintable(where));
+                worst = std::max(worst, std::fabs(y4[k] - ref_q) / mag);
+            }
+        qInfo("packed kernel: worst |error| / sum|w x| against the documented rounding: %.2e", worst);
+
+        // Through matmul: a pool of 3 splits the rows at places that are not multiples of 16;
+        // every group must be computed once (NaN marks a missing one).
+        WeightView pv = w.view;
+        pv.cpu_packed = pk;
+        ThreadPool pool(3);
+        for (int nt : {1, 2, 5, 7}) {
+            std::vector<float> yp(size_t(nt * n_out), NAN), yr(size_t(nt * n_out), NAN);
+            matmul_with(pool, pv, x.data(), yp.data(), nt, QuantMatmul::Integer);
+            matmul_with(pool, w.view, x.data(), yr.data(), nt, QuantMatmul::Integer);
+            for (int t = 0; t < nt; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    const size_t k = size_t(t * n_out + o);
+                    QVERIFY2(bits_of(yp[k]) == bits_of(y4[k]), qPrintable(QString("matmul %1 tokens, t %2 o %3").arg(nt).arg(t).arg(o)));
+                    double mag = 0;
+                    for (int i = 0; i < n_in; ++i)
+                        mag += std::fabs(double(w.values[size_t(o * n_in + i)]) * xq[size_t(t * n_in + i)]);
+                    QVERIFY2(std::fabs(double(yp[k]) - yr[k]) <= 2e-5 * mag,
+                             qPrintable(QString("packed vs rows, t %1 o %2: %3 vs %4").arg(t).arg(o).arg(yp[k]).arg(yr[k])));
+                }
+        }
+    }
+
+    // A Q4_K model loaded here: where this CPU's kernels pack (AVX-512 VNNI), every packable
+    // Q4_K matrix has its packed copy, whose rows are the file's rows, and whose products are
+    // those of the rows in the file within float rounding.
+    void model_packs_q4_k_matrices()
+    {
+        RandomModelSpec spec;
+        spec.n_embd = 256;
+        spec.n_layer = 2;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.n_ff = 512;
+        spec.n_vocab = 512;
+        spec.n_ctx = 128;
+        spec.type = DType::F16;
+        spec.seed = 5;
+        const std::string f16 = tmp("pack-f16.gguf"), q4k = tmp("pack-q4k.gguf");
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q4k, DType::Q4_K);
+        auto m = Model::load(q4k);
+        const LayerWeights &l = m->weights().layers[0];
+        int packed = 0;
+        for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &m->weights().output}) {
+            QCOMPARE(v->cpu_packed != nullptr, cpu_wants_packed(*v));
+            if (!v->cpu_packed)
+                continue;
+            ++packed;
+            const int64_t n_in = v->ne(0);
+            std::vector<float> a(static_cast<size_t>(n_in)), b(static_cast<size_t>(n_in));
+            for (int64_t r : {int64_t(0), int64_t(17), v->ne(1) - 1}) {
+                dequantize_packed_row(v->cpu_packed, n_in, r, a.data());
+                dequantize_row(v->type, static_cast<const uint8_t *>(v->data) + size_t(r) * row_bytes(v->type, n_in),
+                               b.data(), n_in);
+                QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+            }
+            WeightView rows = *v;
+            rows.cpu_packed = nullptr;
+            ThreadPool pool(2);
+            std::vector<float> x(static_cast<size_t>(3 * n_in));
+            std::mt19937 rng(3);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            for (float &e : x)
+                e = dist(rng);
+            std::vector<float> yp(static_cast<size_t>(3 * v->ne(1))), yr(yp.size());
+            matmul_with(pool, *v, x.data(), yp.data(), 3, QuantMatmul::Integer);
+            matmul_with(pool, rows, x.data(), yr.data(), 3, QuantMatmul::Integer);
+            for (size_t i = 0; i < yp.size(); ++i)
+                QVERIFY2(std::fabs(yp[i] - yr[i]) <= 1e-4 * (std::fabs(yr[i]) + 1.0),
+                         qPrintable(QString("%1 [%2]: %3 vs %4").arg(QString::fromStdString(v->name)).arg(i).arg(yp[i]).arg(yr[i])));
+        }
+        qInfo("packed matrices in layer 0 and output: %d (%s)", packed,
+              packed_kernel_available() ? "AVX-512 VNNI present" : "no AVX-512 VNNI: none expected");
+        if (packed_kernel_available() && qkernel() == QKernel::Vnni && !std::getenv("LONGSCOPE_PACK"))
+            QVERIFY(packed >= 5); // wq, wk, wo, gate, up at least (wv, down may be Q6_K)
     }
 
     // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every

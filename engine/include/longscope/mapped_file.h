@@ -19,6 +19,12 @@ public:
     uint64_t size() const { return m_size; }
     const std::string &path() const { return m_path; }
 
+    // Whether [p, p + n) lies inside this mapping.
+    bool contains(const void *p, uint64_t n) const;
+    // Lets the system drop the pages wholly inside [p, p + n) from memory (they are read from
+    // the file again if touched). Does nothing for a range outside this mapping.
+    void release(const void *p, uint64_t n) const;
+
 private:
     std::string m_path;
     const uint8_t *m_data = nullptr;

@@ -26,6 +26,9 @@ struct WeightView {
     std::vector<int64_t> shape;
     const void *data = nullptr;
     uint64_t nbytes = 0;
+    // The same matrix re-laid out for the CPU's integer kernels (cpu/packed.h), owned by the
+    // Model; null when the CPU kernels read it in place.
+    const uint8_t *cpu_packed = nullptr;
 
     int64_t ne(size_t i) const { return i < shape.size() ? shape[i] : 1; }
     int64_t n_elements() const;
@@ -83,6 +86,7 @@ public:
 private:
     Model();
     static std::unique_ptr<Model> load_files(const std::string &path);
+    void pack_for_cpu(const LoadProgress &progress);
     friend struct ModelBuilder;
 
     HParams m_hparams;
@@ -90,6 +94,7 @@ private:
     std::unique_ptr<Tokenizer> m_tokenizer;
     ModelInfo m_info;
     std::vector<std::shared_ptr<MappedFile>> m_files;
+    std::vector<std::shared_ptr<uint8_t>> m_packed; // the cpu_packed copies
     std::shared_ptr<GgufFile> m_gguf;
 };
 

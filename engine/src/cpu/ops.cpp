@@ -2,6 +2,7 @@
 
 #include "cpu/quant.h"
 #include "cpu/gemm.h"
+#include "cpu/packed.h"
 #include "cpu/qdot.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
@@ -82,6 +83,10 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
     // Weights may sit at any byte offset (safetensors does not promise alignment), so
     // elements are loaded with memcpy, which compiles to plain loads.
     const int64_t n = w.ne(0);
+    if (w.cpu_packed) {
+        dequantize_packed_row(w.cpu_packed, n, row, out);
+        return;
+    }
     const auto *bytes = static_cast<const uint8_t *>(w.data);
     switch (w.type) {
     case DType::F32:
@@ -142,11 +147,24 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t
                   int64_t end)
 {
     const int64_t n_out = w.ne(1);
+    constexpr int64_t token_group = 64;
+    if (w.cpu_packed) {
+        // Groups of 16 rows; a group belongs to the range holding its first row.
+        constexpr int64_t gr = packed_group_rows;
+        for (int64_t g0 = 0; g0 < n_tokens; g0 += token_group) {
+            const int64_t g_end = std::min(n_tokens, g0 + token_group);
+            for (int64_t gi = (begin + gr - 1) / gr; gi < (end + gr - 1) / gr; ++gi)
+                for (int64_t t = g0; t < g_end; t += 4) {
+                    const int nt = int(std::min<int64_t>(4, g_end - t));
+                    packed_tile(w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
+                }
+        }
+        return;
+    }
     const QKernel kernel = qkernel();
     const int token_block = qgemm_token_block(kernel);
     const size_t stride = row_bytes(w.type, w.ne(0));
     const int row_block = decode_row_block(n_tokens);
-    constexpr int64_t token_group = 64;
     const void *rows[4];
     for (int64_t g = 0; g < n_tokens; g += token_group) {
         const int64_t g_end = std::min(n_tokens, g + token_group);
@@ -229,7 +247,6 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
         n_tokens,
         [&](int64_t begin, int64_t end) { f32_to_bf16_rne(x + begin * n_in, xb + begin * n_in, (end - begin) * n_in); },
         1);
-    const size_t stride = row_bytes(w.type, n_in);
     // Rows per panel: about 256 KiB of BF16, a multiple of 4.
     const int64_t panel = std::clamp<int64_t>((262144 / (2 * n_in)) / 4 * 4, 4, 64);
     const uint16_t *xs = xb;
@@ -242,8 +259,7 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
             for (int64_t p0 = begin; p0 < end; p0 += panel) {
                 const int64_t np = std::min(panel, end - p0);
                 for (int64_t r = 0; r < np; ++r) {
-                    dequantize_row(w.type, static_cast<const uint8_t *>(w.data) + size_t(p0 + r) * stride, f.data(),
-                                   n_in);
+                    weight_row_f32(w, p0 + r, f.data());
                     f32_to_bf16_rne(f.data(), wb.data() + r * n_in, n_in);
                 }
                 for (int64_t t = 0; t < n_tokens; t += 4) {

@@ -291,94 +291,82 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
         }
     } else if constexpr (T == DType::Q4_K) {
-        // Per super-block and pair, one vector of scale products, in the lane order
+        // Per super-block, row and token, one vector of scale products, in the lane order
         //   smx = {(d sc_j) dx_j for j < 8, (dmin m_j) ds_j for j < 8}
         // (dx_j, ds_j: the activations' scale and scaled sum of sub-block j). The minimums are
         // subtracted from lanes 8-15; chunk k takes lanes 2k (x8) and 2k+1 (x8) as its scales.
+        // The four chunks sum into their own vector before it joins the accumulator, so the
+        // accumulator's dependency chain is two operations per super-block, not five; every
+        // (row, token) pair adds in the same order whatever the tile.
         const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            __m512 sm[R], xd[NT];
-            #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) {
-                const uint8_t *p = rows[r] + sb * q4_k_bytes;
-                sm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))),
-                                      d_dmin_vnni(p));
-            }
+            __m512 xd[NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
                 xd[t] = _mm512_castpd_ps(_mm512_insertf64x4(
                     _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a.db_row(t0 + t) + sb * 8))),
                     _mm256_castps_pd(_mm256_loadu_ps(xs[t] + sb * 8)), 1));
-            __m512 smx[R][NT];
             #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q4_k_bytes;
+                const __m512 sm =
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))), d_dmin_vnni(p));
+                __m512 smx[NT], tot[NT];
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
-                    smx[r][t] = _mm512_mul_ps(sm[r], xd[t]);
-                    acc[r][t] = _mm512_mask_sub_ps(acc[r][t], 0xFF00, acc[r][t], smx[r][t]);
+                    smx[t] = _mm512_mul_ps(sm, xd[t]);
+                    acc[r][t] = _mm512_mask_sub_ps(acc[r][t], 0xFF00, acc[r][t], smx[t]);
                 }
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) {
-                const __m512i idx = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
-                                                     2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
-                                                     2 * k, 2 * k);
                 #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t)
-                    xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
-                #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r) {
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i idx = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                                         2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k,
+                                                         2 * k, 2 * k, 2 * k, 2 * k);
                     // The 32 bytes twice; the upper copy shifted right by 4: low nibbles give
                     // values 0-31 of the chunk, high nibbles values 32-63.
-                    const __m512i v = _mm512_broadcast_i64x4(
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows[r] + sb * q4_k_bytes + 16 + 32 * k)));
+                    const __m512i v =
+                        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 16 + 32 * k)));
                     const __m512i uk = _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
-                        const __m512i isum = _mm512_dpbusd_epi32(zero, uk, xv[t]);
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(idx, smx[r][t]),
-                                                    acc[r][t]);
+                        const __m512i isum = _mm512_dpbusd_epi32(zero, uk, _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k));
+                        const __m512 f = _mm512_cvtepi32_ps(isum), s = _mm512_permutexvar_ps(idx, smx[t]);
+                        tot[t] = k == 0 ? _mm512_mul_ps(f, s) : _mm512_fmadd_ps(f, s, tot[t]);
                     }
                 }
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[r][t] = _mm512_add_ps(acc[r][t], tot[t]);
             }
         }
     } else { // Q6_K: u = the 6-bit code, bias 32, a scale per 16 values
-        // Per super-block and pair: scx = {(d sc_j) dx_(j/2) for j < 16}; chunk k takes lanes
-        // 4k..4k+3, four lanes each.
+        // Per super-block, row and token: scx = {(d sc_j) dx_(j/2) for j < 16}; chunk k takes
+        // lanes 4k..4k+3, four lanes each. As for Q4_K, the chunks sum apart from the accumulator.
         const __m512i bias = _mm512_set1_epi8(32);
         const __m512i pair_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
         const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03);
         for (int64_t sb = 0; sb < n / qk_k; ++sb) {
-            __m512 sc[R], xd[NT];
-            #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) {
-                const uint8_t *p = rows[r] + sb * q6_k_bytes;
-                const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 192));
-                sc[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s16)));
-            }
+            __m512 xd[NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
                 xd[t] = _mm512_permutexvar_ps(pair_idx,
                                               _mm512_castps256_ps512(_mm256_loadu_ps(a.db_row(t0 + t) + sb * 8)));
-            __m512 scx[R][NT];
             #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 192));
+                const __m512 sc =
+                    _mm512_mul_ps(_mm512_set1_ps(h2f_vnni(p + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s16)));
+                __m512 scx[NT], tot[NT];
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t)
-                    scx[r][t] = _mm512_mul_ps(sc[r], xd[t]);
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) {
-                const int h = k / 2, c2 = k % 2;
-                const __m512i idx = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
-                                                     4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
-                                                     4 * k, 4 * k, 4 * k, 4 * k);
+                    scx[t] = _mm512_mul_ps(sc, xd[t]);
                 #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    xv[t] = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
-                    cv[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t]));
-                }
-                #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r) {
-                    const uint8_t *p = rows[r] + sb * q6_k_bytes;
+                for (int k = 0; k < 4; ++k) {
+                    const int h = k / 2, c2 = k % 2;
+                    const __m512i idx = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2,
+                                                         4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1,
+                                                         4 * k + 1, 4 * k + 1, 4 * k, 4 * k, 4 * k, 4 * k);
                     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 64 * h));
                     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 64 * h + 32));
                     const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 128 + 32 * h));
@@ -394,11 +382,16 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
                     const __m512i uk = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
-                        const __m512i isum = _mm512_dpbusd_epi32(cv[t], uk, xv[t]);
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(idx, scx[r][t]),
-                                                    acc[r][t]);
+                        const __m512i x = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
+                        const __m512i bx = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, x));
+                        const __m512i isum = _mm512_dpbusd_epi32(bx, uk, x);
+                        const __m512 f = _mm512_cvtepi32_ps(isum), s = _mm512_permutexvar_ps(idx, scx[t]);
+                        tot[t] = k == 0 ? _mm512_mul_ps(f, s) : _mm512_fmadd_ps(f, s, tot[t]);
                     }
                 }
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[r][t] = _mm512_add_ps(acc[r][t], tot[t]);
             }
         }
     }

@@ -78,6 +78,23 @@ MappedFile::MappedFile(const std::string &path) : m_path(path)
     ::close(fd); // the mapping keeps the file alive
 }
 
+bool MappedFile::contains(const void *p, uint64_t n) const
+{
+    const auto *b = static_cast<const uint8_t *>(p);
+    return m_data && b >= m_data && n <= m_size && uint64_t(b - m_data) <= m_size - n;
+}
+
+void MappedFile::release(const void *p, uint64_t n) const
+{
+    if (!contains(p, n))
+        return;
+    const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+    if (end > begin)
+        ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile()
 {
     if (m_data)

@@ -4,6 +4,11 @@
 #include "longscope/gguf.h"
 #include "longscope/mapped_file.h"
 #include "model/loader.h"
+#include "cpu/packed.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
 
 #include <filesystem>
 
@@ -22,45 +27,69 @@ int64_t WeightView::n_elements() const
 Model::Model() = default;
 Model::~Model() = default;
 
-namespace {
-
-// Reads one byte of every page of every weight so the first generation does not stall on
-// page faults, reporting progress per tensor; a cancel from the callback stops it.
-void prefault(const Model &m, const LoadProgress &progress)
-{
-    std::vector<const WeightView *> views;
-    const ModelWeights &w = m.weights();
-    views.push_back(&w.tok_embd);
-    views.push_back(&w.output_norm);
-    if (w.output.data != w.tok_embd.data)
-        views.push_back(&w.output);
-    for (const LayerWeights &l : w.layers)
-        for (const WeightView *v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-            views.push_back(v);
-    uint64_t total = 0, done = 0;
-    for (const WeightView *v : views)
-        total += v->nbytes;
-    volatile uint8_t sink = 0;
-    for (const WeightView *v : views) {
-        const auto *p = static_cast<const uint8_t *>(v->data);
-        for (uint64_t off = 0; off < v->nbytes; off += 4096)
-            sink = sink + p[off];
-        done += v->nbytes;
-        if (!progress(total ? double(done) / double(total) : 1.0))
-            throw Cancelled("loading " + m.info().path + " was cancelled");
-    }
-}
-
-} // namespace
-
 std::unique_ptr<Model> Model::load(const std::string &path, const LoadProgress &progress)
 {
     if (progress && !progress(0.0))
         throw Cancelled("loading " + path + " was cancelled");
     auto model = load_files(path);
-    if (progress)
-        prefault(*model, progress);
+    model->pack_for_cpu(progress);
     return model;
+}
+
+// Every matrix the CPU kernels want re-laid out (cpu/packed.h) is packed into memory of the
+// Model's own, and the pages of the original in the file mapping are let go. With a progress
+// callback, every other weight has one byte of each page read, so the first generation does
+// not stall on page faults; progress is reported per tensor and a cancel stops the load.
+void Model::pack_for_cpu(const LoadProgress &progress)
+{
+    std::vector<WeightView *> views;
+    ModelWeights &w = m_weights;
+    views.push_back(&w.tok_embd);
+    views.push_back(&w.output_norm);
+    const bool tied = w.output.data == w.tok_embd.data;
+    views.push_back(&w.output);
+    for (LayerWeights &l : w.layers)
+        for (WeightView *v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+            views.push_back(v);
+    uint64_t total = 0, done = 0;
+    for (const WeightView *v : views)
+        total += v->nbytes;
+    const unsigned n_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+    volatile uint8_t sink = 0;
+    for (WeightView *v : views) {
+        const bool matrix = v != &w.tok_embd && v != &w.output_norm;
+        if (matrix && cpu_wants_packed(*v)) {
+            const int64_t n_in = v->ne(0), n_out = v->ne(1), groups = n_out / packed_group_rows;
+            const size_t bytes = packed_size(n_in, n_out);
+            std::shared_ptr<uint8_t> buf(static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)),
+                                         std::free);
+            if (!buf)
+                throw OutOfMemory("loading " + m_info.path + ": no memory for the " + std::to_string(bytes >> 20) +
+                                  " MiB CPU copy of " + v->name);
+            const auto *src = static_cast<const uint8_t *>(v->data);
+            const int64_t parts = std::min<int64_t>(n_threads, groups);
+            std::vector<std::thread> threads;
+            for (int64_t i = 1; i < parts; ++i)
+                threads.emplace_back(
+                    [&, i] { pack_q4_k(src, n_in, buf.get(), groups * i / parts, groups * (i + 1) / parts); });
+            pack_q4_k(src, n_in, buf.get(), 0, groups / parts);
+            for (std::thread &t : threads)
+                t.join();
+            v->cpu_packed = buf.get();
+            m_packed.push_back(std::move(buf));
+            m_info.weight_bytes = m_info.weight_bytes + bytes - v->nbytes;
+            if (!(tied && v == &w.output))
+                for (const auto &f : m_files)
+                    f->release(v->data, v->nbytes);
+        } else if (progress && !(tied && v == &w.output)) {
+            const auto *p = static_cast<const uint8_t *>(v->data);
+            for (uint64_t off = 0; off < v->nbytes; off += 4096)
+                sink = sink + p[off];
+        }
+        done += v->nbytes;
+        if (progress && !progress(total ? double(done) / double(total) : 1.0))
+            throw Cancelled("loading " + m_info.path + " was cancelled");
+    }
 }
 
 std::unique_ptr<Model> Model::load_files(const std::string &path)

@@ -1,0 +1,71 @@
+// Quantized matrices re-laid out for the CPU's integer kernels.
+//
+// A Q4_K matrix is stored row after row (quant.h): a matrix-vector product then needs one
+// horizontal reduction and one float scale step per row and sub-block. Packed, sixteen rows
+// are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
+// vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
+// values (broadcast to every lane), and the scales are applied to sixteen rows at once. The
+// weights stream as one sequence per group of sixteen rows, and the result of a group is one
+// vector store.
+//
+// Layout of one group of 16 rows: the row's super-blocks in order, each 2368 bytes
+// (64-byte multiple, so blocks stay aligned when the buffer is):
+//
+//   [   0,   32) f16 d[16]            the rows' super-block scales
+//   [  32,   64) f16 dmin[16]         the rows' super-block minimum scales
+//   [  64,  192) u8  sc[8][16]        6-bit scale of sub-block j of row r at 16 j + r
+//   [ 192,  320) u8  m[8][16]         6-bit min of sub-block j of row r at 16 j + r
+//   [ 320, 2368) u8  qs[4][8][16][4]  pair p (sub-blocks 2p, 2p+1), word w, row r: the four
+//                                     bytes qs[32 p + 4 w .. + 3] of the row's block (low
+//                                     nibbles: values 64 p + 4 w + c of sub-block 2p; high
+//                                     nibbles: values 64 p + 32 + 4 w + c of sub-block 2p+1)
+//
+// Nothing is rounded: the packed matrix holds exactly the bytes of the original, and
+// dequantize_packed_row gives the original row bit for bit. The original stays in the file
+// mapping (the CUDA backend and the embedding lookup read it there).
+#pragma once
+
+#include "longscope/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace longscope {
+
+struct QuantizedActs;
+struct WeightView;
+
+constexpr int64_t packed_group_rows = 16;
+constexpr int64_t packed_q4_k_block_bytes = 2368;
+
+// Whether matrices of this type and shape can be packed ([n_in, n_out] with n_in a multiple of
+// 256 and n_out of 16, type Q4_K).
+bool packable(DType type, int64_t n_in, int64_t n_out);
+
+// Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, the AVX-512
+// VNNI integer kernel in use, and LONGSCOPE_PACK not set to 0.
+bool cpu_wants_packed(const WeightView &w);
+
+// Bytes of the packed copy of a packable [n_in, n_out] matrix.
+size_t packed_size(int64_t n_in, int64_t n_out);
+
+// Writes row groups [g0, g1) of the packed copy of `src` (the original Q4_K rows, n_in per
+// row) into dst (packed_size bytes). Groups are independent, so threads may split them.
+void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1);
+
+// Row `row` of a packed matrix as floats, bit for bit what dequantize_row gives for the
+// original row.
+void dequantize_packed_row(const uint8_t *packed, int64_t n_in, int64_t row, float *out);
+// The scalar version it uses on CPUs without AVX-512 (the same bits).
+void dequantize_packed_row_portable(const uint8_t *packed, int64_t n_in, int64_t row, float *out);
+
+// Whether packed_tile can run on this CPU (AVX-512 VNNI).
+bool packed_kernel_available();
+
+// out[t * ldo + r] = row (16 g + r) . token (t0 + t) for r < 16 and t < n_tokens (<= 4), with
+// the activations quantized to 8 bits (qdot.h). Each (row, token) pair is computed by the same
+// operations whatever n_tokens is.
+void packed_tile(const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0, int n_tokens,
+                 float *out, int64_t ldo);
+
+} // namespace longscope
