@@ -648,6 +648,53 @@ private slots:
             QVERIFY(packed >= 5); // wq, wk, wo, gate, up at least (wv, down may be Q6_K)
     }
 
+    // The matrices are copied out of the file mapping at load (LONGSCOPE_COPY_WEIGHTS=0 leaves
+    // them there); the copy changes nothing the model computes: the same logits, bit for bit,
+    // for an F16 model (nothing packed) and for a Q4_K one (packed either way where this CPU
+    // packs).
+    void weights_copied_out_of_the_mapping()
+    {
+        RandomModelSpec spec;
+        spec.n_embd = 256;
+        spec.n_layer = 2;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.n_ff = 512;
+        spec.n_vocab = 512;
+        spec.n_ctx = 128;
+        spec.type = DType::F16;
+        spec.seed = 9;
+        const std::string f16 = tmp("copy-f16.gguf"), q4k = tmp("copy-q4k.gguf");
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q4k, DType::Q4_K);
+        for (const std::string &path : {f16, q4k}) {
+            auto file = GgufFile::open(path);
+            const GgufTensorInfo *t = file->find_tensor("blk.1.ffn_up.weight");
+            QVERIFY(t);
+            qputenv("LONGSCOPE_COPY_WEIGHTS", "0");
+            auto mapped = Model::load(path);
+            qunsetenv("LONGSCOPE_COPY_WEIGHTS");
+            auto copied = Model::load(path);
+            const WeightView &vm = mapped->weights().layers[1].w_up, &vc = copied->weights().layers[1].w_up;
+            QCOMPARE(vm.nbytes, t->nbytes);
+            QCOMPARE(vc.nbytes, t->nbytes);
+            if (!vm.cpu_packed) { // in place: the bytes at the file's offset
+                QVERIFY(std::memcmp(vm.data, t->data, size_t(t->nbytes)) == 0);
+                QVERIFY(std::memcmp(vc.data, t->data, size_t(t->nbytes)) == 0);
+                QVERIFY(vc.data != vm.data); // a copy of its own
+            }
+            const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
+            auto logits = [&](const Model &m) {
+                Session s(m, {0, 2});
+                auto l = s.eval(prompt);
+                return std::vector<float>(l.begin(), l.end());
+            };
+            const std::vector<float> a = logits(*mapped), b = logits(*copied);
+            QCOMPARE(a.size(), size_t(512));
+            QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        }
+    }
+
     // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every
     // 2-D weight but ffn_down, and Q4_K/Q6_K (256-element blocks) keep every tensor as it is.
     void quantized_stories260k_data()

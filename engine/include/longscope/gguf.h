@@ -76,6 +76,8 @@ public:
 
     const std::vector<GgufTensorInfo> &tensors() const { return m_tensors; }
     const GgufTensorInfo *find_tensor(const std::string &name) const;
+    // The mapping the tensor data lives in.
+    const MappedFile &mapping() const { return *m_file; }
 
 private:
     GgufFile() = default;

@@ -13,6 +13,10 @@ namespace longscope {
 
 class KvStore {
 public:
+    // Memory the process can still make resident (RAM + swap available, capped by a cgroup
+    // limit); UINT64_MAX when it cannot be told. Lets a KV mode (and the weights' copy at load) refuse a commit that could only
+    // end with the OOM killer instead of an exception.
+    static uint64_t available_memory_bytes();
     virtual ~KvStore() = default;
 
     virtual KvMode mode() const = 0;
@@ -64,10 +68,6 @@ protected:
     // The actionable OutOfMemory every mode throws: how much, for how many tokens, why, and
     // what to change.
     [[noreturn]] void throw_out_of_memory(uint64_t bytes, int n_tokens, const char *why) const;
-    // Memory the process can still make resident (RAM + swap available, capped by a cgroup
-    // limit); UINT64_MAX when it cannot be told. Lets a mode refuse a commit that could only
-    // end with the OOM killer instead of an exception.
-    static uint64_t available_memory_bytes();
 
     int m_n_layer;
     int m_limit;
