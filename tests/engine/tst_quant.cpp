@@ -483,43 +483,49 @@ private slots:
         qInfo("kernels compared: %d (best: %s)", nk, qkernel_name(kernels[0]));
     }
 
-    // Q4_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed row gives
-    // the original row bit for bit; the packed kernel against the same two double references
-    // as the row kernel above, the same bits for a token whatever the tile's token count, and
-    // matmul over a packed matrix (groups split across threads at odd places) equal to the
-    // packed kernel's own tiles and within float rounding of the row kernel.
-    void packed_q4_k_data()
+    // Q4_K and Q6_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // row gives the original row bit for bit; the packed kernel against the same two double
+    // references as the row kernel above, the same bits for a token whatever the tile's token
+    // count, and matmul over a packed matrix (groups split across threads at odd places) equal
+    // to the packed kernel's own tiles and within float rounding of the row kernel.
+    void packed_matrices_data()
     {
+        QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        QTest::newRow("256x16") << 256 << 16;
-        QTest::newRow("768x48") << 768 << 48;
-        QTest::newRow("2048x112") << 2048 << 112;
+        for (DType t : {DType::Q4_K, DType::Q6_K}) {
+            const std::string name(dtype_name(t));
+            QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
+            QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
+            QTest::newRow((name + " 2048x112").c_str()) << t << 2048 << 112;
+        }
     }
-    void packed_q4_k()
+    void packed_matrices()
     {
+        QFETCH(DType, type);
         QFETCH(int, n_in);
         QFETCH(int, n_out);
-        QVERIFY(packable(DType::Q4_K, n_in, n_out));
-        QVERIFY(!packable(DType::Q4_K, n_in, n_out + 8));
-        QVERIFY(!packable(DType::Q4_K, n_in + 32, n_out));
-        QVERIFY(!packable(DType::Q6_K, n_in, n_out));
-        OwnedQuantWeight w = make_quant_weight(DType::Q4_K, n_in, n_out, 31);
-        const size_t bytes = packed_size(n_in, n_out);
-        QCOMPARE(bytes, size_t(n_out / 16) * size_t(n_in / 256) * size_t(packed_q4_k_block_bytes));
+        QVERIFY(packable(type, n_in, n_out));
+        QVERIFY(!packable(type, n_in, n_out + 8));
+        QVERIFY(!packable(type, n_in + 32, n_out));
+        QVERIFY(!packable(DType::Q8_0, n_in, n_out));
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
+        const size_t bytes = packed_size(type, n_in, n_out);
+        QCOMPARE(bytes, size_t(n_out / 16) * size_t(n_in / 256) *
+                            size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes));
         std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
         uint8_t *pk = packed.data() + 1;
         const auto *src = static_cast<const uint8_t *>(w.view.data);
         const int64_t groups = n_out / 16;
-        pack_q4_k(src, n_in, pk, 0, groups / 2); // in two parts, as threads split it
-        pack_q4_k(src, n_in, pk, groups / 2, groups);
+        pack_rows(type, src, n_in, pk, 0, groups / 2); // in two parts, as threads split it
+        pack_rows(type, src, n_in, pk, groups / 2, groups);
         std::vector<float> row(static_cast<size_t>(n_in));
         for (int o = 0; o < n_out; ++o)
             for (bool vector : {true, false}) {
                 if (vector)
-                    dequantize_packed_row(pk, n_in, o, row.data());
+                    dequantize_packed_row(type, pk, n_in, o, row.data());
                 else
-                    dequantize_packed_row_portable(pk, n_in, o, row.data());
+                    dequantize_packed_row_portable(type, pk, n_in, o, row.data());
                 for (int i = 0; i < n_in; ++i)
                     QVERIFY2(bits_of(row[size_t(i)]) == bits_of(w.values[size_t(o * n_in + i)]),
                              qPrintable(QString("row %1 value %2 (%3): %4 vs %5").arg(o).arg(i)
@@ -544,9 +550,10 @@ private slots:
         std::vector<float> y4(size_t(n_tokens * n_out), NAN), y1(size_t(n_tokens * n_out), NAN);
         for (int64_t g = 0; g < groups; ++g) {
             for (int t = 0; t < n_tokens; t += 4)
-                packed_tile(pk, n_in, g, acts, t, std::min(4, n_tokens - t), y4.data() + t * n_out + g * 16, n_out);
+                packed_tile(type, pk, n_in, g, acts, t, std::min(4, n_tokens - t), y4.data() + t * n_out + g * 16,
+                            n_out);
             for (int t = 0; t < n_tokens; ++t)
-                packed_tile(pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
+                packed_tile(type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
         }
         double worst = 0;
         for (int t = 0; t < n_tokens; ++t)
@@ -569,7 +576,7 @@ private slots:
                 QVERIFY2(std::fabs(y4[k] - ref) <= bound + 1e-5 * mag, qPrintable(where));
                 worst = std::max(worst, std::fabs(y4[k] - ref_q) / mag);
             }
-        qInfo("packed kernel: worst |error| / sum|w x| against the documented rounding: %.2e", worst);
+        qInfo("packed %s kernel: worst |error| / sum|w x| against the documented rounding: %.2e", std::string(dtype_name(type)).c_str(), worst);
 
         // Through matmul: a pool of 3 splits the rows at places that are not multiples of 16;
         // every group must be computed once (NaN marks a missing one).
@@ -593,10 +600,10 @@ private slots:
         }
     }
 
-    // A Q4_K model loaded here: where this CPU's kernels pack (AVX-512 VNNI), every packable
-    // Q4_K matrix has its packed copy, whose rows are the file's rows, and whose products are
+    // A Q4_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI), every packable
+    // Q4_K and Q6_K matrix has its packed copy, whose rows are the file's rows, and whose products are
     // those of the rows in the file within float rounding.
-    void model_packs_q4_k_matrices()
+    void model_packs_k_quant_matrices()
     {
         RandomModelSpec spec;
         spec.n_embd = 256;
@@ -622,7 +629,7 @@ private slots:
             const int64_t n_in = v->ne(0);
             std::vector<float> a(static_cast<size_t>(n_in)), b(static_cast<size_t>(n_in));
             for (int64_t r : {int64_t(0), int64_t(17), v->ne(1) - 1}) {
-                dequantize_packed_row(v->cpu_packed, n_in, r, a.data());
+                dequantize_packed_row(v->type, v->cpu_packed, n_in, r, a.data());
                 dequantize_row(v->type, static_cast<const uint8_t *>(v->data) + size_t(r) * row_bytes(v->type, n_in),
                                b.data(), n_in);
                 QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
@@ -645,7 +652,7 @@ private slots:
         qInfo("packed matrices in layer 0 and output: %d (%s)", packed,
               packed_kernel_available() ? "AVX-512 VNNI present" : "no AVX-512 VNNI: none expected");
         if (packed_kernel_available() && qkernel() == QKernel::Vnni && !std::getenv("LONGSCOPE_PACK"))
-            QVERIFY(packed >= 5); // wq, wk, wo, gate, up at least (wv, down may be Q6_K)
+            QVERIFY(packed == 8); // Q4_K: wq, wk, wo, gate, up; Q6_K: wv, down (layer 0), output
     }
 
     // The matrices are copied out of the file mapping at load (LONGSCOPE_COPY_WEIGHTS=0 leaves

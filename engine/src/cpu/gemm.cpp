@@ -213,7 +213,32 @@ void run(const void *const *rows, int R, const float *x, int64_t ldx, int NT, in
         tile_portable<T>(rows, R, x, ldx, NT, n, out, ldo);
 }
 
+template <DType T> TileFn vector_tile_fn(int R, int NT)
+{
+    const std::string_view k = cpu_kernels().name;
+    if (k == "avx512")
+        return tile_avx512_fn<T>(R, NT);
+    if (k == "avx2")
+        return tile_avx2_fn<T>(R, NT);
+    return nullptr;
+}
+
 } // namespace
+
+void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y)
+{
+    TileFn fn = type == DType::F16    ? vector_tile_fn<DType::F16>(1, 1)
+                : type == DType::BF16 ? vector_tile_fn<DType::BF16>(1, 1)
+                                      : vector_tile_fn<DType::F32>(1, 1);
+    const auto *b = static_cast<const uint8_t *>(base);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const void *row = b + size_t(r) * row_stride;
+        if (fn)
+            fn(&row, x, n, n, y + r, 1);
+        else
+            gemm_tile(type, &row, 1, x, n, 1, n, y + r, 1);
+    }
+}
 
 void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, int64_t ldx, int n_tokens,
                int64_t n, float *out, int64_t ldo)

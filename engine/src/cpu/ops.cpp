@@ -84,7 +84,7 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
     // elements are loaded with memcpy, which compiles to plain loads.
     const int64_t n = w.ne(0);
     if (w.cpu_packed) {
-        dequantize_packed_row(w.cpu_packed, n, row, out);
+        dequantize_packed_row(w.type, w.cpu_packed, n, row, out);
         return;
     }
     const auto *bytes = static_cast<const uint8_t *>(w.data);
@@ -156,7 +156,7 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t
             for (int64_t gi = (begin + gr - 1) / gr; gi < (end + gr - 1) / gr; ++gi)
                 for (int64_t t = g0; t < g_end; t += 4) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
-                    packed_tile(w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
+                    packed_tile(w.type, w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
                 }
         }
         return;
@@ -164,6 +164,11 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t
     const QKernel kernel = qkernel();
     const int token_block = qgemm_token_block(kernel);
     const size_t stride = row_bytes(w.type, w.ne(0));
+    if (n_tokens == 1) {
+        qgemv_rows(kernel, w.type, static_cast<const uint8_t *>(w.data) + size_t(begin) * stride, stride, end - begin, a,
+                   0, y + begin);
+        return;
+    }
     const int row_block = decode_row_block(n_tokens);
     const void *rows[4];
     for (int64_t g = 0; g < n_tokens; g += token_group) {
@@ -187,6 +192,11 @@ void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens,
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     const int64_t row_stride = in_place ? n_in * (w.type == DType::F32 ? 4 : 2) : 0;
+    if (in_place && n_tokens == 1) {
+        gemv_rows(w.type, static_cast<const uint8_t *>(w.data) + begin * row_stride, size_t(row_stride), end - begin,
+                  x, n_in, y + begin);
+        return;
+    }
     const int token_block = gemm_token_block();
     const int row_block = decode_row_block(n_tokens);
     // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
@@ -280,7 +290,8 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
 
 uint64_t matmul_scratch_bytes()
 {
-    return t_acts.q.capacity() + 4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity()) +
+    return t_acts.q.capacity() +
+           4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity() + t_acts.s16.capacity()) +
            2 * t_xb.capacity();
 }
 

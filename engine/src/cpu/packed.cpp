@@ -20,10 +20,43 @@ namespace longscope {
 namespace {
 
 constexpr int64_t qk_k = 256;
-constexpr int64_t q4_k_bytes = 144;
+constexpr int64_t q4_k_bytes = 144, q6_k_bytes = 210;
+// Q4_K block offsets
 constexpr int64_t off_d = 0, off_dmin = 32, off_sc = 64, off_m = 192, off_qs = 320;
 static_assert(off_qs + 4 * 8 * 16 * 4 == packed_q4_k_block_bytes);
 static_assert(packed_q4_k_block_bytes % 64 == 0);
+// Q6_K block offsets
+constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
+static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
+static_assert(packed_q6_k_block_bytes % 64 == 0);
+
+int64_t block_bytes(DType type) { return type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes; }
+
+// The 256 6-bit codes of a Q6_K super-block in value order (quant.h).
+void q6_k_codes(const uint8_t *p, uint8_t q[256])
+{
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t *ql = p + 64 * half, *qh = p + 128 + 32 * half;
+        uint8_t *y = q + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+            y[l] = uint8_t((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4));
+            y[l + 32] = uint8_t((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4));
+            y[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            y[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+
+// Code of value i (0..255) of row r in a packed Q6_K block.
+inline int q6_packed_code(const uint8_t *b, int r, int i)
+{
+    const int g = i / 16, w = (i % 16) / 4, c = i % 4;
+    const uint8_t *grp = b + off6_q + 192 * g;
+    const uint8_t nib = grp[64 * (w / 2) + 4 * r + c];
+    const int low = w % 2 ? nib >> 4 : nib & 0x0f;
+    const int high = (grp[128 + 4 * r + c] >> (2 * w)) & 3;
+    return low | (high << 4);
+}
 
 bool pack_disabled()
 {
@@ -38,7 +71,7 @@ bool pack_disabled()
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
-    return type == DType::Q4_K && n_in > 0 && n_in % qk_k == 0 && n_out > 0 && n_out % packed_group_rows == 0;
+    return (type == DType::Q4_K || type == DType::Q6_K) && n_in > 0 && n_in % qk_k == 0 && n_out > 0 && n_out % packed_group_rows == 0;
 }
 
 bool packed_kernel_available()
@@ -54,9 +87,36 @@ bool cpu_wants_packed(const WeightView &w)
            packed_kernel_available() && !pack_disabled();
 }
 
-size_t packed_size(int64_t n_in, int64_t n_out)
+size_t packed_size(DType type, int64_t n_in, int64_t n_out)
 {
-    return size_t(n_out / packed_group_rows) * size_t(n_in / qk_k) * size_t(packed_q4_k_block_bytes);
+    return size_t(n_out / packed_group_rows) * size_t(n_in / qk_k) * size_t(block_bytes(type));
+}
+
+namespace {
+
+void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = n_in / qk_k;
+    const size_t row_stride = size_t(nsb) * q6_k_bytes;
+    for (int64_t g = g0; g < g1; ++g)
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q6_k_block_bytes;
+            std::memset(b, 0, packed_q6_k_block_bytes);
+            for (int r = 0; r < packed_group_rows; ++r) {
+                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q6_k_bytes;
+                std::memcpy(b + off6_d + 2 * r, p + 208, 2);
+                for (int grp = 0; grp < 16; ++grp)
+                    b[off6_sc + 16 * grp + r] = p[192 + grp];
+                uint8_t q[256];
+                q6_k_codes(p, q);
+                for (int i = 0; i < 256; ++i) {
+                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+                    uint8_t *v = b + off6_q + 192 * grp;
+                    v[64 * (w / 2) + 4 * r + c] |= uint8_t((q[i] & 0x0f) << (4 * (w % 2)));
+                    v[128 + 4 * r + c] |= uint8_t((q[i] >> 4) << (2 * w));
+                }
+            }
+        }
 }
 
 void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
@@ -83,9 +143,34 @@ void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
         }
 }
 
-// The arithmetic of dequantize_q4_k (quant.cpp): y = (d * sc) * q - (dmin * m).
-void dequantize_packed_row_portable(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+} // namespace
+
+void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
+    if (type == DType::Q4_K)
+        pack_q4_k(src, n_in, dst, g0, g1);
+    else
+        pack_q6_k(src, n_in, dst, g0, g1);
+}
+
+// The arithmetic of dequantize_q4_k and dequantize_q6_k (quant.cpp): y = (d * sc) * q - (dmin
+// * m) and y = (d * sc) * (q - 32).
+void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
+    if (type == DType::Q6_K) {
+        const int64_t nsb = n_in / qk_k;
+        const int64_t g = row / packed_group_rows;
+        const int r = int(row % packed_group_rows);
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q6_k_block_bytes;
+            uint16_t hd;
+            std::memcpy(&hd, b + off6_d + 2 * r, 2);
+            const float d = f16_to_f32(hd);
+            for (int i = 0; i < 256; ++i)
+                out[sb * qk_k + i] = d * float(int8_t(b[off6_sc + 16 * (i / 16) + r])) * float(q6_packed_code(b, r, i) - 32);
+        }
+        return;
+    }
     const int64_t nsb = n_in / qk_k;
     const int64_t g = row / packed_group_rows;
     const int r = int(row % packed_group_rows);
@@ -117,7 +202,7 @@ namespace {
 // The same values with vector operations (the same float operations per value): the row's 32
 // bytes of a pair are gathered from its eight words, 64 bytes apart.
 LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
-{
+{ // Q4_K
     const int64_t nsb = n_in / qk_k;
     const int64_t g = row / packed_group_rows;
     const int r = int(row % packed_group_rows);
@@ -150,15 +235,15 @@ LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_
 
 } // namespace
 
-void dequantize_packed_row(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     static const bool vector = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
                                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (vector)
+    if (vector && type == DType::Q4_K)
         dequantize_packed_row_avx512(packed, n_in, row, out);
     else
-        dequantize_packed_row_portable(packed, n_in, row, out);
+        dequantize_packed_row_portable(type, packed, n_in, row, out);
 }
 
 namespace {
@@ -254,12 +339,83 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
+// One group of 16 rows of Q6_K against NT tokens. Per group of 16 values and token: the exact
+// int32 sum of code times activation code per row (lanes = rows), minus 32 times the sum of
+// the 16 activation codes (the codes' bias), times the group's scale (|product| < 2^24, exact
+// in float), times the activation block's scale; then acc += d * sum.
+template <int NT>
+LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                     float *out, int64_t ldo)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int8_t *xq[NT];
+    const float *xd[NT];
+    const int32_t *xs[NT];
+    __m512 acc[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xd[t] = a.db_row(t0 + t);
+        xs[t] = a.s16_row(t0 + t);
+        acc[t] = _mm512_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+        __m512 f[NT][2];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            f[t][0] = _mm512_setzero_ps();
+            f[t][1] = _mm512_setzero_ps();
+        }
+        #pragma GCC unroll 2
+        for (int g = 0; g < 16; ++g) {
+            const uint8_t *v = b + off6_q + 192 * g;
+            const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
+            const __m512i u0 = _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+            const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                                               _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+            const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
+            const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                                               _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+            const __m512 sc = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const int8_t *x = xq[t] + sb * qk_k + 16 * g;
+                __m512i is = _mm512_set1_epi32(-32 * xs[t][sb * 16 + g]);
+                is = _mm512_dpbusd_epi32(is, u0, _mm512_set1_epi32(load_i32(x)));
+                is = _mm512_dpbusd_epi32(is, u1, _mm512_set1_epi32(load_i32(x + 4)));
+                is = _mm512_dpbusd_epi32(is, u2, _mm512_set1_epi32(load_i32(x + 8)));
+                is = _mm512_dpbusd_epi32(is, u3, _mm512_set1_epi32(load_i32(x + 12)));
+                f[t][g % 2] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc),
+                                              _mm512_set1_ps(xd[t][sb * 8 + g / 2]), f[t][g % 2]);
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(d, _mm512_add_ps(f[t][0], f[t][1]), acc[t]);
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+        _mm512_storeu_ps(out + t * ldo, acc[t]);
+}
+
 } // namespace
 
-void packed_tile(const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0, int n_tokens,
-                 float *out, int64_t ldo)
+void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
+                 int n_tokens, float *out, int64_t ldo)
 {
-    const uint8_t *group = packed + size_t(g) * size_t(n_in / qk_k) * packed_q4_k_block_bytes;
+    const uint8_t *group = packed + size_t(g) * size_t(n_in / qk_k) * size_t(block_bytes(type));
+    if (type == DType::Q6_K) {
+        switch (n_tokens) {
+        case 1: packed_q6_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
+        case 2: packed_q6_k_vnni<2>(group, n_in, a, t0, out, ldo); return;
+        case 3: packed_q6_k_vnni<3>(group, n_in, a, t0, out, ldo); return;
+        default: packed_q6_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
+        }
+    }
     switch (n_tokens) {
     case 1: packed_q4_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
     case 2: packed_q4_k_vnni<2>(group, n_in, a, t0, out, ldo); return;

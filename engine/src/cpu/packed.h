@@ -1,15 +1,15 @@
 // Quantized matrices re-laid out for the CPU's integer kernels.
 //
-// A Q4_K matrix is stored row after row (quant.h): a matrix-vector product then needs one
-// horizontal reduction and one float scale step per row and sub-block. Packed, sixteen rows
-// are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
+// A Q4_K or Q6_K matrix is stored row after row (quant.h): a matrix-vector product then needs
+// one horizontal reduction and one float scale step per row and sub-block. Packed, sixteen
+// rows are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
 // vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
 // values (broadcast to every lane), and the scales are applied to sixteen rows at once. The
 // weights stream as one sequence per group of sixteen rows, and the result of a group is one
 // vector store.
 //
-// Layout of one group of 16 rows: the row's super-blocks in order, each 2368 bytes
-// (64-byte multiple, so blocks stay aligned when the buffer is):
+// A group of 16 rows is the rows' super-blocks in order, each a block of a fixed size (a
+// multiple of 64 bytes, so blocks stay aligned when the buffer is). Q4_K, 2368 bytes:
 //
 //   [   0,   32) f16 d[16]            the rows' super-block scales
 //   [  32,   64) f16 dmin[16]         the rows' super-block minimum scales
@@ -20,9 +20,19 @@
 //                                     nibbles: values 64 p + 4 w + c of sub-block 2p; high
 //                                     nibbles: values 64 p + 32 + 4 w + c of sub-block 2p+1)
 //
-// Nothing is rounded: the packed matrix holds exactly the bytes of the original, and
-// dequantize_packed_row gives the original row bit for bit. The original stays in the file
-// mapping (the CUDA backend and the embedding lookup read it there).
+// Q6_K (6-bit codes q, x = (d * sc) * (q - 32), a scale per 16 values), 3392 bytes:
+//
+//   [   0,   32) f16 d[16]
+//   [  32,  288) i8  sc[16][16]       scale of group g (values 16 g .. 16 g + 15) of row r
+//   [ 288, 3360) per group g, 192 bytes: two 64-byte vectors of low four bits and one of high
+//                two bits. Word w of the group is values 16 g + 4 w + c (c < 4); in each
+//                vector, row r owns bytes 4 r + c. Vector 0 holds words 0 (low nibbles) and 1
+//                (high nibbles), vector 1 words 2 and 3; the high-bit vector holds word w's
+//                top two bits at bits 2 w, 2 w + 1.
+//   [3360, 3392) zero
+//
+// Nothing is rounded: the packed matrix holds exactly the values of the original, and
+// dequantize_packed_row gives the original row bit for bit.
 #pragma once
 
 #include "longscope/types.h"
@@ -37,9 +47,10 @@ struct WeightView;
 
 constexpr int64_t packed_group_rows = 16;
 constexpr int64_t packed_q4_k_block_bytes = 2368;
+constexpr int64_t packed_q6_k_block_bytes = 3392;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_in a multiple of
-// 256 and n_out of 16, type Q4_K).
+// 256 and n_out of 16, type Q4_K or Q6_K).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, the AVX-512
@@ -47,17 +58,17 @@ bool packable(DType type, int64_t n_in, int64_t n_out);
 bool cpu_wants_packed(const WeightView &w);
 
 // Bytes of the packed copy of a packable [n_in, n_out] matrix.
-size_t packed_size(int64_t n_in, int64_t n_out);
+size_t packed_size(DType type, int64_t n_in, int64_t n_out);
 
-// Writes row groups [g0, g1) of the packed copy of `src` (the original Q4_K rows, n_in per
-// row) into dst (packed_size bytes). Groups are independent, so threads may split them.
-void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1);
+// Writes row groups [g0, g1) of the packed copy of `src` (the original rows, n_in per row)
+// into dst (packed_size bytes). Groups are independent, so threads may split them.
+void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1);
 
 // Row `row` of a packed matrix as floats, bit for bit what dequantize_row gives for the
 // original row.
-void dequantize_packed_row(const uint8_t *packed, int64_t n_in, int64_t row, float *out);
+void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
 // The scalar version it uses on CPUs without AVX-512 (the same bits).
-void dequantize_packed_row_portable(const uint8_t *packed, int64_t n_in, int64_t row, float *out);
+void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
 
 // Whether packed_tile can run on this CPU (AVX-512 VNNI).
 bool packed_kernel_available();
@@ -65,7 +76,7 @@ bool packed_kernel_available();
 // out[t * ldo + r] = row (16 g + r) . token (t0 + t) for r < 16 and t < n_tokens (<= 4), with
 // the activations quantized to 8 bits (qdot.h). Each (row, token) pair is computed by the same
 // operations whatever n_tokens is.
-void packed_tile(const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0, int n_tokens,
-                 float *out, int64_t ldo);
+void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
+                 int n_tokens, float *out, int64_t ldo);
 
 } // namespace longscope

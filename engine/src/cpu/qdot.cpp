@@ -99,6 +99,13 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
                 quantize_block_avx512(src, q, dl, db, ds);
             else
                 quantize_block_portable(src, q, dl, db, ds);
+            int32_t *s16 = a.s16.data() + t * (n / 16) + b * 2;
+            for (int h = 0; h < 2; ++h) {
+                int32_t sum = 0;
+                for (int j = 0; j < 16; ++j)
+                    sum += q[16 * h + j];
+                s16[h] = sum;
+            }
         }
 }
 
@@ -649,6 +656,7 @@ void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n
     out.dl.resize(static_cast<size_t>(n_tokens * (n / 4)));
     out.db.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.ds.resize(static_cast<size_t>(n_tokens * (n / qk)));
+    out.s16.resize(static_cast<size_t>(n_tokens * (n / 16)));
     const bool vector = qkernel() != QKernel::Portable && has_avx512_base();
     if (pool && n_tokens > 1)
         pool->parallel_for(
@@ -710,6 +718,28 @@ void qgemm_tile_with(QKernel k, DType type, const void *const *rows, int n_rows,
     default: return;
     }
     fn(r, a, t0, out, ldo);
+}
+
+void qgemv_rows(QKernel k, DType type, const void *base, size_t row_stride, int64_t n_rows, const QuantizedActs &a,
+                int64_t t, float *y)
+{
+    QTileFn fn = nullptr;
+    if (k != QKernel::Portable)
+        switch (type) {
+        case DType::Q8_0: fn = tile_fn<DType::Q8_0>(k, 1, 1); break;
+        case DType::Q4_0: fn = tile_fn<DType::Q4_0>(k, 1, 1); break;
+        case DType::Q4_K: fn = tile_fn<DType::Q4_K>(k, 1, 1); break;
+        case DType::Q6_K: fn = tile_fn<DType::Q6_K>(k, 1, 1); break;
+        default: break;
+        }
+    const auto *b = static_cast<const uint8_t *>(base);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t *row = b + size_t(r) * row_stride;
+        if (fn)
+            fn(&row, a, t, y + r, 1);
+        else
+            y[r] = dot_portable(type, row, a, t);
+    }
 }
 
 void qgemm_tile(DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0, int n_tokens,

@@ -30,11 +30,13 @@ struct QuantizedActs {
     std::vector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
     std::vector<float> db; // [n_tokens, n / 32]: d per block
     std::vector<float> ds; // [n_tokens, n / 32]: d * sum(q) per block
+    std::vector<int32_t> s16; // [n_tokens, n / 16]: sum(q) per 16 values (packed Q6_K's bias)
 
     const int8_t *q_row(int64_t t) const { return q.data() + t * n; }
     const float *dl_row(int64_t t) const { return dl.data() + t * (n / 4); }
     const float *db_row(int64_t t) const { return db.data() + t * (n / 32); }
     const float *ds_row(int64_t t) const { return ds.data() + t * (n / 32); }
+    const int32_t *s16_row(int64_t t) const { return s16.data() + t * (n / 16); }
 };
 
 // Quantizes x [n_tokens, n] (n a multiple of 32) into `out`, reusing its storage. Splits the
@@ -59,6 +61,11 @@ void qgemm_tile(DType type, const void *const *rows, int n_rows, const Quantized
                 float *out, int64_t ldo);
 void qgemm_tile_with(QKernel k, DType type, const void *const *rows, int n_rows, const QuantizedActs &a, int64_t t0,
                      int n_tokens, float *out, int64_t ldo);
+
+// y[r] = row r . token t for r < n_rows, row r at base + r * row_stride: the 1 x 1 tile (the
+// same bits) with the kernel chosen once for all the rows (decode).
+void qgemv_rows(QKernel k, DType type, const void *base, size_t row_stride, int64_t n_rows, const QuantizedActs &a,
+                int64_t t, float *y);
 
 // The token block the kernel handles best (4 with VNNI, 2 with AVX2, 4 portable).
 int qgemm_token_block(QKernel k);

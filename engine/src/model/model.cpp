@@ -78,7 +78,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
             if (!pack && !copy)
                 continue;
             offset[i] = total_bytes;
-            total_bytes += ((pack ? packed_size(v.ne(0), v.ne(1)) : size_t(v.nbytes)) + 63) / 64 * 64;
+            total_bytes += ((pack ? packed_size(v.type, v.ne(0), v.ne(1)) : size_t(v.nbytes)) + 63) / 64 * 64;
         }
     };
     plan();
@@ -142,7 +142,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
         const int64_t units = pack ? v.ne(1) / packed_group_rows : int64_t(v.nbytes);
         auto work = [&](int64_t a, int64_t b) {
             if (pack)
-                pack_q4_k(src, v.ne(0), dst, a, b);
+                pack_rows(v.type, src, v.ne(0), dst, a, b);
             else
                 std::memcpy(dst + a, src + a, size_t(b - a));
         };
@@ -156,7 +156,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
         const void *original = v.data;
         if (pack) {
             v.cpu_packed = dst;
-            m_info.weight_bytes = m_info.weight_bytes + packed_size(v.ne(0), v.ne(1)) - v.nbytes;
+            m_info.weight_bytes = m_info.weight_bytes + packed_size(v.type, v.ne(0), v.ne(1)) - v.nbytes;
         } else {
             v.data = dst;
         }
