@@ -532,8 +532,12 @@ private slots:
                                             .arg(vector ? "vector" : "portable").arg(row[size_t(i)])
                                             .arg(w.values[size_t(o * n_in + i)])));
             }
-        if (!packed_kernel_available()) {
-            qInfo("no AVX-512 VNNI here: the packed kernel is never used on this CPU (layout checked only)");
+        std::vector<QKernel> kernels;
+        for (QKernel k : {QKernel::Vnni, QKernel::Avx2})
+            if (packed_kernel_available(k))
+                kernels.push_back(k);
+        if (kernels.empty()) {
+            qInfo("no AVX2 here: the packed kernels never run on this CPU (layout checked only)");
             return;
         }
         std::mt19937 rng(17);
@@ -546,37 +550,54 @@ private slots:
         QuantizedActs acts;
         quantize_acts(nullptr, x.data(), n_tokens, n_in, acts);
 
-        // Tiles of 4 tokens (4 + 3) and of 1 token: the same bits.
-        std::vector<float> y4(size_t(n_tokens * n_out), NAN), y1(size_t(n_tokens * n_out), NAN);
-        for (int64_t g = 0; g < groups; ++g) {
-            for (int t = 0; t < n_tokens; t += 4)
-                packed_tile(type, pk, n_in, g, acts, t, std::min(4, n_tokens - t), y4.data() + t * n_out + g * 16,
-                            n_out);
-            for (int t = 0; t < n_tokens; ++t)
-                packed_tile(type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
-        }
-        double worst = 0;
-        for (int t = 0; t < n_tokens; ++t)
-            for (int o = 0; o < n_out; ++o) {
-                const size_t k = size_t(t * n_out + o);
-                QVERIFY2(bits_of(y4[k]) == bits_of(y1[k]),
-                         qPrintable(QString("t %1 o %2: %3 vs %4").arg(t).arg(o).arg(y4[k], 0, 'g', 9).arg(y1[k], 0, 'g', 9)));
-                double ref = 0, ref_q = 0, mag = 0, bound = 0;
-                for (int i = 0; i < n_in; ++i) {
-                    const size_t xi = size_t(t * n_in + i);
-                    const double wv = w.values[size_t(o * n_in + i)];
-                    ref += wv * x[xi];
-                    ref_q += wv * xq[xi];
-                    mag += std::fabs(wv * xq[xi]);
-                    bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
-                }
-                const QString where = QString("t %1 o %2: %3 vs %4 / %5").arg(t).arg(o).arg(y4[k], 0, 'g', 9)
-                                          .arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
-                QVERIFY2(std::fabs(y4[k] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
-                QVERIFY2(std::fabs(y4[k] - ref) <= bound + 1e-5 * mag, qPrintable(where));
-                worst = std::max(worst, std::fabs(y4[k] - ref_q) / mag);
+        std::vector<float> y4, first;
+        for (QKernel k : kernels) {
+            // Tiles of 4 tokens (4 + 3) and of 1 token: the same bits.
+            y4.assign(size_t(n_tokens * n_out), NAN);
+            std::vector<float> y1(size_t(n_tokens * n_out), NAN);
+            for (int64_t g = 0; g < groups; ++g) {
+                for (int t = 0; t < n_tokens; t += 4)
+                    packed_tile_with(k, type, pk, n_in, g, acts, t, std::min(4, n_tokens - t),
+                                     y4.data() + t * n_out + g * 16, n_out);
+                for (int t = 0; t < n_tokens; ++t)
+                    packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
             }
-        qInfo("packed %s kernel: worst |error| / sum|w x| against the documented rounding: %.2e", std::string(dtype_name(type)).c_str(), worst);
+            double worst = 0;
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    const size_t i = size_t(t * n_out + o);
+                    QVERIFY2(bits_of(y4[i]) == bits_of(y1[i]),
+                             qPrintable(QString("%1 t %2 o %3: %4 vs %5").arg(qkernel_name(k)).arg(t).arg(o)
+                                            .arg(y4[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
+                    // The VNNI and AVX2 kernels: the same float operations on exact sums.
+                    if (!first.empty())
+                        QVERIFY2(bits_of(y4[i]) == bits_of(first[i]),
+                                 qPrintable(QString("%1 vs %2, t %3 o %4: %5 vs %6").arg(qkernel_name(k))
+                                                .arg(qkernel_name(kernels[0])).arg(t).arg(o).arg(y4[i], 0, 'g', 9)
+                                                .arg(first[i], 0, 'g', 9)));
+                    double ref = 0, ref_q = 0, mag = 0, bound = 0;
+                    for (int j = 0; j < n_in; ++j) {
+                        const size_t xi = size_t(t * n_in + j);
+                        const double wv = w.values[size_t(o * n_in + j)];
+                        ref += wv * x[xi];
+                        ref_q += wv * xq[xi];
+                        mag += std::fabs(wv * xq[xi]);
+                        bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                    }
+                    const QString where = QString("%1 t %2 o %3: %4 vs %5 / %6").arg(qkernel_name(k)).arg(t).arg(o)
+                                              .arg(y4[i], 0, 'g', 9).arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
+                    QVERIFY2(std::fabs(y4[i] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
+                    QVERIFY2(std::fabs(y4[i] - ref) <= bound + 1e-5 * mag, qPrintable(where));
+                    worst = std::max(worst, std::fabs(y4[i] - ref_q) / mag);
+                }
+            qInfo("packed %s kernel (%s): worst |error| / sum|w x| against the documented rounding: %.2e",
+                  std::string(dtype_name(type)).c_str(), qkernel_name(k), worst);
+            if (first.empty())
+                first = y4;
+        }
+        y4 = first;
+        if (!packed_kernel_available(qkernel()))
+            return; // matmul never packs here
 
         // Through matmul: a pool of 3 splits the rows at places that are not multiples of 16;
         // every group must be computed once (NaN marks a missing one).
@@ -600,7 +621,7 @@ private slots:
         }
     }
 
-    // A Q4_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI), every packable
+    // A Q4_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI or AVX2), every packable
     // Q4_K and Q6_K matrix has its packed copy, whose rows are the file's rows, and whose products are
     // those of the rows in the file within float rounding.
     void model_packs_k_quant_matrices()
@@ -649,9 +670,8 @@ private slots:
                 QVERIFY2(std::fabs(yp[i] - yr[i]) <= 1e-4 * (std::fabs(yr[i]) + 1.0),
                          qPrintable(QString("%1 [%2]: %3 vs %4").arg(QString::fromStdString(v->name)).arg(i).arg(yp[i]).arg(yr[i])));
         }
-        qInfo("packed matrices in layer 0 and output: %d (%s)", packed,
-              packed_kernel_available() ? "AVX-512 VNNI present" : "no AVX-512 VNNI: none expected");
-        if (packed_kernel_available() && qkernel() == QKernel::Vnni && !std::getenv("LONGSCOPE_PACK"))
+        qInfo("packed matrices in layer 0 and output: %d (integer kernels: %s)", packed, qkernel_name(qkernel()));
+        if (packed_kernel_available(qkernel()) && !std::getenv("LONGSCOPE_PACK"))
             QVERIFY(packed == 8); // Q4_K: wq, wk, wo, gate, up; Q6_K: wv, down (layer 0), output
     }
 

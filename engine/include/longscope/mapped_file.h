@@ -1,4 +1,5 @@
-// A read-only memory-mapped file. Tensor data is used in place from the mapping, never copied.
+// A read-only memory-mapped file. Tensor data is read in place from the mapping (Model copies
+// the matrices out of it at load and lets their pages go).
 #pragma once
 
 #include <cstddef>

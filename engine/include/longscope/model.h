@@ -1,4 +1,5 @@
-// A loaded LLaMA-family model: hyperparameters, weight views (memory-mapped, never copied)
+// A loaded LLaMA-family model: hyperparameters, weight views (memory-mapped; the matrices copied
+// once into the Model's own huge-page memory, docs/engine.md)
 // and the tokenizer. Loads a GGUF file or a Hugging Face LLaMA directory.
 #pragma once
 
@@ -18,8 +19,8 @@ namespace longscope {
 class MappedFile;
 class GgufFile;
 
-// A weight tensor in place in its file. shape[0] is the contiguous dimension, so a matrix
-// for y = W x is [n_in, n_out] here: n_out rows of n_in elements.
+// A weight tensor, in its file's mapping or in the Model's copy. shape[0] is the contiguous
+// dimension, so a matrix for y = W x is [n_in, n_out] here: n_out rows of n_in elements.
 struct WeightView {
     std::string name;
     DType type = DType::F32;

@@ -74,17 +74,19 @@ bool packable(DType type, int64_t n_in, int64_t n_out)
     return (type == DType::Q4_K || type == DType::Q6_K) && n_in > 0 && n_in % qk_k == 0 && n_out > 0 && n_out % packed_group_rows == 0;
 }
 
-bool packed_kernel_available()
+bool packed_kernel_available(QKernel k)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (k == QKernel::Avx2)
+        return avx2;
+    return k == QKernel::Vnni && avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
 bool cpu_wants_packed(const WeightView &w)
 {
-    return w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1)) && qkernel() == QKernel::Vnni &&
-           packed_kernel_available() && !pack_disabled();
+    return w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1)) && packed_kernel_available(qkernel()) &&
+           !pack_disabled();
 }
 
 size_t packed_size(DType type, int64_t n_in, int64_t n_out)
@@ -402,12 +404,299 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
+// ---- AVX2 (no vpdpbusd: vpmaddubsw + vpmaddwd), the same layout, rows 0-7 then 8-15 -----------
+
+#define LS_PACKED_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// The same per-lane arithmetic as the VNNI kernels (exact integer sums, then the same float
+// operations in the same order), so the two give the same bits. Q4_K: the 16-bit pair sums of
+// vpmaddubsw of the eight words of a pair stay below 2^15 (8 x 2 x 15 x 128), so they add in
+// 16 bits and widen once per pair.
+template <int NT>
+LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                     float *out, int64_t ldo)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int8_t *xq[NT];
+    const float *xd[NT], *xs[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xd[t] = a.db_row(t0 + t);
+        xs[t] = a.ds_row(t0 + t);
+    }
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+            __m256 fe[NT], fo[NT], mn[NT];
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                fe[t] = _mm256_setzero_ps();
+                fo[t] = _mm256_setzero_ps();
+                mn[t] = _mm256_setzero_ps();
+            }
+            #pragma GCC unroll 4
+            for (int pair = 0; pair < 4; ++pair) {
+                __m256i ie[NT], io[NT];
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    ie[t] = _mm256_setzero_si256();
+                    io[t] = _mm256_setzero_si256();
+                }
+                #pragma GCC unroll 8
+                for (int w = 0; w < 8; ++w) {
+                    const __m256i v =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_qs + (pair * 8 + w) * 64 + 32 * h));
+                    const __m256i lo = _mm256_and_si256(v, low);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
+                        ie[t] = _mm256_add_epi16(ie[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
+                        io[t] = _mm256_add_epi16(io[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                    }
+                }
+                const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
+                const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const float *d = xd[t] + sb * 8 + 2 * pair;
+                    const __m256 ve = _mm256_cvtepi32_ps(_mm256_madd_epi16(ie[t], ones));
+                    const __m256 vo = _mm256_cvtepi32_ps(_mm256_madd_epi16(io[t], ones));
+                    fe[t] = _mm256_fmadd_ps(_mm256_mul_ps(ve, se), _mm256_set1_ps(d[0]), fe[t]);
+                    fo[t] = _mm256_fmadd_ps(_mm256_mul_ps(vo, so), _mm256_set1_ps(d[1]), fo[t]);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {
+                const __m256 mj = _mm256_cvtepi32_ps(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    mn[t] = _mm256_fmadd_ps(mj, _mm256_set1_ps(xs[t][sb * 8 + j]), mn[t]);
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                acc[t] = _mm256_fmadd_ps(d, _mm256_add_ps(fe[t], fo[t]), acc[t]);
+                acc[t] = _mm256_fnmadd_ps(dmin, mn[t], acc[t]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
+// One token (decode): both halves in one pass, so each word's 64 bytes and the activation
+// words are loaded once. The same per-lane operations as packed_q4_k_avx2.
+LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                         float *out)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int8_t *xq = a.q_row(t0);
+    const float *xd = a.db_row(t0), *xs = a.ds_row(t0);
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+        __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
+        #pragma GCC unroll 4
+        for (int pair = 0; pair < 4; ++pair) {
+            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]};
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; ++w) {
+                const uint8_t *q = b + off_qs + (pair * 8 + w) * 64;
+                const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
+                const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 32 * h));
+                    ie[h] = _mm256_add_epi16(ie[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low), xe));
+                    io[h] = _mm256_add_epi16(
+                        io[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xo));
+                }
+            }
+            const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
+                const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
+                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(ie[h], ones)), se), d0, fe[h]);
+                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(io[h], ones)), so), d1, fo[h]);
+            }
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            __m256 mn = _mm256_setzero_ps();
+            #pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j)
+                mn = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                         reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
+                                     _mm256_set1_ps(xs[sb * 8 + j]), mn);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(d, _mm256_add_ps(fe[h], fo[h]), acc[h]);
+            acc[h] = _mm256_fnmadd_ps(dmin, mn, acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+// Q6_K: a vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in 16 bits.
+template <int NT>
+LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                     float *out, int64_t ldo)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int8_t *xq[NT];
+    const float *xd[NT];
+    const int32_t *xs[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xd[t] = a.db_row(t0 + t);
+        xs[t] = a.s16_row(t0 + t);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+            __m256 f[NT][2];
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                f[t][0] = _mm256_setzero_ps();
+                f[t][1] = _mm256_setzero_ps();
+            }
+            #pragma GCC unroll 2
+            for (int g = 0; g < 16; ++g) {
+                const uint8_t *v = b + off6_q + 192 * g + 32 * h;
+                const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v));
+                const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 64));
+                const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 128));
+                const __m256i u0 =
+                    _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                const __m256i u2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
+                const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                const __m256 sc = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t *x = xq[t] + sb * qk_k + 16 * g;
+                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, _mm256_set1_epi32(load_i32(x))),
+                                                         _mm256_maddubs_epi16(u1, _mm256_set1_epi32(load_i32(x + 4))));
+                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, _mm256_set1_epi32(load_i32(x + 8))),
+                                                         _mm256_maddubs_epi16(u3, _mm256_set1_epi32(load_i32(x + 12))));
+                    const __m256i is =
+                        _mm256_add_epi32(_mm256_set1_epi32(-32 * xs[t][sb * 16 + g]),
+                                         _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
+                    f[t][g % 2] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), sc),
+                                                  _mm256_set1_ps(xd[t][sb * 8 + g / 2]), f[t][g % 2]);
+                }
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm256_fmadd_ps(d, _mm256_add_ps(f[t][0], f[t][1]), acc[t]);
+        }
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
+// One token (decode): both halves in one pass, as packed_q4_k_avx2_one.
+LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                         float *out)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int8_t *xq = a.q_row(t0);
+    const float *xd = a.db_row(t0);
+    const int32_t *xs = a.s16_row(t0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+        __m256 f[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+        #pragma GCC unroll 2
+        for (int g = 0; g < 16; ++g) {
+            const int8_t *x = xq + sb * qk_k + 16 * g;
+            const __m256i x0 = _mm256_set1_epi32(load_i32(x)), x1 = _mm256_set1_epi32(load_i32(x + 4));
+            const __m256i x2 = _mm256_set1_epi32(load_i32(x + 8)), x3 = _mm256_set1_epi32(load_i32(x + 12));
+            const __m256i bias = _mm256_set1_epi32(-32 * xs[sb * 16 + g]);
+            const __m256 dx = _mm256_set1_ps(xd[sb * 8 + g / 2]);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const uint8_t *v = b + off6_q + 192 * g + 32 * h;
+                const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v));
+                const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 64));
+                const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 128));
+                const __m256i u0 =
+                    _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                const __m256i u2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
+                const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                const __m256 sc = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
+                const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, x0), _mm256_maddubs_epi16(u1, x1));
+                const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, x2), _mm256_maddubs_epi16(u3, x3));
+                const __m256i is =
+                    _mm256_add_epi32(bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
+                f[h][g % 2] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), sc), dx, f[h][g % 2]);
+            }
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(d, _mm256_add_ps(f[h][0], f[h][1]), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+
 } // namespace
 
-void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
-                 int n_tokens, float *out, int64_t ldo)
+void packed_tile_with(
+QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
+                      int64_t t0, int n_tokens, float *out, int64_t ldo)
 {
     const uint8_t *group = packed + size_t(g) * size_t(n_in / qk_k) * size_t(block_bytes(type));
+    if (k == QKernel::Avx2) {
+        // Two tokens at a time (AVX2 has 16 vector registers).
+        for (int t = 0; t < n_tokens; t += 2) {
+            const bool two = t + 1 < n_tokens;
+            if (type == DType::Q6_K && two)
+                packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q6_K)
+                packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
+            else if (two)
+                packed_q4_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else
+                packed_q4_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
+        }
+        return;
+    }
     if (type == DType::Q6_K) {
         switch (n_tokens) {
         case 1: packed_q6_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
@@ -422,6 +711,12 @@ void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, con
     case 3: packed_q4_k_vnni<3>(group, n_in, a, t0, out, ldo); return;
     default: packed_q4_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
     }
+}
+
+void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
+                 int n_tokens, float *out, int64_t ldo)
+{
+    packed_tile_with(qkernel(), type, packed, n_in, g, a, t0, n_tokens, out, ldo);
 }
 
 } // namespace longscope

@@ -35,6 +35,7 @@
 // dequantize_packed_row gives the original row bit for bit.
 #pragma once
 
+#include "cpu/qdot.h"
 #include "longscope/types.h"
 
 #include <cstddef>
@@ -42,7 +43,6 @@
 
 namespace longscope {
 
-struct QuantizedActs;
 struct WeightView;
 
 constexpr int64_t packed_group_rows = 16;
@@ -53,8 +53,8 @@ constexpr int64_t packed_q6_k_block_bytes = 3392;
 // 256 and n_out of 16, type Q4_K or Q6_K).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
-// Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, the AVX-512
-// VNNI integer kernel in use, and LONGSCOPE_PACK not set to 0.
+// Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, a packed kernel
+// for the integer kernel set in use (AVX-512 VNNI or AVX2), and LONGSCOPE_PACK not set to 0.
 bool cpu_wants_packed(const WeightView &w);
 
 // Bytes of the packed copy of a packable [n_in, n_out] matrix.
@@ -70,12 +70,17 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
 // The scalar version it uses on CPUs without AVX-512 (the same bits).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
 
-// Whether packed_tile can run on this CPU (AVX-512 VNNI).
-bool packed_kernel_available();
+// Whether this CPU runs the packed kernel of integer kernel set k (VNNI or AVX2; there is no
+// portable one).
+bool packed_kernel_available(QKernel k);
 
 // out[t * ldo + r] = row (16 g + r) . token (t0 + t) for r < 16 and t < n_tokens (<= 4), with
-// the activations quantized to 8 bits (qdot.h). Each (row, token) pair is computed by the same
-// operations whatever n_tokens is.
+// the activations quantized to 8 bits (qdot.h), by the packed kernel of set k (available).
+// Each (row, token) pair is computed by the same operations whatever n_tokens is, and the VNNI
+// and AVX2 kernels do the same float operations on exact integer sums: the same bits.
+void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
+                      int64_t t0, int n_tokens, float *out, int64_t ldo);
+// The same with the kernel set in use (qkernel()).
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
                  int n_tokens, float *out, int64_t ldo);
 
