@@ -159,7 +159,7 @@ private slots:
         QTest::addColumn<int>("n_tokens");
         for (DType t : {DType::F32, DType::F16, DType::BF16})
             for (auto [i, o, n] : {std::tuple{37, 53, 1}, {64, 172, 3}, {172, 64, 7}, {1, 5, 2},
-                                   {300, 9, 11}, {8, 1000, 1}})
+                                   {300, 9, 11}, {8, 1000, 1}, {4161, 7, 1}, {5632, 13, 1}})
                 QTest::addRow("%s %dx%d tokens=%d", dtype_name(t).data(), i, o, n)
                     << int(t) << i << o << n;
     }
@@ -188,6 +188,35 @@ private slots:
                     QVERIFY2(std::fabs(got - ref) <= tol,
                              qPrintable(QString("t=%1 o=%2 got %3 want %4").arg(t).arg(o).arg(got).arg(ref)));
                 }
+        }
+    }
+
+    // A token multiplied alone (decode: rows one or four at a time) gives the same bits as in a
+    // batch of several (tiles of up to 4 x 4), for short rows and for rows above 4096.
+    void single_token_equals_batched_data()
+    {
+        QTest::addColumn<int>("type");
+        QTest::addColumn<int>("n_in");
+        for (DType t : {DType::F32, DType::F16, DType::BF16})
+            for (int n : {300, 4161})
+                QTest::addRow("%s n_in=%d", dtype_name(t).data(), n) << int(t) << n;
+    }
+    void single_token_equals_batched()
+    {
+        QFETCH(int, type);
+        QFETCH(int, n_in);
+        const int n_out = 23, n_tokens = 5;
+        OwnedWeight w = make_weight(DType(type), n_in, n_out, 77);
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 78);
+        ThreadPool pool(2);
+        std::vector<float> batched(size_t(n_out * n_tokens), NAN), one(size_t(n_out), NAN);
+        matmul(pool, w.view, x.data(), batched.data(), n_tokens);
+        for (int t = 0; t < n_tokens; ++t) {
+            matmul(pool, w.view, x.data() + size_t(t * n_in), one.data(), 1);
+            for (int o = 0; o < n_out; ++o)
+                QVERIFY2(bits_of(one[size_t(o)]) == bits_of(batched[size_t(t * n_out + o)]),
+                         qPrintable(QString("t=%1 o=%2: %3 vs %4").arg(t).arg(o).arg(one[size_t(o)], 0, 'g', 9)
+                                        .arg(batched[size_t(t * n_out + o)], 0, 'g', 9)));
         }
     }
 

@@ -231,7 +231,23 @@ void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
                 : type == DType::BF16 ? vector_tile_fn<DType::BF16>(1, 1)
                                       : vector_tile_fn<DType::F32>(1, 1);
     const auto *b = static_cast<const uint8_t *>(base);
-    for (int64_t r = 0; r < n_rows; ++r) {
+    int64_t r = 0;
+    // Rows longer than 4096 values (activations above 16 KiB): four rows at a time, so each
+    // activation block is loaded once per four rows. The weight stream pushes the activations
+    // out of the 32 KiB L1 cache, and reading them back for every row halved the speed of
+    // ffn_down (5632 inputs) here. A 4 x 1 tile does each row's arithmetic in the same order.
+    if (fn && n > 4096) {
+        const TileFn fn4 = type == DType::F16    ? vector_tile_fn<DType::F16>(4, 1)
+                           : type == DType::BF16 ? vector_tile_fn<DType::BF16>(4, 1)
+                                                 : vector_tile_fn<DType::F32>(4, 1);
+        for (; r + 4 <= n_rows; r += 4) {
+            const void *rows[4];
+            for (int k = 0; k < 4; ++k)
+                rows[k] = b + size_t(r + k) * row_stride;
+            fn4(rows, x, n, n, y + r, 1);
+        }
+    }
+    for (; r < n_rows; ++r) {
         const void *row = b + size_t(r) * row_stride;
         if (fn)
             fn(&row, x, n, n, y + r, 1);

@@ -16,9 +16,9 @@ namespace longscope {
 void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, int64_t ldx, int n_tokens,
                int64_t n, float *out, int64_t ldo);
 
-// y[r] = row r . x for r < n_rows, row r at base + r * row_stride: gemm_tile's 1 x 1 tile (the
-// same bits), with the kernel chosen once for all the rows instead of once per row (a decode
-// step's rows are 4-11 KiB each: the per-row choice cost a fifth of the time).
+// y[r] = row r . x for r < n_rows, row r at base + r * row_stride: gemm_tile's tiles of one
+// token (the same bits), with the kernel chosen once for all the rows instead of once per row
+// (a decode step's rows are 4-11 KiB each: the per-row choice cost a fifth of the time).
 void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y);
 
 // Whether the CPU has AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice
