@@ -146,7 +146,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
             else
                 std::memcpy(dst + a, src + a, size_t(b - a));
         };
-        const int64_t parts = std::clamp<int64_t>(units / 4096, 1, n_threads);
+        const int64_t parts = std::clamp<int64_t>(pack ? units / 16 : units >> 20, 1, n_threads);
         std::vector<std::thread> threads;
         for (int64_t p = 1; p < parts; ++p)
             threads.emplace_back([&, p] { work(units * p / parts, units * (p + 1) / parts); });
