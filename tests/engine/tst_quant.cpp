@@ -163,6 +163,24 @@ std::map<std::string, DType> tensor_types(const std::string &path)
     return out;
 }
 
+// A small random model whose rows divide into 256-value blocks (so the K-quants apply), in F16
+// at f16_path and quantized to the Q4_K_M mix at q4k_path.
+void write_small_k_quant_models(const std::string &f16_path, const std::string &q4k_path, int n_layer, uint64_t seed)
+{
+    RandomModelSpec spec;
+    spec.n_embd = 256;
+    spec.n_layer = n_layer;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.n_ff = 512;
+    spec.n_vocab = 512;
+    spec.n_ctx = 128;
+    spec.type = DType::F16;
+    spec.seed = seed;
+    write_random_model_file(f16_path, spec);
+    quantize_model_file(f16_path, q4k_path, DType::Q4_K);
+}
+
 } // namespace
 
 class TestQuant : public QObject {
@@ -626,19 +644,8 @@ private slots:
     // those of the rows in the file within float rounding.
     void model_packs_k_quant_matrices()
     {
-        RandomModelSpec spec;
-        spec.n_embd = 256;
-        spec.n_layer = 2;
-        spec.n_head = 4;
-        spec.n_head_kv = 2;
-        spec.n_ff = 512;
-        spec.n_vocab = 512;
-        spec.n_ctx = 128;
-        spec.type = DType::F16;
-        spec.seed = 5;
         const std::string f16 = tmp("pack-f16.gguf"), q4k = tmp("pack-q4k.gguf");
-        write_random_model_file(f16, spec);
-        quantize_model_file(f16, q4k, DType::Q4_K);
+        write_small_k_quant_models(f16, q4k, 2, 5);
         auto m = Model::load(q4k);
         const LayerWeights &l = m->weights().layers[0];
         int packed = 0;
@@ -681,19 +688,8 @@ private slots:
     // packs).
     void weights_copied_out_of_the_mapping()
     {
-        RandomModelSpec spec;
-        spec.n_embd = 256;
-        spec.n_layer = 2;
-        spec.n_head = 4;
-        spec.n_head_kv = 2;
-        spec.n_ff = 512;
-        spec.n_vocab = 512;
-        spec.n_ctx = 128;
-        spec.type = DType::F16;
-        spec.seed = 9;
         const std::string f16 = tmp("copy-f16.gguf"), q4k = tmp("copy-q4k.gguf");
-        write_random_model_file(f16, spec);
-        quantize_model_file(f16, q4k, DType::Q4_K);
+        write_small_k_quant_models(f16, q4k, 2, 9);
         for (const std::string &path : {f16, q4k}) {
             auto file = GgufFile::open(path);
             const GgufTensorInfo *t = file->find_tensor("blk.1.ffn_up.weight");

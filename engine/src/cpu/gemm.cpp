@@ -223,13 +223,18 @@ template <DType T> TileFn vector_tile_fn(int R, int NT)
     return nullptr;
 }
 
+TileFn vector_tile_for(DType type, int R, int NT)
+{
+    return type == DType::F16    ? vector_tile_fn<DType::F16>(R, NT)
+           : type == DType::BF16 ? vector_tile_fn<DType::BF16>(R, NT)
+                                 : vector_tile_fn<DType::F32>(R, NT);
+}
+
 } // namespace
 
 void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y)
 {
-    TileFn fn = type == DType::F16    ? vector_tile_fn<DType::F16>(1, 1)
-                : type == DType::BF16 ? vector_tile_fn<DType::BF16>(1, 1)
-                                      : vector_tile_fn<DType::F32>(1, 1);
+    const TileFn fn = vector_tile_for(type, 1, 1);
     const auto *b = static_cast<const uint8_t *>(base);
     int64_t r = 0;
     // Rows longer than 4096 values (activations above 16 KiB): four rows at a time, so each
@@ -237,9 +242,7 @@ void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
     // out of the 32 KiB L1 cache, and reading them back for every row halved the speed of
     // ffn_down (5632 inputs) here. A 4 x 1 tile does each row's arithmetic in the same order.
     if (fn && n > 4096) {
-        const TileFn fn4 = type == DType::F16    ? vector_tile_fn<DType::F16>(4, 1)
-                           : type == DType::BF16 ? vector_tile_fn<DType::BF16>(4, 1)
-                                                 : vector_tile_fn<DType::F32>(4, 1);
+        const TileFn fn4 = vector_tile_for(type, 4, 1);
         for (; r + 4 <= n_rows; r += 4) {
             const void *rows[4];
             for (int k = 0; k < 4; ++k)
