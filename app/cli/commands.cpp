@@ -317,6 +317,8 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
     j["weight_bytes"] = in.weight_bytes;
     j["tensor_count"] = in.tensor_count;
     j["tensor_types"] = in.tensor_types;
+    j["cpu_copy_bytes"] = in.cpu_copy_bytes;
+    j["packed_matrices"] = in.packed_matrices;
     j["vocab_size"] = hp.n_vocab;
     j["tokenizer_vocab_size"] = tok.n_vocab();
     j["bos_token_id"] = tok.bos_id();
@@ -352,6 +354,11 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
       << "architecture:     " << hp.architecture << "\n"
       << "file size:        " << in.file_bytes << " bytes (" << mib(in.file_bytes) << ")\n"
       << "weights used:     " << in.weight_bytes << " bytes\n"
+      << "CPU weights:      "
+      << (in.cpu_copy_bytes ? "copied into memory (" + mib(in.cpu_copy_bytes) + ", asked for in 2 MiB pages), " +
+                                  std::to_string(in.packed_matrices) + " matrices packed for the integer kernels"
+                            : std::string("read in place from the file mapping"))
+      << "\n"
       << "tensors:          " << in.tensor_count << " (";
     bool first = true;
     for (const auto &[type, count] : in.tensor_types) {

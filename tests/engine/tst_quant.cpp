@@ -701,6 +701,27 @@ private slots:
             const WeightView &vm = mapped->weights().layers[1].w_up, &vc = copied->weights().layers[1].w_up;
             QCOMPARE(vm.nbytes, t->nbytes);
             QCOMPARE(vc.nbytes, t->nbytes);
+            // The copy holds every matrix the forward pass multiplies by (not the embedding table
+            // nor the norms), each at its size in the file (packed size if packed) rounded up to
+            // 64 bytes.
+            uint64_t expect = 0;
+            size_t packed = 0;
+            for (const GgufTensorInfo &ti : file->tensors()) {
+                const bool matrix = ti.name.find("attn_norm") == std::string::npos &&
+                                    ti.name.find("ffn_norm") == std::string::npos && ti.name != "output_norm.weight" &&
+                                    ti.name != "token_embd.weight";
+                if (!matrix)
+                    continue;
+                WeightView tv;
+                tv.type = ti.type;
+                tv.shape = {ti.shape[0], ti.shape[1]};
+                const bool pk = cpu_wants_packed(tv);
+                packed += pk;
+                expect += ((pk ? packed_size(ti.type, ti.shape[0], ti.shape[1]) : ti.nbytes) + 63) / 64 * 64;
+            }
+            QCOMPARE(copied->info().cpu_copy_bytes, expect);
+            QCOMPARE(copied->info().packed_matrices, packed);
+            QCOMPARE(mapped->info().packed_matrices, packed);
             if (!vm.cpu_packed) { // in place: the bytes at the file's offset
                 QVERIFY(std::memcmp(vm.data, t->data, size_t(t->nbytes)) == 0);
                 QVERIFY(std::memcmp(vc.data, t->data, size_t(t->nbytes)) == 0);

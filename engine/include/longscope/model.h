@@ -62,6 +62,8 @@ struct ModelInfo {
     std::string name;
     uint64_t file_bytes = 0;           // all files holding weights
     uint64_t weight_bytes = 0;         // bytes of the weights the forward pass reads
+    uint64_t cpu_copy_bytes = 0;       // matrices copied out of the mapping (huge pages; 0: used in place)
+    size_t packed_matrices = 0;        // of them, re-laid out for the CPU kernels (cpu/packed.h)
     size_t tensor_count = 0;
     std::map<std::string, size_t> tensor_types; // type name -> count
     uint32_t gguf_version = 0;         // GGUF only

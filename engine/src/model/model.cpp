@@ -109,6 +109,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
         block = buf.get();
         m_packed.push_back(std::move(buf));
     }
+    m_info.cpu_copy_bytes = total_bytes;
 
     uint64_t total = 0, done = 0;
     for (const WeightView *v : matrices)
@@ -156,6 +157,7 @@ void Model::pack_for_cpu(const LoadProgress &progress)
         const void *original = v.data;
         if (pack) {
             v.cpu_packed = dst;
+            ++m_info.packed_matrices;
             m_info.weight_bytes = m_info.weight_bytes + packed_size(v.type, v.ne(0), v.ne(1)) - v.nbytes;
         } else {
             v.data = dst;
