@@ -100,14 +100,17 @@ void Model::pack_for_cpu(const LoadProgress &progress)
         constexpr size_t huge = size_t(2) << 20;
         const size_t rounded = (total_bytes + huge - 1) / huge * huge;
         std::shared_ptr<uint8_t> buf(static_cast<uint8_t *>(std::aligned_alloc(huge, rounded)), std::free);
-        if (!buf)
-            throw OutOfMemory("loading " + m_info.path + ": no memory for the " + std::to_string(rounded >> 20) +
-                              " MiB of weights");
+        if (buf) {
 #ifdef MADV_HUGEPAGE
-        ::madvise(buf.get(), rounded, MADV_HUGEPAGE);
+            ::madvise(buf.get(), rounded, MADV_HUGEPAGE);
 #endif
-        block = buf.get();
-        m_packed.push_back(std::move(buf));
+            block = buf.get();
+            m_packed.push_back(std::move(buf));
+        } else { // refused (an address-space limit, say): everything stays in the mapping
+            copy = false;
+            pack_any = false;
+            plan();
+        }
     }
     m_info.cpu_copy_bytes = total_bytes;
 
