@@ -143,6 +143,28 @@ double block_absmax(const std::vector<float> &x, size_t i)
     return m;
 }
 
+// The double-precision references for one (row o, token t) pair of a product with quantized
+// weights `w` ([n_out, n_in] dequantized values) and activations x (xq: x after the documented
+// 8-bit rounding): the exact product, the product with the rounded activations, sum |w xq| and
+// the activations' rounding bound sum |w| d / 2.
+struct PairReference {
+    double ref = 0, ref_q = 0, mag = 0, bound = 0;
+};
+PairReference pair_reference(const std::vector<float> &w, const std::vector<float> &x, const std::vector<float> &xq,
+                             int n_in, int o, int t)
+{
+    PairReference r;
+    for (int i = 0; i < n_in; ++i) {
+        const size_t xi = size_t(t * n_in + i);
+        const double wv = w[size_t(o * n_in + i)];
+        r.ref += wv * x[xi];
+        r.ref_q += wv * xq[xi];
+        r.mag += std::fabs(wv * xq[xi]);
+        r.bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+    }
+    return r;
+}
+
 std::string greedy_text(const Model &m, const std::string &prompt, int n)
 {
     Session s(m, {0, 2});
@@ -376,15 +398,7 @@ private slots:
             matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Integer);
             for (int t = 0; t < n_tokens; ++t)
                 for (int o = 0; o < n_out; ++o) {
-                    double ref = 0, ref_q = 0, mag = 0, bound = 0;
-                    for (int i = 0; i < n_in; ++i) {
-                        const size_t xi = size_t(t * n_in + i);
-                        const double wv = w.values[size_t(o * n_in + i)];
-                        ref += wv * x[xi];
-                        ref_q += wv * xq[xi];
-                        mag += std::fabs(wv * xq[xi]);
-                        bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
-                    }
+                    const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t);
                     const double got = y[size_t(t * n_out + o)];
                     const QString where = QString("tokens %1 t %2 o %3: %4 vs %5 / %6")
                                               .arg(n_tokens).arg(t).arg(o).arg(got, 0, 'g', 9)
@@ -593,15 +607,7 @@ private slots:
                                  qPrintable(QString("%1 vs %2, t %3 o %4: %5 vs %6").arg(qkernel_name(k))
                                                 .arg(qkernel_name(kernels[0])).arg(t).arg(o).arg(y4[i], 0, 'g', 9)
                                                 .arg(first[i], 0, 'g', 9)));
-                    double ref = 0, ref_q = 0, mag = 0, bound = 0;
-                    for (int j = 0; j < n_in; ++j) {
-                        const size_t xi = size_t(t * n_in + j);
-                        const double wv = w.values[size_t(o * n_in + j)];
-                        ref += wv * x[xi];
-                        ref_q += wv * xq[xi];
-                        mag += std::fabs(wv * xq[xi]);
-                        bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
-                    }
+                    const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t);
                     const QString where = QString("%1 t %2 o %3: %4 vs %5 / %6").arg(qkernel_name(k)).arg(t).arg(o)
                                               .arg(y4[i], 0, 'g', 9).arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
                     QVERIFY2(std::fabs(y4[i] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
