@@ -47,7 +47,10 @@ const char *rot_name(int r) { return r == NoRot ? "rot=off" : r == RotInterleave
 struct Shape {
     int n_head, n_head_kv, head_dim;
 };
-const Shape kShapes[] = {{8, 4, 8}, {4, 4, 16}, {6, 2, 12}};
+// The last is TinyLlama's head layout (eight query heads per kv head, 64 dims): keys are
+// then transposed sixteen by sixteen in registers.
+const Shape kShapes[] = {{8, 4, 8}, {4, 4, 16}, {6, 2, 12}, {16, 2, 64}};
+constexpr int kNumShapes = int(std::size(kShapes));
 
 struct Span {
     int64_t n_q, q_pos0, n_kv;
@@ -56,7 +59,7 @@ struct Span {
 const Span kSpans[] = {
     {1, 0, 1, "single"},   {1, 99, 100, "decode"},  {37, 0, 37, "prefill"},
     {17, 50, 67, "chunk"}, {5, 200, 205, "late"},   {64, 0, 64, "prefill64"},
-    {65, 0, 65, "prefill65"},
+    {65, 0, 65, "prefill65"}, {4, 60, 64, "decode4"},  {3, 130, 133, "decode3"},
 };
 
 // An attention problem with its own buffers. `pad` extra rows after q, k, v and out are
@@ -165,8 +168,8 @@ std::vector<double> reference(const Fixture &f)
     return out;
 }
 
-// Tolerance: |got - want| <= 3e-5 + 1e-4 |want|. Inputs are O(1), head_dim <= 16 and at most
-// 205 keys, so float rounding (dot products of <= 16 terms, an exp per score, a running sum
+// Tolerance: |got - want| <= 3e-5 + 1e-4 |want|. Inputs are O(1), head_dim <= 64 and at most
+// 205 keys, so float rounding (dot products of <= 64 terms, an exp per score, a running sum
 // of <= 205 weights, the rescales) stays around 1e-6. Outputs are convex combinations of
 // values, so a dropped or duplicated key, a missing rescale or a wrong mask moves them by at
 // least ~1/n_kv * |v| ~ 1e-3 here: 3e-5 keeps a 30x margin over rounding and a 30x margin
@@ -229,7 +232,7 @@ private slots:
         QTest::addColumn<int>("span");
         QTest::addColumn<int>("rot");
         for (int vi = 0; vi < kNumVariants; ++vi)
-            for (int si = 0; si < 3; ++si)
+            for (int si = 0; si < kNumShapes; ++si)
                 for (int spi = 0; spi < int(std::size(kSpans)); ++spi)
                     for (int r : {NoRot, RotInterleaved, RotHalf}) {
                         const Shape &s = kShapes[si];
@@ -269,13 +272,15 @@ private slots:
         QFETCH(int, span);
         // k/v rows past n_kv, q rows past n_q and the output are NaN: every result must be
         // finite and right, and the output padding untouched.
-        for (int rot : {NoRot, RotHalf}) {
-            Fixture f = make_fixture(kShapes[2], kSpans[span], rot, 77, /*pad=*/9);
-            ThreadPool pool(3);
-            run_variant(pool, kVariants[variant], f.p);
-            const QString err = compare_to_reference(f, reference(f));
-            QVERIFY2(err.isEmpty(), qPrintable(QString(rot_name(rot)) + ": " + err));
-        }
+        for (int shape : {2, 3})
+            for (int rot : {NoRot, RotHalf}) {
+                Fixture f = make_fixture(kShapes[shape], kSpans[span], rot, 77, /*pad=*/9);
+                ThreadPool pool(3);
+                run_variant(pool, kVariants[variant], f.p);
+                const QString err = compare_to_reference(f, reference(f));
+                QVERIFY2(err.isEmpty(), qPrintable(QString("head_dim %1 %2: ").arg(kShapes[shape].head_dim)
+                                                       .arg(rot_name(rot)) + err));
+            }
     }
 
     void empty_cache_gives_zeros_not_nan()

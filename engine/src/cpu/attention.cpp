@@ -63,6 +63,75 @@ void check_problem(const AttentionProblem &p, const char *who)
     }
 }
 
+// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the
+// AVX-512 build of the kernels below, two or four narrower ones in the others.
+// The helpers are inlined into each build of tile_rows and transpose_keys; the ABI note GCC
+// gives for returning a 64-byte vector from a function built without AVX-512 does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V16 __attribute__((vector_size(64)));
+__attribute__((always_inline)) inline V16 load16(const float *p)
+{
+    V16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+__attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
+typedef int32_t V16i __attribute__((vector_size(64)));
+
+// Swaps bit b of the row and column index of a 16 x 16 block held as 16 rows: the off-diagonal
+// b x b sub-blocks of every 2b x 2b block trade places. Done for b = 8, 4, 2, 1 (in any order:
+// the swaps commute), it transposes the block; each step is one two-source permute per row.
+template <int b>
+__attribute__((always_inline)) inline void swap_index_bit(V16 r[16])
+{
+    constexpr V16i keep = {(0 & b) ? 16 + 0 - b : 0,    (1 & b) ? 16 + 1 - b : 1,    (2 & b) ? 16 + 2 - b : 2,
+                           (3 & b) ? 16 + 3 - b : 3,    (4 & b) ? 16 + 4 - b : 4,    (5 & b) ? 16 + 5 - b : 5,
+                           (6 & b) ? 16 + 6 - b : 6,    (7 & b) ? 16 + 7 - b : 7,    (8 & b) ? 16 + 8 - b : 8,
+                           (9 & b) ? 16 + 9 - b : 9,    (10 & b) ? 16 + 10 - b : 10, (11 & b) ? 16 + 11 - b : 11,
+                           (12 & b) ? 16 + 12 - b : 12, (13 & b) ? 16 + 13 - b : 13, (14 & b) ? 16 + 14 - b : 14,
+                           (15 & b) ? 16 + 15 - b : 15};
+    constexpr V16i take = {(0 & b) ? 16 + 0 : 0 + b,    (1 & b) ? 16 + 1 : 1 + b,    (2 & b) ? 16 + 2 : 2 + b,
+                           (3 & b) ? 16 + 3 : 3 + b,    (4 & b) ? 16 + 4 : 4 + b,    (5 & b) ? 16 + 5 : 5 + b,
+                           (6 & b) ? 16 + 6 : 6 + b,    (7 & b) ? 16 + 7 : 7 + b,    (8 & b) ? 16 + 8 : 8 + b,
+                           (9 & b) ? 16 + 9 : 9 + b,    (10 & b) ? 16 + 10 : 10 + b, (11 & b) ? 16 + 11 : 11 + b,
+                           (12 & b) ? 16 + 12 : 12 + b, (13 & b) ? 16 + 13 : 13 + b, (14 & b) ? 16 + 14 : 14 + b,
+                           (15 & b) ? 16 + 15 : 15 + b};
+    #pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+        if (!(i & b)) {
+            const V16 lo = r[i], hi = r[i + b];
+            r[i] = __builtin_shuffle(lo, hi, keep);
+            r[i + b] = __builtin_shuffle(lo, hi, take);
+        }
+}
+
+// dst[e * ld + k] = src[k * src_stride + e] for k < count, e < width: key rows into the
+// transposed tile, sixteen keys by sixteen dims at a time where width allows (one register
+// transpose instead of 256 scattered scalar stores), the rest one value at a time.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void transpose_keys(const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width)
+{
+    int64_t k0 = 0;
+    if (width % 16 == 0)
+        for (; k0 + 16 <= count; k0 += 16)
+            for (int64_t e0 = 0; e0 < width; e0 += 16) {
+                V16 r[16];
+                #pragma GCC unroll 16
+                for (int i = 0; i < 16; ++i)
+                    r[i] = load16(src + (k0 + i) * src_stride + e0);
+                swap_index_bit<8>(r);
+                swap_index_bit<4>(r);
+                swap_index_bit<2>(r);
+                swap_index_bit<1>(r);
+                #pragma GCC unroll 16
+                for (int i = 0; i < 16; ++i)
+                    store16(dst + (e0 + i) * ld + k0, r[i]);
+            }
+    for (int64_t k = k0; k < count; ++k)
+        for (int64_t e = 0; e < width; ++e)
+            dst[e * ld + k] = src[k * src_stride + e];
+}
+
 // Copies `count` key rows for positions j0 .. j0+count-1 from src (row stride src_stride
 // floats, each row holding n_heads heads of head_dim) to dst, where element `e` of key k goes
 // to dst[k * dst_key + e * dst_elem] (row-major copy: dst_key = row width, dst_elem = 1;
@@ -75,9 +144,12 @@ void load_keys(const KeyRotation *rot, const float *src, int64_t src_stride, flo
                int head_dim)
 {
     const int64_t width = int64_t(n_heads) * head_dim;
-    for (int64_t k = 0; k < count; ++k)
-        for (int64_t e = 0; e < width; ++e)
-            dst[k * dst_key + e * dst_elem] = src[k * src_stride + e];
+    if (dst_key == 1 && dst_elem >= count)
+        transpose_keys(src, src_stride, dst, dst_elem, count, width);
+    else
+        for (int64_t k = 0; k < count; ++k)
+            for (int64_t e = 0; e < width; ++e)
+                dst[k * dst_key + e * dst_elem] = src[k * src_stride + e];
     if (!rot)
         return;
     const int half = rot->n_rot / 2;
@@ -249,25 +321,11 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 
 namespace {
 
-// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the
-// AVX-512 build of tile_row, two or four narrower ones in the others.
-// The helpers are inlined into each build of tile_row; the ABI note GCC gives for returning
-// a 64-byte vector from a function built without AVX-512 does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float V16 __attribute__((vector_size(64)));
-__attribute__((always_inline)) inline V16 load16(const float *p)
-{
-    V16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-__attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
 
 // exp(x) for sixteen x <= 0 (softmax arguments, x - max): x = n ln2 + r with |r| <= ln2 / 2,
 // exp(r) by its Taylor polynomial to r^7 (truncation below 2e-9, under one float ulp), times
 // 2^n built in the exponent bits. Exactly 0 below -87.3 (the smallest normal float's
 // logarithm) and for -inf, so masked keys still add nothing.
-typedef int32_t V16i __attribute__((vector_size(64)));
 __attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
 {
     const V16 lo = x < -87.3f ? V16{} - 1.0f : V16{};            // lanes to flush to zero
@@ -295,48 +353,14 @@ __attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
     return lo != 0.0f ? V16{} : e;
 }
 
-// One query row against one key tile: scores, the online-softmax update of (m, l) and the
-// rescaled accumulator. kt is the tile transposed [head_dim, T]; vt its values (row stride
-// ekv); mask (without causal flash) the row's additive mask; with `diagonal`, keys after
-// column `last_visible` are left out. Built for AVX-512, AVX2 and baseline x86-64, the best
-// chosen when the program starts; the loops are written so the compiler vectorises them.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd,
-              float scale, const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, float &m,
-              float &l)
+// The online-softmax step of one query row over one tile of raw scores s[0, w): applies the
+// mask (explicit, or with `diagonal` every key after column last_visible), updates the running
+// max m and sum l, turns s into the weights e^{s - m} and gives the factor alpha by which the
+// row's accumulator is to be rescaled. False (nothing changed) while the row has seen no
+// visible key: exp(-inf - -inf) would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
+__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const float *mask, bool diagonal,
+                                                        int64_t last_visible, float &m, float &l, float &alpha)
 {
-    // Scores of the tile: s[c] = q . k_c / sqrt(head_dim), summed over dims in order, 64 keys
-    // at a time (four independent vector chains), then sixteen, over the transposed tile.
-    int64_t c0 = 0;
-    for (; c0 + 64 <= w; c0 += 64) {
-        V16 acc[4] = {};
-        for (int d = 0; d < hd; ++d) {
-            const float qd = q[d];
-            const float *kd = kt + int64_t(d) * T + c0;
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j)
-                acc[j] += qd * load16(kd + 16 * j);
-        }
-        for (int j = 0; j < 4; ++j)
-            store16(s + c0 + 16 * j, acc[j] * scale);
-    }
-    for (; c0 + 16 <= w; c0 += 16) {
-        float s16[16] = {};
-        for (int d = 0; d < hd; ++d) {
-            const float qd = q[d];
-            const float *kd = kt + int64_t(d) * T + c0;
-            for (int k = 0; k < 16; ++k)
-                s16[k] += qd * kd[k];
-        }
-        for (int k = 0; k < 16; ++k)
-            s[c0 + k] = s16[k] * scale;
-    }
-    for (int64_t c = c0; c < w; ++c) {
-        float x = 0.0f;
-        for (int d = 0; d < hd; ++d)
-            x += q[d] * kt[int64_t(d) * T + c];
-        s[c] = x * scale;
-    }
     if (mask) {
         for (int64_t c = 0; c < w; ++c)
             s[c] += mask[c];
@@ -351,12 +375,10 @@ void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float
 
     const float m_old = m;
     const float m_new = std::max(m_old, tile_max);
-    // Nothing visible to this row yet: exp(-inf - -inf) would be NaN; the row's state
-    // (m = -inf, l = 0, acc = 0) stays as it is.
     if (m_new == kNegInf)
-        return;
+        return false;
     // m_old = -inf (first visible tile) gives alpha = 0 on a zero accumulator, as wanted.
-    const float alpha = std::exp(m_old - m_new);
+    alpha = std::exp(m_old - m_new);
     float sum = 0.0f;
     int64_t c = 0;
     if (w >= 16) {
@@ -375,49 +397,272 @@ void tile_row(const float *q, const float *kt, int64_t T, int64_t w, const float
     }
     l = l * alpha + sum;
     m = m_new;
+    return true;
+}
 
-    // acc = acc * alpha + sum_c p_c v_c, 64 dims (four independent vector chains), then
-    // sixteen, at a time kept in registers across the tile, then the tail dims.
-    int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) {
-        V16 acc[4];
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j)
-            acc[j] = load16(a + d0 + 16 * j) * alpha;
-        for (int64_t cc = 0; cc < w; ++cc) {
-            const float pw = s[cc];
-            if (pw == 0.0f) // masked (or underflowed): adds nothing
-                continue;
-            const float *v = vt + cc * ekv + d0;
+// GB query rows at the same position sharing one kv head (the query heads of a group, in
+// decode) against one key tile: each key and value element is loaded once for all GB rows
+// instead of once per row. Per row: scores summed over dims in order, then scaled; the online
+// softmax step; acc = acc * alpha + sum_c p_c v_c. Values weighted by a zero probability are
+// added as zeros, except those after the last visible key, which are never read. kt is the
+// tile transposed [head_dim, T], vt its values (row stride ekv); mask (without causal flash)
+// the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
+// q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
+// its m and l at m[g * ml_stride], l[g * ml_stride].
+template <int GB, int KB>
+__attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt, int64_t T,
+                                                          int64_t w, const float *vt, int64_t ekv, int hd, float scale,
+                                                          const float *mask, bool diagonal, int64_t last_visible,
+                                                          float *s, float *a, int64_t a_stride, float *m, float *l,
+                                                          int64_t ml_stride)
+{
+    // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims.
+    int64_t c0 = 0;
+    for (; c0 + KB <= w; c0 += KB) {
+        V16 acc[GB][KB / 16] = {};
+        for (int d = 0; d < hd; ++d) {
+            V16 k[KB / 16];
             #pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j)
-                acc[j] += pw * load16(v + 16 * j);
+            for (int j = 0; j < KB / 16; ++j)
+                k[j] = load16(kt + int64_t(d) * T + c0 + 16 * j);
+            #pragma GCC unroll 8
+            for (int g = 0; g < GB; ++g) {
+                const float qd = q[g * q_stride + d];
+                #pragma GCC unroll 4
+                for (int j = 0; j < KB / 16; ++j)
+                    acc[g][j] += qd * k[j];
+            }
         }
-        for (int j = 0; j < 4; ++j)
-            store16(a + d0 + 16 * j, acc[j]);
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g)
+            #pragma GCC unroll 4
+            for (int j = 0; j < KB / 16; ++j)
+                store16(s + g * T + c0 + 16 * j, acc[g][j] * scale);
     }
-    for (; d0 + 16 <= hd; d0 += 16) {
-        float a16[16];
-        for (int k = 0; k < 16; ++k)
-            a16[k] = a[d0 + k] * alpha;
-        for (int64_t cc = 0; cc < w; ++cc) {
-            const float pw = s[cc];
-            if (pw == 0.0f) // masked (or underflowed): adds nothing
+    for (; c0 + 16 <= w; c0 += 16)
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g) {
+            V16 acc = {};
+            for (int d = 0; d < hd; ++d)
+                acc += q[g * q_stride + d] * load16(kt + int64_t(d) * T + c0);
+            store16(s + g * T + c0, acc * scale);
+        }
+    for (int g = 0; g < GB; ++g)
+        for (int64_t c = c0; c < w; ++c) {
+            float x = 0.0f;
+            for (int d = 0; d < hd; ++d)
+                x += q[g * q_stride + d] * kt[int64_t(d) * T + c];
+            s[g * T + c] = x * scale;
+        }
+
+    // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
+    float alpha[GB];
+    for (int g = 0; g < GB; ++g)
+        if (!softmax_tile(s + g * T, w, mask, diagonal, last_visible, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
+            alpha[g] = 1.0f;
+            std::fill(s + g * T, s + g * T + w, 0.0f);
+        }
+    // Keys past the last visible one carry zero weight in every row: not read at all.
+    int64_t wv = w;
+    if (mask) {
+        while (wv > 0 && mask[wv - 1] == kNegInf)
+            --wv;
+    } else if (diagonal) {
+        wv = std::min(w, std::max<int64_t>(0, last_visible + 1));
+    }
+
+    // acc = acc * alpha + sum_c p_c v_c, 32 dims by GB rows in registers across the tile.
+    int d0 = 0;
+    for (; d0 + 32 <= hd; d0 += 32) {
+        V16 acc[GB][2];
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g) {
+            acc[g][0] = load16(a + g * a_stride + d0) * alpha[g];
+            acc[g][1] = load16(a + g * a_stride + d0 + 16) * alpha[g];
+        }
+        for (int64_t cc = 0; cc < wv; ++cc) {
+            const V16 v0 = load16(vt + cc * ekv + d0), v1 = load16(vt + cc * ekv + d0 + 16);
+            #pragma GCC unroll 8
+            for (int g = 0; g < GB; ++g) {
+                const float pw = s[g * T + cc];
+                acc[g][0] += pw * v0;
+                acc[g][1] += pw * v1;
+            }
+        }
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g) {
+            store16(a + g * a_stride + d0, acc[g][0]);
+            store16(a + g * a_stride + d0 + 16, acc[g][1]);
+        }
+    }
+    for (int g = 0; g < GB; ++g)
+        for (int d = d0; d < hd; ++d) {
+            float ad = a[g * a_stride + d] * alpha[g];
+            for (int64_t cc = 0; cc < wv; ++cc)
+                ad += s[g * T + cc] * vt[cc * ekv + d];
+            a[g * a_stride + d] = ad;
+        }
+}
+
+// n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
+// key blocking keeps at least four independent chains and at most sixteen accumulators.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, int64_t T, int64_t w,
+               const float *vt, int64_t ekv, int hd, float scale, const float *mask, bool diagonal,
+               int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+{
+    int g = 0;
+    for (; g + 8 <= n_rows; g += 8)
+        tile_rows_body<8, 32>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+    for (; g + 4 <= n_rows; g += 4)
+        tile_rows_body<4, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+    for (; g + 2 <= n_rows; g += 2)
+        tile_rows_body<2, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+    for (; g < n_rows; ++g)
+        tile_rows_body<1, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+}
+
+// Asks for `count` rows of `width` floats, `stride` floats apart, to be brought into L2.
+void prefetch_rows(const float *base, int64_t stride, int64_t count, int64_t width)
+{
+    const int64_t bytes = width * int64_t(sizeof(float));
+    for (int64_t k = 0; k < count; ++k) {
+        const char *row = reinterpret_cast<const char *>(base + k * stride);
+        // The instruction itself: GCC 12 at -O2 left out every __builtin_prefetch and
+        // _mm_prefetch of this loop (the object held none), though x86-64's baseline has it.
+        for (int64_t o = 0; o < bytes; o += 64)
+            asm volatile("prefetcht1 %0" : : "m"(row[o]));
+        asm volatile("prefetcht1 %0" : : "m"(row[bytes - 1]));
+    }
+}
+
+// Decode (a few queries): a unit per kv head would give few units and have each worker read a
+// slice of every key and value row, a strided walk the prefetchers follow badly. Instead the
+// visible key tiles are cut into attention_key_splits contiguous ranges shared out among the
+// workers, and each tile is read whole, kv head after kv head, while it is in cache. Every
+// split keeps its own running (m, l, acc) per query row; they are merged at the end in split
+// order: m = max m_s, out = sum_s e^{m_s - m} acc_s / sum_s e^{m_s - m} l_s. The split count
+// is fixed (some splits may be empty), so neither the scratch nor the result depends on n_kv's
+// tiling into workers or on the number of threads.
+AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProblem &p, bool causal_flash, int64_t T)
+{
+    AttentionStats stats;
+    const int n_head = p.n_head, hd = p.head_dim;
+    const int group = p.n_head / p.n_head_kv;
+    const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const int64_t n_tiles = (n_kv + T - 1) / T;
+    const int64_t first_pos = p.q_pos0, last_pos = p.q_pos0 + n_q - 1;
+    // With causal_flash, tiles starting beyond the last query's position are never touched.
+    const int64_t visible = causal_flash ? std::min(n_tiles, last_pos / T + 1) : n_tiles;
+    stats.tiles_computed = visible * n_head;
+    stats.tiles_skipped = (n_tiles - visible) * n_head;
+
+    const int64_t n_splits = attention_key_splits;
+    // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
+    // contiguous range of tiles.
+    const int64_t used = std::min(n_splits, visible);
+    const int64_t rows = int64_t(n_head) * n_q; // row r = h * n_q + qi
+    // State for every split is reserved (so the scratch does not depend on n_kv); only the
+    // used ones are initialised, filled and merged.
+    // The buffer stays with the calling thread from one call (one layer, one token) to the next
+    // instead of being allocated each time (above malloc's mmap threshold for TinyLlama's 32
+    // heads: a fresh mapping and its page faults per layer).
+    const size_t state = size_t(n_splits * rows), acc_state = size_t(n_splits * rows * hd);
+    thread_local std::vector<float> split_state;
+    if (split_state.size() < 2 * state + acc_state)
+        split_state.resize(2 * state + acc_state);
+    float *const part_m = split_state.data(), *const part_l = part_m + state, *const part_acc = part_l + state;
+    std::fill(part_m, part_m + used * rows, kNegInf);
+    std::fill(part_l, part_l + used * rows, 0.0f);
+    std::fill(part_acc, part_acc + used * rows * hd, 0.0f);
+    std::atomic<uint64_t> scratch{uint64_t(2 * state + acc_state) * sizeof(float)};
+
+    pool.parallel_for(
+        n_splits,
+        [&](int64_t begin, int64_t end) {
+            // Per worker (one chunk of splits each):
+            //   ktile [head_dim, T] the tile's keys of one kv head, transposed (and rotated)
+            //   scores [8, T] (a block of rows), mask [n_q, T] (without causal_flash)
+            std::vector<float> ktile(static_cast<size_t>(T * hd)), scores(static_cast<size_t>(8 * T));
+            std::vector<float> mask(causal_flash ? 0 : size_t(n_q * T));
+            scratch += uint64_t(ktile.size() + scores.size() + mask.size()) * sizeof(float);
+            for (int64_t split = begin; split < end; ++split) {
+                float *m = part_m + split * rows, *l = part_l + split * rows;
+                float *acc = part_acc + split * rows * hd;
+                if (split >= used)
+                    break;
+                for (int64_t t = visible * split / used; t < visible * (split + 1) / used; ++t) {
+                    const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
+                    const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
+                    if (!causal_flash)
+                        for (int64_t qi = 0; qi < n_q; ++qi)
+                            for (int64_t c = 0; c < w; ++c)
+                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+                    // The piece's splits are contiguous: its tiles run on to the last split's end.
+                    const int64_t t_last = visible * std::min(end, used) / used - 1;
+                    for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
+                        if (t < t_last) {
+                            // The next tile's keys and values, whole rows in address order, a
+                            // share per kv head, into L2 while this tile is computed.
+                            const int64_t j1 = j0 + T, w1 = std::min(T, n_kv - j1);
+                            const int64_t r0 = w1 * kvh / p.n_head_kv, r1 = w1 * (kvh + 1) / p.n_head_kv;
+                            prefetch_rows(p.k + (j1 + r0) * ekv, ekv, r1 - r0, ekv);
+                            prefetch_rows(p.v + (j1 + r0) * ekv, ekv, r1 - r0, ekv);
+                        }
+                        load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), 1, T, j0, w,
+                                  1, hd);
+                        const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
+                        // The group's query heads at each position together (rows h * n_q + qi).
+                        const int h0 = kvh * group;
+                        for (int64_t qi = 0; qi < n_q; ++qi) {
+                            const int64_t r0 = int64_t(h0) * n_q + qi;
+                            tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), T, w, vt, ekv, hd,
+                                      scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                      first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
+                                      n_q);
+                        }
+                    }
+                }
+            }
+        },
+        1);
+
+    // Merge the splits; a row that saw no key at all (empty cache) gets zeros.
+    for (int64_t qi = 0; qi < n_q; ++qi)
+        for (int h = 0; h < n_head; ++h) {
+            const int64_t r = int64_t(h) * n_q + qi;
+            float *out = p.out + (qi * n_head + h) * hd;
+            float mx = kNegInf;
+            for (int64_t sp = 0; sp < used; ++sp)
+                mx = std::max(mx, part_m[sp * rows + r]);
+            if (mx == kNegInf) {
+                std::fill(out, out + hd, 0.0f);
                 continue;
-            const float *v = vt + cc * ekv + d0;
-            for (int k = 0; k < 16; ++k)
-                a16[k] += pw * v[k];
+            }
+            float lsum = 0.0f;
+            for (int d = 0; d < hd; ++d)
+                out[d] = 0.0f;
+            for (int64_t sp = 0; sp < used; ++sp) {
+                const float ms = part_m[sp * rows + r];
+                if (ms == kNegInf)
+                    continue;
+                const float f = std::exp(ms - mx);
+                lsum += f * part_l[sp * rows + r];
+                const float *a = part_acc + (sp * rows + r) * hd;
+                for (int d = 0; d < hd; ++d)
+                    out[d] += f * a[d];
+            }
+            const float inv = 1.0f / lsum;
+            for (int d = 0; d < hd; ++d)
+                out[d] *= inv;
         }
-        for (int k = 0; k < 16; ++k)
-            a[d0 + k] = a16[k];
-    }
-    for (int d = d0; d < hd; ++d) {
-        float ad = a[d] * alpha;
-        for (int64_t cc = 0; cc < w; ++cc)
-            if (s[cc] != 0.0f)
-                ad += s[cc] * vt[cc * ekv + d];
-        a[d] = ad;
-    }
+    stats.scratch_bytes = scratch.load();
+    return stats;
 }
 
 } // namespace
@@ -444,6 +689,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     // processed together so each key tile is loaded (and rotated) once for all of them.
     // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
+    if (n_q <= attention_split_keys_max_queries)
+        return attention_tiled_split_keys(pool, p, causal_flash, T);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
 
     std::atomic<uint64_t> scratch{0};
@@ -513,15 +760,12 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                             for (int64_t c = 0; c < w; ++c)
                                 mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
 
-                    for (int g = 0; g < group; ++g) {
-                        const int h = kvh * group + g;
-                        for (int64_t qi = 0; qi < bq; ++qi) {
-                            const int64_t r = int64_t(g) * bq + qi;
-                            tile_row(p.q + ((i0 + qi) * n_head + h) * hd, kt, T, w, vt, ekv, hd, scale,
-                                     causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi - j0,
-                                     scores.data() + r * T, acc.data() + r * hd, m[size_t(r)], l[size_t(r)]);
-                        }
-                    }
+                    // The group's query heads at one position share each key and value load.
+                    for (int64_t qi = 0; qi < bq; ++qi)
+                        tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, T, w, vt, ekv, hd,
+                                  scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                  first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
+                                  l.data() + qi, bq);
                 }
 
                 // out = acc / l; a row that saw no key at all (empty cache) gets zeros.

@@ -58,6 +58,13 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 // the key tile as Bc), capped so a worker's score tile [group * block, tile] stays small.
 constexpr int attention_query_block(int tile) { return tile < 64 ? tile : 64; }
 
+// Up to this many queries (decode), tiled attention splits the keys rather than the heads among
+// workers: attention_key_splits contiguous ranges of key tiles, each with its own running
+// softmax state, merged at the end (flash-decoding). The count is fixed, so results do not
+// depend on the number of threads.
+constexpr int64_t attention_split_keys_max_queries = 4;
+constexpr int64_t attention_key_splits = 16;
+
 // Tiled attention with an online softmax (running max and sum, rescaled per key tile of
 // `tile` keys); never holds more than one tile of scores per worker. With `causal_flash`,
 // causality comes from positions and tiles entirely above the diagonal are skipped; without
