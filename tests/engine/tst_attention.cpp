@@ -60,6 +60,7 @@ const Span kSpans[] = {
     {1, 0, 1, "single"},   {1, 99, 100, "decode"},  {37, 0, 37, "prefill"},
     {17, 50, 67, "chunk"}, {5, 200, 205, "late"},   {64, 0, 64, "prefill64"},
     {65, 0, 65, "prefill65"}, {4, 60, 64, "decode4"},  {3, 130, 133, "decode3"},
+    {1, 1999, 2000, "decode2000"},
 };
 
 // An attention problem with its own buffers. `pad` extra rows after q, k, v and out are
@@ -169,8 +170,8 @@ std::vector<double> reference(const Fixture &f)
 }
 
 // Tolerance: |got - want| <= 3e-5 + 1e-4 |want|. Inputs are O(1), head_dim <= 64 and at most
-// 205 keys, so float rounding (dot products of <= 64 terms, an exp per score, a running sum
-// of <= 205 weights, the rescales) stays around 1e-6. Outputs are convex combinations of
+// 205 keys (2000 for one decode), so float rounding (dot products of <= 64 terms, an exp per
+// score, running sums of the weights, the rescales, the merge of key splits) stays around 1e-6. Outputs are convex combinations of
 // values, so a dropped or duplicated key, a missing rescale or a wrong mask moves them by at
 // least ~1/n_kv * |v| ~ 1e-3 here: 3e-5 keeps a 30x margin over rounding and a 30x margin
 // under the smallest real bug. xformers' fp32 tolerance (atol 3e-4, rtol 2e-5) is sized for

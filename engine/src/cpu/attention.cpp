@@ -580,22 +580,23 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     std::fill(part_m, part_m + used * rows, kNegInf);
     std::fill(part_l, part_l + used * rows, 0.0f);
     std::fill(part_acc, part_acc + used * rows * hd, 0.0f);
-    std::atomic<uint64_t> scratch{uint64_t(2 * state + acc_state) * sizeof(float)};
+    // Per worker: ktile [head_dim, T], the tile's keys of one kv head transposed (and rotated);
+    // scores [8, T] for a block of rows; mask [n_q, T] without causal_flash. At most one set
+    // per thread is alive at a time.
+    const size_t ktile_n = size_t(T * hd), scores_n = size_t(8 * T), mask_n = causal_flash ? 0 : size_t(n_q * T);
+    stats.scratch_bytes = (2 * state + acc_state + size_t(std::min<int64_t>(pool.size(), n_splits)) *
+                                                       (ktile_n + scores_n + mask_n)) *
+                          sizeof(float);
 
     pool.parallel_for(
         n_splits,
         [&](int64_t begin, int64_t end) {
-            // Per worker (one chunk of splits each):
-            //   ktile [head_dim, T] the tile's keys of one kv head, transposed (and rotated)
-            //   scores [8, T] (a block of rows), mask [n_q, T] (without causal_flash)
-            std::vector<float> ktile(static_cast<size_t>(T * hd)), scores(static_cast<size_t>(8 * T));
-            std::vector<float> mask(causal_flash ? 0 : size_t(n_q * T));
-            scratch += uint64_t(ktile.size() + scores.size() + mask.size()) * sizeof(float);
-            for (int64_t split = begin; split < end; ++split) {
+            if (begin >= used)
+                return; // splits without tiles
+            std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n);
+            for (int64_t split = begin; split < std::min(end, used); ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
-                if (split >= used)
-                    break;
                 for (int64_t t = visible * split / used; t < visible * (split + 1) / used; ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
@@ -661,7 +662,6 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
             for (int d = 0; d < hd; ++d)
                 out[d] *= inv;
         }
-    stats.scratch_bytes = scratch.load();
     return stats;
 }
 
