@@ -526,28 +526,13 @@ void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, in
                               s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
 }
 
-// Asks for `count` rows of `width` floats, `stride` floats apart, to be brought into L2.
-void prefetch_rows(const float *base, int64_t stride, int64_t count, int64_t width)
-{
-    const int64_t bytes = width * int64_t(sizeof(float));
-    for (int64_t k = 0; k < count; ++k) {
-        const char *row = reinterpret_cast<const char *>(base + k * stride);
-        // The instruction itself: GCC 12 at -O2 left out every __builtin_prefetch and
-        // _mm_prefetch of this loop (the object held none), though x86-64's baseline has it.
-        for (int64_t o = 0; o < bytes; o += 64)
-            asm volatile("prefetcht1 %0" : : "m"(row[o]));
-        asm volatile("prefetcht1 %0" : : "m"(row[bytes - 1]));
-    }
-}
-
-// Decode (a few queries): a unit per kv head would give few units and have each worker read a
-// slice of every key and value row, a strided walk the prefetchers follow badly. Instead the
-// visible key tiles are cut into attention_key_splits contiguous ranges shared out among the
-// workers, and each tile is read whole, kv head after kv head, while it is in cache. Every
-// split keeps its own running (m, l, acc) per query row; they are merged at the end in split
-// order: m = max m_s, out = sum_s e^{m_s - m} acc_s / sum_s e^{m_s - m} l_s. The split count
-// is fixed (some splits may be empty), so neither the scratch nor the result depends on n_kv's
-// tiling into workers or on the number of threads.
+// Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
+// too few to keep many threads busy. Instead the visible key tiles are cut into
+// attention_key_splits contiguous ranges shared out among the workers; each tile is read
+// whole, kv head after kv head, while it is in cache. Every split keeps its own running
+// (m, l, acc) per query row; they are merged at the end in split order: m = max m_s,
+// out = sum_s e^{m_s - m} acc_s / sum_s e^{m_s - m} l_s. The split count depends only on the
+// number of visible tiles, never on the number of threads, and neither does the result.
 AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProblem &p, bool causal_flash, int64_t T)
 {
     AttentionStats stats;
@@ -604,17 +589,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         for (int64_t qi = 0; qi < n_q; ++qi)
                             for (int64_t c = 0; c < w; ++c)
                                 mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
-                    // The piece's splits are contiguous: its tiles run on to the last split's end.
-                    const int64_t t_last = visible * std::min(end, used) / used - 1;
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
-                        if (t < t_last) {
-                            // The next tile's keys and values, whole rows in address order, a
-                            // share per kv head, into L2 while this tile is computed.
-                            const int64_t j1 = j0 + T, w1 = std::min(T, n_kv - j1);
-                            const int64_t r0 = w1 * kvh / p.n_head_kv, r1 = w1 * (kvh + 1) / p.n_head_kv;
-                            prefetch_rows(p.k + (j1 + r0) * ekv, ekv, r1 - r0, ekv);
-                            prefetch_rows(p.v + (j1 + r0) * ekv, ekv, r1 - r0, ekv);
-                        }
                         load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), 1, T, j0, w,
                                   1, hd);
                         const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
