@@ -47,9 +47,10 @@ const char *rot_name(int r) { return r == NoRot ? "rot=off" : r == RotInterleave
 struct Shape {
     int n_head, n_head_kv, head_dim;
 };
-// The last is TinyLlama's head layout (eight query heads per kv head, 64 dims): keys are
-// then transposed sixteen by sixteen in registers.
-const Shape kShapes[] = {{8, 4, 8}, {4, 4, 16}, {6, 2, 12}, {16, 2, 64}};
+// {16, 2, 64} is TinyLlama's head layout (eight query heads per kv head, 64 dims): keys are
+// then transposed sixteen by sixteen in registers. With fewer query rows per kv head ({4, 4,
+// 16}, {4, 2, 32}) decode reads the keys in rows and sums sixteen keys across lanes at once.
+const Shape kShapes[] = {{8, 4, 8}, {4, 4, 16}, {6, 2, 12}, {16, 2, 64}, {4, 2, 32}};
 constexpr int kNumShapes = int(std::size(kShapes));
 
 struct Span {
@@ -273,7 +274,7 @@ private slots:
         QFETCH(int, span);
         // k/v rows past n_kv, q rows past n_q and the output are NaN: every result must be
         // finite and right, and the output padding untouched.
-        for (int shape : {2, 3})
+        for (int shape : {2, 3, 4})
             for (int rot : {NoRot, RotHalf}) {
                 Fixture f = make_fixture(kShapes[shape], kSpans[span], rot, 77, /*pad=*/9);
                 ThreadPool pool(3);

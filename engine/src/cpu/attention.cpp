@@ -400,6 +400,78 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
     return true;
 }
 
+// Sixteen vectors to one: lane c of the result is the sum of the lanes of x[c]. Four rounds of
+// pairing, each halving the lanes still to add (two two-source permutes and an add per pair).
+__attribute__((always_inline)) inline V16 sum_lanes16(V16 x[16])
+{
+    constexpr V16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    constexpr V16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    constexpr V16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    constexpr V16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    constexpr V16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    constexpr V16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    constexpr V16i lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+    constexpr V16i hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+    // t_i: key i in lanes 0-7, key i + 8 in lanes 8-15 (eight partial sums each).
+    V16 t[8];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+        t[i] = __builtin_shuffle(x[i], x[i + 8], lo8) + __builtin_shuffle(x[i], x[i + 8], hi8);
+    // u_i: keys i, i + 4, i + 8, i + 12, four lanes each.
+    V16 u[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+        u[i] = __builtin_shuffle(t[i], t[i + 4], lo4) + __builtin_shuffle(t[i], t[i + 4], hi4);
+    // v_i: keys i, i + 2, ..., i + 14, two lanes each.
+    V16 v[2];
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+        v[i] = __builtin_shuffle(u[i], u[i + 2], lo2) + __builtin_shuffle(u[i], u[i + 2], hi2);
+    return __builtin_shuffle(v[0], v[1], lo1) + __builtin_shuffle(v[0], v[1], hi1);
+}
+
+// Scores from keys in rows (key c at kr + c * kr_stride): per key the dims go sixteen at a
+// time into one vector, and sixteen keys' vectors are summed across lanes together. Without
+// a transposed copy of the tile, cheaper where few rows share it (multi-head attention).
+__attribute__((always_inline)) inline void scores_from_rows(const float *q, const float *kr, int64_t kr_stride,
+                                                            int64_t w, int hd, float scale, float *s)
+{
+    int64_t c0 = 0;
+    for (; c0 + 16 <= w; c0 += 16) {
+        // Four keys per pass over the dims: four independent chains, four rows' loads in flight.
+        V16 acc[16];
+        #pragma GCC unroll 4
+        for (int c = 0; c < 16; c += 4) {
+            const float *k = kr + (c0 + c) * kr_stride;
+            const V16 qd = load16(q);
+            V16 x0 = qd * load16(k), x1 = qd * load16(k + kr_stride);
+            V16 x2 = qd * load16(k + 2 * kr_stride), x3 = qd * load16(k + 3 * kr_stride);
+            for (int d = 16; d < hd; d += 16) {
+                const V16 qv = load16(q + d);
+                x0 += qv * load16(k + d);
+                x1 += qv * load16(k + kr_stride + d);
+                x2 += qv * load16(k + 2 * kr_stride + d);
+                x3 += qv * load16(k + 3 * kr_stride + d);
+            }
+            acc[c] = x0;
+            acc[c + 1] = x1;
+            acc[c + 2] = x2;
+            acc[c + 3] = x3;
+        }
+        store16(s + c0, sum_lanes16(acc) * scale);
+    }
+    for (int64_t c = c0; c < w; ++c) {
+        const float *k = kr + c * kr_stride;
+        V16 x = load16(q) * load16(k);
+        for (int d = 16; d < hd; d += 16)
+            x += load16(q + d) * load16(k + d);
+        float sum = 0.0f;
+        for (int i = 0; i < 16; ++i)
+            sum += x[i];
+        s[c] = sum * scale;
+    }
+}
+
 // GB query rows at the same position sharing one kv head (the query heads of a group, in
 // decode) against one key tile: each key and value element is loaded once for all GB rows
 // instead of once per row. Per row: scores summed over dims in order, then scaled; the online
@@ -410,14 +482,19 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
 template <int GB, int KB>
-__attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt, int64_t T,
-                                                          int64_t w, const float *vt, int64_t ekv, int hd, float scale,
+__attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
+                                                          const float *kr, int64_t kr_stride, int64_t T, int64_t w,
+                                                          const float *vt, int64_t ekv, int hd, float scale,
                                                           const float *mask, bool diagonal, int64_t last_visible,
                                                           float *s, float *a, int64_t a_stride, float *m, float *l,
                                                           int64_t ml_stride)
 {
-    // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims.
-    int64_t c0 = 0;
+    // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims; or,
+    // with the keys in rows (kr), a row at a time.
+    int64_t c0 = kr ? w : 0;
+    if (kr)
+        for (int g = 0; g < GB; ++g)
+            scores_from_rows(q + g * q_stride, kr, kr_stride, w, hd, scale, s + g * T);
     for (; c0 + KB <= w; c0 += KB) {
         V16 acc[GB][KB / 16] = {};
         for (int d = 0; d < hd; ++d) {
@@ -505,24 +582,26 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 }
 
 // n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
-// key blocking keeps at least four independent chains and at most sixteen accumulators.
+// key blocking keeps at least four independent chains and at most sixteen accumulators. The
+// keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, int64_t T, int64_t w,
-               const float *vt, int64_t ekv, int hd, float scale, const float *mask, bool diagonal,
-               int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+               int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const float *mask,
+               bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
+               int64_t ml_stride)
 {
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
-        tile_rows_body<8, 32>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+        tile_rows_body<8, 32>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
                               s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
     for (; g + 4 <= n_rows; g += 4)
-        tile_rows_body<4, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+        tile_rows_body<4, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
                               s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
     for (; g + 2 <= n_rows; g += 2)
-        tile_rows_body<2, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+        tile_rows_body<2, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
                               s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
     for (; g < n_rows; ++g)
-        tile_rows_body<1, 64>(q + g * q_stride, q_stride, kt, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+        tile_rows_body<1, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
                               s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
 }
 
@@ -547,6 +626,10 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     stats.tiles_computed = visible * n_head;
     stats.tiles_skipped = (n_tiles - visible) * n_head;
 
+    // Fewer than eight query rows per kv head (multi-head attention): their scores come from
+    // the keys in rows, summed across lanes, instead of from a transposed copy of the tile,
+    // whose cost (per key, about six operations per sixteen dims) only pays off when shared.
+    const bool keys_in_rows = group * n_q < 8 && hd % 16 == 0;
     const int64_t n_splits = attention_key_splits;
     // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
     // contiguous range of tiles.
@@ -590,14 +673,29 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             for (int64_t c = 0; c < w; ++c)
                                 mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
-                        load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), 1, T, j0, w,
-                                  1, hd);
+                        // Keys transposed, or in rows where few query rows share them: straight
+                        // from the cache, or copied (and rotated) when it holds them unrotated.
+                        const float *kr = nullptr;
+                        int64_t kr_stride = 0;
+                        if (!keys_in_rows) {
+                            load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), 1, T, j0,
+                                      w, 1, hd);
+                        } else if (p.rotate_keys) {
+                            load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), hd, 1, j0,
+                                      w, 1, hd);
+                            kr = ktile.data();
+                            kr_stride = hd;
+                        } else {
+                            kr = p.k + j0 * ekv + int64_t(kvh) * hd;
+                            kr_stride = ekv;
+                        }
                         const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
                         // The group's query heads at each position together (rows h * n_q + qi).
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
                             const int64_t r0 = int64_t(h0) * n_q + qi;
-                            tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), T, w, vt, ekv, hd,
+                            tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
+                                      ekv, hd,
                                       scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                       first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
                                       n_q);
@@ -737,7 +835,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
 
                     // The group's query heads at one position share each key and value load.
                     for (int64_t qi = 0; qi < bq; ++qi)
-                        tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, T, w, vt, ekv, hd,
+                        tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
+                                  ekv, hd,
                                   scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                   first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
                                   l.data() + qi, bq);
