@@ -131,8 +131,11 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         path = default_model_path(argv0);
     auto model = Model::load(path);
     const int n_threads = threads > 0 ? threads : std::max(1, int(std::thread::hardware_concurrency()));
-    // The decode ceiling: memory read bandwidth measured here, now, with the same threads.
-    const double bandwidth = a.flag("--no-probe") ? 0.0 : measure_read_bandwidth(n_threads);
+    // The decode ceiling: memory read bandwidth measured here, with the same threads, before
+    // the runs and again after them; the higher of the two is the roofline (the machine's
+    // bandwidth moves while other work shares it, and the ceiling is what it gave at best).
+    const bool probe = !a.flag("--no-probe");
+    double bandwidth = probe ? measure_read_bandwidth(n_threads) : 0.0;
     const HParams &hp = model->hparams();
     const ModelWeights &mw = model->weights();
     double matmul_params = double(mw.output.n_elements());
@@ -140,6 +143,11 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             matmul_params += double(v->n_elements());
     const double kv_bytes_per_position = 2.0 * hp.n_layer * hp.n_embd_kv() * sizeof(float);
+    // A decode step streams every matrix once; of the token embedding table (when it is not
+    // also the output matrix) it reads only the rows of the step's tokens.
+    const bool tied = mw.output.data == mw.tok_embd.data;
+    const double embd_row = double(mw.tok_embd.nbytes) / double(std::max<int64_t>(1, mw.tok_embd.ne(1)));
+    const double streamed = double(model->info().weight_bytes) - (tied ? 0.0 : double(mw.tok_embd.nbytes));
 
     std::vector<Row> rows;
     for (int b : batches)
@@ -198,18 +206,23 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.kv_copied = last.kv_bytes_copied;
                         r.rss = last.process_rss;
                         r.device_used = last.device_used;
-                        // Decode reads every weight once per step (shared by the batch) and each
-                        // sequence's cache, on average in + new/2 positions long.
-                        r.bytes_per_token = double(model->info().weight_bytes) / b +
+                        // Decode reads the streamed weights once per step (shared by the batch),
+                        // its token's embedding row and each sequence's cache, on average
+                        // in + new/2 positions long.
+                        r.bytes_per_token = streamed / b + (tied ? 0.0 : embd_row) +
                                             kv_bytes_per_position * (in + nw / 2.0);
-                        if (bandwidth > 0)
-                            r.roofline_fraction = r.decode_tok_s / (bandwidth / r.bytes_per_token);
                         // Prefill: 2 flops per weight per token, plus attention over in/2 keys on average.
                         const double flops = double(b) * in *
                                              (2 * matmul_params + 4.0 * hp.n_layer * hp.n_embd * (in / 2.0));
                         r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
                         rows.push_back(r);
                     }
+
+    if (probe) {
+        bandwidth = std::max(bandwidth, measure_read_bandwidth(n_threads));
+        for (Row &r : rows)
+            r.roofline_fraction = r.decode_tok_s / (bandwidth / r.bytes_per_token);
+    }
 
     if (a.flag("--json")) {
         nlohmann::json out = nlohmann::json::array();
