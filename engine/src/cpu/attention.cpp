@@ -474,7 +474,8 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
 
 // GB query rows at the same position sharing one kv head (the query heads of a group, in
 // decode) against one key tile: each key and value element is loaded once for all GB rows
-// instead of once per row. Per row: scores summed over dims in order, then scaled; the online
+// instead of once per row. Per row: scores (from the transposed tile kt summed over dims in
+// order, or from the keys in rows kr as scores_from_rows sums them), then scaled; the online
 // softmax step; acc = acc * alpha + sum_c p_c v_c. Values weighted by a zero probability are
 // added as zeros, except those after the last visible key, which are never read. kt is the
 // tile transposed [head_dim, T], vt its values (row stride ekv); mask (without causal flash)
