@@ -153,6 +153,9 @@ void EngineWorker::apply_pending_settings(bool may_reset)
             m_logits_pos = -1;
         }
         m_session->set_settings(effective);
+        // Moved to the CPU: its copy of the weights is made now, between two steps (once).
+        if (effective.backend == ComputeBackend::Cpu)
+            m_model->prepare_for_cpu();
     } catch (const std::exception &e) {
         // The session keeps its settings; so does what the worker reports, unless the UI
         // has asked for something newer meanwhile.
@@ -227,7 +230,9 @@ void EngineWorker::loadModel(const QString &path)
             emit loadProgress(fraction);
             return !m_cancel_load.load();
         };
-        std::unique_ptr<Model> model = Model::load(QFile::encodeName(path).toStdString(), progress);
+        // Loaded for the backend asked for: for CUDA the matrices stay in the file mapping.
+        std::unique_ptr<Model> model = Model::load(QFile::encodeName(path).toStdString(), progress,
+                                                   wanted.backend != ComputeBackend::Cuda);
         SessionOptions options;
         options.n_threads = m_n_threads;
         options.settings = wanted;
@@ -242,6 +247,7 @@ void EngineWorker::loadModel(const QString &path)
                 throw;
             cuda_failure = QString::fromUtf8(e.what());
             options.settings.backend = ComputeBackend::Cpu;
+            model->prepare_for_cpu(progress);
             session = std::make_unique<Session>(*model, options);
             std::lock_guard lock(m_settings_mutex);
             m_settings.backend = ComputeBackend::Cpu;

@@ -129,7 +129,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     std::string path = a.value("--model").value_or("");
     if (path.empty())
         path = default_model_path(argv0);
-    auto model = Model::load(path);
+    auto model = Model::load(path, {}, backend != ComputeBackend::Cuda);
     const int n_threads = threads > 0 ? threads : std::max(1, int(std::thread::hardware_concurrency()));
     // The decode ceiling: memory read bandwidth measured here, with the same threads, before
     // the runs and again after them; the higher of the two is the roofline (the machine's

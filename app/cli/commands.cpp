@@ -30,12 +30,13 @@ std::string read_text_file(const std::string &path)
     return ss.str();
 }
 
-std::unique_ptr<Model> load_model(const Args &a, const char *argv0)
+// for_cpu: prepare the weights for the CPU kernels (false when the session runs on CUDA).
+std::unique_ptr<Model> load_model(const Args &a, const char *argv0, bool for_cpu = true)
 {
     std::string path = a.value("--model").value_or("");
     if (path.empty())
         path = default_model_path(argv0);
-    return Model::load(path);
+    return Model::load(path, {}, for_cpu);
 }
 
 std::string prompt_text(const Args &a, bool allow_positional)
@@ -184,7 +185,7 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
         *metrics << metrics_csv_header() << "\n";
     }
 
-    auto model = load_model(a, argv0);
+    auto model = load_model(a, argv0, so.settings.backend != ComputeBackend::Cuda);
     Session session(*model, so);
     if (metrics)
         session.set_metrics_callback([&](const StepMetrics &m) { *metrics << metrics_csv_row(m) << "\n"; });

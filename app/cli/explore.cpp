@@ -46,12 +46,13 @@ std::vector<double> double_list(const std::string &s, const std::string &name, d
     return out;
 }
 
-std::unique_ptr<Model> load(const Args &a, const char *argv0)
+// Loaded for the backend the options ask for (for CUDA the matrices stay in the file mapping).
+std::unique_ptr<Model> load(const Args &a, const char *argv0, const Settings &settings)
 {
     std::string path = a.value("--model").value_or("");
     if (path.empty())
         path = default_model_path(argv0);
-    return Model::load(path);
+    return Model::load(path, {}, settings.backend != ComputeBackend::Cuda);
 }
 
 } // namespace
@@ -82,7 +83,7 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
     o.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
     const int max_tokens = a.get_int("--max-tokens", 2, 1 << 30).value_or(0);
     const std::string text = read_file(*file);
-    auto model = load(a, argv0);
+    auto model = load(a, argv0, o.settings);
     auto ids = model->tokenizer().encode(text, false);
     if (max_tokens > 0 && int(ids.size()) > max_tokens)
         ids.resize(size_t(max_tokens));
@@ -141,7 +142,8 @@ int cmd_passkey(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--json"}, false}}));
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
-    auto model = load(a, argv0);
+    const Settings settings = settings_from_args(a);
+    auto model = load(a, argv0, settings);
     const int ctx = a.get_int("--ctx", 64, 1 << 24).value_or(std::min(model->hparams().n_ctx_train, k_default_ctx_cap));
     std::vector<int> lengths;
     for (double v : double_list(a.value("--lengths").value_or(std::to_string(ctx)), "--lengths", 64, ctx))
@@ -151,7 +153,7 @@ int cmd_passkey(const std::vector<std::string> &argv, const char *argv0)
     std::mt19937_64 rng(a.get_u64("--seed").value_or(1));
     SessionOptions so;
     so.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
-    so.settings = settings_from_args(a);
+    so.settings = settings;
     so.settings.context_limit = ctx;
     Session session(*model, so);
     const Tokenizer &tok = model->tokenizer();

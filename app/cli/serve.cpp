@@ -472,7 +472,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     std::string path = a.value("--model").value_or("");
     if (path.empty())
         path = default_model_path(argv0);
-    auto model = Model::load(path);
+    auto model = Model::load(path, {}, so.settings.backend != ComputeBackend::Cuda);
     std::string model_name = model->info().name;
     if (model_name.empty())
         model_name = std::filesystem::path(model->info().path).filename().string();

@@ -77,9 +77,21 @@ using LoadProgress = std::function<bool(double fraction)>;
 class Model {
 public:
     // `path` is a .gguf file or a directory with config.json. Throws IoError, FormatError,
-    // ConfigError with a message naming the file and the problem.
-    static std::unique_ptr<Model> load(const std::string &path, const LoadProgress &progress = {});
+    // ConfigError with a message naming the file and the problem. With `for_cpu` (the default)
+    // the matrices are prepared for the CPU kernels as well (prepare_for_cpu); a model loaded
+    // for the CUDA backend leaves them in the file mapping, whose pages the system can drop
+    // once the weights are on the device, instead of holding a second copy in memory.
+    static std::unique_ptr<Model> load(const std::string &path, const LoadProgress &progress = {},
+                                       bool for_cpu = true);
     ~Model();
+
+    // Copies the matrices out of the file mapping into huge pages and packs those the CPU
+    // kernels want packed (see model.cpp), once: later calls do nothing, and so does a call
+    // after a cancelled one (the matrices done so far stay prepared, the rest in place). The
+    // CPU backend runs without it, only slower. Not while another thread evaluates with this
+    // model; a session picks the change up at its next step.
+    void prepare_for_cpu(const LoadProgress &progress = {});
+    bool prepared_for_cpu() const { return m_cpu_prepared; }
 
     const HParams &hparams() const { return m_hparams; }
     const ModelWeights &weights() const { return m_weights; }
@@ -89,7 +101,6 @@ public:
 private:
     Model();
     static std::unique_ptr<Model> load_files(const std::string &path);
-    void pack_for_cpu(const LoadProgress &progress);
     friend struct ModelBuilder;
 
     HParams m_hparams;
@@ -99,6 +110,7 @@ private:
     std::vector<std::shared_ptr<MappedFile>> m_files;
     std::vector<std::shared_ptr<uint8_t>> m_packed; // the cpu_packed copies
     std::shared_ptr<GgufFile> m_gguf;
+    bool m_cpu_prepared = false;
 };
 
 } // namespace longscope

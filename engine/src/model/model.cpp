@@ -33,12 +33,15 @@ int64_t WeightView::n_elements() const
 Model::Model() = default;
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string &path, const LoadProgress &progress)
+std::unique_ptr<Model> Model::load(const std::string &path, const LoadProgress &progress, bool for_cpu)
 {
     if (progress && !progress(0.0))
         throw Cancelled("loading " + path + " was cancelled");
     auto model = load_files(path);
-    model->pack_for_cpu(progress);
+    if (for_cpu)
+        model->prepare_for_cpu(progress);
+    else if (progress && !progress(1.0))
+        throw Cancelled("loading " + path + " was cancelled");
     return model;
 }
 
@@ -51,8 +54,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadProgress &
 // the mapping (packed matrices are still packed). With a progress callback, the weights left
 // in the mapping have one byte of each page read, so the first generation does not stall on
 // page faults; progress is reported per tensor and a cancel stops the load.
-void Model::pack_for_cpu(const LoadProgress &progress)
+void Model::prepare_for_cpu(const LoadProgress &progress)
 {
+    if (m_cpu_prepared)
+        return;
+    m_cpu_prepared = true;
     ModelWeights &w = m_weights;
     const bool tied = w.output.data == w.tok_embd.data;
     std::vector<WeightView *> matrices, others{&w.tok_embd, &w.output_norm};
