@@ -17,6 +17,8 @@
 #include "longscope/errors.h"
 #include "longscope/gguf.h"
 #include "longscope/quantize.h"
+#include "support/gguf_writer.h"
+#include "support/model_files.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -798,6 +800,52 @@ private slots:
             QCOMPARE(lazy->info().cpu_copy_bytes, cpu->info().cpu_copy_bytes);
             QVERIFY(lazy->weights().layers[1].w_up.data == w_up);
         }
+    }
+
+    // A tied output matrix (no output.weight: the embedding table is the classifier) is copied
+    // and packed like any other, and the embedding lookup reads that copy: the same logits, bit
+    // for bit, as from a file whose output.weight is a separate copy of the same table.
+    void tied_output_is_prepared_for_cpu()
+    {
+        const std::string f16 = tmp("tie-f16.gguf"), q4k = tmp("tie-q4k.gguf");
+        write_small_k_quant_models(f16, q4k, 2, 13);
+        const std::string tied = tmp("tie-tied.gguf"), twin = tmp("tie-twin.gguf");
+        {
+            auto src = GgufFile::open(q4k);
+            const GgufTensorInfo *embd = src->find_tensor("token_embd.weight");
+            QVERIFY(embd && embd->type == DType::Q4_K);
+            for (bool with_output : {false, true}) {
+                test::GgufWriter out;
+                test::copy_metadata(*src, out);
+                for (const GgufTensorInfo &t : src->tensors()) {
+                    if (t.name == "output.weight" && !with_output)
+                        continue;
+                    const GgufTensorInfo &from = t.name == "output.weight" ? *embd : t;
+                    out.add_tensor(t.name, from.shape, uint32_t(from.type),
+                                   std::string(reinterpret_cast<const char *>(from.data), size_t(from.nbytes)));
+                }
+                QVERIFY(out.write(with_output ? twin : tied));
+            }
+        }
+        auto a = Model::load(tied), b = Model::load(twin);
+        const ModelWeights &wa = a->weights();
+        QVERIFY(wa.output.data == wa.tok_embd.data); // tied
+        QVERIFY(b->weights().output.data != b->weights().tok_embd.data);
+        QCOMPARE(a->info().packed_matrices, b->info().packed_matrices);
+        QCOMPARE(a->info().cpu_copy_bytes, b->info().cpu_copy_bytes);
+        if (packed_kernel_available(qkernel())) {
+            QVERIFY(wa.output.cpu_packed != nullptr);
+            QVERIFY(wa.tok_embd.cpu_packed == wa.output.cpu_packed);
+        }
+        const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
+        auto logits = [&](const Model &m) {
+            Session s(m, {0, 2});
+            auto l = s.eval(prompt);
+            return std::vector<float>(l.begin(), l.end());
+        };
+        const std::vector<float> la = logits(*a), lb = logits(*b);
+        QCOMPARE(la.size(), size_t(512));
+        QVERIFY(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
     }
 
     // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every

@@ -60,10 +60,12 @@ void Model::prepare_for_cpu(const LoadProgress &progress)
         return;
     m_cpu_prepared = true;
     ModelWeights &w = m_weights;
+    // A tied output matrix is the embedding table: it is streamed every step like any other
+    // matrix, so it is copied (and packed) too, and the embedding lookup reads the same copy.
     const bool tied = w.output.data == w.tok_embd.data;
-    std::vector<WeightView *> matrices, others{&w.tok_embd, &w.output_norm};
+    std::vector<WeightView *> matrices{&w.output}, others{&w.output_norm};
     if (!tied)
-        matrices.push_back(&w.output);
+        others.push_back(&w.tok_embd);
     for (LayerWeights &l : w.layers) {
         for (WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             matrices.push_back(v);
@@ -170,6 +172,10 @@ void Model::prepare_for_cpu(const LoadProgress &progress)
             m_info.weight_bytes = m_info.weight_bytes + packed_size(v.type, v.ne(0), v.ne(1)) - v.nbytes;
         } else {
             v.data = dst;
+        }
+        if (tied && &v == &w.output) { // the embedding lookup reads the copy too
+            w.tok_embd.data = v.data;
+            w.tok_embd.cpu_packed = v.cpu_packed;
         }
         for (const auto &f : m_files)
             f->release(original, v.nbytes);
