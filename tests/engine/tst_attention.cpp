@@ -172,9 +172,9 @@ std::vector<double> reference(const Fixture &f)
 
 // Tolerance: |got - want| <= 3e-5 + 1e-4 |want|. Inputs are O(1), head_dim <= 64 and at most
 // 205 keys (2000 for one decode), so float rounding (dot products of <= 64 terms, an exp per
-// score, running sums of the weights, the rescales, the merge of key splits) stays around 1e-6. Outputs are convex combinations of
-// values, so a dropped or duplicated key, a missing rescale or a wrong mask moves them by at
-// least ~1/n_kv * |v| ~ 1e-3 here: 3e-5 keeps a 30x margin over rounding and a 30x margin
+// score, running sums of the weights, the rescales, the merge of key splits) stays around
+// 1e-6. Outputs are convex combinations of values, so a dropped or duplicated key, a missing
+// rescale or a wrong mask moves them by at least ~1/n_kv * |v| (~1e-3 for 205 keys): 3e-5 keeps a 30x margin over rounding and a 30x margin
 // under the smallest real bug. xformers' fp32 tolerance (atol 3e-4, rtol 2e-5) is sized for
 // long sequences and GPU reductions; with these short ones it would be 10x looser for no gain.
 constexpr double kAtol = 3e-5, kRtol = 1e-4;

@@ -591,19 +591,20 @@ void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, co
                bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
                int64_t ml_stride)
 {
+#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                         \
+    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, \
+                           last_visible, s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride,      \
+                           ml_stride)
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
-        tile_rows_body<8, 32>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+        LS_TILE_ROWS_BLOCK(8, 32);
     for (; g + 4 <= n_rows; g += 4)
-        tile_rows_body<4, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+        LS_TILE_ROWS_BLOCK(4, 64);
     for (; g + 2 <= n_rows; g += 2)
-        tile_rows_body<2, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+        LS_TILE_ROWS_BLOCK(2, 64);
     for (; g < n_rows; ++g)
-        tile_rows_body<1, 64>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                              s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride);
+        LS_TILE_ROWS_BLOCK(1, 64);
+#undef LS_TILE_ROWS_BLOCK
 }
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
@@ -637,10 +638,10 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const int64_t used = std::min(n_splits, visible);
     const int64_t rows = int64_t(n_head) * n_q; // row r = h * n_q + qi
     // State for every split is reserved (so the scratch does not depend on n_kv); only the
-    // used ones are initialised, filled and merged.
-    // The buffer stays with the calling thread from one call (one layer, one token) to the next
-    // instead of being allocated each time (above malloc's mmap threshold for TinyLlama's 32
-    // heads: a fresh mapping and its page faults per layer).
+    // used ones are initialised, filled and merged. The buffer stays with the calling thread
+    // from one call (one layer, one token) to the next instead of being allocated each time
+    // (above malloc's mmap threshold for TinyLlama's 32 heads: a fresh mapping and its page
+    // faults per layer).
     const size_t state = size_t(n_splits * rows), acc_state = size_t(n_splits * rows * hd);
     thread_local std::vector<float> split_state;
     if (split_state.size() < 2 * state + acc_state)
@@ -696,8 +697,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         for (int64_t qi = 0; qi < n_q; ++qi) {
                             const int64_t r0 = int64_t(h0) * n_q + qi;
                             tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
-                                      ekv, hd,
-                                      scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                      ekv, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                       first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
                                       n_q);
                         }
@@ -756,6 +756,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
     const float scale = 1.0f / std::sqrt(float(hd));
     const int64_t T = tile;
+    if (n_q <= attention_split_keys_max_queries)
+        return attention_tiled_split_keys(pool, p, causal_flash, T);
     const int64_t B = attention_query_block(tile);
     const int64_t n_qblocks = (n_q + B - 1) / B;
     const int64_t n_tiles = (n_kv + T - 1) / T;
@@ -763,8 +765,6 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     // processed together so each key tile is loaded (and rotated) once for all of them.
     // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
-    if (n_q <= attention_split_keys_max_queries)
-        return attention_tiled_split_keys(pool, p, causal_flash, T);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
 
     std::atomic<uint64_t> scratch{0};
@@ -837,8 +837,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // The group's query heads at one position share each key and value load.
                     for (int64_t qi = 0; qi < bq; ++qi)
                         tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
-                                  ekv, hd,
-                                  scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                  ekv, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                   first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
                                   l.data() + qi, bq);
                 }
