@@ -205,6 +205,14 @@ void write_small_k_quant_models(const std::string &f16_path, const std::string &
     quantize_model_file(f16_path, q4k_path, DType::Q4_K);
 }
 
+// The logits after a five-token prompt, on two threads.
+std::vector<float> prompt_logits(const Model &m)
+{
+    Session s(m, {0, 2});
+    auto l = s.eval(std::vector<int32_t>{1, 300, 301, 302, 303});
+    return std::vector<float>(l.begin(), l.end());
+}
+
 } // namespace
 
 class TestQuant : public QObject {
@@ -735,13 +743,7 @@ private slots:
                 QVERIFY(std::memcmp(vc.data, t->data, size_t(t->nbytes)) == 0);
                 QVERIFY(vc.data != vm.data); // a copy of its own
             }
-            const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
-            auto logits = [&](const Model &m) {
-                Session s(m, {0, 2});
-                auto l = s.eval(prompt);
-                return std::vector<float>(l.begin(), l.end());
-            };
-            const std::vector<float> a = logits(*mapped), b = logits(*copied);
+            const std::vector<float> a = prompt_logits(*mapped), b = prompt_logits(*copied);
             QCOMPARE(a.size(), size_t(512));
             QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
         }
@@ -755,12 +757,6 @@ private slots:
     {
         const std::string f16 = tmp("prep-f16.gguf"), q4k = tmp("prep-q4k.gguf");
         write_small_k_quant_models(f16, q4k, 2, 11);
-        const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
-        auto logits = [&](const Model &m) {
-            Session s(m, {0, 2});
-            auto l = s.eval(prompt);
-            return std::vector<float>(l.begin(), l.end());
-        };
         for (const std::string &path : {f16, q4k}) {
             auto cpu = Model::load(path);
             auto lazy = Model::load(path, {}, /*for_cpu=*/false);
@@ -770,7 +766,7 @@ private slots:
             QCOMPARE(lazy->info().cpu_copy_bytes, uint64_t(0));
             QCOMPARE(lazy->info().packed_matrices, size_t(0));
             QVERIFY(lazy->weights().layers[1].w_up.cpu_packed == nullptr);
-            const std::vector<float> want = logits(*cpu), in_place = logits(*lazy);
+            const std::vector<float> want = prompt_logits(*cpu), in_place = prompt_logits(*lazy);
             QCOMPARE(want.size(), size_t(512));
             if (path == f16) {
                 QVERIFY(std::memcmp(want.data(), in_place.data(), want.size() * 4) == 0);
@@ -793,7 +789,7 @@ private slots:
             QCOMPARE(lazy->info().cpu_copy_bytes, cpu->info().cpu_copy_bytes);
             QCOMPARE(lazy->info().packed_matrices, cpu->info().packed_matrices);
             QCOMPARE(lazy->info().weight_bytes, cpu->info().weight_bytes);
-            const std::vector<float> prepared = logits(*lazy);
+            const std::vector<float> prepared = prompt_logits(*lazy);
             QVERIFY(std::memcmp(want.data(), prepared.data(), want.size() * 4) == 0);
             const void *w_up = lazy->weights().layers[1].w_up.data;
             lazy->prepare_for_cpu();
@@ -837,13 +833,7 @@ private slots:
             QVERIFY(wa.output.cpu_packed != nullptr);
             QVERIFY(wa.tok_embd.cpu_packed == wa.output.cpu_packed);
         }
-        const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
-        auto logits = [&](const Model &m) {
-            Session s(m, {0, 2});
-            auto l = s.eval(prompt);
-            return std::vector<float>(l.begin(), l.end());
-        };
-        const std::vector<float> la = logits(*a), lb = logits(*b);
+        const std::vector<float> la = prompt_logits(*a), lb = prompt_logits(*b);
         QCOMPARE(la.size(), size_t(512));
         QVERIFY(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
     }
