@@ -187,9 +187,8 @@ std::map<std::string, DType> tensor_types(const std::string &path)
     return out;
 }
 
-// A small random model whose rows divide into 256-value blocks (so the K-quants apply), in F16
-// at f16_path and quantized to the Q4_K_M mix at q4k_path.
-void write_small_k_quant_models(const std::string &f16_path, const std::string &q4k_path, int n_layer, uint64_t seed)
+// A small random model shape whose rows divide into 256-value blocks (so the K-quants apply).
+RandomModelSpec small_k_quant_spec(int n_layer, uint64_t seed, int n_ctx)
 {
     RandomModelSpec spec;
     spec.n_embd = 256;
@@ -198,10 +197,16 @@ void write_small_k_quant_models(const std::string &f16_path, const std::string &
     spec.n_head_kv = 2;
     spec.n_ff = 512;
     spec.n_vocab = 512;
-    spec.n_ctx = 128;
+    spec.n_ctx = n_ctx;
     spec.type = DType::F16;
     spec.seed = seed;
-    write_random_model_file(f16_path, spec);
+    return spec;
+}
+
+// That model in F16 at f16_path and quantized to the Q4_K_M mix at q4k_path.
+void write_small_k_quant_models(const std::string &f16_path, const std::string &q4k_path, int n_layer, uint64_t seed)
+{
+    write_random_model_file(f16_path, small_k_quant_spec(n_layer, seed, 128));
     quantize_model_file(f16_path, q4k_path, DType::Q4_K);
 }
 
@@ -920,16 +925,7 @@ private slots:
     // quantized model computes nearly what the F16 one does.
     void q4_k_m_mix_and_accuracy()
     {
-        RandomModelSpec spec;
-        spec.n_embd = 256;
-        spec.n_layer = 8;
-        spec.n_head = 4;
-        spec.n_head_kv = 2;
-        spec.n_ff = 512;
-        spec.n_vocab = 512;
-        spec.n_ctx = 256;
-        spec.type = DType::F16;
-        spec.seed = 3;
+        const RandomModelSpec spec = small_k_quant_spec(8, 3, 256);
         const std::string f16 = tmp("mix-f16.gguf"), q4k = tmp("mix-q4k.gguf"), q8 = tmp("mix-q8.gguf");
         write_random_model_file(f16, spec);
         quantize_model_file(f16, q4k, DType::Q4_K);
