@@ -2,10 +2,12 @@
 #include "args.h"
 #include "commands.h"
 
+#include "longscope/backend.h"
 #include "longscope/errors.h"
 #include "longscope/hardware.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -87,6 +89,9 @@ const char *usage =
 
 int main(int argc, char **argv)
 {
+    // The engine reads no environment variable: the switches it documents come in here.
+    if (const char *plugin = std::getenv("LONGSCOPE_CUDA_PLUGIN"); plugin && *plugin)
+        longscope::set_backend_options(longscope::BackendOptions{plugin});
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         std::fputs(usage, stderr);

@@ -4,6 +4,7 @@
 #include "explore_plot.h"
 #include "explore_settings_list.h"
 #include "explore_view.h"
+#include "longscope/backend.h"
 #include "main_window.h"
 #include "metrics_plots.h"
 
@@ -15,6 +16,7 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 
@@ -75,6 +77,9 @@ int answerWithoutDisplay(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    // The engine reads no environment variable: the switches it documents come in here.
+    if (const char *plugin = std::getenv("LONGSCOPE_CUDA_PLUGIN"); plugin && *plugin)
+        longscope::set_backend_options(longscope::BackendOptions{plugin});
     if (const int rc = answerWithoutDisplay(argc, argv); rc >= 0)
         return rc;
 

@@ -37,11 +37,15 @@ private slots:
         if (!m_cuda.available)
             QVERIFY(m_cuda.devices.empty());
         // A plugin that does not exist is reported as missing, not as a crash.
-        qputenv("LONGSCOPE_CUDA_PLUGIN", "/nonexistent/liblongscope-cuda.so");
+        set_backend_options(BackendOptions{"/nonexistent/liblongscope-cuda.so"});
+        const auto candidates = cuda_plugin_candidates();
+        QVERIFY(!candidates.empty());
+        QCOMPARE(candidates.front(), std::string("/nonexistent/liblongscope-cuda.so"));
         for (const BackendStatus &b : probe_backends())
             if (b.name == "CUDA" && b.library.empty())
                 QVERIFY(b.detail.find("not found") != std::string::npos);
-        qunsetenv("LONGSCOPE_CUDA_PLUGIN");
+        set_backend_options({});
+        QVERIFY(cuda_plugin_candidates().front() != "/nonexistent/liblongscope-cuda.so");
     }
 
     // Asking for the CUDA backend where it cannot be used is a BackendError carrying the

@@ -28,7 +28,15 @@ struct BackendStatus {
 // Probes every backend. Never throws: failures are in each status's detail.
 std::vector<BackendStatus> probe_backends();
 
-// Where the CUDA plugin is looked for, in order: $LONGSCOPE_CUDA_PLUGIN, next to the running
+struct BackendOptions {
+    std::string cuda_plugin; // a plugin file tried first (the applications pass $LONGSCOPE_CUDA_PLUGIN)
+};
+
+// Set by the application once at start, before any probe or session; the library itself reads
+// no environment variable.
+void set_backend_options(const BackendOptions &options);
+
+// Where the CUDA plugin is looked for, in order: BackendOptions::cuda_plugin, next to the running
 // executable, ../lib/longscope/ from it, the installed plugin directory (LIBDIR/longscope),
 // and the build tree.
 std::vector<std::string> cuda_plugin_candidates();

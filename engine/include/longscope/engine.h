@@ -26,14 +26,10 @@ struct SessionOptions {
     Settings settings; // long-context settings; settings.context_limit, when set, wins over n_ctx
 };
 
-class CpuForward;
-class CudaForward;
-class CudaKvCache;
-class KvStore;
-struct ForwardParams;
-struct ForwardStats;
 using MetricsCallback = std::function<void(const StepMetrics &)>;
 
+// One sequence's context on a model: its tokens and their KV cache, on the compute backend the
+// settings name. Evaluation runs the model's architecture over that backend.
 class Session {
 public:
     // Throws InvalidArgument for bad options, OutOfMemory when the KV cache cannot be had,
@@ -58,63 +54,32 @@ public:
     // context to the other backend (its cache is rebuilt there from the tokens at the next
     // eval()); BackendError when CUDA is asked for and cannot be used (the old settings stay).
     void set_settings(const Settings &settings);
-    const Settings &settings() const { return m_settings; }
+    const Settings &settings() const;
 
     // Called after every eval() with that step's metrics.
-    void set_metrics_callback(MetricsCallback cb) { m_on_metrics = std::move(cb); }
-    const StepMetrics &last_metrics() const { return m_last; }
+    void set_metrics_callback(MetricsCallback cb);
+    const StepMetrics &last_metrics() const;
     // The ledger as it stands now (between steps).
     MemoryLedger memory() const;
 
     // Empty, or why the session left the CUDA backend: when a CUDA step fails (out of device
     // memory, a kernel error), the step is evaluated again on the CPU, settings().backend
     // becomes CPU and this says what failed.
-    const std::string &backend_note() const { return m_backend_note; }
+    const std::string &backend_note() const;
 
     void reset();
     // Keeps the first n_tokens of the context and forgets the rest (regenerate, edit an
     // earlier turn). Throws InvalidArgument when n_tokens is negative or beyond n_past().
     void truncate(int n_tokens);
     int n_past() const;
-    int n_ctx() const { return m_n_ctx; }
+    int n_ctx() const;
     int n_threads() const;
-    const std::vector<int32_t> &history() const { return m_history; }
-    const Model &model() const { return m_model; }
+    const std::vector<int32_t> &history() const;
+    const Model &model() const;
 
 private:
-    double rope_base_for(int seq_len) const;
-    ForwardParams forward_params(double rope_base) const;
-    void run(std::span<const int32_t> tokens, int start_pos, int logits_from, KvStore &kv,
-             const ForwardParams &params, ForwardStats &stats);
-    void apply_kv_settings(double rope_base);
-    void convert_cached_keys(bool to_before_rope, double rope_base);
-    void fill_ledger(MemoryLedger &m, uint64_t scratch, uint64_t kv_reserved, uint64_t kv_resident);
-    // The CUDA backend's side of eval(), apply_kv_settings() and convert_cached_keys().
-    void step_cuda(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
-                   bool all_logits, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident);
-    void run_cuda(std::span<const int32_t> tokens, int start_pos, int logits_from, CudaKvCache &kv,
-                  const ForwardParams &params, ForwardStats &stats);
-    void apply_cuda_kv_settings(double rope_base);
-    void convert_cached_keys_cuda(bool to_before_rope, double rope_base);
-    void fall_back_to_cpu(const std::string &reason);
-
-    const Model &m_model;
-    int m_n_ctx = 0;
-    Settings m_settings;
-    std::unique_ptr<CpuForward> m_forward;
-    std::unique_ptr<KvStore> m_kv;          // null in KvMode::None and on CUDA
-    std::unique_ptr<CudaForward> m_cuda;    // set while the backend is CUDA
-    std::unique_ptr<CudaKvCache> m_cuda_kv; // the device cache (declared after m_cuda: freed first)
-    std::string m_backend_note;
-    bool m_kv_before_rope = false;          // how the keys in m_kv are stored
-    std::vector<double> m_key_base;         // per cached position: base its key was rotated with
-    std::vector<int32_t> m_history;
-    std::vector<float> m_logits;            // assembled across prefill chunks
-    uint64_t m_retired_copied = 0;          // bytes copied by stores since replaced
-    MemoryLedger m_peaks;
-    StepMetrics m_last;
-    int64_t m_steps = 0;
-    MetricsCallback m_on_metrics;
+    struct Impl;
+    std::unique_ptr<Impl> m;
 };
 
 enum class StopReason { MaxTokens, EndOfSequence, ContextFull, Cancelled };

@@ -3,8 +3,10 @@
 #pragma once
 
 #include "cuda/plugin_abi.h"
+#include "longscope/backend.h"
 
 #include <string>
+#include <vector>
 
 namespace longscope {
 
@@ -38,7 +40,17 @@ struct CudaApi {
     std::string device_name; // the GPU the probe found first
 };
 
-// Probes the CUDA backend (backend.h) and resolves every entry point of the plugin it found.
+// An explicit plugin file tried before the usual places (set_backend_options).
+void set_cuda_plugin_override(const std::string &path);
+
+// Where the plugin is looked for, in order (longscope/backend.h cuda_plugin_candidates).
+std::vector<std::string> cuda_plugin_candidates();
+
+// Looks for the plugin, loads it and asks it for devices. Never throws: the status says why
+// CUDA cannot be used.
+BackendStatus probe_cuda_plugin();
+
+// Probes the CUDA backend once and resolves every entry point of the plugin it found.
 // Throws BackendError with the probe's reason when CUDA cannot be used (no plugin, no driver,
 // no GPU, a plugin of another version). The plugin stays loaded for the life of the process.
 CudaApi load_cuda_api();

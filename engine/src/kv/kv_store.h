@@ -4,6 +4,7 @@
 // values(); those pointers are valid until the next ensure() or clear().
 #pragma once
 
+#include "backend/backend.h"
 #include "longscope/settings.h"
 
 #include <cstdint>
@@ -11,36 +12,22 @@
 
 namespace longscope {
 
-class KvStore {
+// The CPU backend's caches (host memory).
+class KvStore : public KvCache {
 public:
     // Memory the process can still make resident (RAM + swap available, capped by a cgroup
     // limit); UINT64_MAX when it cannot be told. Lets a KV mode (and the weights' copy at load) refuse a commit that could only
     // end with the OOM killer instead of an exception.
     static uint64_t available_memory_bytes();
-    virtual ~KvStore() = default;
-
-    virtual KvMode mode() const = 0;
     int n_layer() const { return m_n_layer; }
-    int limit() const { return m_limit; }         // the most positions it may ever hold
+    int limit() const override { return m_limit; }
     int n_embd_kv() const { return m_n_embd_kv; }
     int capacity() const { return m_capacity; }   // positions writable now
 
-    // Makes positions [0, n_tokens) writable, keeping the rows already written. n_tokens may
-    // not exceed limit(). Throws OutOfMemory when memory cannot be had (the store is then
-    // unchanged and still usable).
-    virtual void ensure(int n_tokens) = 0;
-    // Forgets every row and gives memory back where the mode allows it.
-    virtual void clear() = 0;
-
-    // [capacity, n_embd_kv] rows for one layer.
-    virtual float *keys(int layer) = 0;
-    virtual float *values(int layer) = 0;
-
-    // Accounting for the memory ledger.
-    virtual uint64_t reserved_bytes() const = 0; // allocated or reserved address space
-    virtual uint64_t resident_bytes() const = 0; // physically backed (committed) memory
-    uint64_t copied_bytes() const { return m_copied; } // bytes copied by growth, cumulative
-    uint64_t peak_resident_bytes() const { return m_peak_resident; }
+    // ensure(n_tokens): n_tokens may not exceed limit(); OutOfMemory leaves the store
+    // unchanged and still usable. clear() gives memory back where the mode allows it.
+    uint64_t copied_bytes() const override { return m_copied; }
+    uint64_t peak_resident_bytes() const override { return m_peak_resident; }
 
 protected:
     KvStore(int n_layer, int limit, int n_embd_kv)

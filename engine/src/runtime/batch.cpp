@@ -1,5 +1,5 @@
-#include "cpu/cpu_forward.h"
-#include "kv/kv_store.h"
+#include "arch/forward.h"
+#include "runtime/backends.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "runtime/rope_base.h"
@@ -15,8 +15,8 @@ namespace {
 struct Sequence {
     std::vector<int32_t> history;     // evaluated tokens (prompt, padding included)
     std::vector<int32_t> pending;     // tokens to evaluate in the next step
-    std::unique_ptr<KvStore> kv;      // null in KvMode::None
-    std::unique_ptr<KvStore> step_kv; // KvMode::None: this step's throw-away cache
+    std::unique_ptr<KvCache> kv;      // null in KvMode::None
+    std::unique_ptr<KvCache> step_kv; // KvMode::None: this step's throw-away cache
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TokenTextStream> text;
     std::vector<float> logits;
@@ -55,6 +55,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         longest = std::max(longest, r.prompt.size());
     }
     const bool pad = st.attention.reproduce_padding_bug && requests.size() > 1;
+    const std::unique_ptr<Backend> backend = make_backend(ComputeBackend::Cpu, model, threads);
     std::vector<Sequence> seqs(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
         Sequence &s = seqs[i];
@@ -70,14 +71,13 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             if (id < 0 || id >= hp.n_vocab)
                 throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
         if (st.kv_mode != KvMode::None)
-            s.kv = make_kv_store(st.kv_mode, hp.n_layer, limit, hp.n_embd_kv());
+            s.kv = backend->make_kv(st.kv_mode, limit);
         s.sampler = std::make_unique<Sampler>(r.sampling);
         s.text = std::make_unique<TokenTextStream>(model.tokenizer());
         s.result.n_prompt = int(r.prompt.size());
         s.done = r.max_new_tokens == 0;
     }
 
-    CpuForward forward(model, threads);
     const int32_t eos = model.tokenizer().eos_id(), bos = model.tokenizer().bos_id();
     const auto t_start = clock::now();
     double prefill_seconds = 0;
@@ -110,7 +110,8 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             } else {
                 full.emplace_back(s.history);
                 full.back().insert(full.back().end(), s.pending.begin(), s.pending.end());
-                s.step_kv = make_kv_store(KvMode::Static, hp.n_layer, len, hp.n_embd_kv());
+                s.step_kv = backend->make_kv(KvMode::Static, len);
+                s.step_kv->ensure(len);
                 seg.tokens = full.back();
                 seg.n_past = 0;
                 seg.kv = s.step_kv.get();
@@ -122,10 +123,10 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         if (segs.empty())
             break;
         ForwardStats stats;
-        auto logits = forward.eval_batch(segs, stats);
+        auto logits = forward(*backend, model, segs, stats);
         uint64_t kv_reserved = 0, kv_resident = 0, kv_copied = 0, kv_peak = 0;
         for (const Sequence &s : seqs) {
-            const KvStore *kv = s.kv ? s.kv.get() : s.step_kv.get();
+            const KvCache *kv = s.kv ? s.kv.get() : s.step_kv.get();
             if (!kv)
                 continue;
             kv_reserved += kv->reserved_bytes();

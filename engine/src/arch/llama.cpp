@@ -1,0 +1,87 @@
+#include "arch/llama.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace longscope {
+
+std::span<const float> llama_forward(Backend &be, const Model &model, std::span<const ForwardSegment> segs,
+                                     ForwardStats &stats)
+{
+    const HParams &hp = model.hparams();
+    const ModelWeights &w = model.weights();
+    const int64_t e = hp.n_embd, ekv = hp.n_embd_kv(), f = hp.n_ff;
+
+    // Row offsets of each segment in the concatenated [n, width] activations.
+    std::vector<int64_t> offset(segs.size() + 1, 0);
+    std::vector<int32_t> tokens;
+    for (size_t s = 0; s < segs.size(); ++s) {
+        offset[s + 1] = offset[s] + int64_t(segs[s].tokens.size());
+        tokens.insert(tokens.end(), segs[s].tokens.begin(), segs[s].tokens.end());
+    }
+    const int64_t n = offset.back();
+    const Activations a = be.activations(n);
+    be.embed(w.tok_embd, tokens, a.x);
+
+    uint64_t attn_scratch = 0;
+    for (int l = 0; l < hp.n_layer; ++l) {
+        const LayerWeights &lw = w.layers[size_t(l)];
+        be.rmsnorm(a.x, lw.attn_norm, a.xn, n, e, hp.rms_eps);
+        // q [n, n_head, hd], k and v [n, n_head_kv, hd]
+        const Projection qkv[] = {{&lw.wq, a.q}, {&lw.wk, a.k}, {&lw.wv, a.v}};
+        be.matmul_group(qkv, a.xn, n);
+        for (size_t s = 0; s < segs.size(); ++s) {
+            const ForwardSegment &seg = segs[s];
+            const int64_t o = offset[s], ns = int64_t(seg.tokens.size());
+            be.rope(a.q + o * e, ns, hp.n_head, seg.n_past, seg.params);
+            if (!seg.params.keys_before_rope)
+                be.rope(a.k + o * ekv, ns, hp.n_head_kv, seg.n_past, seg.params);
+            // Append this segment's keys and values at their positions in its own cache.
+            be.store_kv(*seg.kv, l, seg.n_past, a.k + o * ekv, a.v + o * ekv, ns);
+
+            AttentionCall c;
+            c.n_head = hp.n_head;
+            c.n_head_kv = hp.n_head_kv;
+            c.head_dim = hp.head_dim();
+            c.q = a.q + o * e;
+            c.n_q = ns;
+            c.q_pos0 = seg.n_past;
+            c.kv = seg.kv;
+            c.layer = l;
+            c.n_kv = seg.n_past + ns;
+            c.out = a.attn + o * e;
+            const AttentionResult r = be.attention(c, seg.params);
+            attn_scratch = std::max(attn_scratch, r.scratch_bytes);
+            stats.tiles_skipped += r.tiles_skipped;
+        }
+
+        be.matmul(lw.wo, a.attn, a.proj, n);
+        be.add_inplace(a.x, a.proj, n * e);
+
+        be.rmsnorm(a.x, lw.ffn_norm, a.xn, n, e, hp.rms_eps);
+        const Projection gate_up[] = {{&lw.w_gate, a.gate}, {&lw.w_up, a.up}}; // [n, n_ff] each
+        be.matmul_group(gate_up, a.xn, n);
+        be.swiglu(a.gate, a.up, a.gate, n * f);
+        be.matmul(lw.w_down, a.gate, a.proj, n);
+        be.add_inplace(a.x, a.proj, n * e);
+    }
+
+    // Final norm and LM head for the rows asked for, gathered in segment order.
+    int64_t n_out = 0;
+    for (size_t s = 0; s < segs.size(); ++s) {
+        const int64_t ns = int64_t(segs[s].tokens.size());
+        const int64_t first = std::clamp<int64_t>(segs[s].logits_from, 0, ns);
+        for (int64_t t = first; t < ns; ++t)
+            be.move_row(a.x, n_out++, offset[s] + t, e);
+    }
+    float *logits = be.logits_buffer(n_out);
+    if (n_out > 0) {
+        be.rmsnorm(a.x, w.output_norm, a.xn, n_out, e, hp.rms_eps);
+        be.matmul(w.output, a.xn, logits, n_out);
+    }
+    const std::span<const float> out = be.read_logits(n_out);
+    stats.scratch_bytes = std::max(stats.scratch_bytes, be.step_scratch_bytes(attn_scratch));
+    return out;
+}
+
+} // namespace longscope

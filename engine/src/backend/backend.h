@@ -1,0 +1,155 @@
+// The interface every compute backend implements: the operations a forward pass is written
+// in, on activation buffers the backend owns, and the KV cache it keeps them in. An
+// architecture (arch/) writes its layer once as a sequence of these operations; the CPU
+// backend (cpu/cpu_backend.h) is the reference for each, the CUDA backend
+// (cuda_host/cuda_backend.h) runs the same sequence on the device. Switching backend, or
+// falling back to the CPU, replaces one Backend object (runtime/session.cpp).
+//
+// Pointers handed out by a backend (activations, cache rows, logits before read_logits) live
+// in that backend's memory: host memory for the CPU, device memory for CUDA. The forward
+// pass only offsets them and passes them back; it never dereferences them.
+#pragma once
+
+#include "longscope/model.h"
+#include "longscope/settings.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace longscope {
+
+// What one forward call runs with; the session derives it from the live settings.
+struct ForwardParams {
+    double rope_base = 10000.0;    // base in effect now (model base, dynamic scaling, NTK alpha)
+    double pos_scale = 1.0;        // linear rope scaling: positions are multiplied by this
+    bool keys_before_rope = false; // the cache holds unrotated keys; attention rotates them
+    bool memory_efficient = false; // tiled attention with an online softmax
+    bool causal_flash = false;     // causality from positions, masked tiles skipped
+};
+
+struct ForwardStats {
+    uint64_t scratch_bytes = 0;    // peak activations + attention scratch of the call
+    int64_t tiles_skipped = 0;
+};
+
+// One sequence's KV cache on a backend, in one of the modes concat, static or vmm
+// (settings.h KvMode). Per layer it holds keys and values as rows of n_embd_kv floats indexed
+// by position. ensure(n) makes positions [0, n) writable, keeping the rows already there;
+// the row pointers are valid until the next ensure() or clear().
+class KvCache {
+public:
+    virtual ~KvCache() = default;
+
+    virtual KvMode mode() const = 0;
+    virtual int limit() const = 0;   // the most positions it may ever hold
+    // Throws OutOfMemory (or BackendError on a device) when memory cannot be had; the cache is
+    // then unchanged.
+    virtual void ensure(int n_tokens) = 0;
+    virtual void clear() = 0;
+    // [capacity, n_embd_kv] rows of one layer, in the backend's memory.
+    virtual float *keys(int layer) = 0;
+    virtual float *values(int layer) = 0;
+
+    // Accounting for the memory ledger.
+    virtual uint64_t reserved_bytes() const = 0;       // allocated or reserved address space
+    virtual uint64_t resident_bytes() const = 0;       // physically backed memory
+    virtual uint64_t copied_bytes() const = 0;         // bytes copied by growth, cumulative
+    virtual uint64_t peak_resident_bytes() const = 0;  // including transient growth copies
+};
+
+// Activation buffers of one forward call for n rows (tokens), in the backend's memory:
+// x, xn, q, attn, proj [n, n_embd]; k, v [n, n_embd_kv]; gate, up [n, n_ff].
+struct Activations {
+    float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+    float *attn = nullptr, *proj = nullptr, *gate = nullptr, *up = nullptr;
+};
+
+// y = w x for one weight matrix of a group sharing the same input.
+struct Projection {
+    const WeightView *w;
+    float *y;
+};
+
+// One attention call: queries of one sequence against its cache rows of one layer.
+struct AttentionCall {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    const float *q = nullptr;  // [n_q, n_head, head_dim]
+    int64_t n_q = 0;
+    int64_t q_pos0 = 0;        // position of query 0
+    KvCache *kv = nullptr;
+    int layer = 0;
+    int64_t n_kv = 0;          // keys visible (positions 0 .. n_kv - 1)
+    float *out = nullptr;      // [n_q, n_head, head_dim]
+};
+
+struct AttentionResult {
+    uint64_t scratch_bytes = 0;
+    int64_t tiles_skipped = 0;
+};
+
+struct DeviceMemoryInfo {
+    uint64_t free = 0;
+    uint64_t total = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual ComputeBackend kind() const = 0;
+    virtual int n_threads() const = 0;
+
+    // ---- KV cache ----------------------------------------------------------------------
+    virtual std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) = 0;
+    // Copies positions [0, n_tokens) of every layer between two caches of this backend
+    // (ensure()s the destination first).
+    virtual void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) = 0;
+    // Rotates the cached keys of positions [j0, j0 + n) in every layer by RoPE with `base`
+    // (positions scaled by pos_scale): forward, or with `undo` backwards.
+    virtual void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) = 0;
+
+    // ---- the operations of a forward pass ------------------------------------------------
+    // Buffers for n rows, valid until the next call. Throws OutOfMemory.
+    virtual Activations activations(int64_t n_rows) = 0;
+    // x[t] = row tokens[t] of the embedding table.
+    virtual void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) = 0;
+    // out[t] = x[t] / rms(x[t]) * weight, per row of width n.
+    virtual void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
+                         float eps) = 0;
+    virtual void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) = 0;
+    // Several products of the same input in one pass, each exactly as matmul gives it.
+    virtual void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) = 0;
+    // Rotates the first n_rot dims of each head of x [n_rows, n_heads, head_dim] in place,
+    // row t at position (pos0 + t) * params.pos_scale with params.rope_base.
+    virtual void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) = 0;
+    // Writes n rows of keys and values [n, n_embd_kv] at positions pos0 .. pos0 + n - 1.
+    virtual void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) = 0;
+    // Attention as params say (plain or memory-efficient, causal flash, keys rotated while
+    // loading when they are cached before RoPE).
+    virtual AttentionResult attention(const AttentionCall &call, const ForwardParams &params) = 0;
+    // x += y over n values (the residual).
+    virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
+    // out = silu(gate) * up over n values.
+    virtual void swiglu(const float *gate, const float *up, float *out, int64_t n) = 0;
+    // Moves row `from` of x [*, width] to row `to` (to <= from).
+    virtual void move_row(float *x, int64_t to, int64_t from, int64_t width) = 0;
+    // A buffer for n_rows of logits [n_rows, n_vocab], then their values on the host (empty
+    // for 0 rows). The read ends the step: errors the device met surface here.
+    virtual float *logits_buffer(int64_t n_rows) = 0;
+    virtual std::span<const float> read_logits(int64_t n_rows) = 0;
+    // The scratch a step held: activations plus the backend's own, and the attention
+    // scratch of the step.
+    virtual uint64_t step_scratch_bytes(uint64_t attention_scratch) = 0;
+
+    // ---- memory -------------------------------------------------------------------------
+    virtual uint64_t weight_bytes() const = 0;
+    virtual uint64_t scratch_bytes() const = 0;                 // held now, between steps
+    virtual std::optional<DeviceMemoryInfo> device_memory() const { return std::nullopt; }
+};
+
+} // namespace longscope

@@ -1,0 +1,211 @@
+#include "cpu/cpu_backend.h"
+
+#include "cpu/attention.h"
+#include "cpu/ops.h"
+#include "kv/kv_store.h"
+#include "longscope/errors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace longscope {
+
+std::vector<double> rope_inv_freq(double base, int n_rot)
+{
+    std::vector<double> f(size_t(n_rot / 2));
+    for (int i = 0; i < n_rot / 2; ++i)
+        f[size_t(i)] = std::pow(base, -2.0 * i / n_rot);
+    return f;
+}
+
+CpuBackend::CpuBackend(const Model &model, int n_threads)
+    : m_model(model), m_hp(model.hparams()), m_pool(n_threads)
+{
+}
+
+namespace {
+// Sizes a buffer to exactly n floats, giving memory back when it held far more (after a long
+// prefill, decode steps need one row), so the ledger's scratch is what the step really holds.
+void fit(std::vector<float> &v, size_t n)
+{
+    v.resize(n);
+    if (v.capacity() > 2 * n + 4096)
+        v.shrink_to_fit();
+}
+uint64_t bytes_of(const std::vector<float> &v) { return uint64_t(v.capacity()) * sizeof(float); }
+
+KvStore &host_store(KvCache &kv)
+{
+    // A CPU backend only ever sees caches it made.
+    return static_cast<KvStore &>(kv);
+}
+} // namespace
+
+std::span<const double> CpuBackend::inv_freq(double base)
+{
+    if (m_inv.empty() || m_inv_base != base) {
+        m_inv = rope_inv_freq(base, m_hp.n_rot);
+        m_inv_base = base;
+    }
+    return m_inv;
+}
+
+// ---- KV cache --------------------------------------------------------------------------------
+
+std::unique_ptr<KvCache> CpuBackend::make_kv(KvMode mode, int limit)
+{
+    return make_kv_store(mode, m_hp.n_layer, limit, m_hp.n_embd_kv());
+}
+
+void CpuBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
+{
+    longscope::copy_kv_rows(host_store(from), host_store(to), n_tokens);
+}
+
+void CpuBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
+{
+    // Rotating by -angle undoes a rotation. One position at a time, as the keys were rotated.
+    const int64_t ekv = m_hp.n_embd_kv();
+    const std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
+    for (int j = j0; j < j0 + n; ++j) {
+        const double pos[1] = {(undo ? -1.0 : 1.0) * j * pos_scale};
+        for (int l = 0; l < m_hp.n_layer; ++l)
+            longscope::rope(kv.keys(l) + j * ekv, 1, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style,
+                            pos, inv);
+    }
+}
+
+// ---- operations ------------------------------------------------------------------------------
+
+Activations CpuBackend::activations(int64_t n)
+{
+    const size_t e = size_t(n * m_hp.n_embd), ekv = size_t(n * m_hp.n_embd_kv()), f = size_t(n * m_hp.n_ff);
+    try {
+        for (auto *v : {&m_x, &m_xn, &m_q, &m_attn, &m_proj})
+            fit(*v, e);
+        fit(m_k, ekv);
+        fit(m_v, ekv);
+        fit(m_gate, f);
+        fit(m_up, f);
+    } catch (const std::bad_alloc &) {
+        throw OutOfMemory("not enough memory for the activations of a batch of " + std::to_string(n) +
+                          " tokens; memory-efficient attention evaluates long prompts in chunks");
+    }
+    return {m_x.data(), m_xn.data(), m_q.data(), m_k.data(), m_v.data(),
+            m_attn.data(), m_proj.data(), m_gate.data(), m_up.data()};
+}
+
+void CpuBackend::embed(const WeightView &table, std::span<const int32_t> tokens, float *x)
+{
+    const int64_t e = m_hp.n_embd;
+    for (size_t t = 0; t < tokens.size(); ++t)
+        weight_row_f32(table, tokens[t], x + int64_t(t) * e);
+}
+
+void CpuBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps)
+{
+    longscope::rmsnorm(x, weight, out, n_rows, n, eps);
+}
+
+void CpuBackend::matmul(const WeightView &w, const float *x, float *y, int64_t n_rows)
+{
+    longscope::matmul(m_pool, w, x, y, n_rows);
+}
+
+void CpuBackend::matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows)
+{
+    MatmulOut mo[4];
+    if (outs.size() > 4)
+        throw InvalidArgument("a matmul group holds at most 4 products");
+    for (size_t i = 0; i < outs.size(); ++i)
+        mo[i] = MatmulOut{outs[i].w, outs[i].y};
+    longscope::matmul_group(m_pool, std::span<const MatmulOut>(mo, outs.size()), x, n_rows);
+}
+
+void CpuBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params)
+{
+    m_pos.resize(size_t(n_rows));
+    for (int64_t t = 0; t < n_rows; ++t)
+        m_pos[size_t(t)] = double(pos0 + t) * params.pos_scale;
+    longscope::rope(x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, m_pos,
+                    inv_freq(params.rope_base));
+}
+
+void CpuBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
+{
+    const int64_t ekv = m_hp.n_embd_kv();
+    std::memcpy(kv.keys(layer) + pos0 * ekv, k, size_t(n_rows * ekv) * 4);
+    std::memcpy(kv.values(layer) + pos0 * ekv, v, size_t(n_rows * ekv) * 4);
+}
+
+AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParams &params)
+{
+    const KeyRotation rotation{inv_freq(params.rope_base), params.pos_scale, m_hp.n_rot, m_hp.rope_style};
+    AttentionProblem p;
+    p.n_head = c.n_head;
+    p.n_head_kv = c.n_head_kv;
+    p.head_dim = c.head_dim;
+    p.q = c.q;
+    p.n_q = c.n_q;
+    p.q_pos0 = c.q_pos0;
+    p.k = c.kv->keys(c.layer);
+    p.v = c.kv->values(c.layer);
+    p.n_kv = c.n_kv;
+    p.rotate_keys = params.keys_before_rope ? &rotation : nullptr;
+    p.out = c.out;
+    const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash)
+                                                      : attention_naive(m_pool, p, params.causal_flash);
+    return {as.scratch_bytes, as.tiles_skipped};
+}
+
+void CpuBackend::add_inplace(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] += y[i];
+}
+
+void CpuBackend::swiglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    longscope::swiglu(gate, up, out, n);
+}
+
+void CpuBackend::move_row(float *x, int64_t to, int64_t from, int64_t width)
+{
+    if (to != from)
+        std::memmove(x + to * width, x + from * width, size_t(width) * 4);
+}
+
+float *CpuBackend::logits_buffer(int64_t n_rows)
+{
+    try {
+        fit(m_logits, size_t(n_rows * m_hp.n_vocab));
+    } catch (const std::bad_alloc &) {
+        throw OutOfMemory("not enough memory for the logits of " + std::to_string(n_rows) + " tokens");
+    }
+    return m_logits.data();
+}
+
+std::span<const float> CpuBackend::read_logits(int64_t n_rows)
+{
+    return {m_logits.data(), size_t(n_rows * m_hp.n_vocab)};
+}
+
+uint64_t CpuBackend::step_scratch_bytes(uint64_t attention_scratch)
+{
+    return scratch_bytes() + attention_scratch;
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+uint64_t CpuBackend::weight_bytes() const { return m_model.info().weight_bytes; }
+
+uint64_t CpuBackend::scratch_bytes() const
+{
+    uint64_t b = 0;
+    for (const auto *v : {&m_x, &m_xn, &m_q, &m_k, &m_v, &m_attn, &m_proj, &m_gate, &m_up, &m_logits})
+        b += bytes_of(*v);
+    return b + matmul_scratch_bytes();
+}
+
+} // namespace longscope

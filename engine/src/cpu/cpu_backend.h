@@ -1,0 +1,65 @@
+// The CPU backend: every operation of backend/backend.h on host memory with the CPU kernels
+// (cpu/ops.h, cpu/attention.h) over a persistent thread pool; KV caches are the host stores
+// of kv/. It is the reference every other backend is checked against.
+#pragma once
+
+#include "backend/backend.h"
+#include "cpu/thread_pool.h"
+#include "longscope/model.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace longscope {
+
+// base^(-2i/n_rot) for i < n_rot/2.
+std::vector<double> rope_inv_freq(double base, int n_rot);
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(const Model &model, int n_threads);
+
+    ComputeBackend kind() const override { return ComputeBackend::Cpu; }
+    int n_threads() const override { return m_pool.size(); }
+    ThreadPool &pool() { return m_pool; }
+
+    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) override;
+    void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
+    void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
+
+    Activations activations(int64_t n_rows) override;
+    void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;
+    void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
+                 float eps) override;
+    void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) override;
+    void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) override;
+    void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) override;
+    void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) override;
+    AttentionResult attention(const AttentionCall &call, const ForwardParams &params) override;
+    void add_inplace(float *x, const float *y, int64_t n) override;
+    void swiglu(const float *gate, const float *up, float *out, int64_t n) override;
+    void move_row(float *x, int64_t to, int64_t from, int64_t width) override;
+    float *logits_buffer(int64_t n_rows) override;
+    std::span<const float> read_logits(int64_t n_rows) override;
+    uint64_t step_scratch_bytes(uint64_t attention_scratch) override;
+
+    uint64_t weight_bytes() const override;
+    uint64_t scratch_bytes() const override;
+
+private:
+    // RoPE frequencies for `base`, computed once per base in use.
+    std::span<const double> inv_freq(double base);
+
+    const Model &m_model;
+    const HParams &m_hp;
+    ThreadPool m_pool;
+
+    // Activations for the tokens of one call: [n, width].
+    std::vector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;
+    std::vector<double> m_pos;
+    double m_inv_base = 0;
+    std::vector<double> m_inv;
+};
+
+} // namespace longscope

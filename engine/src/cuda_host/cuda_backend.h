@@ -1,0 +1,140 @@
+// The CUDA backend: the operations of backend/backend.h as calls into the CUDA plugin (ABI 3)
+// on device pointers, with the CPU backend's semantics op by op. This is engine code and never
+// links CUDA: the plugin is reached through the function pointers of CudaApi. Weights are
+// uploaded once when the backend is made (F32, F16 and BF16 as they are; quantized types
+// dequantized to F16, norm weights to F32) and stay on the device; activations and the KV
+// cache stay there too, and a step copies to the host only its tokens and its logits.
+#pragma once
+
+#include "backend/backend.h"
+#include "cuda_host/cuda_api.h"
+#include "longscope/model.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace longscope {
+
+// A KV cache on the device (the plugin's kv_cache.cpp has the device side). Made by
+// CudaBackend::make_kv and destroyed before it.
+class CudaKvCache final : public KvCache {
+public:
+    ~CudaKvCache() override;
+    CudaKvCache(const CudaKvCache &) = delete;
+    CudaKvCache &operator=(const CudaKvCache &) = delete;
+
+    KvMode mode() const override { return m_mode; }
+    int limit() const override { return m_limit; }
+    // Throws BackendError (out of device memory included) with the plugin's reason.
+    void ensure(int n_tokens) override;
+    void clear() override;
+    float *keys(int layer) override;
+    float *values(int layer) override;
+
+    uint64_t reserved_bytes() const override { return info().reserved_bytes; }
+    uint64_t resident_bytes() const override { return info().resident_bytes; }
+    uint64_t copied_bytes() const override { return info().copied_bytes; }
+    uint64_t peak_resident_bytes() const override { return info().resident_bytes; }
+    LongscopeCudaKvInfo info() const;
+
+private:
+    friend class CudaBackend;
+    CudaKvCache(const CudaApi &api, LongscopeCudaContext *ctx, KvMode mode, int n_layer, int limit, int n_embd_kv);
+
+    const CudaApi &m_api;
+    LongscopeCudaContext *m_ctx;
+    LongscopeCudaKv *m_kv = nullptr;
+    KvMode m_mode;
+    int m_limit;
+    std::vector<float *> m_keys, m_values; // per layer, refreshed after every ensure()
+    void refresh();
+};
+
+// How the host reads the weights it uploads: a row as F32 (any weight type) and the F16
+// rounding of a float. The runtime hands in the CPU's converters, so this backend needs none
+// of its own and never includes another backend's code.
+struct HostWeightReader {
+    void (*row_f32)(const WeightView &w, int64_t row, float *out) = nullptr;
+    uint16_t (*to_f16)(float f) = nullptr;
+};
+
+class CudaBackend final : public Backend {
+public:
+    // Loads the plugin, makes a context on GPU `device` and uploads the weights. Throws
+    // BackendError when CUDA cannot be used or the weights do not fit (the reason says which).
+    CudaBackend(const Model &model, const HostWeightReader &reader, int device = 0);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend &) = delete;
+    CudaBackend &operator=(const CudaBackend &) = delete;
+
+    ComputeBackend kind() const override { return ComputeBackend::Cuda; }
+    int n_threads() const override { return 1; }
+    const std::string &device_name() const { return m_api.device_name; }
+
+    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) override;
+    void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
+    void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
+
+    Activations activations(int64_t n_rows) override;
+    void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;
+    void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
+                 float eps) override;
+    void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) override;
+    void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) override;
+    void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) override;
+    void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) override;
+    AttentionResult attention(const AttentionCall &call, const ForwardParams &params) override;
+    void add_inplace(float *x, const float *y, int64_t n) override;
+    void swiglu(const float *gate, const float *up, float *out, int64_t n) override;
+    void move_row(float *x, int64_t to, int64_t from, int64_t width) override;
+    float *logits_buffer(int64_t n_rows) override;
+    std::span<const float> read_logits(int64_t n_rows) override;
+    uint64_t step_scratch_bytes(uint64_t attention_scratch) override;
+
+    uint64_t weight_bytes() const override { return m_weight_bytes; }
+    uint64_t scratch_bytes() const override;
+    std::optional<DeviceMemoryInfo> device_memory() const override;
+
+private:
+    struct DeviceWeight {
+        void *data = nullptr;
+        int type = LONGSCOPE_CUDA_F32;
+        int64_t n_in = 0, n_out = 0;
+    };
+
+    // Throws BackendError naming `what` and the plugin's reason when rc is nonzero.
+    void check(int rc, const char *what) const;
+    void *alloc(size_t bytes);
+    void upload_matrix(const WeightView &w);
+    void upload_norm(const WeightView &w);
+    // The device copy of one of the model's weights.
+    const DeviceWeight &device(const WeightView &w) const;
+    void release_all();
+
+    const Model &m_model;
+    const HParams &m_hp;
+    HostWeightReader m_reader;
+    CudaApi m_api;
+    LongscopeCudaContext *m_ctx = nullptr;
+    std::vector<void *> m_weight_allocs;
+    std::map<const void *, DeviceWeight> m_uploaded;                 // by host data: a tied output once
+    std::unordered_map<const WeightView *, DeviceWeight> m_weights;  // by the model's view
+    uint64_t m_weight_bytes = 0;
+
+    // Activations for up to m_rows tokens, device: x, xn, q, attn, proj [n, n_embd]; k, v
+    // [n, n_embd_kv]; gate, up [n, n_ff]; logits [n, n_vocab]; tokens [n] int32.
+    int64_t m_rows = 0;
+    void *m_act = nullptr;
+    uint64_t m_act_bytes = 0;
+    Activations m_buf;
+    float *m_dlogits = nullptr;
+    int32_t *m_tokens = nullptr;
+    std::vector<float> m_logits; // host
+};
+
+} // namespace longscope
