@@ -99,18 +99,22 @@ FILES = {
     "engine/include/longscope/cpu_options.h": "core",
     "engine/include/longscope/model.h": "model",
     "engine/include/longscope/gguf.h": "model",
-    "engine/include/longscope/quantize.h": "model",
+    # Re-encoding a model file runs the CPU's block quantizers on its thread pool.
+    "engine/include/longscope/quantize.h": "runtime",
     "engine/include/longscope/tokenizer.h": "tokenizer",
     "engine/include/longscope/chat.h": "tokenizer",
     "engine/include/longscope/engine.h": "runtime",
     "engine/include/longscope/session.h": "runtime",
     "engine/include/longscope/generator.h": "runtime",
-    "engine/include/longscope/settings.h": "runtime",
+    # The switches every layer reads (KV mode, backend, attention, RoPE): plain values.
+    "engine/include/longscope/settings.h": "core",
     "engine/include/longscope/metrics.h": "runtime",
     "engine/include/longscope/sampler.h": "runtime",
     "engine/include/longscope/perplexity.h": "runtime",
-    "engine/include/longscope/backend.h": "runtime",
-    "engine/include/longscope/hardware.h": "runtime",
+    # What each backend is and why it can or cannot be used; the CPU's kernels and bandwidth.
+    # Declared at the backend level, which cpu/ and cuda_host/ fill in; the runtime probes.
+    "engine/include/longscope/backend.h": "backend",
+    "engine/include/longscope/hardware.h": "backend",
 }
 
 # Where quoted includes are looked for after the including file's own folder, and angle
