@@ -2,10 +2,12 @@
 #include "args.h"
 #include "commands.h"
 
+#include "longscope/cpu_options.h"
 #include "longscope/errors.h"
 #include "longscope/hardware.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -87,6 +89,9 @@ const char *usage =
 
 int main(int argc, char **argv)
 {
+    // The CPU backend's switches (docs/performance.md), read here: the engine reads no
+    // environment. Before any model is loaded.
+    longscope::set_cpu_options(longscope::cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         std::fputs(usage, stderr);

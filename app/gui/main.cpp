@@ -7,6 +7,8 @@
 #include "main_window.h"
 #include "metrics_plots.h"
 
+#include "longscope/cpu_options.h"
+
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QFileInfo>
@@ -15,6 +17,7 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 
@@ -77,6 +80,9 @@ int main(int argc, char **argv)
 {
     if (const int rc = answerWithoutDisplay(argc, argv); rc >= 0)
         return rc;
+    // The CPU backend's switches (docs/performance.md), read here: the engine reads no
+    // environment. Before the first model is loaded.
+    longscope::set_cpu_options(longscope::cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
 
     QApplication app(argc, argv);
     longscope::ui::initResources();
