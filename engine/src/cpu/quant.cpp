@@ -603,7 +603,8 @@ void dequantize_row(DType type, const void *src, float *dst, int64_t n)
 void dequantize_row_with(VectorLevel level, DType type, const void *src, float *dst, int64_t n)
 {
     const auto *p = static_cast<const uint8_t *>(src);
-    const bool avx512 = dequantize_level(type, level) == VectorLevel::Avx512;
+    const VectorLevel kernel = dequantize_level(type, level);
+    const bool avx512 = kernel == VectorLevel::Avx512;
     switch (type) {
     case DType::F32:
         std::memcpy(dst, p, size_t(n) * 4);
@@ -619,7 +620,7 @@ void dequantize_row_with(VectorLevel level, DType type, const void *src, float *
     case DType::Q8_0:
         if (avx512)
             dequantize_q8_0_avx512(p, dst, n);
-        else if (dequantize_level(type, level) == VectorLevel::Avx2)
+        else if (kernel == VectorLevel::Avx2)
             dequantize_q8_0_avx2(p, dst, n);
         else
             dequantize_q8_0(p, dst, n);
