@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include "longscope/backend.h"
+#include "longscope/cpu_options.h"
 #include "longscope/errors.h"
 #include "longscope/hardware.h"
 
@@ -89,7 +90,9 @@ const char *usage =
 
 int main(int argc, char **argv)
 {
-    // The engine reads no environment variable: the switches it documents come in here.
+    // The engine reads no environment variable: the switches it documents (docs/performance.md,
+    // docs/cuda.md) are read here, before any model is loaded or backend probed.
+    longscope::set_cpu_options(longscope::cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
     if (const char *plugin = std::getenv("LONGSCOPE_CUDA_PLUGIN"); plugin && *plugin)
         longscope::set_backend_options(longscope::BackendOptions{plugin});
     std::vector<std::string> args(argv + 1, argv + argc);

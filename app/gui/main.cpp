@@ -8,6 +8,8 @@
 #include "main_window.h"
 #include "metrics_plots.h"
 
+#include "longscope/cpu_options.h"
+
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QFileInfo>
@@ -77,7 +79,9 @@ int answerWithoutDisplay(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    // The engine reads no environment variable: the switches it documents come in here.
+    // The engine reads no environment variable: the switches it documents (docs/performance.md,
+    // docs/cuda.md) are read here, before the first model is loaded or backend probed.
+    longscope::set_cpu_options(longscope::cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
     if (const char *plugin = std::getenv("LONGSCOPE_CUDA_PLUGIN"); plugin && *plugin)
         longscope::set_backend_options(longscope::BackendOptions{plugin});
     if (const int rc = answerWithoutDisplay(argc, argv); rc >= 0)

@@ -13,10 +13,12 @@
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 
+#include "longscope/cpu_options.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "longscope/gguf.h"
 #include "longscope/quantize.h"
+#include "support/cpu_options_scope.h"
 #include "support/gguf_writer.h"
 #include "support/model_files.h"
 
@@ -30,6 +32,7 @@
 #include <random>
 
 using namespace longscope;
+using longscope::test::CpuOptionsScope;
 
 Q_DECLARE_METATYPE(longscope::DType)
 
@@ -699,12 +702,12 @@ private slots:
                          qPrintable(QString("%1 [%2]: %3 vs %4").arg(QString::fromStdString(v->name)).arg(i).arg(yp[i]).arg(yr[i])));
         }
         qInfo("packed matrices in layer 0 and output: %d (integer kernels: %s)", packed, qkernel_name(qkernel()));
-        if (packed_kernel_available(qkernel()) && !std::getenv("LONGSCOPE_PACK"))
+        if (packed_kernel_available(qkernel()) && cpu_options().pack_weights)
             QVERIFY(packed == 8); // Q4_K: wq, wk, wo, gate, up; Q6_K: wv, down (layer 0), output
     }
 
-    // The matrices are copied out of the file mapping at load (LONGSCOPE_COPY_WEIGHTS=0 leaves
-    // them there); the copy changes nothing the model computes: the same logits, bit for bit,
+    // The matrices are copied out of the file mapping at load (CpuOptions::copy_weights off
+    // leaves them there); the copy changes nothing the model computes: the same logits, bit for bit,
     // for an F16 model (nothing packed) and for a Q4_K one (packed either way where this CPU
     // packs).
     void weights_copied_out_of_the_mapping()
@@ -715,9 +718,13 @@ private slots:
             auto file = GgufFile::open(path);
             const GgufTensorInfo *t = file->find_tensor("blk.1.ffn_up.weight");
             QVERIFY(t);
-            qputenv("LONGSCOPE_COPY_WEIGHTS", "0");
-            auto mapped = Model::load(path);
-            qunsetenv("LONGSCOPE_COPY_WEIGHTS");
+            std::unique_ptr<Model> mapped;
+            {
+                CpuOptions no_copy = cpu_options();
+                no_copy.copy_weights = false;
+                CpuOptionsScope scope(no_copy);
+                mapped = Model::load(path);
+            }
             auto copied = Model::load(path);
             const WeightView &vm = mapped->weights().layers[1].w_up, &vc = copied->weights().layers[1].w_up;
             QCOMPARE(vm.nbytes, t->nbytes);

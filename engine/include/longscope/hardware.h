@@ -12,7 +12,8 @@ namespace longscope {
 std::string cpu_kernel_name();
 
 // Empty when vector kernels run; otherwise why the portable ones do (the CPU lacks AVX2, FMA
-// or F16C, or LONGSCOPE_SIMD asked for them) and that they are several times slower.
+// or F16C, or CpuOptions asked for them: LONGSCOPE_SIMD=portable in the apps) and that they
+// are several times slower.
 std::string cpu_kernel_warning();
 
 // Reads a buffer of `bytes` (larger than the caches) with `n_threads` threads, several

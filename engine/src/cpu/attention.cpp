@@ -6,6 +6,7 @@
 // output rescaled by exp(m_old - m_new) whenever the max grows, divided by l once at the end.
 #include "cpu/attention.h"
 
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
@@ -63,6 +64,26 @@ void check_problem(const AttentionProblem &p, const char *who)
     }
 }
 
+// The kernels below are built three times from the same always-inline bodies, for x86-64-v4
+// (AVX-512), x86-64-v3 (AVX2 and FMA) and the baseline, and the kernel table picks the build
+// (kernel_table.h): v4 only at the AVX-512 level. GCC fuses a * b + c into an FMA where the
+// target has one, at the same places in the v4 and v3 builds, which compute the same bits; the
+// baseline build does not, so it runs only on CPUs without x86-64-v3.
+#define LS_ATTENTION_BUILDS(name, body, params, args)                                                       \
+    __attribute__((target("arch=x86-64-v4"))) void name##_v4 params { body args; }                            \
+    __attribute__((target("arch=x86-64-v3"))) void name##_v3 params { body args; }                            \
+    void name##_baseline params { body args; }                                                                \
+    void name params                                                                                          \
+    {                                                                                                         \
+        const CpuKernelTable &table = kernel_table();                                                         \
+        if (table.attention_v4)                                                                               \
+            name##_v4 args;                                                                                   \
+        else if (table.attention_v3)                                                                          \
+            name##_v3 args;                                                                                   \
+        else                                                                                                  \
+            name##_baseline args;                                                                             \
+    }
+
 // Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the
 // AVX-512 build of the kernels below, two or four narrower ones in the others.
 // The helpers are inlined into each build of tile_rows and transpose_keys; the ABI note GCC
@@ -108,8 +129,8 @@ __attribute__((always_inline)) inline void swap_index_bit(V16 r[16])
 // dst[e * ld + k] = src[k * src_stride + e] for k < count, e < width: key rows into the
 // transposed tile, sixteen keys by sixteen dims at a time where width allows (one register
 // transpose instead of 256 scattered scalar stores), the rest one value at a time.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void transpose_keys(const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width)
+__attribute__((always_inline)) inline void transpose_keys_body(const float *src, int64_t src_stride, float *dst,
+                                                               int64_t ld, int64_t count, int64_t width)
 {
     int64_t k0 = 0;
     if (width % 16 == 0)
@@ -131,6 +152,10 @@ void transpose_keys(const float *src, int64_t src_stride, float *dst, int64_t ld
         for (int64_t e = 0; e < width; ++e)
             dst[e * ld + k] = src[k * src_stride + e];
 }
+
+LS_ATTENTION_BUILDS(transpose_keys, transpose_keys_body,
+                    (const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width),
+                    (src, src_stride, dst, ld, count, width))
 
 // Copies `count` key rows for positions j0 .. j0+count-1 from src (row stride src_stride
 // floats, each row holding n_heads heads of head_dim) to dst, where element `e` of key k goes
@@ -585,11 +610,11 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
 // key blocking keeps at least four independent chains and at most sixteen accumulators. The
 // keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
-               int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const float *mask,
-               bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
-               int64_t ml_stride)
+__attribute__((always_inline)) inline void
+tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const float *mask,
+                 bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
+                 int64_t ml_stride)
 {
 #define LS_TILE_ROWS_BLOCK(GB, KB)                                                                         \
     tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, \
@@ -606,6 +631,14 @@ void tile_rows(int n_rows, const float *q, int64_t q_stride, const float *kt, co
         LS_TILE_ROWS_BLOCK(1, 64);
 #undef LS_TILE_ROWS_BLOCK
 }
+
+LS_ATTENTION_BUILDS(tile_rows, tile_rows_blocks,
+                    (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
+                     int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
+                     const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride,
+                     float *m, float *l, int64_t ml_stride),
+                    (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
+                     s, a, a_stride, m, l, ml_stride))
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
 // too few to keep many threads busy. Instead the visible key tiles are cut into

@@ -1,11 +1,10 @@
 #include "cpu/gemm.h"
 
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
-#include "cpu/simd.h"
 
 #include <cstring>
 #include <immintrin.h>
-#include <string_view>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduce
 // intrinsics; the values are defined.
@@ -204,23 +203,20 @@ LS_TILE_TABLE(tile_avx512)
 template <DType T>
 void run(const void *const *rows, int R, const float *x, int64_t ldx, int NT, int64_t n, float *out, int64_t ldo)
 {
-    const std::string_view k = cpu_kernels().name;
-    if (k == "avx512")
-        tile_avx512_fn<T>(R, NT)(rows, x, ldx, n, out, ldo);
-    else if (k == "avx2")
-        tile_avx2_fn<T>(R, NT)(rows, x, ldx, n, out, ldo);
-    else
-        tile_portable<T>(rows, R, x, ldx, NT, n, out, ldo);
+    switch (kernel_table().level) {
+    case VectorLevel::Avx512: tile_avx512_fn<T>(R, NT)(rows, x, ldx, n, out, ldo); return;
+    case VectorLevel::Avx2: tile_avx2_fn<T>(R, NT)(rows, x, ldx, n, out, ldo); return;
+    default: tile_portable<T>(rows, R, x, ldx, NT, n, out, ldo); return;
+    }
 }
 
 template <DType T> TileFn vector_tile_fn(int R, int NT)
 {
-    const std::string_view k = cpu_kernels().name;
-    if (k == "avx512")
-        return tile_avx512_fn<T>(R, NT);
-    if (k == "avx2")
-        return tile_avx2_fn<T>(R, NT);
-    return nullptr;
+    switch (kernel_table().level) {
+    case VectorLevel::Avx512: return tile_avx512_fn<T>(R, NT);
+    case VectorLevel::Avx2: return tile_avx2_fn<T>(R, NT);
+    default: return nullptr;
+    }
 }
 
 TileFn vector_tile_for(DType type, int R, int NT)
@@ -233,12 +229,11 @@ TileFn vector_tile_for(DType type, int R, int NT)
 // Eight rows by one token (the decode of long rows), or null for the portable kernels.
 template <DType T> TileFn vector_tile8_fn()
 {
-    const std::string_view k = cpu_kernels().name;
-    if (k == "avx512")
-        return tile_avx512<T, 8, 1>;
-    if (k == "avx2")
-        return tile_avx2<T, 8, 1>;
-    return nullptr;
+    switch (kernel_table().level) {
+    case VectorLevel::Avx512: return tile_avx512<T, 8, 1>;
+    case VectorLevel::Avx2: return tile_avx2<T, 8, 1>;
+    default: return nullptr;
+    }
 }
 
 TileFn vector_tile8_for(DType type)
@@ -334,11 +329,7 @@ using Bf16TileFn = void (*)(const uint16_t *const *, const uint16_t *, int64_t, 
 
 } // namespace
 
-bool has_bf16_dot()
-{
-    static const bool v = std::string_view(cpu_kernels().name) == "avx512" && __builtin_cpu_supports("avx512bf16");
-    return v;
-}
+bool has_bf16_dot() { return kernel_table().bf16_dot; }
 
 void gemm_tile_bf16dot(const uint16_t *const *rows, int n_rows, const uint16_t *x, int64_t ldx, int n_tokens,
                        int64_t n, float *out, int64_t ldo)
@@ -360,6 +351,6 @@ LS_BF16 void f32_to_bf16_rne(const float *src, uint16_t *dst, int64_t n)
         dst[i] = f32_to_bf16(src[i]);
 }
 
-int gemm_token_block() { return std::string_view(cpu_kernels().name) == "avx2" ? 2 : 4; }
+int gemm_token_block() { return kernel_table().level == VectorLevel::Avx2 ? 2 : 4; }
 
 } // namespace longscope

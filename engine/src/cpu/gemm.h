@@ -21,8 +21,9 @@ void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, 
 // (a decode step's rows are 4-11 KiB each: the per-row choice cost a fifth of the time).
 void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y);
 
-// Whether the CPU has AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice
-// the float FMA's 16), used for the matrix products of quantized weights over many tokens.
+// Whether the AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice the
+// float FMA's 16) are in use for the matrix products of quantized weights over many tokens:
+// the CPU has them and the kernel table's level is AVX-512.
 bool has_bf16_dot();
 
 // out[t * ldo + r] = sum_i w_r[i] * x_t[i], rows and tokens in BF16 (x_t = x + t * ldx), sums

@@ -1,8 +1,7 @@
 #include "longscope/hardware.h"
 
-#include "cpu/gemm.h"
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
-#include "cpu/qdot.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
@@ -10,25 +9,25 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 namespace longscope {
 
 std::string cpu_kernel_name()
 {
-    std::string s = cpu_kernels().name;
-    s += std::string(" (quantized weights: ") + qkernel_name(qkernel()) + " integer dot products";
-    if (has_bf16_dot())
+    const CpuKernelTable &t = kernel_table();
+    std::string s = vector_level_name(t.level);
+    s += std::string(" (quantized weights: ") + qkernel_name(t.integer) + " integer dot products";
+    if (t.bf16_dot)
         s += ", BF16 dot products from " + std::to_string(bf16_min_tokens) + " tokens";
     return s + ")";
 }
 
 std::string cpu_kernel_warning()
 {
-    if (std::string_view(cpu_kernels().name) != "portable")
+    if (kernel_table().level != VectorLevel::Portable)
         return {};
-    if (!cpu_has_avx2())
+    if (!cpu_features().avx2)
         return "this CPU lacks AVX2, FMA or F16C: Longscope runs its portable kernels, several times slower";
     return "LONGSCOPE_SIMD=portable: the portable kernels run, several times slower than this CPU allows";
 }

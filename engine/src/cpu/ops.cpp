@@ -1,17 +1,16 @@
 #include "cpu/ops.h"
 
-#include "cpu/quant.h"
 #include "cpu/gemm.h"
+#include "cpu/kernel_table.h"
 #include "cpu/packed.h"
 #include "cpu/qdot.h"
+#include "cpu/quant.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 namespace longscope {
@@ -118,23 +117,6 @@ namespace {
 thread_local QuantizedActs t_acts;     // activations quantized to 8 bits (integer path)
 thread_local std::vector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
 
-// LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize overrides the automatic choice (comparisons).
-QuantMatmul quant_matmul_override()
-{
-    static const QuantMatmul v = [] {
-        const char *e = std::getenv("LONGSCOPE_QUANT_MATMUL");
-        const std::string_view s = e ? e : "";
-        if (s == "integer")
-            return QuantMatmul::Integer;
-        if (s == "bf16")
-            return QuantMatmul::Bf16;
-        if (s == "dequantize")
-            return QuantMatmul::Dequantize;
-        return QuantMatmul::Auto;
-    }();
-    return v;
-}
-
 // Rows per tile. A single token takes one row at a time: each thread then reads its weights as
 // one sequential stream, which the hardware prefetchers follow at full bandwidth (four rows
 // interleaved measured 16 against 27 tokens/s for a Q8_0 decode on two cores). Several tokens
@@ -233,7 +215,7 @@ QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
     if (!is_quantized(w.type) || w.ne(0) % 32 != 0)
         return QuantMatmul::Dequantize; // the float kernel
     if (how == QuantMatmul::Auto)
-        how = quant_matmul_override();
+        how = kernel_table().quant_matmul;
     if (how == QuantMatmul::Auto)
         how = n_tokens >= bf16_min_tokens && has_bf16_dot() ? QuantMatmul::Bf16 : QuantMatmul::Integer;
     if (how == QuantMatmul::Bf16 && !has_bf16_dot())

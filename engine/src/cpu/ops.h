@@ -1,6 +1,7 @@
 // CPU reference ops. Every other backend is checked against these.
 #pragma once
 
+#include "longscope/cpu_options.h"
 #include "longscope/hparams.h"
 #include "longscope/model.h"
 
@@ -29,8 +30,8 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
 // call, activations rounded to BF16) from bf16_min_tokens tokens on where the CPU has them,
 // else integer dot products (activations quantized to 8 bits per block of 32, qdot.h).
 // Dequantize: rows widened to float into a buffer, then the float kernel (a reference path).
-// LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize replaces Auto.
-enum class QuantMatmul { Auto, Integer, Bf16, Dequantize };
+// The kernel table's forced path (CpuOptions::quant_matmul) replaces Auto.
+using QuantMatmul = QuantMatmulPath;
 constexpr int64_t bf16_min_tokens = 16;
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
 

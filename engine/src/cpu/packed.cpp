@@ -1,13 +1,12 @@
 #include "cpu/packed.h"
 
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/qdot.h"
 #include "cpu/quant.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
-#include <string_view>
 
 #include "longscope/model.h"
 
@@ -58,15 +57,6 @@ inline int q6_packed_code(const uint8_t *b, int r, int i)
     return low | (high << 4);
 }
 
-bool pack_disabled()
-{
-    static const bool off = [] {
-        const char *e = std::getenv("LONGSCOPE_PACK");
-        return e && std::string_view(e) == "0";
-    }();
-    return off;
-}
-
 } // namespace
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
@@ -76,17 +66,13 @@ bool packable(DType type, int64_t n_in, int64_t n_out)
 
 bool packed_kernel_available(QKernel k)
 {
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (k == QKernel::Avx2)
-        return avx2;
-    return k == QKernel::Vnni && avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    const CpuFeatures &f = cpu_features();
+    return k == QKernel::Avx2 ? f.avx2 : k == QKernel::Vnni && f.avx512_vnni;
 }
 
 bool cpu_wants_packed(const WeightView &w)
 {
-    return w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1)) && packed_kernel_available(qkernel()) &&
-           !pack_disabled();
+    return kernel_table().pack_weights && w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1));
 }
 
 size_t packed_size(DType type, int64_t n_in, int64_t n_out)
@@ -237,12 +223,15 @@ LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_
 
 } // namespace
 
+VectorLevel dequantize_packed_level(DType type)
+{
+    return type == DType::Q4_K && kernel_table().level == VectorLevel::Avx512 ? VectorLevel::Avx512
+                                                                               : VectorLevel::Portable;
+}
+
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
-    static const bool vector = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-                               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (vector && type == DType::Q4_K)
+    if (dequantize_packed_level(type) == VectorLevel::Avx512)
         dequantize_packed_row_avx512(packed, n_in, row, out);
     else
         dequantize_packed_row_portable(type, packed, n_in, row, out);

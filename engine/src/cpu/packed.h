@@ -53,8 +53,8 @@ constexpr int64_t packed_q6_k_block_bytes = 3392;
 // 256 and n_out of 16, type Q4_K or Q6_K).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
-// Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, a packed kernel
-// for the integer kernel set in use (AVX-512 VNNI or AVX2), and LONGSCOPE_PACK not set to 0.
+// Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
+// table packs (a packed kernel for the integer kernel set in use, and CpuOptions::pack_weights).
 bool cpu_wants_packed(const WeightView &w);
 
 // Bytes of the packed copy of a packable [n_in, n_out] matrix.
@@ -65,10 +65,13 @@ size_t packed_size(DType type, int64_t n_in, int64_t n_out);
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1);
 
 // Row `row` of a packed matrix as floats, bit for bit what dequantize_row gives for the
-// original row.
+// original row, with the kernel dequantize_packed_level names.
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
-// The scalar version it uses on CPUs without AVX-512 (the same bits).
+// The scalar version it uses below the AVX-512 level and for Q6_K (the same bits).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
+// The kernel dequantize_packed_row runs for `type` now: AVX-512 for Q4_K at that level, else
+// portable.
+VectorLevel dequantize_packed_level(DType type);
 
 // Whether this CPU runs the packed kernel of integer kernel set k (VNNI or AVX2; there is no
 // portable one).

@@ -2,7 +2,6 @@
 
 #include "cpu/ops.h"
 #include "cpu/quant.h"
-#include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
-#include <string_view>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduce
 // intrinsics; the values are defined.
@@ -57,6 +55,7 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
 }
 
 #define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define LS_AVX2Q __attribute__((target("avx2,fma,f16c")))
 
 LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
@@ -74,19 +73,42 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
     *ds = d * float(sum);
 }
 
-bool has_avx512_base()
+// The same values again, eight lanes at a time: conversions round to nearest even as
+// nearbyint does, and the two saturating packs saturate as one conversion to int8 would.
+LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
-bool has_vnni() { return has_avx512_base() && __builtin_cpu_supports("avx512vnni"); }
-bool has_avx2_int()
-{
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i qi[4];
+    for (int k = 0; k < 4; ++k)
+        qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
+    // Bytes come out of the packs interleaved by 128-bit lane: four values of each vector per
+    // lane; the permute puts the groups of four back in order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(q),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int sum = _mm_cvtsi128_si32(s4);
+    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
+    *db = d;
+    *ds = d * float(sum);
 }
 
-void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, bool vector)
+void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)
 {
     for (int64_t t = t0; t < t1; ++t)
         for (int64_t b = 0; b < n / qk; ++b) {
@@ -95,8 +117,10 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
             float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
             float *db = a.db.data() + t * (n / qk) + b;
             float *ds = a.ds.data() + t * (n / qk) + b;
-            if (vector)
+            if (level == VectorLevel::Avx512)
                 quantize_block_avx512(src, q, dl, db, ds);
+            else if (level == VectorLevel::Avx2)
+                quantize_block_avx2(src, q, dl, db, ds);
             else
                 quantize_block_portable(src, q, dl, db, ds);
             int32_t *s16 = a.s16.data() + t * (n / 16) + b * 2;
@@ -636,19 +660,17 @@ template <DType T> QTileFn tile_fn(QKernel k, int R, int NT)
     return k == QKernel::Vnni ? tile_vnni_fn<T>(R, NT) : tile_avx2_fn<T>(R, NT);
 }
 
-QKernel choose_qkernel()
-{
-    const std::string_view simd = cpu_kernels().name;
-    if (simd == "avx512" && has_vnni())
-        return QKernel::Vnni;
-    if (simd != "portable" && has_avx2_int())
-        return QKernel::Avx2;
-    return QKernel::Portable;
-}
-
 } // namespace
 
 void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out)
+{
+    quantize_acts_with(kernel_table().level, pool, x, n_tokens, n, out);
+}
+
+VectorLevel quantize_acts_level() { return kernel_table().level; }
+
+void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
+                        QuantizedActs &out)
 {
     out.n = n;
     out.n_tokens = n_tokens;
@@ -657,12 +679,11 @@ void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n
     out.db.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.ds.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.s16.resize(static_cast<size_t>(n_tokens * (n / 16)));
-    const bool vector = qkernel() != QKernel::Portable && has_avx512_base();
     if (pool && n_tokens > 1)
         pool->parallel_for(
-            n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, vector); }, 1);
+            n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, level); }, 1);
     else
-        quantize_tokens(x, 0, n_tokens, n, out, vector);
+        quantize_tokens(x, 0, n_tokens, n, out, level);
 }
 
 bool has_integer_dot(DType type)
@@ -670,27 +691,15 @@ bool has_integer_dot(DType type)
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;
 }
 
-QKernel qkernel()
-{
-    static const QKernel k = choose_qkernel();
-    return k;
-}
-
-const char *qkernel_name(QKernel k)
-{
-    switch (k) {
-    case QKernel::Vnni: return "avx512-vnni";
-    case QKernel::Avx2: return "avx2";
-    default: return "portable";
-    }
-}
+QKernel qkernel() { return kernel_table().integer; }
 
 int available_qkernels(QKernel *out, int max)
 {
+    const CpuFeatures &f = cpu_features();
     int n = 0;
-    if (has_vnni() && n < max)
+    if (f.avx512_vnni && n < max)
         out[n++] = QKernel::Vnni;
-    if (has_avx2_int() && n < max)
+    if (f.avx2 && n < max)
         out[n++] = QKernel::Avx2;
     if (n < max)
         out[n++] = QKernel::Portable;

@@ -14,6 +14,7 @@
 // bit for bit.
 #pragma once
 
+#include "cpu/kernel_table.h"
 #include "longscope/types.h"
 
 #include <cstdint>
@@ -40,18 +41,21 @@ struct QuantizedActs {
 };
 
 // Quantizes x [n_tokens, n] (n a multiple of 32) into `out`, reusing its storage. Splits the
-// tokens over `pool` when there are several.
+// tokens over `pool` when there are several. The kernel is the kernel table's level
+// (quantize_acts_level); every level gives the same bits.
 void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out);
-
-enum class QKernel { Vnni, Avx2, Portable };
+// The same with the kernel of `level` (one this CPU runs).
+void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
+                        QuantizedActs &out);
+// The level quantize_acts uses now.
+VectorLevel quantize_acts_level();
 
 // Whether the integer path handles weights of this type.
 bool has_integer_dot(DType type);
 
-// The kernel in use: VNNI where the CPU has AVX-512 VNNI and the float kernels are the AVX-512
-// ones, else AVX2, else portable (LONGSCOPE_SIMD=avx2|portable lowers it with them).
+// The kernel in use, the kernel table's (kernel_table.h): VNNI where the CPU has AVX-512 VNNI
+// and the level is AVX-512, else AVX2, else portable (a lower forced level lowers it with it).
 QKernel qkernel();
-const char *qkernel_name(QKernel k);
 // Every kernel this CPU runs, best first (tests compare them).
 int available_qkernels(QKernel *out, int max);
 

@@ -554,13 +554,6 @@ LS_AVX512_Q void dequantize_q6_k_avx512(const uint8_t *src, float *dst, int64_t 
     }
 }
 
-bool has_avx512_q()
-{
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-}
-bool has_avx2_q() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
-
 } // namespace
 
 
@@ -589,9 +582,29 @@ size_t row_bytes(DType type, int64_t n)
     return size_t(n / t->block_elems) * t->block_bytes;
 }
 
+VectorLevel dequantize_level(DType type, VectorLevel level)
+{
+    switch (type) {
+    case DType::Q8_0: return level;
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q6_K: return level == VectorLevel::Avx512 ? VectorLevel::Avx512 : VectorLevel::Portable;
+    default: return VectorLevel::Portable;
+    }
+}
+
+VectorLevel dequantize_level(DType type) { return dequantize_level(type, kernel_table().level); }
+
 void dequantize_row(DType type, const void *src, float *dst, int64_t n)
 {
+    dequantize_row_with(kernel_table().level, type, src, dst, n);
+}
+
+void dequantize_row_with(VectorLevel level, DType type, const void *src, float *dst, int64_t n)
+{
     const auto *p = static_cast<const uint8_t *>(src);
+    const VectorLevel kernel = dequantize_level(type, level);
+    const bool avx512 = kernel == VectorLevel::Avx512;
     switch (type) {
     case DType::F32:
         std::memcpy(dst, p, size_t(n) * 4);
@@ -605,27 +618,27 @@ void dequantize_row(DType type, const void *src, float *dst, int64_t n)
         }
         return;
     case DType::Q8_0:
-        if (has_avx512_q())
+        if (avx512)
             dequantize_q8_0_avx512(p, dst, n);
-        else if (has_avx2_q())
+        else if (kernel == VectorLevel::Avx2)
             dequantize_q8_0_avx2(p, dst, n);
         else
             dequantize_q8_0(p, dst, n);
         return;
     case DType::Q4_0:
-        if (has_avx512_q())
+        if (avx512)
             dequantize_q4_0_avx512(p, dst, n);
         else
             dequantize_q4_0(p, dst, n);
         return;
     case DType::Q4_K:
-        if (has_avx512_q())
+        if (avx512)
             dequantize_q4_k_avx512(p, dst, n);
         else
             dequantize_q4_k(p, dst, n);
         return;
     case DType::Q6_K:
-        if (has_avx512_q())
+        if (avx512)
             dequantize_q6_k_avx512(p, dst, n);
         else
             dequantize_q6_k(p, dst, n);

@@ -24,6 +24,7 @@
 // Python package (tests/data/quant).
 #pragma once
 
+#include "cpu/kernel_table.h"
 #include "longscope/types.h"
 
 #include <cstddef>
@@ -41,8 +42,16 @@ int64_t block_elems(DType type);
 size_t row_bytes(DType type, int64_t n);
 
 // Decodes n elements (a multiple of the block size) of a quantized row. Also handles F32,
-// F16 and BF16 so callers can treat every weight type alike.
+// F16 and BF16 so callers can treat every weight type alike. The kernel is the widest at or
+// below the kernel table's level (dequantize_level); every kernel gives the same bits.
 void dequantize_row(DType type, const void *src, float *dst, int64_t n);
+// The same with the kernels of `level` (one this CPU runs).
+void dequantize_row_with(VectorLevel level, DType type, const void *src, float *dst, int64_t n);
+// The kernel dequantize_row_with(level, type) runs: Q8_0 has AVX-512 and AVX2 ones; Q4_0,
+// Q4_K and Q6_K an AVX-512 one; F32, F16 and BF16 are decoded portably.
+VectorLevel dequantize_level(DType type, VectorLevel level);
+// ... and the one dequantize_row runs now.
+VectorLevel dequantize_level(DType type);
 
 // Encodes n floats (a multiple of the block size) as `type` with ggml's reference quantizers
 // (quantize_row_*_ref): Q8_0 d = absmax / 127; Q4_0 d = (value of largest magnitude) / -8;

@@ -1,9 +1,7 @@
 #include "cpu/simd.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
-#include <string_view>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings (_mm512_undefined_ps
 // inside the reduce intrinsics); the values are defined.
@@ -217,48 +215,26 @@ const CpuKernels k_avx512{"avx512", dot_avx512, dot4_avx512, f16_avx512, bf16_av
 const CpuKernels k_avx2{"avx2", dot_avx2, dot4_avx2, f16_avx2, bf16_avx2};
 const CpuKernels k_portable{"portable", dot_portable, dot4_portable, f16_portable, bf16_portable};
 
-bool has_avx2()
-{
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-bool has_avx512()
-{
-    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
-
-const CpuKernels &choose()
-{
-    const char *env = std::getenv("LONGSCOPE_SIMD");
-    const std::string_view want = env ? env : "";
-    if (want == "portable")
-        return k_portable;
-    if (want == "avx2" && has_avx2())
-        return k_avx2;
-    if (has_avx512() && (want.empty() || want == "avx512"))
-        return k_avx512;
-    if (has_avx2())
-        return k_avx2;
-    return k_portable;
-}
-
 } // namespace
 
-const CpuKernels &cpu_kernels()
+const CpuKernels &cpu_kernels_at(VectorLevel level)
 {
-    // Chosen once: the CPU does not change under a running process.
-    static const CpuKernels &k = choose();
-    return k;
+    switch (level) {
+    case VectorLevel::Avx512: return k_avx512;
+    case VectorLevel::Avx2: return k_avx2;
+    default: return k_portable;
+    }
 }
 
-bool cpu_has_avx2() { return has_avx2(); }
+const CpuKernels &cpu_kernels() { return cpu_kernels_at(kernel_table().level); }
 
 int available_cpu_kernels(const CpuKernels **out, int max)
 {
+    const CpuFeatures &f = cpu_features();
     int n = 0;
-    if (has_avx512() && n < max)
+    if (f.avx512 && n < max)
         out[n++] = &k_avx512;
-    if (has_avx2() && n < max)
+    if (f.avx2 && n < max)
         out[n++] = &k_avx2;
     if (n < max)
         out[n++] = &k_portable;

@@ -1,6 +1,8 @@
-// Vector kernels for the hot loops, chosen once at run time from the CPU's features (AVX-512,
+// Vector kernels for the hot loops, chosen at run time by the kernel table (AVX-512,
 // AVX2+FMA+F16C, or portable C++), so one binary runs on any x86-64 and uses what it has.
 #pragma once
+
+#include "cpu/kernel_table.h"
 
 #include <cstdint>
 
@@ -18,12 +20,12 @@ struct CpuKernels {
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
 };
 
-// The best kernels this CPU runs; LONGSCOPE_SIMD=avx512|avx2|portable overrides the choice
-// (benchmarks and tests compare them).
+// The kernels of the kernel table's level (kernel_table.h): the best this CPU runs unless
+// CpuOptions::kernels asks for a lower set (benchmarks and tests compare them).
 const CpuKernels &cpu_kernels();
 
-// Whether the CPU has AVX2, FMA and F16C (the baseline the fast kernels need).
-bool cpu_has_avx2();
+// The kernels of one level (one this CPU runs).
+const CpuKernels &cpu_kernels_at(VectorLevel level);
 
 // Every kernel set this CPU can run, best first.
 int available_cpu_kernels(const CpuKernels **out, int max);

@@ -15,9 +15,8 @@ namespace longscope {
 // The CPU backend's caches (host memory).
 class KvStore : public KvCache {
 public:
-    // Memory the process can still make resident (RAM + swap available, capped by a cgroup
-    // limit); UINT64_MAX when it cannot be told. Lets a KV mode (and the weights' copy at load) refuse a commit that could only
-    // end with the OOM killer instead of an exception.
+    // Memory the process can still make resident (core/system_memory.h): lets a KV mode refuse
+    // a commit that could only end with the OOM killer instead of an exception.
     static uint64_t available_memory_bytes();
     int n_layer() const { return m_n_layer; }
     int limit() const override { return m_limit; }

@@ -9,6 +9,8 @@
 
 namespace longscope {
 
+class WeightPreparer;
+
 struct ModelBuilder {
     static std::unique_ptr<Model> from_gguf(const std::string &path);
     static std::unique_ptr<Model> from_hf_dir(const std::string &dir);
@@ -24,6 +26,11 @@ struct ModelBuilder {
     // Checks every weight against the hyperparameters (shape, type, presence) and fills
     // info.weight_bytes. Throws FormatError naming the tensor.
     static void check_weights(Model &m, const std::string &source);
+
+    // Copies the matrices into the Model's own memory, packed where `prep` asks for it
+    // (prepare_weights.cpp), once: the work of Model::prepare_for_cpu, whose definition (in
+    // the runtime layer) passes the CPU backend's preparer.
+    static void prepare_weights(Model &m, const WeightPreparer &prep, const LoadProgress &progress);
 };
 
 } // namespace longscope

@@ -1,7 +1,8 @@
 // Model quantizer and random-model writer (longscope/quantize.h). Both stream through
 // GgufStreamWriter: a tensor is produced in chunks of rows, each chunk converted by all
 // threads (rows split between them) and written before the next is made, so memory stays at
-// one chunk (about 32 MiB of output) whatever the model size.
+// one chunk (about 32 MiB of output) whatever the model size. In the runtime layer: the
+// conversion runs on the CPU backend's quantizers, dequantizers and thread pool.
 #include "longscope/quantize.h"
 
 #include "cpu/quant.h"

@@ -1,0 +1,56 @@
+// Choices for the CPU backend that an application makes once, at start: which vector kernels
+// run, how quantized weights are multiplied, and how the weights are laid out in memory. The
+// defaults are the fastest this CPU allows; the others exist for comparisons and benchmarks.
+// The engine reads no environment variable: longscope-cli and the app read the switches
+// documented in docs/performance.md (LONGSCOPE_SIMD, LONGSCOPE_QUANT_MATMUL, LONGSCOPE_PACK,
+// LONGSCOPE_COPY_WEIGHTS) with cpu_options_from_switches and pass the result to set_cpu_options.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string_view>
+
+namespace longscope {
+
+// The vector kernel set: Auto is the best this CPU runs. A set the CPU lacks falls back to the
+// best one below it (avx512 -> avx2 -> portable). The set caps every CPU kernel: float dot
+// products, dequantizers, the 8-bit quantizer of activations, the integer and BF16 dot
+// products of quantized weights, and attention.
+enum class SimdLevel { Auto, Avx512, Avx2, Portable };
+
+// How quantized weights are multiplied. Auto: BF16 dot products from 16 tokens on where the
+// CPU has them, else integer dot products on activations quantized to 8 bits. Dequantize:
+// rows widened to float, then the float kernel (the reference path). A path the weight type or
+// the CPU cannot take falls back as Auto would.
+enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize };
+
+struct CpuOptions {
+    SimdLevel kernels = SimdLevel::Auto;
+    QuantMatmulPath quant_matmul = QuantMatmulPath::Auto;
+    // Q4_K and Q6_K matrices re-laid out at load for the integer kernels (sixteen rows
+    // interleaved, the same values); off keeps the file's row layout.
+    bool pack_weights = true;
+    // The matrices copied at load out of the file mapping into the model's own huge pages;
+    // off leaves them in the mapping (packed matrices are still packed).
+    bool copy_weights = true;
+};
+
+// Makes `options` the CPU backend's choices for this process. Call it before models are
+// loaded (packing and copying happen when a model is prepared for the CPU) and never while
+// another thread evaluates; the kernel choices apply from the next operation on.
+void set_cpu_options(const CpuOptions &options);
+// The choices in force (the defaults until set_cpu_options is called).
+const CpuOptions &cpu_options();
+
+// The switches' values: "avx512", "avx2", "portable"; "integer", "bf16", "dequantize".
+// nullopt for anything else.
+std::optional<SimdLevel> parse_simd_level(std::string_view text);
+std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
+
+// The options the documented switches ask for, from `lookup(name)`, which returns a switch's
+// value or null when it is not set (an application passes its environment: std::getenv).
+// LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize,
+// LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0; any other value leaves the default.
+CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
+
+} // namespace longscope

@@ -1,0 +1,54 @@
+// The one place the CPU backend's kernels are chosen. The CPU's features are read once
+// (cpuid, through __builtin_cpu_supports) into CpuFeatures; the kernel table is derived from
+// them and the application's CpuOptions (longscope/cpu_options.h); every chooser in cpu/
+// reads the table and nothing else, so a forced level holds for every kernel family alike.
+#pragma once
+
+#include "longscope/cpu_options.h"
+
+namespace longscope {
+
+// What this CPU can run.
+struct CpuFeatures {
+    bool avx2 = false;        // AVX2, FMA and F16C: the baseline of every vector kernel
+    bool avx512 = false;      // AVX-512 F, BW and VL, with the above
+    bool avx512_vnni = false; // vpdpbusd (integer dot products)
+    bool avx512_bf16 = false; // vdpbf16ps (BF16 dot products)
+    bool x86_64_v3 = false;   // the whole x86-64-v3 level (attention's AVX2 build)
+    bool x86_64_v4 = false;   // the whole x86-64-v4 level (attention's AVX-512 build)
+};
+
+// The vector kernel set in use.
+enum class VectorLevel { Portable, Avx2, Avx512 };
+
+// The integer dot-product kernels for quantized weights (qdot.h): AVX-512 VNNI, AVX2, portable.
+enum class QKernel { Vnni, Avx2, Portable };
+
+struct CpuKernelTable {
+    // Float kernels (simd.h, gemm.h), dequantizers (quant.h, packed.h), the 8-bit quantizer of
+    // activations (qdot.h) and attention: none uses instructions above this level (attention
+    // aside at the portable level, see below).
+    VectorLevel level = VectorLevel::Portable;
+    QKernel integer = QKernel::Portable;
+    bool bf16_dot = false; // AVX-512 BF16 dot products for quantized weights over many tokens
+    QuantMatmulPath quant_matmul = QuantMatmulPath::Auto; // a forced path, or Auto
+    bool pack_weights = false; // Q4_K/Q6_K packed at load: asked for and a packed kernel for `integer`
+    bool copy_weights = true;  // matrices copied out of the file mapping at load
+    // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
+    // (whatever the level: the baseline build gives other bits), else the baseline.
+    bool attention_v4 = false, attention_v3 = false;
+};
+
+// This CPU's features, read once.
+const CpuFeatures &cpu_features();
+
+// The table for a CPU with `features` under `options` (tests build tables for other CPUs).
+CpuKernelTable make_kernel_table(const CpuFeatures &features, const CpuOptions &options);
+
+// The table in use: this CPU's, under the options last given to set_cpu_options.
+const CpuKernelTable &kernel_table();
+
+const char *vector_level_name(VectorLevel level);
+const char *qkernel_name(QKernel k);
+
+} // namespace longscope

@@ -1,0 +1,393 @@
+// The CPU kernel table (cpu/kernel_table.h): the choices it derives from a CPU's features and
+// the options, and that a forced level holds for every kernel family (float kernels,
+// dequantizers, the activation quantizer, integer and BF16 dot products, packing, attention),
+// with every kernel of every level giving the portable kernels' bits.
+#include "cpu/attention.h"
+#include "cpu/gemm.h"
+#include "cpu/kernel_table.h"
+#include "cpu/ops.h"
+#include "cpu/packed.h"
+#include "cpu/qdot.h"
+#include "cpu/quant.h"
+#include "cpu/simd.h"
+#include "cpu/thread_pool.h"
+#include "support/cpu_options_scope.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace longscope;
+using longscope::test::CpuOptionsScope;
+
+namespace {
+
+CpuOptions with_kernels(SimdLevel level)
+{
+    CpuOptions o;
+    o.kernels = level;
+    return o;
+}
+
+// The levels this CPU runs, best first.
+std::vector<VectorLevel> available_levels()
+{
+    std::vector<VectorLevel> v;
+    if (cpu_features().avx512)
+        v.push_back(VectorLevel::Avx512);
+    if (cpu_features().avx2)
+        v.push_back(VectorLevel::Avx2);
+    v.push_back(VectorLevel::Portable);
+    return v;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float sigma)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, sigma);
+    std::vector<float> v(n);
+    for (float &x : v)
+        x = dist(rng);
+    return v;
+}
+
+bool same_bits(const void *a, const void *b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+QString type_name(DType t) { return QString::fromStdString(std::string(dtype_name(t))); }
+
+const DType k_quant_types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+} // namespace
+
+class TestKernelTable : public QObject {
+    Q_OBJECT
+
+private slots:
+    // The table from the features and the options, for CPUs other than this one too.
+    void table_from_features_and_options()
+    {
+        CpuFeatures all;
+        all.avx2 = all.avx512 = all.avx512_vnni = all.avx512_bf16 = all.x86_64_v3 = all.x86_64_v4 = true;
+        CpuKernelTable t = make_kernel_table(all, {});
+        QCOMPARE(t.level, VectorLevel::Avx512);
+        QCOMPARE(t.integer, QKernel::Vnni);
+        QVERIFY(t.bf16_dot && t.pack_weights && t.copy_weights && t.attention_v4 && t.attention_v3);
+        QCOMPARE(t.quant_matmul, QuantMatmulPath::Auto);
+        QCOMPARE(make_kernel_table(all, with_kernels(SimdLevel::Avx512)).level, VectorLevel::Avx512);
+
+        // Forced AVX2 on an AVX-512 CPU: nothing above AVX2 (no VNNI, no BF16, no v4 build).
+        t = make_kernel_table(all, with_kernels(SimdLevel::Avx2));
+        QCOMPARE(t.level, VectorLevel::Avx2);
+        QCOMPARE(t.integer, QKernel::Avx2);
+        QVERIFY(!t.bf16_dot && !t.attention_v4 && t.attention_v3 && t.pack_weights);
+
+        // Forced portable: the portable kernels everywhere, and no packing (no portable packed kernel).
+        // Attention keeps an FMA build (the baseline one rounds differently): v3, as at AVX2.
+        t = make_kernel_table(all, with_kernels(SimdLevel::Portable));
+        QCOMPARE(t.level, VectorLevel::Portable);
+        QCOMPARE(t.integer, QKernel::Portable);
+        QVERIFY(!t.bf16_dot && !t.attention_v4 && t.attention_v3 && !t.pack_weights);
+
+        // AVX-512 without VNNI: the AVX2 integer kernels under the AVX-512 float ones.
+        CpuFeatures no_vnni = all;
+        no_vnni.avx512_vnni = no_vnni.avx512_bf16 = false;
+        t = make_kernel_table(no_vnni, {});
+        QCOMPARE(t.level, VectorLevel::Avx512);
+        QCOMPARE(t.integer, QKernel::Avx2);
+        QVERIFY(!t.bf16_dot);
+
+        // A level the CPU lacks falls back to the best one below it.
+        CpuFeatures avx2_only;
+        avx2_only.avx2 = avx2_only.x86_64_v3 = true;
+        QCOMPARE(make_kernel_table(avx2_only, with_kernels(SimdLevel::Avx512)).level, VectorLevel::Avx2);
+        QCOMPARE(make_kernel_table(avx2_only, {}).integer, QKernel::Avx2);
+        QVERIFY(!make_kernel_table(avx2_only, {}).attention_v4);
+        const CpuFeatures none;
+        t = make_kernel_table(none, with_kernels(SimdLevel::Avx2));
+        QCOMPARE(t.level, VectorLevel::Portable);
+        QCOMPARE(t.integer, QKernel::Portable);
+        QVERIFY(!t.pack_weights && !t.attention_v3 && !t.attention_v4);
+
+        // The other options pass through.
+        CpuOptions o;
+        o.quant_matmul = QuantMatmulPath::Dequantize;
+        o.pack_weights = false;
+        o.copy_weights = false;
+        t = make_kernel_table(all, o);
+        QCOMPARE(t.quant_matmul, QuantMatmulPath::Dequantize);
+        QVERIFY(!t.pack_weights && !t.copy_weights);
+    }
+
+    // The switches the applications read, as cpu_options_from_switches understands them.
+    void options_from_switches()
+    {
+        std::map<std::string, std::string> env;
+        auto lookup = [&](const char *name) -> const char * {
+            auto it = env.find(name);
+            return it == env.end() ? nullptr : it->second.c_str();
+        };
+        CpuOptions o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.kernels, SimdLevel::Auto);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
+        QVERIFY(o.pack_weights && o.copy_weights);
+        env = {{"LONGSCOPE_SIMD", "avx2"}, {"LONGSCOPE_QUANT_MATMUL", "bf16"}, {"LONGSCOPE_PACK", "0"},
+               {"LONGSCOPE_COPY_WEIGHTS", "0"}};
+        o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.kernels, SimdLevel::Avx2);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Bf16);
+        QVERIFY(!o.pack_weights && !o.copy_weights);
+        env = {{"LONGSCOPE_SIMD", "portable"}, {"LONGSCOPE_QUANT_MATMUL", "dequantize"}, {"LONGSCOPE_PACK", "1"}};
+        o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.kernels, SimdLevel::Portable);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Dequantize);
+        QVERIFY(o.pack_weights && o.copy_weights);
+        env = {{"LONGSCOPE_SIMD", "avx512"}, {"LONGSCOPE_QUANT_MATMUL", "integer"}};
+        o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.kernels, SimdLevel::Avx512);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Integer);
+        env = {{"LONGSCOPE_SIMD", "sse"}, {"LONGSCOPE_QUANT_MATMUL", ""}};
+        o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.kernels, SimdLevel::Auto);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
+        QCOMPARE(cpu_options_from_switches({}).kernels, SimdLevel::Auto);
+    }
+
+    // Forced portable: every family reports its portable kernel, and nothing is packed.
+    void forced_portable_reaches_every_family()
+    {
+        CpuOptionsScope scope(with_kernels(SimdLevel::Portable));
+        QCOMPARE(kernel_table().level, VectorLevel::Portable);
+        QCOMPARE(std::string(cpu_kernels().name), std::string("portable"));
+        QCOMPARE(qkernel(), QKernel::Portable);
+        QVERIFY(!has_bf16_dot());
+        QCOMPARE(gemm_token_block(), 4);
+        QCOMPARE(quantize_acts_level(), VectorLevel::Portable);
+        for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+            QCOMPARE(dequantize_level(t), VectorLevel::Portable);
+        QCOMPARE(dequantize_packed_level(DType::Q4_K), VectorLevel::Portable);
+        QCOMPARE(dequantize_packed_level(DType::Q6_K), VectorLevel::Portable);
+        QVERIFY(!kernel_table().attention_v4);
+        WeightView w;
+        w.type = DType::Q4_K;
+        w.shape = {256, 16};
+        QVERIFY(packable(w.type, 256, 16));
+        QVERIFY(!cpu_wants_packed(w));
+
+        // What the families compute is the portable kernels' result.
+        const int64_t n = 512;
+        const std::vector<float> x = random_floats(size_t(3 * n), 5, 2.0f);
+        QuantizedActs got, want;
+        quantize_acts(nullptr, x.data(), 3, n, got);
+        quantize_acts_with(VectorLevel::Portable, nullptr, x.data(), 3, n, want);
+        QVERIFY(same_bits(got.q.data(), want.q.data(), want.q.size()));
+        QVERIFY(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4));
+        for (DType t : k_quant_types) {
+            std::vector<uint8_t> blocks(row_bytes(t, n));
+            quantize_row(t, x.data(), blocks.data(), n);
+            std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+            dequantize_row(t, blocks.data(), a.data(), n);
+            dequantize_row_with(VectorLevel::Portable, t, blocks.data(), b.data(), n);
+            QVERIFY2(same_bits(a.data(), b.data(), a.size() * 4), qPrintable(type_name(t)));
+        }
+    }
+
+    // Forced AVX2 on a CPU with AVX-512: no family runs AVX-512 code, the activation quantizer
+    // included.
+    void forced_avx2_reaches_every_family()
+    {
+        if (!cpu_features().avx2)
+            QSKIP("this CPU has no AVX2");
+        CpuOptionsScope scope(with_kernels(SimdLevel::Avx2));
+        QCOMPARE(kernel_table().level, VectorLevel::Avx2);
+        QCOMPARE(std::string(cpu_kernels().name), std::string("avx2"));
+        QCOMPARE(qkernel(), QKernel::Avx2);
+        QVERIFY(!has_bf16_dot());
+        QCOMPARE(gemm_token_block(), 2);
+        QCOMPARE(quantize_acts_level(), VectorLevel::Avx2);
+        QCOMPARE(dequantize_level(DType::Q8_0), VectorLevel::Avx2);
+        for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K})
+            QCOMPARE(dequantize_level(t), VectorLevel::Portable); // no AVX2 build of these
+        QCOMPARE(dequantize_packed_level(DType::Q4_K), VectorLevel::Portable);
+        QVERIFY(!kernel_table().attention_v4);
+        QCOMPARE(kernel_table().attention_v3, cpu_features().x86_64_v3);
+        WeightView w;
+        w.type = DType::Q6_K;
+        w.shape = {256, 16};
+        QVERIFY(cpu_wants_packed(w)); // the AVX2 packed kernels
+    }
+
+    // The default: the best this CPU has.
+    void default_is_the_best_level()
+    {
+        CpuOptionsScope scope(CpuOptions{});
+        const VectorLevel best = available_levels().front();
+        QCOMPARE(kernel_table().level, best);
+        QCOMPARE(quantize_acts_level(), best);
+        QCOMPARE(dequantize_level(DType::Q4_K),
+                 best == VectorLevel::Avx512 ? VectorLevel::Avx512 : VectorLevel::Portable);
+        QCOMPARE(has_bf16_dot(), best == VectorLevel::Avx512 && cpu_features().avx512_bf16);
+        QKernel ks[3];
+        available_qkernels(ks, 3);
+        QCOMPARE(qkernel(), ks[0]);
+    }
+
+    // Every level's activation quantizer gives the portable one's bits: ordinary values, an
+    // all-zero block, values on rounding ties (x * 127 / max|x| = k + 0.5) and a block whose
+    // largest value is negative.
+    void quantize_acts_levels_agree()
+    {
+        const int64_t n = 1024, n_tokens = 5;
+        std::vector<float> x = random_floats(size_t(n * n_tokens), 11, 1.5f);
+        for (int j = 0; j < 32; ++j) {
+            x[size_t(32 + j)] = 0.0f;
+            x[size_t(64 + j)] = float(j) - 15.5f;
+            x[size_t(96 + j)] = float(j) * 0.25f;
+        }
+        x[64] = -127.0f; // max|x| = 127: x * 1 rounds at every .5
+        x[96 + 31] = -40.0f;
+        QuantizedActs want;
+        quantize_acts_with(VectorLevel::Portable, nullptr, x.data(), n_tokens, n, want);
+        ThreadPool pool(2);
+        for (VectorLevel level : available_levels()) {
+            QuantizedActs got;
+            quantize_acts_with(level, &pool, x.data(), n_tokens, n, got);
+            const char *name = vector_level_name(level);
+            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
+            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
+            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
+            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
+            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+        }
+    }
+
+    // Every level's dequantizers give the portable ones' bits, row layout and packed layout.
+    void dequantizers_agree()
+    {
+        const int64_t n_in = 768, n_out = 32;
+        const std::vector<float> x = random_floats(size_t(n_in * n_out), 13, 0.7f);
+        for (DType t : k_quant_types) {
+            const size_t rb = row_bytes(t, n_in);
+            std::vector<uint8_t> blocks(rb * size_t(n_out));
+            for (int64_t r = 0; r < n_out; ++r)
+                quantize_row(t, x.data() + r * n_in, blocks.data() + size_t(r) * rb, n_in);
+            std::vector<float> want(size_t(n_in) * n_out), got(want.size());
+            for (int64_t r = 0; r < n_out; ++r)
+                dequantize_row_with(VectorLevel::Portable, t, blocks.data() + size_t(r) * rb, want.data() + r * n_in,
+                                    n_in);
+            for (VectorLevel level : available_levels()) {
+                for (int64_t r = 0; r < n_out; ++r)
+                    dequantize_row_with(level, t, blocks.data() + size_t(r) * rb, got.data() + r * n_in, n_in);
+                QVERIFY2(same_bits(got.data(), want.data(), want.size() * 4),
+                         qPrintable(QString("%1 %2").arg(type_name(t)).arg(vector_level_name(level))));
+            }
+            if (!packable(t, n_in, n_out))
+                continue;
+            std::vector<uint8_t> packed(packed_size(t, n_in, n_out));
+            pack_rows(t, blocks.data(), n_in, packed.data(), 0, n_out / packed_group_rows);
+            for (SimdLevel forced : {SimdLevel::Auto, SimdLevel::Avx2, SimdLevel::Portable}) {
+                CpuOptionsScope scope(with_kernels(forced));
+                for (int64_t r = 0; r < n_out; ++r)
+                    dequantize_packed_row(t, packed.data(), n_in, r, got.data() + r * n_in);
+                QVERIFY2(same_bits(got.data(), want.data(), want.size() * 4),
+                         qPrintable(QString("packed %1 %2").arg(type_name(t))
+                                        .arg(vector_level_name(kernel_table().level))));
+            }
+        }
+    }
+
+    // Tiled attention under every forced level gives the default's bits (the x86-64-v4 and -v3
+    // builds agree), with and without a mask tile, with keys rotated as they are loaded or not,
+    // and for decode. (Plain attention's dot products are the float kernels of the level, whose
+    // sums are grouped differently at each level.)
+    void attention_builds_agree()
+    {
+        const int n_head = 4, n_head_kv = 2, hd = 64;
+        const int64_t n_q = 37, n_kv = 150;
+        const std::vector<float> q = random_floats(size_t(n_q * n_head * hd), 21, 1.0f);
+        const std::vector<float> k = random_floats(size_t(n_kv * n_head_kv * hd), 22, 1.0f);
+        const std::vector<float> v = random_floats(size_t(n_kv * n_head_kv * hd), 23, 1.0f);
+        AttentionProblem p;
+        p.n_head = n_head;
+        p.n_head_kv = n_head_kv;
+        p.head_dim = hd;
+        p.q = q.data();
+        p.n_q = n_q;
+        p.q_pos0 = n_kv - n_q;
+        p.k = k.data();
+        p.v = v.data();
+        p.n_kv = n_kv;
+        ThreadPool pool(2);
+        auto run = [&](SimdLevel level, int which) {
+            CpuOptionsScope scope(with_kernels(level));
+            std::vector<float> out(q.size(), NAN);
+            p.out = out.data();
+            if (which == 0)
+                attention_tiled(pool, p, true);
+            else
+                attention_tiled(pool, p, false, 32);
+            return out;
+        };
+        std::vector<double> inv_freq(hd / 2);
+        for (int i = 0; i < hd / 2; ++i)
+            inv_freq[size_t(i)] = std::pow(10000.0, -2.0 * i / hd);
+        KeyRotation rot;
+        rot.inv_freq = inv_freq;
+        rot.n_rot = hd;
+        for (const KeyRotation *r : {static_cast<const KeyRotation *>(nullptr), static_cast<const KeyRotation *>(&rot)}) {
+            p.rotate_keys = r;
+            for (int which = 0; which < 2; ++which) {
+                const std::vector<float> best = run(SimdLevel::Auto, which);
+                for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Portable})
+                    QVERIFY2(same_bits(run(level, which).data(), best.data(), best.size() * 4),
+                             qPrintable(QString("variant %1, level %2, rotated %3").arg(which).arg(int(level))
+                                            .arg(r != nullptr)));
+            }
+        }
+        p.rotate_keys = nullptr;
+        // Decode: the split-keys path.
+        p.n_q = 1;
+        p.q_pos0 = n_kv - 1;
+        const std::vector<float> best = run(SimdLevel::Auto, 0);
+        for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Portable}) {
+            const std::vector<float> got = run(level, 0);
+            QVERIFY(same_bits(got.data(), best.data(), size_t(n_head * hd) * 4));
+        }
+    }
+
+    // The forced path for quantized weights and the packing switch reach matmul's choices.
+    void matmul_options()
+    {
+        CpuOptions o;
+        o.quant_matmul = QuantMatmulPath::Dequantize;
+        o.pack_weights = false;
+        CpuOptionsScope scope(o);
+        QCOMPARE(kernel_table().quant_matmul, QuantMatmulPath::Dequantize);
+        WeightView w;
+        w.type = DType::Q4_K;
+        w.shape = {256, 16};
+        QVERIFY(!cpu_wants_packed(w));
+        // Dequantize forced: matmul with Auto equals the float kernel on the widened rows.
+        const int64_t n_in = 256, n_out = 16, n_tokens = 3;
+        const std::vector<float> values = random_floats(size_t(n_in * n_out), 31, 0.5f);
+        std::vector<uint8_t> blocks(row_bytes(DType::Q4_K, n_in) * size_t(n_out));
+        for (int64_t r = 0; r < n_out; ++r)
+            quantize_row(DType::Q4_K, values.data() + r * n_in, blocks.data() + size_t(r) * row_bytes(DType::Q4_K, n_in),
+                         n_in);
+        w.data = blocks.data();
+        w.nbytes = blocks.size();
+        const std::vector<float> x = random_floats(size_t(n_tokens * n_in), 32, 1.0f);
+        std::vector<float> y_auto(size_t(n_tokens * n_out)), y_deq(y_auto.size());
+        ThreadPool pool(2);
+        matmul(pool, w, x.data(), y_auto.data(), n_tokens);
+        matmul_with(pool, w, x.data(), y_deq.data(), n_tokens, QuantMatmul::Dequantize);
+        QVERIFY(same_bits(y_auto.data(), y_deq.data(), y_auto.size() * 4));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestKernelTable)
+#include "tst_kernel_table.moc"
