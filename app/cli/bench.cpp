@@ -137,17 +137,9 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     const bool probe = !a.flag("--no-probe");
     double bandwidth = probe ? measure_read_bandwidth(n_threads) : 0.0;
     const HParams &hp = model->hparams();
-    const ModelWeights &mw = model->weights();
-    double matmul_params = double(mw.output.n_elements());
-    for (const LayerWeights &l : mw.layers)
-        for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-            matmul_params += double(v->n_elements());
+    const DecodeCost cost = model->decode_cost();
+    const double matmul_params = cost.matmul_params, streamed = cost.streamed_bytes, embd_row = cost.embd_row_bytes;
     const double kv_bytes_per_position = 2.0 * hp.n_layer * hp.n_embd_kv() * sizeof(float);
-    // A decode step streams every matrix once; of the token embedding table (when it is not
-    // also the output matrix) it reads only the rows of the step's tokens.
-    const bool tied = mw.output.data == mw.tok_embd.data;
-    const double embd_row = double(mw.tok_embd.nbytes) / double(std::max<int64_t>(1, mw.tok_embd.ne(1)));
-    const double streamed = double(model->info().weight_bytes) - (tied ? 0.0 : double(mw.tok_embd.nbytes));
 
     std::vector<Row> rows;
     for (int b : batches)
@@ -209,7 +201,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         // Decode reads the streamed weights once per step (shared by the batch),
                         // its token's embedding row and each sequence's cache, on average
                         // in + new/2 positions long.
-                        r.bytes_per_token = streamed / b + (tied ? 0.0 : embd_row) +
+                        r.bytes_per_token = streamed / b + embd_row +
                                             kv_bytes_per_position * (in + nw / 2.0);
                         // Prefill: 2 flops per weight per token, plus attention over in/2 keys on average.
                         const double flops = double(b) * in *

@@ -19,39 +19,17 @@ namespace longscope {
 class MappedFile;
 class GgufFile;
 
-// A weight tensor, in its file's mapping or in the Model's copy. shape[0] is the contiguous
-// dimension, so a matrix for y = W x is [n_in, n_out] here: n_out rows of n_in elements.
-struct WeightView {
-    std::string name;
-    DType type = DType::F32;
-    std::vector<int64_t> shape;
-    const void *data = nullptr;
-    uint64_t nbytes = 0;
-    // The same matrix re-laid out for the CPU's integer kernels (cpu/packed.h), owned by the
-    // Model; null when the CPU kernels read it in place.
-    const uint8_t *cpu_packed = nullptr;
+// The weight views the backends compute with (engine/src/model/weights.h): opaque here.
+struct ModelWeights;
 
-    int64_t ne(size_t i) const { return i < shape.size() ? shape[i] : 1; }
-    int64_t n_elements() const;
-};
-
-struct LayerWeights {
-    WeightView attn_norm; // [n_embd]
-    WeightView wq;        // [n_embd, n_embd]
-    WeightView wk;        // [n_embd, n_embd_kv]
-    WeightView wv;        // [n_embd, n_embd_kv]
-    WeightView wo;        // [n_embd, n_embd]
-    WeightView ffn_norm;  // [n_embd]
-    WeightView w_gate;    // [n_embd, n_ff]
-    WeightView w_up;      // [n_embd, n_ff]
-    WeightView w_down;    // [n_ff, n_embd]
-};
-
-struct ModelWeights {
-    WeightView tok_embd;    // [n_embd, n_vocab]
-    WeightView output_norm; // [n_embd]
-    WeightView output;      // [n_embd, n_vocab] (the embedding when tied)
-    std::vector<LayerWeights> layers;
+// What a forward pass reads and computes, for rooflines: the parameters of the matrix
+// products (one multiply-add each per token), the weight bytes a decode step streams once
+// whatever the batch (every matrix; the embedding table only when it is also the output
+// matrix), and the bytes of one embedding row each token reads otherwise (0 when tied).
+struct DecodeCost {
+    double matmul_params = 0;
+    double streamed_bytes = 0;
+    double embd_row_bytes = 0;
 };
 
 enum class ModelFormat { Gguf, HuggingFace };
@@ -94,7 +72,9 @@ public:
     bool prepared_for_cpu() const { return m_cpu_prepared; }
 
     const HParams &hparams() const { return m_hparams; }
-    const ModelWeights &weights() const { return m_weights; }
+    // For the engine's own layers (model/weights.h completes the type).
+    const ModelWeights &weights() const { return *m_weights; }
+    DecodeCost decode_cost() const;
     const Tokenizer &tokenizer() const { return *m_tokenizer; }
     const ModelInfo &info() const { return m_info; }
 
@@ -104,7 +84,7 @@ private:
     friend struct ModelBuilder;
 
     HParams m_hparams;
-    ModelWeights m_weights;
+    std::unique_ptr<ModelWeights> m_weights;
     std::unique_ptr<Tokenizer> m_tokenizer;
     ModelInfo m_info;
     std::vector<std::shared_ptr<MappedFile>> m_files;

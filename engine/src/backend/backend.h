@@ -12,6 +12,7 @@
 
 #include "longscope/model.h"
 #include "longscope/settings.h"
+#include "model/weights.h"
 
 #include <cstdint>
 #include <memory>

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "cpu/thread_pool.h"
 #include "longscope/model.h"
+#include "model/weights.h"
 
 #include <cstdint>
 #include <span>

@@ -4,6 +4,7 @@
 #include "longscope/cpu_options.h"
 #include "longscope/hparams.h"
 #include "longscope/model.h"
+#include "model/weights.h"
 
 #include <cstdint>
 #include <span>

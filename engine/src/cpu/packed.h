@@ -37,6 +37,7 @@
 
 #include "cpu/qdot.h"
 #include "longscope/types.h"
+#include "model/weights.h"
 
 #include <cstddef>
 #include <cstdint>

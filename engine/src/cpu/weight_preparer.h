@@ -5,6 +5,7 @@
 
 #include "cpu/kernel_table.h"
 #include "model/weight_preparer.h"
+#include "model/weights.h"
 
 namespace longscope {
 

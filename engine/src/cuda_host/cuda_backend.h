@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "cuda_host/cuda_api.h"
 #include "longscope/model.h"
+#include "model/weights.h"
 
 #include <cstdint>
 #include <map>

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "longscope/model.h"
+#include "model/weights.h"
 
 #include <memory>
 #include <string>
@@ -17,7 +18,7 @@ struct ModelBuilder {
 
     static std::unique_ptr<Model> make() { return std::unique_ptr<Model>(new Model()); }
     static HParams &hparams(Model &m) { return m.m_hparams; }
-    static ModelWeights &weights(Model &m) { return m.m_weights; }
+    static ModelWeights &weights(Model &m) { return *m.m_weights; }
     static ModelInfo &info(Model &m) { return m.m_info; }
     static std::unique_ptr<Tokenizer> &tokenizer(Model &m) { return m.m_tokenizer; }
     static std::vector<std::shared_ptr<MappedFile>> &files(Model &m) { return m.m_files; }

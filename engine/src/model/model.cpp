@@ -2,7 +2,9 @@
 
 #include "longscope/errors.h"
 #include "model/loader.h"
+#include "model/weights.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 
@@ -18,8 +20,23 @@ int64_t WeightView::n_elements() const
     return n;
 }
 
-Model::Model() = default;
+Model::Model() : m_weights(std::make_unique<ModelWeights>()) {}
 Model::~Model() = default;
+
+DecodeCost Model::decode_cost() const
+{
+    const ModelWeights &mw = *m_weights;
+    DecodeCost c;
+    c.matmul_params = double(mw.output.n_elements());
+    for (const LayerWeights &l : mw.layers)
+        for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            c.matmul_params += double(v->n_elements());
+    const bool tied = mw.output.data == mw.tok_embd.data;
+    const double embd_row = double(mw.tok_embd.nbytes) / double(std::max<int64_t>(1, mw.tok_embd.ne(1)));
+    c.streamed_bytes = double(m_info.weight_bytes) - (tied ? 0.0 : double(mw.tok_embd.nbytes));
+    c.embd_row_bytes = tied ? 0.0 : embd_row;
+    return c;
+}
 
 std::unique_ptr<Model> Model::load_files(const std::string &path)
 {
@@ -70,7 +87,7 @@ void check_one(const WeightView &w, std::vector<int64_t> expect, const std::stri
 void ModelBuilder::check_weights(Model &m, const std::string &source)
 {
     const HParams &hp = m.m_hparams;
-    ModelWeights &w = m.m_weights;
+    ModelWeights &w = *m.m_weights;
     const int64_t e = hp.n_embd, ekv = hp.n_embd_kv(), f = hp.n_ff, v = hp.n_vocab;
     if (int64_t(w.layers.size()) != hp.n_layer)
         throw FormatError(source + ": expected " + std::to_string(hp.n_layer) + " layers");

@@ -30,7 +30,7 @@ void ModelBuilder::prepare_weights(Model &m, const WeightPreparer &prep, const L
     if (m.m_cpu_prepared)
         return;
     m.m_cpu_prepared = true;
-    ModelWeights &w = m.m_weights;
+    ModelWeights &w = *m.m_weights;
     // A tied output matrix is the embedding table: it is streamed every step like any other
     // matrix, so it is copied (and packed) too, and the embedding lookup reads the same copy.
     const bool tied = w.output.data == w.tok_embd.data;

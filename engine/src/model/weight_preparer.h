@@ -6,6 +6,7 @@
 #pragma once
 
 #include "longscope/model.h"
+#include "model/weights.h"
 
 #include <cstddef>
 #include <cstdint>
