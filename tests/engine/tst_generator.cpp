@@ -53,8 +53,7 @@ class TestGenerator : public QObject {
     {
         return m_model->tokenizer().encode(text, bos);
     }
-    // A prompt of about 300 tokens: memory-efficient attention evaluates it in chunks of 256,
-    // so the chunks of a reused tail start elsewhere than a fresh prompt's.
+    // A prompt of about 300 tokens, more than one chunk of memory-efficient attention.
     std::vector<int32_t> long_prompt() const
     {
         std::string text;
