@@ -119,8 +119,8 @@ private:
     MetricsCallback m_on_metrics;
 };
 
-// Called for each generated token of sequence `seq` in a batch. Return false to stop that
-// sequence.
+// Called for each generated token of sequence `seq` in a batch, as TokenCallback is (the
+// text held to the end comes with id -1). Return false to stop that sequence.
 using BatchTokenCallback = std::function<bool(size_t seq, int32_t id, std::string_view text)>;
 
 // Generates for several prompts together: every step evaluates the next token of every

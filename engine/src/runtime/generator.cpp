@@ -222,6 +222,11 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
                                         " tokens, more than the context limit of " +
                                         std::to_string(session.n_ctx()) + " (raise the context limit)");
 
+    // Settings that arrived meanwhile apply before the context is looked at: they decide
+    // whether its prefix can be kept.
+    if (request.before_step)
+        request.before_step();
+
     // What the context keeps, and what is evaluated.
     std::vector<int32_t> todo;
     int n_prompt = 0, n_cached = 0;
@@ -246,8 +251,6 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
 
     using clock = std::chrono::steady_clock;
     SequenceDecoder decoder(session.model().tokenizer(), request, on_token);
-    if (request.before_step)
-        request.before_step();
     const auto t0 = clock::now();
     const std::span<const float> first = session.eval(todo);
     std::vector<float> logits(first.begin(), first.end());
