@@ -76,6 +76,7 @@ struct Job {
 struct LastRequest {
     std::string id;
     int prompt_tokens = 0;
+    int cached_prompt_tokens = 0; // taken from the previous request's context
     int completion_tokens = 0;
     double prefill_tokens_per_second = 0;
     double decode_tokens_per_second = 0;
@@ -158,6 +159,7 @@ public:
             if (m_last_request) {
                 j["last_request"] = json{{"id", m_last_request->id},
                                          {"prompt_tokens", m_last_request->prompt_tokens},
+                                         {"cached_prompt_tokens", m_last_request->cached_prompt_tokens},
                                          {"completion_tokens", m_last_request->completion_tokens},
                                          {"prefill_tokens_per_second", m_last_request->prefill_tokens_per_second},
                                          {"decode_tokens_per_second", m_last_request->decode_tokens_per_second},
@@ -284,6 +286,7 @@ private:
         const std::string finish = finish_reason(result.stop);
         LastRequest last{job.id,
                          result.n_prompt,
+                         result.n_cached,
                          int(result.tokens.size()),
                          result.prefill_tokens_per_second(),
                          result.decode_tokens_per_second(),
