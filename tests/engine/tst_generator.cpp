@@ -365,6 +365,21 @@ private slots:
         QCOMPARE(joined, want.tokens);
         QCOMPARE(a.text + b.text, want.text);
 
+        // The caller's logits of the last context token: nothing is evaluated first.
+        Session held(*m_model, options());
+        const std::span<const float> l = held.eval(encode("Once upon a time"));
+        GenerateRequest h = greedy({}, 30);
+        h.continue_context = true;
+        h.context_logits.assign(l.begin(), l.end());
+        int evals = 0;
+        held.set_metrics_callback([&](const StepMetrics &) { ++evals; });
+        const GenerateResult from_held = generate(held, h);
+        QCOMPARE(from_held.tokens, want.tokens);
+        QCOMPARE(from_held.n_cached, from_held.n_prompt);
+        QCOMPARE(evals, 29); // one step per token but the last
+        h.context_logits.pop_back();
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, generate(held, h));
+
         // An empty prompt without continue_context, or nothing to continue, is an error.
         QVERIFY_THROWS_EXCEPTION(InvalidArgument, generate(s, greedy({}, 4)));
         Session empty(*m_model, options());

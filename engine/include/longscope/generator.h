@@ -61,6 +61,9 @@ struct GenerateRequest {
     // empty) is appended to it; with an empty prompt the last context token is evaluated
     // again for its logits. reuse_prefix does not apply.
     bool continue_context = false;
+    // With continue_context and an empty prompt: the logits of the context's last token when
+    // the caller holds them [n_vocab]; nothing is evaluated before the first sampling step.
+    std::vector<float> context_logits;
     // generate() only. Evaluate every generated token, so the reply is in the context for
     // the next request (a chat); generation then also stops before sampling once the context
     // is full. Off: the last token is not evaluated (it needs no forward pass).

@@ -227,13 +227,19 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     if (request.before_step)
         request.before_step();
 
+    const bool have_logits = request.continue_context && request.prompt.empty() && !request.context_logits.empty();
+    if (have_logits && int64_t(request.context_logits.size()) != session.model().hparams().n_vocab)
+        throw InvalidArgument("the context's logits hold " + std::to_string(request.context_logits.size()) +
+                              " values, not one per vocabulary entry (" +
+                              std::to_string(session.model().hparams().n_vocab) + ")");
+
     // What the context keeps, and what is evaluated.
     std::vector<int32_t> todo;
     int n_prompt = 0, n_cached = 0;
     if (request.continue_context) {
         n_cached = session.n_past();
         todo = request.prompt;
-        if (todo.empty()) {
+        if (todo.empty() && !have_logits) {
             // The logits of the last context token are evaluated again.
             todo.push_back(session.history().back());
             session.truncate(--n_cached);
@@ -252,8 +258,13 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     using clock = std::chrono::steady_clock;
     SequenceDecoder decoder(session.model().tokenizer(), request, on_token);
     const auto t0 = clock::now();
-    const std::span<const float> first = session.eval(todo);
-    std::vector<float> logits(first.begin(), first.end());
+    std::vector<float> logits;
+    if (have_logits) {
+        logits = request.context_logits;
+    } else {
+        const std::span<const float> first = session.eval(todo);
+        logits.assign(first.begin(), first.end());
+    }
     const double prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     const auto t1 = clock::now();
