@@ -74,9 +74,10 @@ struct GenerateRequest {
     // Asked before every sampling step; true ends the generation with StopReason::Cancelled.
     // Called on the generating thread; it may read state set by other threads.
     std::function<bool(uint64_t id)> cancelled;
-    // generate() only. Called before every forward pass (the prompt's and each step's), on the
-    // generating thread: the place to apply settings that arrived meanwhile
-    // (Session::set_settings). Not called by generate_batch, whose settings are fixed.
+    // generate() only. Called once before the prompt (before deciding what of the context to
+    // keep) and before every step's forward pass, on the generating thread: the place to
+    // apply settings that arrived meanwhile (Session::set_settings). Not called by
+    // generate_batch, whose settings are fixed.
     std::function<void()> before_step;
 };
 
