@@ -103,6 +103,7 @@ FILES = {
     "engine/include/longscope/quantize.h": "runtime",
     "engine/include/longscope/tokenizer.h": "tokenizer",
     "engine/include/longscope/chat.h": "tokenizer",
+    "engine/include/longscope/prompt_fit.h": "tokenizer",
     "engine/include/longscope/engine.h": "runtime",
     "engine/include/longscope/session.h": "runtime",
     "engine/include/longscope/generator.h": "runtime",

@@ -6,6 +6,7 @@
 #include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/generator.h"
 
 #include <cstdio>
 #include <fstream>
@@ -121,6 +122,7 @@ const char *stop_name(StopReason r)
     case StopReason::EndOfSequence: return "eos";
     case StopReason::ContextFull: return "context_full";
     case StopReason::Cancelled: return "cancelled";
+    case StopReason::StopString: return "stop_string";
     }
     return "unknown";
 }

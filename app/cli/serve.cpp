@@ -4,7 +4,7 @@
 // (httplib's pool, bounded) parse and validate a request, tokenize its prompt, put a Job on a
 // bounded queue and wait for it; a full queue is a 503. Streamed responses are chunked
 // server-sent events fed from the job as the worker releases text; when writing to the client
-// fails (it went away), the job's cancel flag is set and the worker stops at the next token.
+// fails (it went away), the job's id is cancelled and the generator stops at the next step.
 #include "commands.h"
 
 #include "args.h"
@@ -14,6 +14,7 @@
 #include "longscope/chat.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/generator.h"
 
 #include <httplib.h>
 
@@ -46,9 +47,9 @@ struct Job {
     std::vector<int32_t> prompt;
     int max_tokens = 0;
     std::string id;
+    uint64_t number = 0;             // the engine's id for cancellation, set by submit()
     int64_t created = 0;
     clock_type::time_point deadline;
-    std::atomic<bool> cancel{false}; // the client went away
 
     enum class State { Queued, Running, Done, Failed };
     std::mutex m;
@@ -56,6 +57,7 @@ struct Job {
     State state = State::Queued;
     std::string pending;             // released text the stream has not sent yet
     std::string text;                // all released text
+    int prompt_tokens = 0;
     int completion_tokens = 0;
     std::string finish;
     std::optional<ApiError> error;   // when Failed
@@ -74,6 +76,7 @@ struct Job {
 struct LastRequest {
     std::string id;
     int prompt_tokens = 0;
+    int cached_prompt_tokens = 0; // taken from the previous request's context
     int completion_tokens = 0;
     double prefill_tokens_per_second = 0;
     double decode_tokens_per_second = 0;
@@ -112,8 +115,10 @@ public:
             dropped.swap(m_queue);
         }
         m_cv.notify_all();
-        for (auto &job : dropped)
+        for (auto &job : dropped) {
+            m_cancels.close(job->number);
             job->fail(ApiError(503, "the server is shutting down", "server_error", "", "server_shutting_down"));
+        }
         if (m_thread.joinable())
             m_thread.join();
     }
@@ -130,10 +135,16 @@ public:
                                "the server is busy: " + std::to_string(m_queue.size()) +
                                    " requests are already waiting for the engine; retry later",
                                "server_error", "", "server_busy");
+            job->number = ++m_last_number;
+            m_cancels.open(job->number);
             m_queue.push_back(std::move(job));
         }
         m_cv.notify_all();
     }
+
+    // The client of a submitted job went away: the generator stops at its next step (a queued
+    // job is dropped when its turn comes).
+    void cancel(uint64_t number) { m_cancels.cancel(number); }
 
     json stats() const
     {
@@ -148,6 +159,7 @@ public:
             if (m_last_request) {
                 j["last_request"] = json{{"id", m_last_request->id},
                                          {"prompt_tokens", m_last_request->prompt_tokens},
+                                         {"cached_prompt_tokens", m_last_request->cached_prompt_tokens},
                                          {"completion_tokens", m_last_request->completion_tokens},
                                          {"prefill_tokens_per_second", m_last_request->prefill_tokens_per_second},
                                          {"decode_tokens_per_second", m_last_request->decode_tokens_per_second},
@@ -197,6 +209,7 @@ private:
             } catch (const std::exception &e) {
                 job->fail(ApiError(500, e.what(), "server_error"));
             }
+            m_cancels.close(job->number);
             MemoryLedger ledger;
             try {
                 ledger = m_session.memory();
@@ -216,7 +229,7 @@ private:
 
     void process(Job &job)
     {
-        if (job.cancel) {
+        if (m_cancels.cancelled(job.number)) {
             std::fprintf(stderr, "[serve] %s: dropped, the client went away while it waited\n", job.id.c_str());
             job.fail(ApiError(499, "the client went away", "invalid_request_error", "", "cancelled"));
             return;
@@ -239,38 +252,41 @@ private:
         g.prompt = job.prompt;
         g.max_new_tokens = job.max_tokens;
         g.sampling = job.req.sampling;
-        StopScanner scanner(job.req.stop);
-        bool timed_out = false, shutting_down = false;
-        auto release = [&](const std::string &text) {
-            if (text.empty())
-                return;
-            {
-                std::lock_guard<std::mutex> lk(job.m);
-                job.text += text;
-                if (job.req.stream)
-                    job.pending += text;
-            }
-            job.cv.notify_all();
-        };
-        GenerateResult result = generate(m_session, g, [&](int32_t, std::string_view piece) {
-            release(scanner.push(piece));
-            if (scanner.stopped() || job.cancel)
-                return false;
+        g.stop = job.req.stop;
+        g.reuse_prefix = true; // the context of the last request: its common prefix is not evaluated again
+        g.id = job.number;
+        bool client_gone = false, timed_out = false, shutting_down = false;
+        g.cancelled = [&](uint64_t number) {
+            client_gone = client_gone || m_cancels.cancelled(number);
+            if (client_gone)
+                return true;
             if (clock_type::now() >= job.deadline) {
                 timed_out = true;
-                return false;
+                return true;
             }
             if (stopping()) {
                 shutting_down = true;
-                return false;
+                return true;
+            }
+            return false;
+        };
+        GenerateResult result = generate(m_session, g, [&](int32_t, std::string_view piece) {
+            if (!piece.empty()) {
+                {
+                    std::lock_guard<std::mutex> lk(job.m);
+                    job.text += piece;
+                    if (job.req.stream)
+                        job.pending += piece;
+                }
+                job.cv.notify_all();
             }
             return true;
         });
-        release(scanner.finish());
 
-        const std::string finish = finish_reason(result.stop, scanner.stopped());
+        const std::string finish = finish_reason(result.stop);
         LastRequest last{job.id,
-                         int(job.prompt.size()),
+                         result.n_prompt,
+                         result.n_cached,
                          int(result.tokens.size()),
                          result.prefill_tokens_per_second(),
                          result.decode_tokens_per_second(),
@@ -279,7 +295,7 @@ private:
                      "[serve] %s: %d prompt + %d completion tokens, prefill %.1f tok/s, decode %.1f tok/s, %s%s\n",
                      job.id.c_str(), last.prompt_tokens, last.completion_tokens, last.prefill_tokens_per_second,
                      last.decode_tokens_per_second, finish.c_str(),
-                     job.cancel ? " (client went away)" : timed_out ? " (timed out)" : "");
+                     client_gone ? " (client went away)" : timed_out ? " (timed out)" : "");
         {
             std::lock_guard<std::mutex> lk(m_stats_mutex);
             m_last_request = last;
@@ -291,6 +307,7 @@ private:
         }
         {
             std::lock_guard<std::mutex> lk(job.m);
+            job.prompt_tokens = result.n_prompt;
             job.completion_tokens = int(result.tokens.size());
             job.finish = finish;
             job.state = Job::State::Done;
@@ -303,8 +320,10 @@ private:
     const int m_n_threads;
     const size_t m_max_queue;
     std::thread m_thread;
+    CancelRegistry m_cancels; // submitted jobs, by number
 
-    mutable std::mutex m_mutex; // queue and stopping
+    mutable std::mutex m_mutex; // queue, stopping and numbers
+    uint64_t m_last_number = 0;
     std::condition_variable m_cv;
     std::deque<std::shared_ptr<Job>> m_queue;
     bool m_stopping = false;
@@ -607,7 +626,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             job->cv.wait(lk, [&] { return job->state == Job::State::Done || job->state == Job::State::Failed; });
             if (job->state == Job::State::Failed)
                 throw *job->error;
-            const Usage usage{int(job->prompt.size()), job->completion_tokens};
+            const Usage usage{job->prompt_tokens, job->completion_tokens};
             send_json(res, 200,
                       ep == Endpoint::Chat
                           ? chat_response(job->id, job->created, model_name, job->text, job->finish, usage)
@@ -624,10 +643,10 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         auto state = std::make_shared<StreamState>();
         res.set_chunked_content_provider(
             "text/event-stream",
-            [job, state, ep, &model_name](size_t, httplib::DataSink &sink) -> bool {
+            [job, state, ep, &model_name, &engine](size_t, httplib::DataSink &sink) -> bool {
                 auto write = [&](const std::string &s) {
                     if (!sink.is_writable() || !sink.write(s.data(), s.size())) {
-                        job->cancel = true; // the client went away: stop generating
+                        engine.cancel(job->number); // the client went away: stop generating
                         return false;
                     }
                     state->last_write = clock_type::now();
@@ -663,7 +682,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                         std::string tail = sse_event(last);
                         if (job->req.include_usage)
                             tail += sse_event(usage_chunk(ep, job->id, job->created, model_name,
-                                                          Usage{int(job->prompt.size()), job->completion_tokens}));
+                                                          Usage{job->prompt_tokens, job->completion_tokens}));
                         tail += k_sse_done;
                         if (!write(tail))
                             return false;
@@ -679,13 +698,13 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                     }
                     return true;
                 } catch (...) {
-                    job->cancel = true;
+                    engine.cancel(job->number);
                     return false;
                 }
             },
-            [job](bool success) {
+            [job, &engine](bool success) {
                 if (!success)
-                    job->cancel = true;
+                    engine.cancel(job->number);
             });
     };
 

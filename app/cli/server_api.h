@@ -1,6 +1,6 @@
 // The OpenAI-compatible API of `longscope-cli serve`, without sockets: request parsing and
-// validation, the response and stream-chunk JSON shapes, errors in OpenAI's shape, stop
-// sequences. serve.cpp wires these to HTTP; tst_serve tests them over real HTTP.
+// validation, the response and stream-chunk JSON shapes, errors in OpenAI's shape.
+// serve.cpp wires these to HTTP; tst_serve tests them over real HTTP.
 #pragma once
 
 #include "longscope/chat.h"
@@ -75,25 +75,9 @@ void apply_settings_fields(const json &body, Settings &settings);
 // The long-context settings as the API spells them (for /v1/metrics and responses).
 json settings_json(const Settings &s);
 
-// Finds the stop sequences in streamed text. push() returns the text that can be released
-// now: everything except a tail that might still grow into a stop sequence. Once a stop
-// sequence is found, the text is cut just before it and stopped() is true; finish() returns
-// what was held back when generation ends without one.
-class StopScanner {
-public:
-    explicit StopScanner(std::vector<std::string> stops) : m_stops(std::move(stops)) {}
-    std::string push(std::string_view piece);
-    std::string finish();
-    bool stopped() const { return m_stopped; }
-
-private:
-    std::vector<std::string> m_stops;
-    std::string m_held;
-    bool m_stopped = false;
-};
-
 // "stop" for an end of sequence or a stop sequence, "length" for max_tokens or a full context.
-std::string finish_reason(StopReason reason, bool stop_sequence_hit);
+// (Stop sequences are found by the generator: GenerateRequest::stop.)
+std::string finish_reason(StopReason reason);
 
 struct Usage {
     int prompt_tokens = 0;

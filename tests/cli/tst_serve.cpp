@@ -334,6 +334,23 @@ private slots:
         }
     }
 
+    // The engine keeps the context of the last request: a prompt it begins with is not
+    // evaluated again, and the text is the same as from a fresh context.
+    void common_prefix_is_reused()
+    {
+        const QJsonObject body{{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 20}};
+        const Reply first = post("/v1/completions", body);
+        QCOMPARE(first.status, 200);
+        const Reply again = post("/v1/completions", body);
+        QCOMPARE(again.status, 200);
+        QCOMPARE(again.json()["choices"].toArray().first().toObject()["text"].toString(),
+                 first.json()["choices"].toArray().first().toObject()["text"].toString());
+        const QJsonObject last = get("/v1/metrics").json()["last_request"].toObject();
+        const int prompt_tokens = again.json()["usage"].toObject()["prompt_tokens"].toInt();
+        QCOMPARE(last["prompt_tokens"].toInt(), prompt_tokens);
+        QCOMPARE(last["cached_prompt_tokens"].toInt(), prompt_tokens - 1); // the last one is evaluated
+    }
+
     void settings_fields_change_results_as_in_cli()
     {
         const QString prompt = long_prompt();

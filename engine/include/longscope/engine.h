@@ -1,7 +1,9 @@
-// The decode loop: a Session holds one sequence's context (its KV cache) on a model, and
-// generate() runs prefill, then sampling step by step, streaming text.
+// A Session holds one sequence's context (its KV cache) on a model; generate_batch runs
+// several sequences together. The generation loop itself (generate(), GenerateRequest,
+// GenerateResult, fit_prompt) is declared in longscope/generator.h, included here.
 #pragma once
 
+#include "longscope/generator.h"
 #include "longscope/metrics.h"
 #include "longscope/model.h"
 #include "longscope/sampler.h"
@@ -82,33 +84,8 @@ private:
     std::unique_ptr<Impl> m;
 };
 
-enum class StopReason { MaxTokens, EndOfSequence, ContextFull, Cancelled };
-
-struct GenerateRequest {
-    std::vector<int32_t> prompt; // token ids, BOS included when wanted
-    int max_new_tokens = 128;
-    SamplingParams sampling;
-    bool stop_at_eos = true;     // stop at EOS, or at a generated BOS (a new document)
-};
-
-struct GenerateResult {
-    std::vector<int32_t> tokens; // generated ids (an end-of-sequence token is not included)
-    std::string text;            // their text, exactly what was streamed
-    int n_prompt = 0;
-    double prefill_seconds = 0;
-    double decode_seconds = 0;
-    StopReason stop = StopReason::MaxTokens;
-
-    double prefill_tokens_per_second() const;
-    double decode_tokens_per_second() const;
-};
-
-// Called for each generated token with its text (possibly empty while a UTF-8 character is
-// incomplete). Return false to stop.
-using TokenCallback = std::function<bool(int32_t id, std::string_view text)>;
-
-// Called for each generated token of sequence `seq` in a batch. Return false to stop that
-// sequence.
+// Called for each generated token of sequence `seq` in a batch, as TokenCallback is (the
+// text held to the end comes with id -1). Return false to stop that sequence.
 using BatchTokenCallback = std::function<bool(size_t seq, int32_t id, std::string_view text)>;
 
 // Generates for several prompts together: every step evaluates the next token of every
@@ -122,17 +99,5 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
                                            const std::vector<GenerateRequest> &requests,
                                            const BatchTokenCallback &on_token = {},
                                            const MetricsCallback &on_metrics = {});
-
-// Fits a prompt into `limit` tokens leaving `reserve` for generation. Error: throws
-// ContextOverflow when it does not fit. HeadTail: keeps the first and the last halves of the
-// budget (as the long-context benchmarks do), so the instruction at the start and the
-// question at the end survive. DropOldestTurns is the chat layer's job and acts as Error here.
-std::vector<int32_t> fit_prompt(std::span<const int32_t> prompt, int limit, int reserve,
-                                OverflowPolicy policy);
-
-// Runs prefill on a fresh context, then samples up to max_new_tokens. Throws InvalidArgument
-// for an empty prompt, ContextOverflow when the prompt does not fit.
-GenerateResult generate(Session &session, const GenerateRequest &request,
-                        const TokenCallback &on_token = {});
 
 } // namespace longscope

@@ -1,7 +1,7 @@
 #include "arch/forward.h"
-#include "runtime/backends.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "runtime/backends.h"
 #include "runtime/rope_base.h"
 
 #include <algorithm>
@@ -17,10 +17,8 @@ struct Sequence {
     std::vector<int32_t> pending;     // tokens to evaluate in the next step
     std::unique_ptr<KvCache> kv;      // null in KvMode::None
     std::unique_ptr<KvCache> step_kv; // KvMode::None: this step's throw-away cache
-    std::unique_ptr<Sampler> sampler;
-    std::unique_ptr<TokenTextStream> text;
+    std::unique_ptr<SequenceDecoder> decoder; // sampling, stops, text: as generate()'s
     std::vector<float> logits;
-    GenerateResult result;
     bool done = false;
 };
 
@@ -51,6 +49,9 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             throw InvalidArgument("a prompt in the batch is empty");
         if (r.max_new_tokens < 0)
             throw InvalidArgument("the number of tokens to generate must not be negative");
+        if (r.continue_context || r.keep_reply_in_context)
+            throw InvalidArgument("a batch has no context to continue or keep: continue_context and "
+                                  "keep_reply_in_context are for generate() on a session");
         r.sampling.validate();
         longest = std::max(longest, r.prompt.size());
     }
@@ -72,13 +73,13 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
                 throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
         if (st.kv_mode != KvMode::None)
             s.kv = backend->make_kv(st.kv_mode, limit);
-        s.sampler = std::make_unique<Sampler>(r.sampling);
-        s.text = std::make_unique<TokenTextStream>(model.tokenizer());
-        s.result.n_prompt = int(r.prompt.size());
-        s.done = r.max_new_tokens == 0;
+        TokenCallback forward_token;
+        if (on_token)
+            forward_token = [&on_token, i](int32_t id, std::string_view text) { return on_token(i, id, text); };
+        s.decoder = std::make_unique<SequenceDecoder>(model.tokenizer(), r, std::move(forward_token));
+        s.done = s.decoder->done();
     }
 
-    const int32_t eos = model.tokenizer().eos_id(), bos = model.tokenizer().bos_id();
     const auto t_start = clock::now();
     double prefill_seconds = 0;
     bool first_step = true;
@@ -184,37 +185,20 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         // Sample the next token of each sequence that was evaluated.
         for (size_t idx : owner) {
             Sequence &s = seqs[idx];
-            const GenerateRequest &r = requests[idx];
-            const int32_t id = s.sampler->sample(s.logits, s.history);
-            if (r.stop_at_eos && (id == eos || (bos >= 0 && id == bos))) {
-                s.result.stop = StopReason::EndOfSequence;
+            if (s.decoder->step(s.logits, s.history, int(s.history.size()), limit))
+                s.pending.push_back(s.decoder->next_token());
+            else
                 s.done = true;
-                continue;
-            }
-            s.result.tokens.push_back(id);
-            const std::string piece = s.text->push(id);
-            s.result.text += piece;
-            if (on_token && !on_token(idx, id, piece)) {
-                s.result.stop = StopReason::Cancelled;
-                s.done = true;
-            } else if (int(s.result.tokens.size()) >= r.max_new_tokens) {
-                s.result.stop = StopReason::MaxTokens;
-                s.done = true;
-            } else if (int(s.history.size()) >= limit) {
-                s.result.stop = StopReason::ContextFull;
-                s.done = true;
-            } else {
-                s.pending.push_back(id);
-            }
         }
     }
     const double total = std::chrono::duration<double>(clock::now() - t_start).count();
     std::vector<GenerateResult> out;
-    for (Sequence &s : seqs) {
-        s.result.text += s.text->flush();
-        s.result.prefill_seconds = prefill_seconds;
-        s.result.decode_seconds = total - prefill_seconds;
-        out.push_back(std::move(s.result));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        GenerateResult r = seqs[i].decoder->finish();
+        r.n_prompt = int(requests[i].prompt.size());
+        r.prefill_seconds = prefill_seconds;
+        r.decode_seconds = total - prefill_seconds;
+        out.push_back(std::move(r));
     }
     return out;
 }

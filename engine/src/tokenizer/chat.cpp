@@ -1,7 +1,7 @@
 #include "longscope/chat.h"
 
-#include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/prompt_fit.h"
 
 namespace longscope {
 
