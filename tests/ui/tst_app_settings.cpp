@@ -1,7 +1,7 @@
 // AppSettings: every field through an ini file and back; recent models ordered, deduplicated,
 // capped, missing files dropped; bad values on disk fall back to the defaults.
-#include "app_settings.h"
-#include "model_paths.h"
+#include "core/app_settings.h"
+#include "core/model_paths.h"
 
 #include <QFile>
 #include <QFileInfo>

@@ -1,8 +1,8 @@
 // The engine worker on a real QThread with the bundled stories260K: loading (success,
 // failure keeping the old model), streaming, stopping, settings switched mid-generation,
 // cache reuse across chat turns, books streamed chunk by chunk, a clean shutdown.
-#include "book.h"
-#include "engine_worker.h"
+#include "core/book.h"
+#include "core/engine_worker.h"
 
 #include "longscope/backend.h"
 

@@ -2,15 +2,15 @@
 // input, stop, live settings mid-generation, plots and their exports, bad models and books,
 // books streamed and continued, clear, regenerate, saved conversations, and closing while
 // the worker is busy.
-#include "book_panel.h"
-#include "chat_input.h"
-#include "chat_model.h"
-#include "chat_view.h"
-#include "conversation_store.h"
-#include "generation_panel.h"
-#include "long_context_panel.h"
-#include "main_window.h"
-#include "metrics_plots.h"
+#include "core/chat_model.h"
+#include "core/conversation_store.h"
+#include "widgets/book_panel.h"
+#include "widgets/chat_input.h"
+#include "widgets/chat_view.h"
+#include "widgets/generation_panel.h"
+#include "widgets/long_context_panel.h"
+#include "widgets/main_window.h"
+#include "widgets/metrics_plots.h"
 
 #include "longscope/backend.h"
 
