@@ -4,6 +4,7 @@
 // the worker is busy.
 #include "core/chat_model.h"
 #include "core/conversation_store.h"
+#include "core/settings_json.h"
 #include "widgets/book_panel.h"
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
@@ -449,6 +450,12 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     QVERIFY(saved.has_value());
     QCOMPARE(saved->messages().size(), 2);
     QCOMPARE(saved->messages().at(1).text, lastText(*w));
+    // The settings are saved in the one JSON form, every field (backend included).
+    const std::optional<longscope::Settings> settings =
+        settingsFromJson(saved->settingsSnapshot().value(QStringLiteral("long_context")).toObject());
+    QVERIFY(settings.has_value());
+    QVERIFY(*settings == w->longContextPanel()->settings());
+    QVERIFY(saved->settingsSnapshot().value(QStringLiteral("long_context")).toObject().contains(QStringLiteral("backend")));
 
     w->clearConversation();
     QCOMPARE(w->chatModel()->count(), 0);

@@ -1,6 +1,10 @@
 #include "core/app_settings.h"
 
+#include "core/settings_json.h"
+
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 
 #include <cmath>
 
@@ -11,10 +15,58 @@ namespace {
 const QString k_gen = QStringLiteral("generation/");
 const QString k_eng = QStringLiteral("longContext/");
 
-QString kvModeName(KvMode m) { return QString::fromLatin1(to_string(m).data(), qsizetype(to_string(m).size())); }
-QString overflowName(OverflowPolicy p)
+// The long-context settings: settingsToJson() as one compact JSON string.
+const QString k_engineJson = k_eng + QStringLiteral("settings");
+
+// Before that, each setting had a key of its own: [key, JSON name, kind].
+enum class LegacyKind { Number, Bool, Text };
+struct LegacyKey {
+    const char *key;
+    const char *json;
+    LegacyKind kind;
+};
+constexpr LegacyKey k_legacyKeys[] = {
+    {"ntkAlpha", "ntk_alpha", LegacyKind::Number},
+    {"ntkAuto", "ntk_auto", LegacyKind::Bool},
+    {"keysBeforeRope", "store_kv_before_rope", LegacyKind::Bool},
+    {"memoryEfficient", "memory_efficient", LegacyKind::Bool},
+    {"causalFlash", "causal_flash", LegacyKind::Bool},
+    {"kvMode", "kv_mode", LegacyKind::Text},
+    {"contextLimit", "context_limit", LegacyKind::Number},
+    {"overflow", "overflow", LegacyKind::Text},
+};
+
+QJsonObject legacyEngineJson(const QSettings &s)
 {
-    return QString::fromLatin1(to_string(p).data(), qsizetype(to_string(p).size()));
+    QJsonObject json;
+    for (const LegacyKey &k : k_legacyKeys) {
+        const QVariant v = s.value(k_eng + QLatin1String(k.key));
+        if (!v.isValid())
+            continue;
+        switch (k.kind) {
+        case LegacyKind::Number: {
+            bool ok = false;
+            const double d = v.toDouble(&ok);
+            if (ok)
+                json.insert(QLatin1String(k.json), d);
+            break;
+        }
+        case LegacyKind::Bool: json.insert(QLatin1String(k.json), v.toBool()); break;
+        case LegacyKind::Text: json.insert(QLatin1String(k.json), v.toString()); break;
+        }
+    }
+    return json;
+}
+
+// Each field that is valid on its own; a bad one falls back to its default without taking
+// the others with it.
+longscope::Settings validFields(const QJsonObject &json)
+{
+    QJsonObject valid;
+    for (auto it = json.begin(); it != json.end(); ++it)
+        if (settingsFromJson(QJsonObject{{it.key(), it.value()}}))
+            valid.insert(it.key(), it.value());
+    return settingsFromJson(valid).value_or(longscope::Settings{});
 }
 
 } // namespace
@@ -66,37 +118,19 @@ void AppSettings::saveGenerationParams(const GenerationParams &p)
 
 longscope::Settings AppSettings::loadEngineSettings() const
 {
-    const longscope::Settings d;
-    longscope::Settings e;
     const QSettings &s = *m_settings;
-    e.rope.ntk_alpha = s.value(k_eng + "ntkAlpha", d.rope.ntk_alpha).toFloat();
-    if (!std::isfinite(e.rope.ntk_alpha) || e.rope.ntk_alpha < 1.0f)
-        e.rope.ntk_alpha = d.rope.ntk_alpha;
-    e.rope.ntk_auto = s.value(k_eng + "ntkAuto", d.rope.ntk_auto).toBool();
-    e.rope.store_kv_before_rope = s.value(k_eng + "keysBeforeRope", d.rope.store_kv_before_rope).toBool();
-    e.attention.memory_efficient = s.value(k_eng + "memoryEfficient", d.attention.memory_efficient).toBool();
-    e.attention.causal_flash = s.value(k_eng + "causalFlash", d.attention.causal_flash).toBool();
-    const auto kv = parse_kv_mode(s.value(k_eng + "kvMode", kvModeName(d.kv_mode)).toString().toStdString());
-    e.kv_mode = kv ? *kv : d.kv_mode;
-    e.context_limit = s.value(k_eng + "contextLimit", d.context_limit).toInt();
-    if (e.context_limit < 0 || e.context_limit > (1 << 24))
-        e.context_limit = d.context_limit;
-    const auto ov = parse_overflow(s.value(k_eng + "overflow", overflowName(d.overflow)).toString().toStdString());
-    e.overflow = ov ? *ov : d.overflow;
-    return e;
+    if (!s.contains(k_engineJson))
+        return validFields(legacyEngineJson(s));
+    const QJsonDocument doc = QJsonDocument::fromJson(s.value(k_engineJson).toString().toUtf8());
+    return validFields(doc.object());
 }
 
 void AppSettings::saveEngineSettings(const longscope::Settings &e)
 {
     QSettings &s = *m_settings;
-    s.setValue(k_eng + "ntkAlpha", double(e.rope.ntk_alpha));
-    s.setValue(k_eng + "ntkAuto", e.rope.ntk_auto);
-    s.setValue(k_eng + "keysBeforeRope", e.rope.store_kv_before_rope);
-    s.setValue(k_eng + "memoryEfficient", e.attention.memory_efficient);
-    s.setValue(k_eng + "causalFlash", e.attention.causal_flash);
-    s.setValue(k_eng + "kvMode", kvModeName(e.kv_mode));
-    s.setValue(k_eng + "contextLimit", e.context_limit);
-    s.setValue(k_eng + "overflow", overflowName(e.overflow));
+    s.setValue(k_engineJson, QString::fromUtf8(QJsonDocument(settingsToJson(e)).toJson(QJsonDocument::Compact)));
+    for (const LegacyKey &k : k_legacyKeys)
+        s.remove(k_eng + QLatin1String(k.key));
 }
 
 QString AppSettings::loadSystemPrompt() const

@@ -2,6 +2,7 @@
 
 #include "core/chat_model.h"
 #include "core/conversation_store.h"
+#include "core/settings_json.h"
 
 #include <QDateTime>
 #include <QJsonObject>
@@ -11,11 +12,6 @@
 namespace longscope::ui {
 
 namespace {
-
-QString qs(std::string_view s)
-{
-    return QString::fromUtf8(s.data(), qsizetype(s.size()));
-}
 
 // The settings a conversation was held with, saved with it.
 QJsonObject snapshot(const GenerationParams &p, const longscope::Settings &s)
@@ -27,15 +23,7 @@ QJsonObject snapshot(const GenerationParams &p, const longscope::Settings &s)
                     {QStringLiteral("do_sample"), p.do_sample},
                     {QStringLiteral("repetition_penalty"), double(p.repetition_penalty)},
                     {QStringLiteral("seed"), QString::number(p.seed)}};
-    QJsonObject lc{{QStringLiteral("ntk_alpha"), double(s.rope.ntk_alpha)},
-                   {QStringLiteral("ntk_auto"), s.rope.ntk_auto},
-                   {QStringLiteral("store_kv_before_rope"), s.rope.store_kv_before_rope},
-                   {QStringLiteral("memory_efficient"), s.attention.memory_efficient},
-                   {QStringLiteral("causal_flash"), s.attention.causal_flash},
-                   {QStringLiteral("kv_mode"), qs(to_string(s.kv_mode))},
-                   {QStringLiteral("context_limit"), s.context_limit},
-                   {QStringLiteral("overflow"), qs(to_string(s.overflow))}};
-    return {{QStringLiteral("generation"), gen}, {QStringLiteral("long_context"), lc}};
+    return {{QStringLiteral("generation"), gen}, {QStringLiteral("long_context"), settingsToJson(s)}};
 }
 
 Message stamped(Message::Role role, const QString &text = QString())

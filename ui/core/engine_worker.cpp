@@ -1,5 +1,7 @@
 #include "core/engine_worker.h"
 
+#include "core/context_limit.h"
+
 #include "longscope/backend.h"
 #include "longscope/hardware.h"
 
@@ -57,16 +59,6 @@ public:
 private:
     bool m_seen_text = false;
 };
-
-bool same_settings(const longscope::Settings &a, const longscope::Settings &b)
-{
-    return a.rope.ntk_alpha == b.rope.ntk_alpha && a.rope.ntk_auto == b.rope.ntk_auto &&
-           a.rope.store_kv_before_rope == b.rope.store_kv_before_rope &&
-           a.attention.memory_efficient == b.attention.memory_efficient &&
-           a.attention.causal_flash == b.attention.causal_flash &&
-           a.attention.reproduce_padding_bug == b.attention.reproduce_padding_bug && a.kv_mode == b.kv_mode &&
-           a.context_limit == b.context_limit && a.overflow == b.overflow;
-}
 
 } // namespace
 
@@ -144,7 +136,7 @@ void EngineWorker::apply_pending_settings(bool may_reset)
     // model's default, as when the session was made.
     longscope::Settings effective = *pending;
     if (effective.context_limit == 0)
-        effective.context_limit = std::min(m_model->hparams().n_ctx_train, k_default_ctx_cap);
+        effective.context_limit = defaultContextLimit(m_model->hparams().n_ctx_train);
     try {
         if (may_reset && effective.context_limit < m_session->n_past()) {
             m_session->reset();
@@ -302,7 +294,7 @@ void EngineWorker::loadModel(const QString &path)
     {
         // The old session stays: what was pending for it still is.
         std::lock_guard lock(m_settings_mutex);
-        if (m_session && !m_pending && !same_settings(m_session->settings(), wanted))
+        if (m_session && !m_pending && m_session->settings() != wanted)
             m_pending = wanted;
     }
     emit loadFailed(path, failure);

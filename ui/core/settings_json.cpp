@@ -27,6 +27,7 @@ QJsonObject settingsToJson(const longscope::Settings &s)
                        {QStringLiteral("store_kv_before_rope"), s.rope.store_kv_before_rope},
                        {QStringLiteral("memory_efficient"), s.attention.memory_efficient},
                        {QStringLiteral("causal_flash"), s.attention.causal_flash},
+                       {QStringLiteral("reproduce_padding_bug"), s.attention.reproduce_padding_bug},
                        {QStringLiteral("kv_mode"), qs(to_string(s.kv_mode))},
                        {QStringLiteral("context_limit"), s.context_limit},
                        {QStringLiteral("overflow"), qs(to_string(s.overflow))},
@@ -58,7 +59,8 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
     }
     if (!boolean("ntk_auto", s.rope.ntk_auto) || !boolean("store_kv_before_rope", s.rope.store_kv_before_rope) ||
         !boolean("memory_efficient", s.attention.memory_efficient) ||
-        !boolean("causal_flash", s.attention.causal_flash))
+        !boolean("causal_flash", s.attention.causal_flash) ||
+        !boolean("reproduce_padding_bug", s.attention.reproduce_padding_bug))
         return std::nullopt;
     if (const QJsonValue kv = json.value(QStringLiteral("kv_mode")); !kv.isUndefined()) {
         const auto mode = parse_kv_mode(kv.toString().toStdString());
@@ -93,6 +95,21 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
         s.backend = *backend;
     }
     return s;
+}
+
+bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b)
+{
+    const auto measured = [](longscope::Settings s) {
+        longscope::Settings m;
+        m.rope = s.rope;
+        if (s.rope.ntk_auto)
+            m.rope.ntk_alpha = 1.0f;
+        m.attention.memory_efficient = s.attention.memory_efficient;
+        m.attention.causal_flash = s.attention.causal_flash;
+        m.kv_mode = s.kv_mode;
+        return m;
+    };
+    return measured(a) == measured(b);
 }
 
 QString alphaText(const longscope::Settings &s)

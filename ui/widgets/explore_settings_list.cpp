@@ -9,14 +9,6 @@ namespace {
 
 constexpr int k_settingsRole = Qt::UserRole + 1;
 
-bool sameSettings(const longscope::Settings &a, const longscope::Settings &b)
-{
-    return a.rope.ntk_auto == b.rope.ntk_auto && (a.rope.ntk_auto || a.rope.ntk_alpha == b.rope.ntk_alpha) &&
-           a.rope.store_kv_before_rope == b.rope.store_kv_before_rope &&
-           a.attention.memory_efficient == b.attention.memory_efficient &&
-           a.attention.causal_flash == b.attention.causal_flash && a.kv_mode == b.kv_mode;
-}
-
 } // namespace
 
 ExploreSettingsList::ExploreSettingsList(QWidget *parent) : QListWidget(parent)
@@ -31,7 +23,7 @@ ExploreSettingsList::ExploreSettingsList(QWidget *parent) : QListWidget(parent)
 int ExploreSettingsList::addSettings(const QString &label, const longscope::Settings &settings)
 {
     for (int i = 0; i < count(); ++i) {
-        if (sameSettings(settingsAt(i).settings, settings)) {
+        if (sameMeasurement(settingsAt(i).settings, settings)) {
             item(i)->setCheckState(Qt::Checked);
             return i;
         }

@@ -1,5 +1,7 @@
 #include "widgets/long_context_panel.h"
 
+#include "core/context_limit.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QStandardItemModel>
@@ -179,7 +181,7 @@ void LongContextPanel::setTrainedContext(int n)
         m_contextLimit->setSpecialValueText(tr("model default"));
         return;
     }
-    const int def = std::min(n, 4096);
+    const int def = defaultContextLimit(n);
     m_trained->setText(tr("trained context: %L1 tokens").arg(n));
     m_contextLimit->setSpecialValueText(tr("default (%L1)").arg(def));
 }

@@ -2,6 +2,7 @@
 
 #include "core/app_settings.h"
 #include "core/chat_model.h"
+#include "core/context_limit.h"
 #include "core/conversation_list_model.h"
 #include "core/conversation_store.h"
 #include "core/explore_store.h"
@@ -566,7 +567,7 @@ int MainWindow::contextLimit() const
     const int requested = m_longContext->settings().context_limit;
     if (requested > 0)
         return requested;
-    return m_modelLoaded ? std::min(m_summary.n_ctx_train, k_default_ctx_cap) : 0;
+    return m_modelLoaded ? defaultContextLimit(m_summary.n_ctx_train) : 0;
 }
 
 void MainWindow::setActivity(Activity activity)
