@@ -89,8 +89,8 @@ bool ChatController::startChat()
     m_model->appendMessage(reply);
     m_state = State::Chatting;
     emit replyStarted(m_state);
-    QMetaObject::invokeMethod(m_worker, [w = m_worker.data(), request] { w->generateChat(request); },
-                              Qt::QueuedConnection);
+    if (m_worker)
+        m_worker->queueChat(request);
     return true;
 }
 
@@ -115,9 +115,8 @@ void ChatController::continueText()
     m_model->appendMessage(reply);
     m_state = State::Continuing;
     emit replyStarted(m_state);
-    const GenerationParams params = inputs().params;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker.data(), params] { w->continueText(params); },
-                              Qt::QueuedConnection);
+    if (m_worker)
+        m_worker->queueContinue(inputs().params);
 }
 
 void ChatController::newConversation()

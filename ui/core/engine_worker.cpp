@@ -98,7 +98,49 @@ EngineWorker::~EngineWorker()
     m_model.reset();
 }
 
-void EngineWorker::requestStop() { m_stop.store(true); }
+void EngineWorker::requestStop()
+{
+    // Raise the watermark to the last job queued (never lower it: two Stops may race).
+    const quint64 last = m_last_job.load();
+    quint64 seen = m_cancelled_through.load();
+    while (seen < last && !m_cancelled_through.compare_exchange_weak(seen, last)) {
+    }
+}
+
+quint64 EngineWorker::queueChat(const ChatRequest &request)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(this, [this, job, request] { run_chat(job, request); }, Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineWorker::queueContinue(const GenerationParams &params)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(this, [this, job, params] { run_continue(job, params); }, Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineWorker::queueStream(const QString &text, int chunk_tokens)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(
+        this, [this, job, text, chunk_tokens] { run_stream(job, text, chunk_tokens); }, Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineWorker::queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                                      const QString &label, qint64 maxTokens)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(
+        this,
+        [this, job, text, settings, ctx, bucket, label, maxTokens] {
+            run_perplexity(job, text, settings, ctx, bucket, label, maxTokens);
+        },
+        Qt::QueuedConnection);
+    return job;
+}
 
 void EngineWorker::cancelLoad() { m_cancel_load.store(true); }
 
@@ -362,7 +404,7 @@ void EngineWorker::decode_loop(const std::vector<int32_t> &tokens, const Generat
     const auto t1 = Clock::now();
     summary.reason = FinishReason::MaxTokens;
     for (;;) {
-        if (m_stop.load()) {
+        if (stop_requested()) {
             summary.reason = FinishReason::Stopped;
             break;
         }
@@ -395,12 +437,22 @@ void EngineWorker::decode_loop(const std::vector<int32_t> &tokens, const Generat
 
 void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
 {
-    m_stop.store(false);
+    run_chat(next_job(), request);
+}
+
+void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
+{
+    m_job = job;
     emit generationStarted();
     GenerationSummary summary;
     try {
         if (!require_model()) {
             summary.reason = FinishReason::Error;
+            emit generationFinished(summary);
+            return;
+        }
+        if (stop_requested()) { // stopped while it waited in the queue
+            summary.reason = FinishReason::Stopped;
             emit generationFinished(summary);
             return;
         }
@@ -464,12 +516,22 @@ void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
 
 void EngineWorker::continueText(const longscope::ui::GenerationParams &params)
 {
-    m_stop.store(false);
+    run_continue(next_job(), params);
+}
+
+void EngineWorker::run_continue(quint64 job, const GenerationParams &params)
+{
+    m_job = job;
     emit generationStarted();
     GenerationSummary summary;
     try {
         if (!require_model()) {
             summary.reason = FinishReason::Error;
+            emit generationFinished(summary);
+            return;
+        }
+        if (stop_requested()) { // stopped while it waited in the queue
+            summary.reason = FinishReason::Stopped;
             emit generationFinished(summary);
             return;
         }
@@ -499,9 +561,18 @@ void EngineWorker::finish_with_error(const QString &message, GenerationSummary s
 
 void EngineWorker::streamText(const QString &text, int chunk_tokens)
 {
-    m_stop.store(false);
+    run_stream(next_job(), text, chunk_tokens);
+}
+
+void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens)
+{
+    m_job = job;
     if (!require_model()) {
         emit streamFinished(true, 0);
+        return;
+    }
+    if (stop_requested()) { // stopped while it waited in the queue
+        emit streamFinished(true, m_session->n_past());
         return;
     }
     try {
@@ -536,7 +607,7 @@ void EngineWorker::streamText(const QString &text, int chunk_tokens)
         emit streamProgress(0, total);
         bool stopped = false;
         for (int done = 0; done < total;) {
-            if (m_stop.load()) {
+            if (stop_requested()) {
                 stopped = true;
                 break;
             }
@@ -572,7 +643,13 @@ const std::vector<int32_t> &EngineWorker::perplexity_tokens(const QString &text)
 void EngineWorker::runPerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                                  const QString &label, qint64 maxTokens)
 {
-    m_stop.store(false);
+    run_perplexity(next_job(), text, settings, ctx, bucket, label, maxTokens);
+}
+
+void EngineWorker::run_perplexity(quint64 job, const QString &text, const longscope::Settings &settings, int ctx,
+                                  int bucket, const QString &label, qint64 maxTokens)
+{
+    m_job = job;
     PerplexityRunResult run;
     run.label = label;
     run.settings = settings;
@@ -592,6 +669,8 @@ void EngineWorker::runPerplexity(const QString &text, const longscope::Settings 
         if (bucket < 1)
             throw InvalidArgument("the bucket size must be at least 1 position");
         run.settings.validate();
+        if (stop_requested())
+            throw Cancelled("cancelled while it waited in the queue");
         std::span<const int32_t> tokens(perplexity_tokens(text));
         if (maxTokens > 0 && qint64(tokens.size()) > maxTokens)
             tokens = tokens.first(size_t(maxTokens));
@@ -604,7 +683,7 @@ void EngineWorker::runPerplexity(const QString &text, const longscope::Settings 
         options.progress = [&](int64_t done, int64_t total) {
             run.n_total = total;
             emit perplexityProgress(label, done, total);
-            return !m_stop.load();
+            return !stop_requested();
         };
         // The run's own speed and memory; not emitted as stepMetrics, which describe the chat's
         // context.
@@ -622,6 +701,8 @@ void EngineWorker::runPerplexity(const QString &text, const longscope::Settings 
         run.curve.reserve(qsizetype(r.curve.size()));
         for (const PositionBucket &b : r.curve)
             run.curve.append(PerplexityPoint{b.begin, b.end, b.count, b.mean_nll});
+    } catch (const Cancelled &) {
+        run.cancelled = true; // nothing scored
     } catch (const std::bad_alloc &) {
         run.error = QStringLiteral("out of memory");
     } catch (const std::exception &e) {

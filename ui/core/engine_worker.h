@@ -1,8 +1,14 @@
 // The engine on its own thread. An EngineWorker is moved to a QThread; the UI calls its slots
 // through queued connections (or QMetaObject::invokeMethod) and listens to its signals.
 // Stopping and changing settings must reach a generation that is running, so those two are
-// thread-safe plain methods (an atomic flag and a mutex-guarded pending value) that the decode
-// loop checks at every step, not queued slots that would wait until the loop ends.
+// thread-safe plain methods (atomics and a mutex-guarded pending value) that the decode loop
+// checks at every step, not queued slots that would wait until the loop ends.
+//
+// Jobs (a chat reply, a continuation, a book streamed in, a perplexity run) are numbered in
+// the order they are queued. requestStop() cancels every job queued so far, the one running
+// and the ones still waiting behind it, and none queued after: a Stop pressed while a job
+// waits in the queue is not lost when that job starts. The queue*() methods number a job as
+// they queue it; a job started through its slot directly is numbered when it starts.
 #pragma once
 
 #include "core/perplexity_run.h"
@@ -93,10 +99,20 @@ public:
     ~EngineWorker() override;
 
     // Thread-safe: called from the UI thread while the worker is busy.
-    void requestStop();                                // ends the generation, book or perplexity run at the next step
+    // Ends the generation, book or perplexity run at the next step, and cancels every job
+    // queued before this call (each then finishes at once, as stopped).
+    void requestStop();
     void cancelLoad();                                 // abandons a model load in progress
     void setSettings(const longscope::Settings &s);    // applied at the next step
     longscope::Settings settings() const;
+
+    // Thread-safe: queue a job on the worker's thread (the slot of the same name below) and
+    // return its number, which grows with every job queued.
+    quint64 queueChat(const longscope::ui::ChatRequest &request);
+    quint64 queueContinue(const longscope::ui::GenerationParams &params);
+    quint64 queueStream(const QString &text, int chunk_tokens);
+    quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                            const QString &label, qint64 maxTokens = 0);
 
 public slots:
     void loadModel(const QString &path);
@@ -170,6 +186,15 @@ private:
     void decode_loop(const std::vector<int32_t> &tokens, const GenerationParams &params,
                      bool trim_leading, GenerationSummary &summary);
     void finish_with_error(const QString &message, GenerationSummary summary);
+    // The jobs behind the slots, `job` their number.
+    void run_chat(quint64 job, const ChatRequest &request);
+    void run_continue(quint64 job, const GenerationParams &params);
+    void run_stream(quint64 job, const QString &text, int chunk_tokens);
+    void run_perplexity(quint64 job, const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                        const QString &label, qint64 maxTokens);
+    quint64 next_job() { return ++m_last_job; }
+    // Whether the job running now was cancelled (worker thread).
+    bool stop_requested() const { return m_job <= m_cancelled_through.load(); }
     // The tokens of a text to score, kept for the next run on the same text.
     const std::vector<int32_t> &perplexity_tokens(const QString &text);
 
@@ -181,7 +206,9 @@ private:
     int m_n_threads;
     std::unique_ptr<longscope::Model> m_model;
     std::unique_ptr<longscope::Session> m_session;
-    std::atomic<bool> m_stop{false};
+    std::atomic<quint64> m_last_job{0};          // the number of the last job queued
+    std::atomic<quint64> m_cancelled_through{0}; // jobs numbered up to this one are cancelled
+    quint64 m_job = 0;                           // the job running now (worker thread only)
     std::atomic<bool> m_cancel_load{false};
     mutable std::mutex m_settings_mutex;
     longscope::Settings m_settings;          // what the UI asked for

@@ -458,12 +458,7 @@ void ExploreView::startNext()
     const int ctx = m_runCtx;
     const int bucket = m_runBucket;
     const qint64 tokens = m_runTokens;
-    QMetaObject::invokeMethod(
-        m_worker.data(),
-        [w = m_worker.data(), text, preset, ctx, bucket, tokens] {
-            w->runPerplexity(text, preset.settings, ctx, bucket, preset.label, tokens);
-        },
-        Qt::QueuedConnection);
+    m_worker->queuePerplexity(text, preset.settings, ctx, bucket, preset.label, tokens);
 }
 
 void ExploreView::onPerplexityProgress(const QString &label, qint64 done, qint64 total)

@@ -1046,8 +1046,7 @@ void MainWindow::streamBook()
     m_bookPanel->setStreaming(true);
     statusBar()->showMessage(tr("Streaming “%1” into the context…").arg(book.title));
     const QString text = book.text;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker.data(), text, chunk] { w->streamText(text, chunk); },
-                              Qt::QueuedConnection);
+    m_worker->queueStream(text, chunk);
 }
 
 void MainWindow::onStreamProgress(int done, int total)
