@@ -8,6 +8,7 @@
 #include "widgets/book_panel.h"
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
+#include "widgets/exports.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/main_window.h"
@@ -259,7 +260,7 @@ void TestMainWindow::liveSettingsReachARunningGeneration()
     QVERIFY(w->errors.isEmpty());
     // The marked plots, kept where LONGSCOPE_TEST_ARTIFACTS says (for a look by eye).
     const QString artifacts = qEnvironmentVariable("LONGSCOPE_TEST_ARTIFACTS", m_dir.path());
-    QVERIFY(w->exportPlotsPng(QDir(artifacts).filePath(QStringLiteral("live-settings-plots.png"))));
+    QVERIFY(w->exports()->plotsPng(QDir(artifacts).filePath(QStringLiteral("live-settings-plots.png"))));
     w->metricsPlots()->replotNow();
     QVERIFY(w->grab().save(QDir(artifacts).filePath(QStringLiteral("live-settings-window.png"))));
 
@@ -281,8 +282,8 @@ void TestMainWindow::plotsReceivePointsAndExport()
 
     const QString png = m_dir.filePath(QStringLiteral("plots.png"));
     const QString csv = m_dir.filePath(QStringLiteral("plots.csv"));
-    QVERIFY(w->exportPlotsPng(png));
-    QVERIFY(w->exportPlotsCsv(csv));
+    QVERIFY(w->exports()->plotsPng(png));
+    QVERIFY(w->exports()->plotsCsv(csv));
     const QImage image(png);
     QVERIFY(!image.isNull());
     QVERIFY(image.width() > 400);
@@ -292,7 +293,7 @@ void TestMainWindow::plotsReceivePointsAndExport()
     QCOMPARE(lines.size(), plots->stepCount() + 1);
     QVERIFY(lines.first().contains("position"));
 
-    QVERIFY(!w->exportPlotsPng(m_dir.filePath(QStringLiteral("no/such/dir/plots.png"))));
+    QVERIFY(!w->exports()->plotsPng(m_dir.filePath(QStringLiteral("no/such/dir/plots.png"))));
     QCOMPARE(w->errors.size(), 1);
 }
 

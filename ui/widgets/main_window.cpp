@@ -1,6 +1,7 @@
 #include "widgets/main_window.h"
 
 #include "core/app_settings.h"
+#include "core/book_controller.h"
 #include "core/chat_model.h"
 #include "core/context_limit.h"
 #include "core/conversation_list_model.h"
@@ -12,6 +13,7 @@
 #include "widgets/chat_view.h"
 #include "widgets/conversation_sidebar.h"
 #include "widgets/explore_view.h"
+#include "widgets/exports.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/metrics_plots.h"
@@ -34,7 +36,6 @@
 #include <QPlainTextEdit>
 #include <QProgressDialog>
 #include <QPushButton>
-#include <QRegularExpression>
 #include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
@@ -70,8 +71,6 @@ void initResources()
 namespace {
 
 constexpr int kStatusRefreshMs = 250;
-constexpr int kMaxBookChunk = 256;
-constexpr int kMinBookChunk = 32;
 
 QString qs(std::string_view s)
 {
@@ -91,14 +90,6 @@ QString overflowText(OverflowPolicy p)
     case OverflowPolicy::DropOldestTurns: return MainWindow::tr("drop oldest");
     }
     return {};
-}
-
-QString safeFileName(const QString &title)
-{
-    QString name = title;
-    name.replace(QRegularExpression(QStringLiteral("[^\\w\\- ]+")), QStringLiteral(""));
-    name = name.simplified().replace(QLatin1Char(' '), QLatin1Char('-')).left(48);
-    return name.isEmpty() ? QStringLiteral("conversation") : name;
 }
 
 bool looksLikeModel(const QFileInfo &fi)
@@ -133,6 +124,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         in.contextLimit = contextLimit();
         return in;
     });
+    m_books = new BookController(this);
     connect(m_chat, &ChatController::replyStarted, this, &MainWindow::onReplyStarted);
     connect(m_chat, &ChatController::replyFinished, this, &MainWindow::onReplyFinished);
     connect(m_chat, &ChatController::statusMessage, this,
@@ -202,6 +194,15 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     resizeDocks({dock}, {230}, Qt::Horizontal);
     m_conversationsDock = dock;
 
+    m_exports = new Exports(m_chat, m_store, m_conversationList, m_plots, m_explore,
+                            Exports::Hooks{
+                                [this](const QString &caption, const QString &name, const QString &filter) {
+                                    return chooseSaveFile(caption, name, filter);
+                                },
+                                [this](const QString &title, const QString &text) { showError(title, text); },
+                                [this](const QString &text) { statusBar()->showMessage(text, 5000); },
+                                [this] { return m_systemPrompt->toPlainText(); }},
+                            this);
     createMenus();
     // The View menu gets the dock's toggle.
     for (QAction *a : menuBar()->actions()) {
@@ -213,8 +214,8 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     connect(m_sidebar, &ConversationSidebar::openRequested, this, &MainWindow::openConversation);
     connect(m_sidebar, &ConversationSidebar::newRequested, this, &MainWindow::clearConversation);
     connect(m_sidebar, &ConversationSidebar::deleteRequested, this, &MainWindow::onDeleteRequested);
-    connect(m_sidebar, &ConversationSidebar::exportMarkdownRequested, this, &MainWindow::onExportMarkdownRequested);
-    connect(m_sidebar, &ConversationSidebar::exportJsonRequested, this, &MainWindow::onExportJsonRequested);
+    connect(m_sidebar, &ConversationSidebar::exportMarkdownRequested, m_exports, &Exports::savedConversationMarkdown);
+    connect(m_sidebar, &ConversationSidebar::exportJsonRequested, m_exports, &Exports::savedConversationJson);
 
     // Persistent state.
     m_generation->setParams(m_appSettings->loadGenerationParams());
@@ -424,30 +425,7 @@ void MainWindow::createMenus()
     });
     m_openBookAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
     file->addSeparator();
-    file->addAction(tr("Export Conversation as &Markdown…"), this, [this] {
-        const QString path = chooseSaveFile(tr("Export Conversation"), safeFileName(m_chat->conversation().title()) + QStringLiteral(".md"),
-                                            tr("Markdown (*.md)"));
-        if (!path.isEmpty() && exportConversationMarkdown(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-    });
-    file->addAction(tr("Export Conversation as &JSON…"), this, [this] {
-        const QString path = chooseSaveFile(tr("Export Conversation"), safeFileName(m_chat->conversation().title()) + QStringLiteral(".json"),
-                                            tr("JSON (*.json)"));
-        if (!path.isEmpty() && exportConversationJson(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-    });
-    file->addAction(tr("Export Plots as &PNG…"), this, [this] {
-        const QString path = chooseSaveFile(tr("Export Plots"), QStringLiteral("longscope-plots.png"), tr("PNG images (*.png)"));
-        if (!path.isEmpty() && exportPlotsPng(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-    });
-    file->addAction(tr("Export Plots as &CSV…"), this, [this] {
-        const QString path = chooseSaveFile(tr("Export Metrics"), QStringLiteral("longscope-metrics.csv"), tr("CSV files (*.csv)"));
-        if (!path.isEmpty() && exportPlotsCsv(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-    });
-    file->addAction(tr("Export E&xploration as PNG…"), m_explore, &ExploreView::exportPngRequested);
-    file->addAction(tr("Export Exp&loration as CSV…"), m_explore, &ExploreView::exportCsvRequested);
+    m_exports->addMenuActions(file);
     file->addSeparator();
     QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -509,8 +487,9 @@ void MainWindow::connectWorker()
     connect(w, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
     connect(w, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
     m_chat->setWorker(w);
-    connect(w, &EngineWorker::streamProgress, this, &MainWindow::onStreamProgress);
-    connect(w, &EngineWorker::streamFinished, this, &MainWindow::onStreamFinished);
+    m_books->setWorker(w);
+    connect(m_books, &BookController::progress, m_bookPanel, &BookPanel::setProgress);
+    connect(m_books, &BookController::finished, this, &MainWindow::onStreamFinished);
     connect(w, &EngineWorker::stepMetrics, this, &MainWindow::onStepMetrics);
     connect(w, &EngineWorker::settingsApplied, this, &MainWindow::onSettingsApplied);
     connect(w, &EngineWorker::backendChanged, this, &MainWindow::showBackend);
@@ -525,18 +504,6 @@ void MainWindow::connectExplore()
     connect(m_explore, &ExploreView::deleteRunRequested, this, &MainWindow::onExploreDeleteRequested);
     connect(m_explore, &ExploreView::statusMessage, this, [this](const QString &text) {
         statusBar()->showMessage(text, 6000);
-    });
-    connect(m_explore, &ExploreView::exportPngRequested, this, [this] {
-        const QString path = chooseSaveFile(tr("Export Exploration"), QStringLiteral("longscope-perplexity.png"),
-                                            tr("PNG images (*.png)"));
-        if (!path.isEmpty() && exportExplorationPng(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-    });
-    connect(m_explore, &ExploreView::exportCsvRequested, this, [this] {
-        const QString path = chooseSaveFile(tr("Export Exploration"), QStringLiteral("longscope-perplexity.csv"),
-                                            tr("CSV files (*.csv)"));
-        if (!path.isEmpty() && exportExplorationCsv(path))
-            statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
     });
     connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::onTabChanged);
 }
@@ -854,34 +821,6 @@ void MainWindow::onDeleteRequested(const QString &id)
     deleteConversation(id, true);
 }
 
-void MainWindow::onExportMarkdownRequested(const QString &id)
-{
-    const int row = m_conversationList->rowOf(id);
-    const QString title = row >= 0 ? m_conversationList->infoAt(row).title : id;
-    const QString path = chooseSaveFile(tr("Export Conversation"), safeFileName(title) + QStringLiteral(".md"), tr("Markdown (*.md)"));
-    if (path.isEmpty())
-        return;
-    QString error;
-    if (!m_store->exportMarkdown(id, path, &error))
-        showError(tr("Export failed"), error);
-    else
-        statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-}
-
-void MainWindow::onExportJsonRequested(const QString &id)
-{
-    const int row = m_conversationList->rowOf(id);
-    const QString title = row >= 0 ? m_conversationList->infoAt(row).title : id;
-    const QString path = chooseSaveFile(tr("Export Conversation"), safeFileName(title) + QStringLiteral(".json"), tr("JSON (*.json)"));
-    if (path.isEmpty())
-        return;
-    QString error;
-    if (!m_store->exportJson(id, path, &error))
-        showError(tr("Export failed"), error);
-    else
-        statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
-}
-
 void MainWindow::onReplyFinished(const GenerationSummary &summary)
 {
     if (summary.decode_tokens_per_second > 0)
@@ -1023,10 +962,8 @@ void MainWindow::streamBook()
         return;
     const Book &book = m_bookPanel->book();
     const int room = std::max(0, contextLimit() - m_contextUsed);
-    // Every UTF-8 byte is at most one token (byte fallback), plus BOS and the prefix space.
-    const qsizetype worstCase = book.text.toUtf8().size() + 2;
     longscope::Settings s = m_longContext->settings();
-    if (worstCase > room && s.overflow == OverflowPolicy::Error && room > 0) {
+    if (BookController::mayNotFit(book.text, room) && s.overflow == OverflowPolicy::Error && room > 0) {
         s.overflow = OverflowPolicy::HeadTail;
         m_longContext->setSettings(s);
         onLongContextChanged(s);
@@ -1036,38 +973,24 @@ void MainWindow::streamBook()
                     .arg(m_bookPanel->estimatedTokens())
                     .arg(room));
     }
-    // Chunks of 256 tokens; smaller when the room is small, so progress and plots still move.
-    const int chunk = std::clamp(room / 16, kMinBookChunk, kMaxBookChunk);
-    m_streamRoom = room;
-    m_streamDone = 0;
-    m_streamTotal = 0;
-    m_streamTruncated = false;
     setActivity(Activity::Streaming);
     m_bookPanel->setStreaming(true);
     statusBar()->showMessage(tr("Streaming “%1” into the context…").arg(book.title));
-    const QString text = book.text;
-    m_worker->queueStream(text, chunk);
-}
-
-void MainWindow::onStreamProgress(int done, int total)
-{
-    m_streamDone = done;
-    m_streamTotal = total;
-    m_bookPanel->setProgress(done, total);
+    m_books->stream(book.text, room);
 }
 
 void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 {
     m_contextUsed = tokensInContext;
-    const bool truncated = m_streamTotal > 0 && m_streamTotal >= m_streamRoom &&
-                           m_bookPanel->estimatedTokens() > m_streamTotal;
+    const int streamed = m_books->tokensDone();
+    const bool truncated = m_books->wasTruncated(m_bookPanel->estimatedTokens());
     m_bookPanel->setStreaming(false);
-    m_bookPanel->setStreamed(m_streamDone, tokensInContext, stopped, truncated);
-    if (m_streamDone > 0)
+    m_bookPanel->setStreamed(streamed, tokensInContext, stopped, truncated);
+    if (streamed > 0)
         m_chat->addNote(tr("%1 %L2 tokens of “%3”%4; the context holds %L5 tokens. Ask about it, or press Continue to let "
                    "the model write on.")
                     .arg(stopped ? tr("Stopped after") : tr("Streamed"))
-                    .arg(m_streamDone)
+                    .arg(streamed)
                     .arg(m_bookPanel->book().title)
                     .arg(truncated ? tr(" (head and tail)") : QString())
                     .arg(tokensInContext));
@@ -1150,73 +1073,6 @@ void MainWindow::onExploreDeleteRequested(const QString &id)
     QString error;
     if (!m_explore->deleteRun(id, &error) && !error.isEmpty())
         showError(tr("Cannot delete the run"), error);
-}
-
-bool MainWindow::exportExplorationPng(const QString &path)
-{
-    QString error;
-    if (!m_explore->exportPng(path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
-}
-
-bool MainWindow::exportExplorationCsv(const QString &path)
-{
-    QString error;
-    if (!m_explore->exportCsv(path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
-}
-
-// ---------------------------------------------------------------------------------------
-// Exports
-
-bool MainWindow::exportPlotsPng(const QString &path)
-{
-    QString error;
-    if (!m_plots->exportPng(path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
-}
-
-bool MainWindow::exportPlotsCsv(const QString &path)
-{
-    QString error;
-    if (!m_plots->exportCsv(path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
-}
-
-bool MainWindow::exportConversationMarkdown(const QString &path)
-{
-    QString error;
-    Conversation c = m_chat->conversation();
-    c.setSystemPrompt(m_systemPrompt->toPlainText());
-    if (!ConversationStore::exportMarkdown(c, path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
-}
-
-bool MainWindow::exportConversationJson(const QString &path)
-{
-    QString error;
-    Conversation c = m_chat->conversation();
-    c.setSystemPrompt(m_systemPrompt->toPlainText());
-    if (!ConversationStore::exportJson(c, path, &error)) {
-        showError(tr("Export failed"), error);
-        return false;
-    }
-    return true;
 }
 
 // ---------------------------------------------------------------------------------------

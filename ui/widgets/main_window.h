@@ -32,6 +32,7 @@ class QTimer;
 namespace longscope::ui {
 
 class AppSettings;
+class BookController;
 class BookPanel;
 class ChatInput;
 class ChatModel;
@@ -41,6 +42,7 @@ class ConversationSidebar;
 class ConversationStore;
 class ExploreStore;
 class ExploreView;
+class Exports;
 class GenerationPanel;
 class LongContextPanel;
 class MetricsPlots;
@@ -83,6 +85,8 @@ public:
     ChatView *chatView() const { return m_chatView; }
     ChatModel *chatModel() const { return m_chat->model(); }
     ChatController *chatController() const { return m_chat; }
+    BookController *bookController() const { return m_books; }
+    Exports *exports() const { return m_exports; }
     ChatInput *chatInput() const { return m_input; }
     QPlainTextEdit *systemPromptEdit() const { return m_systemPrompt; }
     QPushButton *sendButton() const { return m_send; }
@@ -121,13 +125,6 @@ public slots:
     void streamBook();
     void continueText();
 
-    bool exportPlotsPng(const QString &path);
-    bool exportPlotsCsv(const QString &path);
-    bool exportConversationMarkdown(const QString &path);
-    bool exportConversationJson(const QString &path);
-    bool exportExplorationPng(const QString &path);
-    bool exportExplorationCsv(const QString &path);
-
 signals:
     void modelReady(const QString &name);
     void modelLoadFailed(const QString &message);
@@ -154,7 +151,6 @@ private slots:
     void onLoadFailed(const QString &path, const QString &message);
     void onReplyStarted(longscope::ui::ChatController::State state);
     void onReplyFinished(const longscope::ui::GenerationSummary &summary);
-    void onStreamProgress(int done, int total);
     void onStreamFinished(bool stopped, int tokensInContext);
     void onStepMetrics(const longscope::StepMetrics &metrics);
     void onSettingsApplied(qint64 step, int position, const longscope::Settings &settings);
@@ -164,8 +160,6 @@ private slots:
     void onGenerationParamsChanged(const longscope::ui::GenerationParams &params);
     void onFilesDropped(const QStringList &paths);
     void onDeleteRequested(const QString &id);
-    void onExportMarkdownRequested(const QString &id);
-    void onExportJsonRequested(const QString &id);
     void onExploreRunningChanged(bool running);
     void onExploreOpenBookRequested();
     void onExploreDeleteRequested(const QString &id);
@@ -197,6 +191,8 @@ private:
     ConversationStore *m_store = nullptr;
     ConversationListModel *m_conversationList = nullptr;
     ChatController *m_chat = nullptr;
+    BookController *m_books = nullptr;
+    Exports *m_exports = nullptr;
 
     // Widgets.
     QLabel *m_bannerModel = nullptr;
@@ -240,10 +236,6 @@ private:
     double m_decodeRate = 0;   // smoothed tokens/s of the decode steps
     double m_prefillRate = 0;
     bool m_statusDirty = false;
-    int m_streamTotal = 0;
-    int m_streamDone = 0;
-    bool m_streamTruncated = false;
-    int m_streamRoom = 0;
     bool m_loadCancelled = false;
     bool m_interactive = true;
     bool m_shutDown = false;
