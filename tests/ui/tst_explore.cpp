@@ -7,6 +7,7 @@
 #include "core/engine_worker.h"
 #include "core/explore_presets.h"
 #include "core/explore_store.h"
+#include "widgets/chat_panel.h"
 #include "widgets/explore_plot.h"
 #include "widgets/explore_run_list.h"
 #include "widgets/explore_run_table.h"
@@ -376,7 +377,7 @@ void TestExplore::viewRunsTwoPresetsOntoOnePlot()
     QSignalSpy finished(view, &ExploreView::explorationFinished);
     QVERIFY(view->run());
     QCOMPARE(w->activity(), MainWindow::Activity::Exploring);
-    QVERIFY(!w->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
+    QVERIFY(!w->chatPanel()->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
     QVERIFY(view->cancelButton()->isEnabled());
     QVERIFY(finished.wait(kTimeoutMs));
     QCOMPARE(w->activity(), MainWindow::Activity::Idle);

@@ -6,6 +6,7 @@
 #include "core/conversation_store.h"
 #include "core/settings_json.h"
 #include "widgets/book_panel.h"
+#include "widgets/chat_panel.h"
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
 #include "widgets/exports.h"
@@ -162,8 +163,8 @@ void TestMainWindow::loadsTheBundledModel()
     QCOMPARE(w->modelSummary().n_ctx_train, 512);
     QCOMPARE(w->longContextPanel()->trainedContext(), 512);
     QCOMPARE(w->contextLimit(), 512);
-    QVERIFY(w->sendButton()->isEnabled());
-    QVERIFY(!w->stopButton()->isEnabled());
+    QVERIFY(w->chatPanel()->sendButton()->isEnabled());
+    QVERIFY(!w->chatPanel()->stopButton()->isEnabled());
     QVERIFY(w->errors.isEmpty());
     QVERIFY(w->isWorkerThreadRunning());
     QCOMPARE(QFileInfo(w->modelSummary().path), QFileInfo(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)));
@@ -186,9 +187,9 @@ void TestMainWindow::enterSendsAndStreamsAReply()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("Once upon a time"));
-    QTest::keyClick(w->chatInput(), Qt::Key_Return);
-    QVERIFY(w->chatInput()->toPlainText().isEmpty());
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("Once upon a time"));
+    QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return);
+    QVERIFY(w->chatPanel()->chatInput()->toPlainText().isEmpty());
     QCOMPARE(w->chatModel()->at(0).role, Message::Role::User);
     QCOMPARE(w->chatModel()->at(0).text, QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
@@ -197,8 +198,8 @@ void TestMainWindow::enterSendsAndStreamsAReply()
     QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
 
     const QString reply = lastText(*w);
-    w->chatView()->flush();
-    const QString shown = w->chatView()->toPlainText();
+    w->chatPanel()->chatView()->flush();
+    const QString shown = w->chatPanel()->chatView()->toPlainText();
     QVERIFY2(shown.contains(QStringLiteral("Once upon a time")), qPrintable(shown));
     QVERIFY2(shown.contains(reply.left(20)), qPrintable(shown));
     QVERIFY(w->lastSummary().generated_tokens > 0);
@@ -210,10 +211,10 @@ void TestMainWindow::shiftEnterAddsANewLine()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("first"));
-    QTest::keyClick(w->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("second"));
-    QCOMPARE(w->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("first"));
+    QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("second"));
+    QCOMPARE(w->chatPanel()->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
     QCOMPARE(w->chatModel()->count(), 0);
     QVERIFY(!w->isBusy());
 }
@@ -226,13 +227,13 @@ void TestMainWindow::stopEndsAGenerationEarly()
     w->sendMessage(QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QVERIFY(w->isBusy());
-    QVERIFY(w->stopButton()->isEnabled());
-    QTest::mouseClick(w->stopButton(), Qt::LeftButton);
+    QVERIFY(w->chatPanel()->stopButton()->isEnabled());
+    QTest::mouseClick(w->chatPanel()->stopButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
     QCOMPARE(int(w->lastSummary().reason), int(FinishReason::Stopped));
     QVERIFY(w->lastSummary().generated_tokens < 4096);
     QVERIFY(!lastText(*w).isEmpty()); // what came before the stop stays
-    QVERIFY(w->sendButton()->isEnabled());
+    QVERIFY(w->chatPanel()->sendButton()->isEnabled());
 }
 
 void TestMainWindow::liveSettingsReachARunningGeneration()
@@ -413,10 +414,10 @@ void TestMainWindow::clearEmptiesTheView()
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("Once upon a time"));
     QCOMPARE(w->chatModel()->count(), 2);
-    QTest::mouseClick(w->clearButton(), Qt::LeftButton);
+    QTest::mouseClick(w->chatPanel()->clearButton(), Qt::LeftButton);
     QCOMPARE(w->chatModel()->count(), 0);
-    w->chatView()->flush();
-    QVERIFY(w->chatView()->toPlainText().trimmed().isEmpty());
+    w->chatPanel()->chatView()->flush();
+    QVERIFY(w->chatPanel()->chatView()->toPlainText().trimmed().isEmpty());
     QVERIFY(w->conversation().isEmpty());
     QCOMPARE(w->contextUsed(), 0);
     // And the chat goes on from nothing.
@@ -430,8 +431,8 @@ void TestMainWindow::regenerateReplacesTheReply()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("Once upon a time"));
-    QVERIFY(w->regenerateButton()->isEnabled());
-    QTest::mouseClick(w->regenerateButton(), Qt::LeftButton);
+    QVERIFY(w->chatPanel()->regenerateButton()->isEnabled());
+    QTest::mouseClick(w->chatPanel()->regenerateButton(), Qt::LeftButton);
     QVERIFY(w->isBusy());
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
     QCOMPARE(w->chatModel()->count(), 2);

@@ -9,8 +9,8 @@
 #include "core/explore_store.h"
 #include "core/model_paths.h"
 #include "widgets/book_panel.h"
+#include "widgets/chat_panel.h"
 #include "widgets/chat_input.h"
-#include "widgets/chat_view.h"
 #include "widgets/conversation_sidebar.h"
 #include "widgets/explore_view.h"
 #include "widgets/exports.h"
@@ -33,9 +33,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
-#include <QPlainTextEdit>
 #include <QProgressDialog>
-#include <QPushButton>
 #include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
@@ -116,7 +114,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_chat = new ChatController(m_store, this);
     m_chat->setInputs([this] {
         ChatController::Inputs in;
-        in.systemPrompt = m_systemPrompt->toPlainText();
+        in.systemPrompt = m_chatPanel->systemPrompt();
         in.params = m_generation->params();
         in.settings = m_longContext->settings();
         if (m_modelLoaded)
@@ -201,7 +199,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
                                 },
                                 [this](const QString &title, const QString &text) { showError(title, text); },
                                 [this](const QString &text) { statusBar()->showMessage(text, 5000); },
-                                [this] { return m_systemPrompt->toPlainText(); }},
+                                [this] { return m_chatPanel->systemPrompt(); }},
                             this);
     createMenus();
     // The View menu gets the dock's toggle.
@@ -223,7 +221,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_longContext->setSettings(engineSettings);
     m_explore->setCurrentSettings(engineSettings);
     m_appliedSettings = engineSettings;
-    m_systemPrompt->setPlainText(m_appSettings->loadSystemPrompt());
+    m_chatPanel->setSystemPrompt(m_appSettings->loadSystemPrompt());
     restoreGeometry(m_appSettings->loadWindowGeometry());
     restoreState(m_appSettings->loadWindowState());
 
@@ -256,7 +254,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         else
             loadModel(path);
     }
-    m_input->setFocus();
+    m_chatPanel->chatInput()->setFocus();
 }
 
 MainWindow::~MainWindow()
@@ -308,58 +306,13 @@ QWidget *MainWindow::createBanner()
 
 QWidget *MainWindow::createChatArea()
 {
-    auto *area = new QWidget(this);
-    m_chatView = new ChatView(area);
-    m_chatView->setModel(m_chat->model());
-
-    m_systemPrompt = new QPlainTextEdit(area);
-    m_systemPrompt->setPlaceholderText(tr("System prompt (optional): how the model should behave"));
-    m_systemPrompt->setTabChangesFocus(true);
-    m_systemPrompt->setAccessibleName(tr("System prompt"));
-    m_systemPrompt->setFixedHeight(m_systemPrompt->fontMetrics().lineSpacing() * 2 + 14);
-
-    m_input = new ChatInput(area);
-    m_input->setFixedHeight(m_input->sizeHint().height());
-
-    m_send = new QPushButton(tr("Send"), area);
-    m_send->setDefault(true);
-    m_send->setToolTip(tr("Send the message (Enter)"));
-    m_stop = new QPushButton(tr("Stop"), area);
-    m_stop->setToolTip(tr("Stop the generation or the book at the next step"));
-    m_regenerate = new QPushButton(tr("Regenerate"), area);
-    m_regenerate->setToolTip(tr("Answer the last message again"));
-    m_clear = new QPushButton(tr("Clear"), area);
-    m_clear->setToolTip(tr("Start over: empty the conversation and the context (it stays saved)"));
-    for (QPushButton *b : {m_send, m_stop, m_regenerate, m_clear})
-        b->setMinimumWidth(96);
-
-    auto *hint = new QLabel(tr("Enter sends · Shift+Enter starts a new line · drop a .txt to open it as a book"), area);
-    QPalette hp = hint->palette();
-    hp.setColor(QPalette::WindowText, hp.color(QPalette::PlaceholderText));
-    hint->setPalette(hp);
-
-    auto *buttons = new QHBoxLayout;
-    buttons->addWidget(hint, 1);
-    buttons->addWidget(m_clear);
-    buttons->addWidget(m_regenerate);
-    buttons->addWidget(m_stop);
-    buttons->addWidget(m_send);
-
-    auto *v = new QVBoxLayout(area);
-    v->setContentsMargins(0, 0, 0, 4);
-    v->setSpacing(6);
-    v->addWidget(m_chatView, 1);
-    v->addWidget(m_systemPrompt);
-    v->addWidget(m_input);
-    v->addLayout(buttons);
-
-    connect(m_input, &ChatInput::sendRequested, this, &MainWindow::send);
-    connect(m_input, &ChatInput::filesDropped, this, &MainWindow::onFilesDropped);
-    connect(m_send, &QPushButton::clicked, this, &MainWindow::send);
-    connect(m_stop, &QPushButton::clicked, this, &MainWindow::stop);
-    connect(m_regenerate, &QPushButton::clicked, this, &MainWindow::regenerate);
-    connect(m_clear, &QPushButton::clicked, this, &MainWindow::clearConversation);
-    return area;
+    m_chatPanel = new ChatPanel(m_chat->model(), this);
+    connect(m_chatPanel, &ChatPanel::sendRequested, this, &MainWindow::send);
+    connect(m_chatPanel, &ChatPanel::filesDropped, this, &MainWindow::onFilesDropped);
+    connect(m_chatPanel, &ChatPanel::stopRequested, this, &MainWindow::stop);
+    connect(m_chatPanel, &ChatPanel::regenerateRequested, this, &MainWindow::regenerate);
+    connect(m_chatPanel, &ChatPanel::clearRequested, this, &MainWindow::clearConversation);
+    return m_chatPanel;
 }
 
 QWidget *MainWindow::createControlColumn()
@@ -552,10 +505,7 @@ void MainWindow::updateActions()
     const bool running = m_activity == Activity::Chatting || m_activity == Activity::Continuing ||
                          m_activity == Activity::Streaming;
     const bool hasUser = m_chat->hasUserMessage();
-    m_send->setEnabled(m_modelLoaded && idle);
-    m_stop->setEnabled(running);
-    m_regenerate->setEnabled(m_modelLoaded && idle && hasUser);
-    m_clear->setEnabled(idle);
+    m_chatPanel->setActionsEnabled(m_modelLoaded && idle, running, m_modelLoaded && idle && hasUser, idle);
     m_bookPanel->setActionsEnabled(m_modelLoaded && idle);
     m_openModelAction->setEnabled(m_activity != Activity::Loading);
     m_openModelDirAction->setEnabled(m_activity != Activity::Loading);
@@ -713,13 +663,13 @@ void MainWindow::onLoadFailed(const QString &path, const QString &message)
 
 void MainWindow::sendMessage(const QString &text)
 {
-    m_input->setPlainText(text);
+    m_chatPanel->chatInput()->setPlainText(text);
     send();
 }
 
 void MainWindow::send()
 {
-    const QString text = m_input->toPlainText().trimmed();
+    const QString text = m_chatPanel->chatInput()->toPlainText().trimmed();
     if (text.isEmpty())
         return;
     if (!m_modelLoaded) {
@@ -730,8 +680,8 @@ void MainWindow::send()
         statusBar()->showMessage(tr("Wait for the model, or press Stop"), 3000);
         return;
     }
-    m_input->clear();
-    m_appSettings->saveSystemPrompt(m_systemPrompt->toPlainText());
+    m_chatPanel->chatInput()->clear();
+    m_appSettings->saveSystemPrompt(m_chatPanel->systemPrompt());
     m_chat->send(text);
 }
 
@@ -786,7 +736,7 @@ void MainWindow::openConversation(const QString &id)
         showError(tr("Cannot open the conversation"), error);
         return;
     }
-    m_systemPrompt->setPlainText(m_chat->conversation().systemPrompt());
+    m_chatPanel->setSystemPrompt(m_chat->conversation().systemPrompt());
     m_contextUsed = 0;
     m_sidebar->setCurrentId(id);
     setWindowTitle(tr("%1 — Longscope").arg(m_chat->conversation().title()));
@@ -1159,7 +1109,7 @@ void MainWindow::openPath(const QString &path)
 
 void MainWindow::saveUiSettings()
 {
-    m_appSettings->saveSystemPrompt(m_systemPrompt->toPlainText());
+    m_appSettings->saveSystemPrompt(m_chatPanel->systemPrompt());
     m_appSettings->saveGenerationParams(m_generation->params());
     m_appSettings->saveEngineSettings(m_longContext->settings());
     m_appSettings->saveWindowGeometry(saveGeometry());

@@ -4,7 +4,13 @@
 // controls and the long-context panel; the saved conversations in a dock. Explore: perplexity
 // by position of a book under several settings on one plot (ExploreView). It owns the engine
 // worker's thread and talks to the worker only through queued calls and signals (plus the
-// thread-safe requestStop() / cancelLoad() / setSettings()).
+// thread-safe requestStop() / cancelLoad() / setSettings() and the queue*() calls).
+//
+// It assembles: the panels show and ask (ChatPanel, BookPanel, GenerationPanel,
+// LongContextPanel, MetricsPlots, ConversationSidebar, ExploreView); the controllers run
+// things (ChatController a chat turn, BookController a book streamed in, Exports every
+// export). What stays here spans them all: which job is running (Activity), model loading,
+// the menus, the status bar and the dialogs.
 #pragma once
 
 #include "core/book.h"
@@ -22,9 +28,7 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QMenu;
-class QPlainTextEdit;
 class QProgressDialog;
-class QPushButton;
 class QSettings;
 class QTabWidget;
 class QTimer;
@@ -34,9 +38,8 @@ namespace longscope::ui {
 class AppSettings;
 class BookController;
 class BookPanel;
-class ChatInput;
 class ChatModel;
-class ChatView;
+class ChatPanel;
 class ConversationListModel;
 class ConversationSidebar;
 class ConversationStore;
@@ -82,17 +85,11 @@ public:
     bool isWorkerThreadRunning() const { return m_thread.isRunning(); }
     const GenerationSummary &lastSummary() const { return m_chat->lastSummary(); }
 
-    ChatView *chatView() const { return m_chatView; }
     ChatModel *chatModel() const { return m_chat->model(); }
     ChatController *chatController() const { return m_chat; }
     BookController *bookController() const { return m_books; }
     Exports *exports() const { return m_exports; }
-    ChatInput *chatInput() const { return m_input; }
-    QPlainTextEdit *systemPromptEdit() const { return m_systemPrompt; }
-    QPushButton *sendButton() const { return m_send; }
-    QPushButton *stopButton() const { return m_stop; }
-    QPushButton *regenerateButton() const { return m_regenerate; }
-    QPushButton *clearButton() const { return m_clear; }
+    ChatPanel *chatPanel() const { return m_chatPanel; }
     GenerationPanel *generationPanel() const { return m_generation; }
     LongContextPanel *longContextPanel() const { return m_longContext; }
     MetricsPlots *metricsPlots() const { return m_plots; }
@@ -196,13 +193,7 @@ private:
 
     // Widgets.
     QLabel *m_bannerModel = nullptr;
-    ChatView *m_chatView = nullptr;
-    QPlainTextEdit *m_systemPrompt = nullptr;
-    ChatInput *m_input = nullptr;
-    QPushButton *m_send = nullptr;
-    QPushButton *m_stop = nullptr;
-    QPushButton *m_regenerate = nullptr;
-    QPushButton *m_clear = nullptr;
+    ChatPanel *m_chatPanel = nullptr;
     GenerationPanel *m_generation = nullptr;
     LongContextPanel *m_longContext = nullptr;
     MetricsPlots *m_plots = nullptr;
