@@ -79,7 +79,7 @@ protected:
 
 QString lastText(const MainWindow &w)
 {
-    const ChatModel *m = w.chatModel();
+    const ChatModel *m = w.chatController()->model();
     return m->count() > 0 ? m->at(m->count() - 1).text : QString();
 }
 
@@ -190,19 +190,19 @@ void TestMainWindow::enterSendsAndStreamsAReply()
     QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("Once upon a time"));
     QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return);
     QVERIFY(w->chatPanel()->chatInput()->toPlainText().isEmpty());
-    QCOMPARE(w->chatModel()->at(0).role, Message::Role::User);
-    QCOMPARE(w->chatModel()->at(0).text, QStringLiteral("Once upon a time"));
+    QCOMPARE(w->chatController()->model()->at(0).role, Message::Role::User);
+    QCOMPARE(w->chatController()->model()->at(0).text, QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->model()->at(1).role, Message::Role::Assistant);
 
     const QString reply = lastText(*w);
     w->chatPanel()->chatView()->flush();
     const QString shown = w->chatPanel()->chatView()->toPlainText();
     QVERIFY2(shown.contains(QStringLiteral("Once upon a time")), qPrintable(shown));
     QVERIFY2(shown.contains(reply.left(20)), qPrintable(shown));
-    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
     QVERIFY(w->contextUsed() > 0);
     QVERIFY(w->errors.isEmpty());
 }
@@ -215,7 +215,7 @@ void TestMainWindow::shiftEnterAddsANewLine()
     QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
     QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("second"));
     QCOMPARE(w->chatPanel()->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
-    QCOMPARE(w->chatModel()->count(), 0);
+    QCOMPARE(w->chatController()->model()->count(), 0);
     QVERIFY(!w->isBusy());
 }
 
@@ -230,8 +230,8 @@ void TestMainWindow::stopEndsAGenerationEarly()
     QVERIFY(w->chatPanel()->stopButton()->isEnabled());
     QTest::mouseClick(w->chatPanel()->stopButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(int(w->lastSummary().reason), int(FinishReason::Stopped));
-    QVERIFY(w->lastSummary().generated_tokens < 4096);
+    QCOMPARE(int(w->chatController()->lastSummary().reason), int(FinishReason::Stopped));
+    QVERIFY(w->chatController()->lastSummary().generated_tokens < 4096);
     QVERIFY(!lastText(*w).isEmpty()); // what came before the stop stays
     QVERIFY(w->chatPanel()->sendButton()->isEnabled());
 }
@@ -268,7 +268,7 @@ void TestMainWindow::liveSettingsReachARunningGeneration()
     // The next reply runs with them: a generation after the change still works.
     w->generationPanel()->maxNewTokensBox()->setValue(16);
     sendAndWait(*w, QStringLiteral("Tell me more"));
-    QVERIFY(w->lastSummary().reason != FinishReason::Error);
+    QVERIFY(w->chatController()->lastSummary().reason != FinishReason::Error);
 }
 
 void TestMainWindow::plotsReceivePointsAndExport()
@@ -371,9 +371,9 @@ void TestMainWindow::bookStreamsAndContinues()
     w->generationPanel()->maxNewTokensBox()->setValue(400);
     w->continueText();
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    const FinishReason reason = w->lastSummary().reason;
+    const FinishReason reason = w->chatController()->lastSummary().reason;
     QVERIFY(reason == FinishReason::ContextFull || reason == FinishReason::EndOfText);
-    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
     QVERIFY(w->contextUsed() <= 512);
 
     // With room, Continue writes on.
@@ -386,8 +386,8 @@ void TestMainWindow::bookStreamsAndContinues()
     limit->setValue(1200);
     w->continueText();
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QVERIFY(w->lastSummary().generated_tokens > 0);
-    QCOMPARE(w->chatModel()->at(w->chatModel()->count() - 1).role, Message::Role::Assistant);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
+    QCOMPARE(w->chatController()->model()->at(w->chatController()->model()->count() - 1).role, Message::Role::Assistant);
     QVERIFY(!lastText(*w).isEmpty());
 }
 
@@ -413,16 +413,16 @@ void TestMainWindow::clearEmptiesTheView()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("Once upon a time"));
-    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->chatController()->model()->count(), 2);
     QTest::mouseClick(w->chatPanel()->clearButton(), Qt::LeftButton);
-    QCOMPARE(w->chatModel()->count(), 0);
+    QCOMPARE(w->chatController()->model()->count(), 0);
     w->chatPanel()->chatView()->flush();
     QVERIFY(w->chatPanel()->chatView()->toPlainText().trimmed().isEmpty());
-    QVERIFY(w->conversation().isEmpty());
+    QVERIFY(w->chatController()->conversation().isEmpty());
     QCOMPARE(w->contextUsed(), 0);
     // And the chat goes on from nothing.
     sendAndWait(*w, QStringLiteral("Hello"));
-    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->chatController()->model()->count(), 2);
 }
 
 void TestMainWindow::regenerateReplacesTheReply()
@@ -435,8 +435,8 @@ void TestMainWindow::regenerateReplacesTheReply()
     QTest::mouseClick(w->chatPanel()->regenerateButton(), Qt::LeftButton);
     QVERIFY(w->isBusy());
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->model()->at(1).role, Message::Role::Assistant);
     QVERIFY(!lastText(*w).isEmpty());
 }
 
@@ -446,7 +446,7 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("A saved conversation"));
-    const QString id = w->conversation().id();
+    const QString id = w->chatController()->conversation().id();
     QVERIFY(w->conversationStore()->contains(id)); // saved after the reply
     const std::optional<Conversation> saved = w->conversationStore()->load(id);
     QVERIFY(saved.has_value());
@@ -460,10 +460,10 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     QVERIFY(saved->settingsSnapshot().value(QStringLiteral("long_context")).toObject().contains(QStringLiteral("backend")));
 
     w->clearConversation();
-    QCOMPARE(w->chatModel()->count(), 0);
+    QCOMPARE(w->chatController()->model()->count(), 0);
     w->openConversation(id);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->conversation().id(), id);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->conversation().id(), id);
 
     w->answer = false;
     QVERIFY(!w->deleteConversation(id));
@@ -472,7 +472,7 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     w->answer = true;
     QVERIFY(w->deleteConversation(id));
     QVERIFY(!w->conversationStore()->contains(id));
-    QCOMPARE(w->chatModel()->count(), 0); // the open one was deleted: a fresh conversation
+    QCOMPARE(w->chatController()->model()->count(), 0); // the open one was deleted: a fresh conversation
 }
 
 void TestMainWindow::closingMidGenerationIsClean()
@@ -483,7 +483,7 @@ void TestMainWindow::closingMidGenerationIsClean()
     w->sendMessage(QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QVERIFY(w->isBusy());
-    const QString id = w->conversation().id();
+    const QString id = w->chatController()->conversation().id();
     QElapsedTimer timer;
     timer.start();
     QVERIFY(w->close());

@@ -79,13 +79,10 @@ public:
     const ModelSummary &modelSummary() const { return m_summary; }
     Activity activity() const { return m_activity; }
     bool isBusy() const { return m_activity != Activity::Idle; }
-    const Conversation &conversation() const { return m_chat->conversation(); }
     int contextUsed() const { return m_contextUsed; }
     int contextLimit() const;
     bool isWorkerThreadRunning() const { return m_thread.isRunning(); }
-    const GenerationSummary &lastSummary() const { return m_chat->lastSummary(); }
 
-    ChatModel *chatModel() const { return m_chat->model(); }
     ChatController *chatController() const { return m_chat; }
     BookController *bookController() const { return m_books; }
     Exports *exports() const { return m_exports; }
