@@ -117,12 +117,13 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         in.systemPrompt = m_chatPanel->systemPrompt();
         in.params = m_generation->params();
         in.settings = m_longContext->settings();
-        if (m_modelLoaded)
-            in.modelPath = m_summary.path;
+        if (m_models->isLoaded())
+            in.modelPath = m_models->summary().path;
         in.contextLimit = contextLimit();
         return in;
     });
     m_books = new BookController(this);
+    m_models = new ModelController(m_appSettings.get(), this);
     connect(m_chat, &ChatController::replyStarted, this, &MainWindow::onReplyStarted);
     connect(m_chat, &ChatController::replyFinished, this, &MainWindow::onReplyFinished);
     connect(m_chat, &ChatController::statusMessage, this,
@@ -396,19 +397,19 @@ void MainWindow::createMenus()
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     QAction *about = help->addAction(tr("&About Longscope"), this, [this] {
         QString model = tr("none");
-        if (m_modelLoaded)
+        if (m_models->isLoaded())
             model = tr("%1 (%2, %L3 layers, %L4-token trained context)<br><small>%5</small>")
-                        .arg(m_summary.name.toHtmlEscaped(), m_summary.format)
-                        .arg(m_summary.n_layer)
-                        .arg(m_summary.n_ctx_train)
-                        .arg(m_summary.path.toHtmlEscaped());
+                        .arg(m_models->summary().name.toHtmlEscaped(), m_models->summary().format)
+                        .arg(m_models->summary().n_layer)
+                        .arg(m_models->summary().n_ctx_train)
+                        .arg(m_models->summary().path.toHtmlEscaped());
         QMessageBox::about(this, tr("About Longscope"),
                            tr("<h3>Longscope %1</h3><p>Local LLM chat and long-context explorer.</p>"
                               "<p><b>Model:</b> %2</p><p><b>Backend:</b> %3<br><small>%4</small></p>"
                               "<p><small>Qt %5</small></p>")
                                .arg(QStringLiteral(LONGSCOPE_VERSION), model,
-                                    m_modelLoaded ? m_summary.backend.toHtmlEscaped() : tr("none"),
-                                    m_summary.gpu_status.toHtmlEscaped(), QString::fromLatin1(qVersion())));
+                                    m_models->isLoaded() ? m_models->summary().backend.toHtmlEscaped() : tr("none"),
+                                    m_models->summary().gpu_status.toHtmlEscaped(), QString::fromLatin1(qVersion())));
     });
     about->setMenuRole(QAction::AboutRole);
 }
@@ -435,17 +436,18 @@ void MainWindow::createStatusBar()
 void MainWindow::connectWorker()
 {
     EngineWorker *w = m_worker;
-    connect(w, &EngineWorker::loadStarted, this, &MainWindow::onLoadStarted);
-    connect(w, &EngineWorker::loadProgress, this, &MainWindow::onLoadProgress);
-    connect(w, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
-    connect(w, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
+    m_models->setWorker(w);
+    connect(m_models, &ModelController::loadStarted, this, &MainWindow::onLoadStarted);
+    connect(m_models, &ModelController::loadProgress, this, &MainWindow::onLoadProgress);
+    connect(m_models, &ModelController::loaded, this, &MainWindow::onModelLoaded);
+    connect(m_models, &ModelController::loadFailed, this, &MainWindow::onLoadFailed);
     m_chat->setWorker(w);
     m_books->setWorker(w);
     connect(m_books, &BookController::progress, m_bookPanel, &BookPanel::setProgress);
     connect(m_books, &BookController::finished, this, &MainWindow::onStreamFinished);
     connect(w, &EngineWorker::stepMetrics, this, &MainWindow::onStepMetrics);
     connect(w, &EngineWorker::settingsApplied, this, &MainWindow::onSettingsApplied);
-    connect(w, &EngineWorker::backendChanged, this, &MainWindow::showBackend);
+    connect(m_models, &ModelController::backendChanged, this, &MainWindow::showBackend);
     connect(w, &EngineWorker::errorOccurred, this, &MainWindow::onWorkerError);
 }
 
@@ -487,7 +489,7 @@ int MainWindow::contextLimit() const
     const int requested = m_longContext->settings().context_limit;
     if (requested > 0)
         return requested;
-    return m_modelLoaded ? defaultContextLimit(m_summary.n_ctx_train) : 0;
+    return m_models->isLoaded() ? defaultContextLimit(m_models->summary().n_ctx_train) : 0;
 }
 
 void MainWindow::setActivity(Activity activity)
@@ -505,22 +507,22 @@ void MainWindow::updateActions()
     const bool running = m_activity == Activity::Chatting || m_activity == Activity::Continuing ||
                          m_activity == Activity::Streaming;
     const bool hasUser = m_chat->hasUserMessage();
-    m_chatPanel->setActionsEnabled(m_modelLoaded && idle, running, m_modelLoaded && idle && hasUser, idle);
-    m_bookPanel->setActionsEnabled(m_modelLoaded && idle);
+    m_chatPanel->setActionsEnabled(m_models->isLoaded() && idle, running, m_models->isLoaded() && idle && hasUser, idle);
+    m_bookPanel->setActionsEnabled(m_models->isLoaded() && idle);
     m_openModelAction->setEnabled(m_activity != Activity::Loading);
     m_openModelDirAction->setEnabled(m_activity != Activity::Loading);
     m_recentMenu->setEnabled(m_activity != Activity::Loading);
     m_openBookAction->setEnabled(m_activity != Activity::Streaming);
     m_sidebar->setEnabled(idle || m_activity == Activity::Loading);
-    m_explore->setEngineAvailable(m_modelLoaded && (idle || m_activity == Activity::Exploring));
+    m_explore->setEngineAvailable(m_models->isLoaded() && (idle || m_activity == Activity::Exploring));
 }
 
 void MainWindow::refreshStatus()
 {
     m_statusDirty = false;
-    if (m_modelLoaded) {
-        m_statusModel->setText(tr("Model: <b>%1</b>").arg(m_summary.name.toHtmlEscaped()));
-        m_statusModel->setToolTip(m_summary.path);
+    if (m_models->isLoaded()) {
+        m_statusModel->setText(tr("Model: <b>%1</b>").arg(m_models->summary().name.toHtmlEscaped()));
+        m_statusModel->setToolTip(m_models->summary().path);
     } else {
         m_statusModel->setText(m_activity == Activity::Loading ? tr("Loading model…") : tr("No model"));
     }
@@ -567,9 +569,7 @@ void MainWindow::loadModel(const QString &path)
         m_explore->cancel();
     else if (m_activity == Activity::Chatting || m_activity == Activity::Continuing || m_activity == Activity::Streaming)
         m_worker->requestStop(); // the load runs once the worker is free
-    m_loadingPath = path;
-    m_loadCancelled = false;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker.data(), path] { w->loadModel(path); }, Qt::QueuedConnection);
+    m_models->load(path);
 }
 
 void MainWindow::onLoadStarted(const QString &path)
@@ -585,11 +585,7 @@ void MainWindow::onLoadStarted(const QString &path)
     dialog->setAutoClose(false);
     dialog->setAutoReset(false);
     dialog->setValue(0);
-    connect(dialog, &QProgressDialog::canceled, this, [this] {
-        m_loadCancelled = true;
-        if (m_worker)
-            m_worker->cancelLoad();
-    });
+    connect(dialog, &QProgressDialog::canceled, m_models, &ModelController::cancel);
     m_loadDialog = dialog;
     m_statusDirty = true;
 }
@@ -606,14 +602,10 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
         m_loadDialog->hide();
         m_loadDialog->deleteLater();
     }
-    m_modelLoaded = true;
-    m_summary = summary;
     m_contextUsed = 0;
     m_decodeRate = 0;
     m_prefillRate = 0;
     m_appliedSettings = m_longContext->settings();
-    m_appSettings->addRecentModel(summary.path);
-    m_appSettings->saveLastModel(summary.path);
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
     showBackend(summary);
@@ -642,20 +634,19 @@ void MainWindow::onLoadFailed(const QString &path, const QString &message)
     }
     setActivity(Activity::Idle);
     m_statusDirty = true;
-    if (m_loadCancelled) {
+    if (m_models->wasCancelled()) {
         statusBar()->showMessage(tr("Loading %1 was cancelled").arg(QFileInfo(path).fileName()), 5000);
         emit modelLoadFailed(message);
         return;
     }
-    const QString still = m_modelLoaded ? tr("%1 is still loaded.").arg(m_summary.name)
+    const QString still = m_models->isLoaded() ? tr("%1 is still loaded.").arg(m_models->summary().name)
                                         : tr("No model is loaded: open one with File > Open Model….");
     showError(tr("Cannot open the model"),
               tr("Longscope could not open\n%1\n\n%2\n\n%3").arg(QDir::toNativeSeparators(path), message, still));
     emit modelLoadFailed(message);
     // A last model that has gone bad: fall back to the bundled one rather than nothing.
-    const QString bundled = bundledModelPath();
-    if (!m_modelLoaded && !bundled.isEmpty() && QFileInfo(path) != QFileInfo(bundled))
-        loadModel(bundled);
+    if (const QString fallback = m_models->fallbackFor(path); !fallback.isEmpty())
+        loadModel(fallback);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -672,7 +663,7 @@ void MainWindow::send()
     const QString text = m_chatPanel->chatInput()->toPlainText().trimmed();
     if (text.isEmpty())
         return;
-    if (!m_modelLoaded) {
+    if (!m_models->isLoaded()) {
         statusBar()->showMessage(tr("No model is loaded yet"), 4000);
         return;
     }
@@ -707,7 +698,7 @@ void MainWindow::stop()
 
 void MainWindow::regenerate()
 {
-    if (!m_modelLoaded || m_activity != Activity::Idle)
+    if (!m_models->isLoaded() || m_activity != Activity::Idle)
         return;
     m_chat->regenerate();
 }
@@ -826,10 +817,6 @@ void MainWindow::onGenerationParamsChanged(const GenerationParams &params)
 
 void MainWindow::showBackend(const longscope::ui::ModelSummary &summary)
 {
-    m_summary.backend = summary.backend;
-    m_summary.gpu_status = summary.gpu_status;
-    m_summary.cuda_available = summary.cuda_available;
-    m_summary.cpu_warning = summary.cpu_warning;
     const QString backend =
         summary.cpu_warning.isEmpty() ? summary.backend : tr("%1 · %2").arg(summary.backend, summary.cpu_warning);
     m_longContext->setBackend(backend, summary.gpu_status, summary.cuda_available);
@@ -902,13 +889,13 @@ void MainWindow::updateBookFit()
     if (!m_bookPanel || !m_bookPanel->hasBook())
         return;
     // Tiny vocabularies (stories260K has 512 tokens) spend far fewer characters per token.
-    const double charsPerToken = m_summary.n_vocab > 0 && m_summary.n_vocab < 4096 ? 1.8 : 4.0;
-    m_bookPanel->setContext(m_modelLoaded ? contextLimit() : 0, m_contextUsed, charsPerToken);
+    const double charsPerToken = m_models->summary().n_vocab > 0 && m_models->summary().n_vocab < 4096 ? 1.8 : 4.0;
+    m_bookPanel->setContext(m_models->isLoaded() ? contextLimit() : 0, m_contextUsed, charsPerToken);
 }
 
 void MainWindow::streamBook()
 {
-    if (!m_modelLoaded || m_activity != Activity::Idle || !m_bookPanel->hasBook())
+    if (!m_models->isLoaded() || m_activity != Activity::Idle || !m_bookPanel->hasBook())
         return;
     const Book &book = m_bookPanel->book();
     const int room = std::max(0, contextLimit() - m_contextUsed);
@@ -953,7 +940,7 @@ void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 
 void MainWindow::continueText()
 {
-    if (!m_modelLoaded || m_activity != Activity::Idle)
+    if (!m_models->isLoaded() || m_activity != Activity::Idle)
         return;
     if (m_contextUsed <= 0) {
         statusBar()->showMessage(tr("The context is empty: stream a book first"), 4000);
@@ -1140,7 +1127,8 @@ void MainWindow::shutDownWorker()
         // Nothing the worker still sends may reach a window that is going away.
         disconnect(m_worker, nullptr, this, nullptr);
         disconnect(m_worker, nullptr, m_explore, nullptr);
-        disconnect(m_worker, nullptr, m_chat, nullptr);
+        for (QObject *controller : std::initializer_list<QObject *>{m_chat, m_books, m_models})
+            disconnect(m_worker, nullptr, controller, nullptr);
         m_worker->requestStop();
         m_worker->cancelLoad();
     }

@@ -8,15 +8,17 @@
 //
 // It assembles: the panels show and ask (ChatPanel, BookPanel, GenerationPanel,
 // LongContextPanel, MetricsPlots, ConversationSidebar, ExploreView); the controllers run
-// things (ChatController a chat turn, BookController a book streamed in, Exports every
-// export). What stays here spans them all: which job is running (Activity), model loading,
-// the menus, the status bar and the dialogs.
+// things (ChatController a chat turn, BookController a book streamed in, ModelController
+// the model loaded, Exports every export). What stays here spans them all: which job is
+// running (Activity), the load progress dialog and banner, the menus, the status bar and
+// the dialogs.
 #pragma once
 
 #include "core/book.h"
 #include "core/chat_controller.h"
 #include "core/conversation.h"
 #include "core/engine_worker.h"
+#include "core/model_controller.h"
 
 #include <QMainWindow>
 #include <QPointer>
@@ -75,8 +77,8 @@ public:
     explicit MainWindow(const MainWindowOptions &options = {}, QWidget *parent = nullptr);
     ~MainWindow() override;
 
-    bool isModelLoaded() const { return m_modelLoaded; }
-    const ModelSummary &modelSummary() const { return m_summary; }
+    bool isModelLoaded() const { return m_models->isLoaded(); }
+    const ModelSummary &modelSummary() const { return m_models->summary(); }
     Activity activity() const { return m_activity; }
     bool isBusy() const { return m_activity != Activity::Idle; }
     int contextUsed() const { return m_contextUsed; }
@@ -85,6 +87,7 @@ public:
 
     ChatController *chatController() const { return m_chat; }
     BookController *bookController() const { return m_books; }
+    ModelController *modelController() const { return m_models; }
     Exports *exports() const { return m_exports; }
     ChatPanel *chatPanel() const { return m_chatPanel; }
     GenerationPanel *generationPanel() const { return m_generation; }
@@ -186,6 +189,7 @@ private:
     ConversationListModel *m_conversationList = nullptr;
     ChatController *m_chat = nullptr;
     BookController *m_books = nullptr;
+    ModelController *m_models = nullptr;
     Exports *m_exports = nullptr;
 
     // Widgets.
@@ -215,16 +219,12 @@ private:
 
     // State.
     Activity m_activity = Activity::Idle;
-    bool m_modelLoaded = false;
-    QString m_loadingPath;
-    ModelSummary m_summary;
     longscope::Settings m_appliedSettings; // what the worker last reported as in effect
     int m_contextUsed = 0;
     double m_ntkAlpha = 1.0;
     double m_decodeRate = 0;   // smoothed tokens/s of the decode steps
     double m_prefillRate = 0;
     bool m_statusDirty = false;
-    bool m_loadCancelled = false;
     bool m_interactive = true;
     bool m_shutDown = false;
 };
