@@ -528,24 +528,27 @@ void MainWindow::refreshStatus()
     }
     const int limit = contextLimit();
     if (limit > 0) {
-        const double pct = 100.0 * m_contextUsed / limit;
-        m_statusContext->setText(tr("Context %L1 / %L2 tokens (%3%)").arg(m_contextUsed).arg(limit).arg(pct, 0, 'f', 0));
+        const int used = m_stats.contextUsed();
+        const double pct = 100.0 * used / limit;
+        m_statusContext->setText(tr("Context %L1 / %L2 tokens (%3%)").arg(used).arg(limit).arg(pct, 0, 'f', 0));
     } else {
         m_statusContext->setText(tr("Context —"));
     }
     QStringList speed;
-    if (m_decodeRate > 0)
-        speed << tr("decode %L1 tok/s").arg(m_decodeRate, 0, 'f', m_decodeRate < 100 ? 1 : 0);
-    if (m_prefillRate > 0)
-        speed << tr("prefill %L1 tok/s").arg(m_prefillRate, 0, 'f', m_prefillRate < 100 ? 1 : 0);
+    const double decode = m_stats.decodeRate();
+    const double prefill = m_stats.prefillRate();
+    if (decode > 0)
+        speed << tr("decode %L1 tok/s").arg(decode, 0, 'f', decode < 100 ? 1 : 0);
+    if (prefill > 0)
+        speed << tr("prefill %L1 tok/s").arg(prefill, 0, 'f', prefill < 100 ? 1 : 0);
     m_statusSpeed->setText(speed.isEmpty() ? tr("— tok/s") : speed.join(QStringLiteral(" · ")));
-    m_longContext->setEffectiveAlpha(m_ntkAlpha);
+    m_longContext->setEffectiveAlpha(m_stats.ntkAlpha());
 }
 
 void MainWindow::newConversation()
 {
     m_chat->newConversation();
-    m_contextUsed = 0;
+    m_stats.clearContext();
     m_sidebar->setCurrentId(QString());
     setWindowTitle(tr("Longscope"));
     updateActions();
@@ -602,9 +605,7 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
         m_loadDialog->hide();
         m_loadDialog->deleteLater();
     }
-    m_contextUsed = 0;
-    m_decodeRate = 0;
-    m_prefillRate = 0;
+    m_stats.reset();
     m_appliedSettings = m_longContext->settings();
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
@@ -678,7 +679,7 @@ void MainWindow::send()
 
 void MainWindow::onReplyStarted(ChatController::State state)
 {
-    m_decodeRate = 0;
+    m_stats.startReply();
     setActivity(state == ChatController::State::Continuing ? Activity::Continuing : Activity::Chatting);
     if (state == ChatController::State::Chatting)
         statusBar()->showMessage(tr("Generating…"));
@@ -728,7 +729,7 @@ void MainWindow::openConversation(const QString &id)
         return;
     }
     m_chatPanel->setSystemPrompt(m_chat->conversation().systemPrompt());
-    m_contextUsed = 0;
+    m_stats.clearContext();
     m_sidebar->setCurrentId(id);
     setWindowTitle(tr("%1 — Longscope").arg(m_chat->conversation().title()));
     updateActions();
@@ -764,10 +765,7 @@ void MainWindow::onDeleteRequested(const QString &id)
 
 void MainWindow::onReplyFinished(const GenerationSummary &summary)
 {
-    if (summary.decode_tokens_per_second > 0)
-        m_decodeRate = summary.decode_tokens_per_second;
-    if (summary.prefill_tokens_per_second > 0)
-        m_prefillRate = summary.prefill_tokens_per_second;
+    m_stats.addReply(summary);
     setActivity(Activity::Idle);
     refreshStatus();
     emit replyFinished();
@@ -789,13 +787,7 @@ void MainWindow::onWorkerError(const QString &message)
 void MainWindow::onStepMetrics(const StepMetrics &metrics)
 {
     m_plots->addMetrics(metrics);
-    m_contextUsed = metrics.position;
-    m_ntkAlpha = metrics.ntk_alpha;
-    if (metrics.phase == StepPhase::Decode)
-        m_decodeRate = m_decodeRate > 0 ? 0.85 * m_decodeRate + 0.15 * metrics.tokens_per_second
-                                        : metrics.tokens_per_second;
-    else
-        m_prefillRate = metrics.tokens_per_second;
+    m_stats.addStep(metrics);
     m_statusDirty = true;
 }
 
@@ -890,7 +882,7 @@ void MainWindow::updateBookFit()
         return;
     // Tiny vocabularies (stories260K has 512 tokens) spend far fewer characters per token.
     const double charsPerToken = m_models->summary().n_vocab > 0 && m_models->summary().n_vocab < 4096 ? 1.8 : 4.0;
-    m_bookPanel->setContext(m_models->isLoaded() ? contextLimit() : 0, m_contextUsed, charsPerToken);
+    m_bookPanel->setContext(m_models->isLoaded() ? contextLimit() : 0, m_stats.contextUsed(), charsPerToken);
 }
 
 void MainWindow::streamBook()
@@ -898,7 +890,7 @@ void MainWindow::streamBook()
     if (!m_models->isLoaded() || m_activity != Activity::Idle || !m_bookPanel->hasBook())
         return;
     const Book &book = m_bookPanel->book();
-    const int room = std::max(0, contextLimit() - m_contextUsed);
+    const int room = std::max(0, contextLimit() - m_stats.contextUsed());
     longscope::Settings s = m_longContext->settings();
     if (BookController::mayNotFit(book.text, room) && s.overflow == OverflowPolicy::Error && room > 0) {
         s.overflow = OverflowPolicy::HeadTail;
@@ -918,7 +910,7 @@ void MainWindow::streamBook()
 
 void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 {
-    m_contextUsed = tokensInContext;
+    m_stats.setContextUsed(tokensInContext);
     const int streamed = m_books->tokensDone();
     const bool truncated = m_books->wasTruncated(m_bookPanel->estimatedTokens());
     m_bookPanel->setStreaming(false);
@@ -942,7 +934,7 @@ void MainWindow::continueText()
 {
     if (!m_models->isLoaded() || m_activity != Activity::Idle)
         return;
-    if (m_contextUsed <= 0) {
+    if (m_stats.contextUsed() <= 0) {
         statusBar()->showMessage(tr("The context is empty: stream a book first"), 4000);
         return;
     }

@@ -19,6 +19,7 @@
 #include "core/conversation.h"
 #include "core/engine_worker.h"
 #include "core/model_controller.h"
+#include "core/session_stats.h"
 
 #include <QMainWindow>
 #include <QPointer>
@@ -81,7 +82,8 @@ public:
     const ModelSummary &modelSummary() const { return m_models->summary(); }
     Activity activity() const { return m_activity; }
     bool isBusy() const { return m_activity != Activity::Idle; }
-    int contextUsed() const { return m_contextUsed; }
+    int contextUsed() const { return m_stats.contextUsed(); }
+    const SessionStats &sessionStats() const { return m_stats; }
     int contextLimit() const;
     bool isWorkerThreadRunning() const { return m_thread.isRunning(); }
 
@@ -220,10 +222,7 @@ private:
     // State.
     Activity m_activity = Activity::Idle;
     longscope::Settings m_appliedSettings; // what the worker last reported as in effect
-    int m_contextUsed = 0;
-    double m_ntkAlpha = 1.0;
-    double m_decodeRate = 0;   // smoothed tokens/s of the decode steps
-    double m_prefillRate = 0;
+    SessionStats m_stats;
     bool m_statusDirty = false;
     bool m_interactive = true;
     bool m_shutDown = false;
