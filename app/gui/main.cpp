@@ -1,13 +1,13 @@
 // The Longscope desktop application: parses the command line, builds the main window and,
 // for automation, streams a book, sends a prompt, explores a book's perplexity by position
 // and renders the window to a PNG.
-#include "explore_plot.h"
-#include "explore_settings_list.h"
-#include "explore_view.h"
-#include "longscope/backend.h"
-#include "main_window.h"
-#include "metrics_plots.h"
+#include "widgets/explore_plot.h"
+#include "widgets/explore_settings_list.h"
+#include "widgets/explore_view.h"
+#include "widgets/main_window.h"
+#include "widgets/metrics_plots.h"
 
+#include "longscope/backend.h"
 #include "longscope/cpu_options.h"
 
 #include <QApplication>

@@ -1,7 +1,7 @@
 // AppSettings: every field through an ini file and back; recent models ordered, deduplicated,
 // capped, missing files dropped; bad values on disk fall back to the defaults.
-#include "app_settings.h"
-#include "model_paths.h"
+#include "core/app_settings.h"
+#include "core/model_paths.h"
 
 #include <QFile>
 #include <QFileInfo>
@@ -9,6 +9,7 @@
 #include <QtTest>
 
 using namespace longscope::ui;
+using longscope::ComputeBackend;
 using longscope::KvMode;
 using longscope::OverflowPolicy;
 
@@ -69,6 +70,7 @@ private slots:
         e.kv_mode = KvMode::Vmm;
         e.context_limit = 8192;
         e.overflow = OverflowPolicy::DropOldestTurns;
+        e.backend = ComputeBackend::Cuda;
         const QString model = touch(QStringLiteral("m.gguf"));
         const QByteArray geometry("\x01\x02\x00\xff geometry", 13);
         const QByteArray state("\x00state\xff", 7);
@@ -105,6 +107,8 @@ private slots:
         QCOMPARE(e2.kv_mode, e.kv_mode);
         QCOMPARE(e2.context_limit, e.context_limit);
         QCOMPARE(e2.overflow, e.overflow);
+        QCOMPARE(e2.backend, e.backend);
+        QVERIFY(e2 == e);
         QCOMPARE(s.loadSystemPrompt(), prompt);
         QCOMPARE(s.loadLastModel(), model);
         QCOMPARE(s.loadRecentModels(), QStringList{model});
@@ -153,6 +157,39 @@ private slots:
         QCOMPARE(g.top_p, d.top_p);
         QCOMPARE(g.max_new_tokens, d.max_new_tokens);
         QVERIFY(g.temperature >= 0);
+    }
+
+    void legacyKeysRead()
+    {
+        // Settings saved before they were one JSON string, each under a key of its own.
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            qs.setValue(QStringLiteral("longContext/ntkAlpha"), 2.5);
+            qs.setValue(QStringLiteral("longContext/ntkAuto"), true);
+            qs.setValue(QStringLiteral("longContext/keysBeforeRope"), true);
+            qs.setValue(QStringLiteral("longContext/memoryEfficient"), true);
+            qs.setValue(QStringLiteral("longContext/causalFlash"), true);
+            qs.setValue(QStringLiteral("longContext/kvMode"), QStringLiteral("vmm"));
+            qs.setValue(QStringLiteral("longContext/contextLimit"), 8192);
+            qs.setValue(QStringLiteral("longContext/overflow"), QStringLiteral("head-tail"));
+        }
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        longscope::Settings want;
+        want.rope.ntk_alpha = 2.5f;
+        want.rope.ntk_auto = true;
+        want.rope.store_kv_before_rope = true;
+        want.attention.memory_efficient = true;
+        want.attention.causal_flash = true;
+        want.kv_mode = KvMode::Vmm;
+        want.context_limit = 8192;
+        want.overflow = OverflowPolicy::HeadTail;
+        QVERIFY(s.loadEngineSettings() == want);
+        // Saving again writes the one JSON form, which then wins.
+        want.backend = ComputeBackend::Cuda;
+        s.saveEngineSettings(want);
+        QVERIFY(!qs.contains(QStringLiteral("longContext/ntkAlpha")));
+        QVERIFY(s.loadEngineSettings() == want);
     }
 
     void recentModels()

@@ -1,6 +1,6 @@
 // Books: Project Gutenberg header and footer stripped, title and author read, BOM and line
 // endings normalised, binary, huge, empty and invalid UTF-8 files.
-#include "book.h"
+#include "core/book.h"
 
 #include <QFile>
 #include <QTemporaryDir>

@@ -1,7 +1,7 @@
 // Conversations: JSON round trip and validation, the store in a temporary directory (atomic
 // saves, corrupt and hostile files skipped with errors, removal, export), Markdown export.
-#include "conversation.h"
-#include "conversation_store.h"
+#include "core/conversation.h"
+#include "core/conversation_store.h"
 
 #include <QDir>
 #include <QFile>

@@ -1,12 +1,13 @@
 // The engine worker on a real QThread with the bundled stories260K: loading (success,
 // failure keeping the old model), streaming, stopping, settings switched mid-generation,
 // cache reuse across chat turns, books streamed chunk by chunk, a clean shutdown.
-#include "book.h"
-#include "engine_worker.h"
+#include "core/book.h"
+#include "core/engine_worker.h"
 
 #include "longscope/backend.h"
 
 #include <QFile>
+#include <QSemaphore>
 #include <QTemporaryDir>
 #include <QThread>
 #include <QtTest>
@@ -567,6 +568,72 @@ private slots:
         QVERIFY(Events::waitFor(ev.streamFinished));
         disconnect(conn);
         QCOMPARE(ev.streamFinished.first(), qMakePair(true, 64));
+    }
+
+    void stopCancelsQueuedJob()
+    {
+        // Stop pressed while a chat waits behind a book being streamed: both are cancelled.
+        // (With one shared flag that each job cleared when it started, the chat ran on.)
+        longscope::Settings s;
+        s.context_limit = 4096;
+        reset(s);
+        const QString text = loadBook(k_alice)->text.left(6000);
+        EngineWorker *worker = w();
+        Events ev(w());
+        // Holds the worker until both jobs are queued, so the stop below comes while the
+        // chat is queued whatever the speed of the model.
+        QSemaphore gate;
+        post([&gate] { gate.acquire(); });
+        // The Stop comes from the worker thread at the book's first chunk.
+        auto conn = connect(
+            worker, &EngineWorker::streamProgress, worker,
+            [worker](int done) {
+                if (done > 0)
+                    worker->requestStop();
+            },
+            Qt::DirectConnection);
+        const quint64 book = worker->queueStream(text, 64);
+        const quint64 reply = worker->queueChat(userSays(QStringLiteral("Once upon a time"), greedy(100000)));
+        QVERIFY(reply > book);
+        gate.release();
+        QVERIFY(Events::waitFor(ev.finished));
+        disconnect(conn);
+        QCOMPARE(ev.streamFinished.first(), qMakePair(true, 64));
+        QCOMPARE(ev.generationStarted, 1);
+        QCOMPARE(ev.finished.first().reason, FinishReason::Stopped);
+        QCOMPARE(ev.finished.first().generated_tokens, 0);
+        QVERIFY(ev.tokens.isEmpty());
+        QVERIFY(ev.errors.isEmpty());
+
+        // A job queued after the Stop runs as usual.
+        Events after(w());
+        worker->queueChat(userSays(QStringLiteral("Once upon a time"), greedy(5)));
+        QVERIFY(Events::waitFor(after.finished));
+        QCOMPARE(after.finished.first().reason, FinishReason::MaxTokens);
+        QCOMPARE(after.finished.first().generated_tokens, 5);
+    }
+
+    void stopCancelsQueuedPerplexityRun()
+    {
+        reset();
+        const QString text = loadBook(k_alice)->text.left(4000);
+        EngineWorker *worker = w();
+        QList<PerplexityRunResult> results;
+        auto done = connect(worker, &EngineWorker::perplexityFinished, this,
+                            [&results](const QString &, const PerplexityRunResult &r) { results << r; });
+        QSemaphore gate;
+        post([&gate] { gate.acquire(); });
+        worker->queuePerplexity(text, longscope::Settings{}, 128, 16, QStringLiteral("first"));
+        worker->queuePerplexity(text, longscope::Settings{}, 128, 16, QStringLiteral("second"));
+        worker->requestStop(); // both are still queued
+        gate.release();
+        QVERIFY(QTest::qWaitFor([&] { return results.size() == 2; }, 120000));
+        disconnect(done);
+        for (const PerplexityRunResult &r : results) {
+            QVERIFY(r.cancelled);
+            QVERIFY(!r.failed());
+            QCOMPARE(r.n_scored, 0);
+        }
     }
 
     void tooLongTextWithErrorPolicy()

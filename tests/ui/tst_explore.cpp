@@ -3,16 +3,17 @@
 // (the engine API the CLI uses), cancelling, the chat's context left alone; the view running
 // two presets onto one plot with the trained-context line, its PNG and CSV exports, saved runs
 // round-tripping through the store and reopening, corrupt run files skipped.
-#include "book.h"
-#include "engine_worker.h"
-#include "explore_plot.h"
-#include "explore_presets.h"
-#include "explore_run_list.h"
-#include "explore_run_table.h"
-#include "explore_settings_list.h"
-#include "explore_store.h"
-#include "explore_view.h"
-#include "main_window.h"
+#include "core/book.h"
+#include "core/engine_worker.h"
+#include "core/explore_presets.h"
+#include "core/explore_store.h"
+#include "widgets/chat_panel.h"
+#include "widgets/explore_plot.h"
+#include "widgets/explore_run_list.h"
+#include "widgets/explore_run_table.h"
+#include "widgets/explore_settings_list.h"
+#include "widgets/explore_view.h"
+#include "widgets/main_window.h"
 
 #include "longscope/model.h"
 #include "longscope/perplexity.h"
@@ -376,7 +377,7 @@ void TestExplore::viewRunsTwoPresetsOntoOnePlot()
     QSignalSpy finished(view, &ExploreView::explorationFinished);
     QVERIFY(view->run());
     QCOMPARE(w->activity(), MainWindow::Activity::Exploring);
-    QVERIFY(!w->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
+    QVERIFY(!w->chatPanel()->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
     QVERIFY(view->cancelButton()->isEnabled());
     QVERIFY(finished.wait(kTimeoutMs));
     QCOMPARE(w->activity(), MainWindow::Activity::Idle);

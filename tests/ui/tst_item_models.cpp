@@ -1,8 +1,8 @@
 // The list models under QAbstractItemModelTester while rows are added, removed, moved and
 // streamed into.
-#include "chat_model.h"
-#include "conversation_list_model.h"
-#include "conversation_store.h"
+#include "core/chat_model.h"
+#include "core/conversation_list_model.h"
+#include "core/conversation_store.h"
 
 #include <QAbstractItemModelTester>
 #include <QSignalSpy>

@@ -2,15 +2,18 @@
 // input, stop, live settings mid-generation, plots and their exports, bad models and books,
 // books streamed and continued, clear, regenerate, saved conversations, and closing while
 // the worker is busy.
-#include "book_panel.h"
-#include "chat_input.h"
-#include "chat_model.h"
-#include "chat_view.h"
-#include "conversation_store.h"
-#include "generation_panel.h"
-#include "long_context_panel.h"
-#include "main_window.h"
-#include "metrics_plots.h"
+#include "core/chat_model.h"
+#include "core/conversation_store.h"
+#include "core/settings_json.h"
+#include "widgets/book_panel.h"
+#include "widgets/chat_panel.h"
+#include "widgets/chat_input.h"
+#include "widgets/chat_view.h"
+#include "widgets/exports.h"
+#include "widgets/generation_panel.h"
+#include "widgets/long_context_panel.h"
+#include "widgets/main_window.h"
+#include "widgets/metrics_plots.h"
 
 #include "longscope/backend.h"
 
@@ -76,7 +79,7 @@ protected:
 
 QString lastText(const MainWindow &w)
 {
-    const ChatModel *m = w.chatModel();
+    const ChatModel *m = w.chatController()->model();
     return m->count() > 0 ? m->at(m->count() - 1).text : QString();
 }
 
@@ -160,8 +163,8 @@ void TestMainWindow::loadsTheBundledModel()
     QCOMPARE(w->modelSummary().n_ctx_train, 512);
     QCOMPARE(w->longContextPanel()->trainedContext(), 512);
     QCOMPARE(w->contextLimit(), 512);
-    QVERIFY(w->sendButton()->isEnabled());
-    QVERIFY(!w->stopButton()->isEnabled());
+    QVERIFY(w->chatPanel()->sendButton()->isEnabled());
+    QVERIFY(!w->chatPanel()->stopButton()->isEnabled());
     QVERIFY(w->errors.isEmpty());
     QVERIFY(w->isWorkerThreadRunning());
     QCOMPARE(QFileInfo(w->modelSummary().path), QFileInfo(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)));
@@ -184,22 +187,22 @@ void TestMainWindow::enterSendsAndStreamsAReply()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("Once upon a time"));
-    QTest::keyClick(w->chatInput(), Qt::Key_Return);
-    QVERIFY(w->chatInput()->toPlainText().isEmpty());
-    QCOMPARE(w->chatModel()->at(0).role, Message::Role::User);
-    QCOMPARE(w->chatModel()->at(0).text, QStringLiteral("Once upon a time"));
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("Once upon a time"));
+    QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return);
+    QVERIFY(w->chatPanel()->chatInput()->toPlainText().isEmpty());
+    QCOMPARE(w->chatController()->model()->at(0).role, Message::Role::User);
+    QCOMPARE(w->chatController()->model()->at(0).text, QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->model()->at(1).role, Message::Role::Assistant);
 
     const QString reply = lastText(*w);
-    w->chatView()->flush();
-    const QString shown = w->chatView()->toPlainText();
+    w->chatPanel()->chatView()->flush();
+    const QString shown = w->chatPanel()->chatView()->toPlainText();
     QVERIFY2(shown.contains(QStringLiteral("Once upon a time")), qPrintable(shown));
     QVERIFY2(shown.contains(reply.left(20)), qPrintable(shown));
-    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
     QVERIFY(w->contextUsed() > 0);
     QVERIFY(w->errors.isEmpty());
 }
@@ -208,11 +211,11 @@ void TestMainWindow::shiftEnterAddsANewLine()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("first"));
-    QTest::keyClick(w->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
-    QTest::keyClicks(w->chatInput(), QStringLiteral("second"));
-    QCOMPARE(w->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
-    QCOMPARE(w->chatModel()->count(), 0);
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("first"));
+    QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Return, Qt::ShiftModifier);
+    QTest::keyClicks(w->chatPanel()->chatInput(), QStringLiteral("second"));
+    QCOMPARE(w->chatPanel()->chatInput()->toPlainText(), QStringLiteral("first\nsecond"));
+    QCOMPARE(w->chatController()->model()->count(), 0);
     QVERIFY(!w->isBusy());
 }
 
@@ -224,13 +227,13 @@ void TestMainWindow::stopEndsAGenerationEarly()
     w->sendMessage(QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QVERIFY(w->isBusy());
-    QVERIFY(w->stopButton()->isEnabled());
-    QTest::mouseClick(w->stopButton(), Qt::LeftButton);
+    QVERIFY(w->chatPanel()->stopButton()->isEnabled());
+    QTest::mouseClick(w->chatPanel()->stopButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(int(w->lastSummary().reason), int(FinishReason::Stopped));
-    QVERIFY(w->lastSummary().generated_tokens < 4096);
+    QCOMPARE(int(w->chatController()->lastSummary().reason), int(FinishReason::Stopped));
+    QVERIFY(w->chatController()->lastSummary().generated_tokens < 4096);
     QVERIFY(!lastText(*w).isEmpty()); // what came before the stop stays
-    QVERIFY(w->sendButton()->isEnabled());
+    QVERIFY(w->chatPanel()->sendButton()->isEnabled());
 }
 
 void TestMainWindow::liveSettingsReachARunningGeneration()
@@ -258,14 +261,14 @@ void TestMainWindow::liveSettingsReachARunningGeneration()
     QVERIFY(w->errors.isEmpty());
     // The marked plots, kept where LONGSCOPE_TEST_ARTIFACTS says (for a look by eye).
     const QString artifacts = qEnvironmentVariable("LONGSCOPE_TEST_ARTIFACTS", m_dir.path());
-    QVERIFY(w->exportPlotsPng(QDir(artifacts).filePath(QStringLiteral("live-settings-plots.png"))));
+    QVERIFY(w->exports()->plotsPng(QDir(artifacts).filePath(QStringLiteral("live-settings-plots.png"))));
     w->metricsPlots()->replotNow();
     QVERIFY(w->grab().save(QDir(artifacts).filePath(QStringLiteral("live-settings-window.png"))));
 
     // The next reply runs with them: a generation after the change still works.
     w->generationPanel()->maxNewTokensBox()->setValue(16);
     sendAndWait(*w, QStringLiteral("Tell me more"));
-    QVERIFY(w->lastSummary().reason != FinishReason::Error);
+    QVERIFY(w->chatController()->lastSummary().reason != FinishReason::Error);
 }
 
 void TestMainWindow::plotsReceivePointsAndExport()
@@ -280,8 +283,8 @@ void TestMainWindow::plotsReceivePointsAndExport()
 
     const QString png = m_dir.filePath(QStringLiteral("plots.png"));
     const QString csv = m_dir.filePath(QStringLiteral("plots.csv"));
-    QVERIFY(w->exportPlotsPng(png));
-    QVERIFY(w->exportPlotsCsv(csv));
+    QVERIFY(w->exports()->plotsPng(png));
+    QVERIFY(w->exports()->plotsCsv(csv));
     const QImage image(png);
     QVERIFY(!image.isNull());
     QVERIFY(image.width() > 400);
@@ -291,7 +294,7 @@ void TestMainWindow::plotsReceivePointsAndExport()
     QCOMPARE(lines.size(), plots->stepCount() + 1);
     QVERIFY(lines.first().contains("position"));
 
-    QVERIFY(!w->exportPlotsPng(m_dir.filePath(QStringLiteral("no/such/dir/plots.png"))));
+    QVERIFY(!w->exports()->plotsPng(m_dir.filePath(QStringLiteral("no/such/dir/plots.png"))));
     QCOMPARE(w->errors.size(), 1);
 }
 
@@ -368,9 +371,9 @@ void TestMainWindow::bookStreamsAndContinues()
     w->generationPanel()->maxNewTokensBox()->setValue(400);
     w->continueText();
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    const FinishReason reason = w->lastSummary().reason;
+    const FinishReason reason = w->chatController()->lastSummary().reason;
     QVERIFY(reason == FinishReason::ContextFull || reason == FinishReason::EndOfText);
-    QVERIFY(w->lastSummary().generated_tokens > 0);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
     QVERIFY(w->contextUsed() <= 512);
 
     // With room, Continue writes on.
@@ -383,8 +386,8 @@ void TestMainWindow::bookStreamsAndContinues()
     limit->setValue(1200);
     w->continueText();
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QVERIFY(w->lastSummary().generated_tokens > 0);
-    QCOMPARE(w->chatModel()->at(w->chatModel()->count() - 1).role, Message::Role::Assistant);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
+    QCOMPARE(w->chatController()->model()->at(w->chatController()->model()->count() - 1).role, Message::Role::Assistant);
     QVERIFY(!lastText(*w).isEmpty());
 }
 
@@ -410,16 +413,16 @@ void TestMainWindow::clearEmptiesTheView()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("Once upon a time"));
-    QCOMPARE(w->chatModel()->count(), 2);
-    QTest::mouseClick(w->clearButton(), Qt::LeftButton);
-    QCOMPARE(w->chatModel()->count(), 0);
-    w->chatView()->flush();
-    QVERIFY(w->chatView()->toPlainText().trimmed().isEmpty());
-    QVERIFY(w->conversation().isEmpty());
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QTest::mouseClick(w->chatPanel()->clearButton(), Qt::LeftButton);
+    QCOMPARE(w->chatController()->model()->count(), 0);
+    w->chatPanel()->chatView()->flush();
+    QVERIFY(w->chatPanel()->chatView()->toPlainText().trimmed().isEmpty());
+    QVERIFY(w->chatController()->conversation().isEmpty());
     QCOMPARE(w->contextUsed(), 0);
     // And the chat goes on from nothing.
     sendAndWait(*w, QStringLiteral("Hello"));
-    QCOMPARE(w->chatModel()->count(), 2);
+    QCOMPARE(w->chatController()->model()->count(), 2);
 }
 
 void TestMainWindow::regenerateReplacesTheReply()
@@ -428,12 +431,12 @@ void TestMainWindow::regenerateReplacesTheReply()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("Once upon a time"));
-    QVERIFY(w->regenerateButton()->isEnabled());
-    QTest::mouseClick(w->regenerateButton(), Qt::LeftButton);
+    QVERIFY(w->chatPanel()->regenerateButton()->isEnabled());
+    QTest::mouseClick(w->chatPanel()->regenerateButton(), Qt::LeftButton);
     QVERIFY(w->isBusy());
     QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->chatModel()->at(1).role, Message::Role::Assistant);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->model()->at(1).role, Message::Role::Assistant);
     QVERIFY(!lastText(*w).isEmpty());
 }
 
@@ -443,18 +446,24 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
     w->generationPanel()->maxNewTokensBox()->setValue(24);
     sendAndWait(*w, QStringLiteral("A saved conversation"));
-    const QString id = w->conversation().id();
+    const QString id = w->chatController()->conversation().id();
     QVERIFY(w->conversationStore()->contains(id)); // saved after the reply
     const std::optional<Conversation> saved = w->conversationStore()->load(id);
     QVERIFY(saved.has_value());
     QCOMPARE(saved->messages().size(), 2);
     QCOMPARE(saved->messages().at(1).text, lastText(*w));
+    // The settings are saved in the one JSON form, every field (backend included).
+    const std::optional<longscope::Settings> settings =
+        settingsFromJson(saved->settingsSnapshot().value(QStringLiteral("long_context")).toObject());
+    QVERIFY(settings.has_value());
+    QVERIFY(*settings == w->longContextPanel()->settings());
+    QVERIFY(saved->settingsSnapshot().value(QStringLiteral("long_context")).toObject().contains(QStringLiteral("backend")));
 
     w->clearConversation();
-    QCOMPARE(w->chatModel()->count(), 0);
+    QCOMPARE(w->chatController()->model()->count(), 0);
     w->openConversation(id);
-    QCOMPARE(w->chatModel()->count(), 2);
-    QCOMPARE(w->conversation().id(), id);
+    QCOMPARE(w->chatController()->model()->count(), 2);
+    QCOMPARE(w->chatController()->conversation().id(), id);
 
     w->answer = false;
     QVERIFY(!w->deleteConversation(id));
@@ -463,7 +472,7 @@ void TestMainWindow::conversationsAreSavedReopenedAndDeleted()
     w->answer = true;
     QVERIFY(w->deleteConversation(id));
     QVERIFY(!w->conversationStore()->contains(id));
-    QCOMPARE(w->chatModel()->count(), 0); // the open one was deleted: a fresh conversation
+    QCOMPARE(w->chatController()->model()->count(), 0); // the open one was deleted: a fresh conversation
 }
 
 void TestMainWindow::closingMidGenerationIsClean()
@@ -474,7 +483,7 @@ void TestMainWindow::closingMidGenerationIsClean()
     w->sendMessage(QStringLiteral("Once upon a time"));
     QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
     QVERIFY(w->isBusy());
-    const QString id = w->conversation().id();
+    const QString id = w->chatController()->conversation().id();
     QElapsedTimer timer;
     timer.start();
     QVERIFY(w->close());

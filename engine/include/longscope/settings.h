@@ -37,6 +37,8 @@ struct RopeSettings {
     // Keys are cached before rotation and rotated with the current base inside attention,
     // so keys cached at different lengths agree when alpha changes.
     bool store_kv_before_rope = false;
+
+    bool operator==(const RopeSettings &) const = default;
 };
 
 struct AttentionSettings {
@@ -49,6 +51,8 @@ struct AttentionSettings {
     // Teaching switch: padded batches get one shared triangular mask, so padding is attended
     // (the known failure of causal flash with padded batches). Off: per-sequence lengths.
     bool reproduce_padding_bug = false;
+
+    bool operator==(const AttentionSettings &) const = default;
 };
 
 struct Settings {
@@ -58,6 +62,9 @@ struct Settings {
     int context_limit = 0; // tokens; 0 = the model's trained context (at most 4096)
     OverflowPolicy overflow = OverflowPolicy::Error;
     ComputeBackend backend = ComputeBackend::Cpu;
+
+    // Every field.
+    bool operator==(const Settings &) const = default;
 
     // Throws InvalidArgument naming the bad value (alpha < 1 or not finite, limit < 0).
     void validate() const;

@@ -1,0 +1,126 @@
+// Settings as the app stores and compares them: one JSON form (saved runs, conversations,
+// app settings) that carries every field, backend included; one equality that sees every
+// field; the default context limit.
+#include "core/context_limit.h"
+#include "core/settings_json.h"
+
+#include "longscope/engine.h"
+#include "longscope/settings.h"
+
+#include <QJsonObject>
+#include <QtTest>
+
+#include <functional>
+#include <vector>
+
+using namespace longscope::ui;
+using longscope::ComputeBackend;
+using longscope::KvMode;
+using longscope::OverflowPolicy;
+using longscope::Settings;
+
+namespace {
+
+// Each changes one field away from its default.
+const std::vector<std::pair<const char *, std::function<void(Settings &)>>> &fieldChanges()
+{
+    static const std::vector<std::pair<const char *, std::function<void(Settings &)>>> changes{
+        {"ntk_alpha", [](Settings &s) { s.rope.ntk_alpha = 2.5f; }},
+        {"ntk_auto", [](Settings &s) { s.rope.ntk_auto = true; }},
+        {"store_kv_before_rope", [](Settings &s) { s.rope.store_kv_before_rope = true; }},
+        {"memory_efficient", [](Settings &s) { s.attention.memory_efficient = true; }},
+        {"causal_flash", [](Settings &s) { s.attention.causal_flash = true; }},
+        {"reproduce_padding_bug", [](Settings &s) { s.attention.reproduce_padding_bug = true; }},
+        {"kv_mode", [](Settings &s) { s.kv_mode = KvMode::Vmm; }},
+        {"context_limit", [](Settings &s) { s.context_limit = 8192; }},
+        {"overflow", [](Settings &s) { s.overflow = OverflowPolicy::DropOldestTurns; }},
+        {"backend", [](Settings &s) { s.backend = ComputeBackend::Cuda; }},
+    };
+    return changes;
+}
+
+} // namespace
+
+class TestSettingsJson : public QObject {
+    Q_OBJECT
+
+private slots:
+    void roundTripsEveryField()
+    {
+        Settings all;
+        for (const auto &[name, change] : fieldChanges()) {
+            Settings one;
+            change(one);
+            QVERIFY2(!(one == Settings{}), name);
+            const QJsonObject json = settingsToJson(one);
+            QVERIFY2(json.contains(QLatin1String(name)), name);
+            QString error;
+            const std::optional<Settings> back = settingsFromJson(json, &error);
+            QVERIFY2(back, qPrintable(error));
+            QVERIFY2(*back == one, name);
+            change(all);
+        }
+        const std::optional<Settings> back = settingsFromJson(settingsToJson(all));
+        QVERIFY(back);
+        QVERIFY(*back == all);
+        QCOMPARE(back->backend, ComputeBackend::Cuda);
+        QCOMPARE(settingsToJson(all).value(QStringLiteral("backend")).toString(), QStringLiteral("cuda"));
+        // Every key the JSON holds is one of the fields above.
+        QCOMPARE(qsizetype(settingsToJson(all).size()), qsizetype(fieldChanges().size()));
+    }
+
+    void absentFieldsTakeDefaults()
+    {
+        const std::optional<Settings> s = settingsFromJson(QJsonObject{});
+        QVERIFY(s);
+        QVERIFY(*s == Settings{});
+    }
+
+    void equalitySeesEveryField()
+    {
+        QVERIFY(Settings{} == Settings{});
+        for (const auto &[name, change] : fieldChanges()) {
+            Settings a;
+            Settings b;
+            change(b);
+            QVERIFY2(!(a == b), name);
+            QVERIFY2(a != b, name);
+            change(a);
+            QVERIFY2(a == b, name);
+        }
+    }
+
+    void sameMeasurementIgnoresWhatPerplexityDoesNotDependOn()
+    {
+        Settings a;
+        a.rope.ntk_auto = true;
+        Settings b = a;
+        b.rope.ntk_alpha = 4.0f; // unused with auto
+        b.context_limit = 1024;  // a run sets its own
+        b.overflow = OverflowPolicy::HeadTail;
+        b.backend = ComputeBackend::Cuda;
+        QVERIFY(sameMeasurement(a, b));
+        QVERIFY(!(a == b));
+        b.rope.store_kv_before_rope = true;
+        QVERIFY(!sameMeasurement(a, b));
+        Settings c;
+        Settings d;
+        d.rope.ntk_alpha = 2.0f; // not auto: alpha counts
+        QVERIFY(!sameMeasurement(c, d));
+        d = c;
+        d.kv_mode = KvMode::Concat;
+        QVERIFY(!sameMeasurement(c, d));
+    }
+
+    void defaultContextLimit()
+    {
+        QCOMPARE(longscope::ui::defaultContextLimit(512), 512);
+        QCOMPARE(longscope::ui::defaultContextLimit(32768), longscope::k_default_ctx_cap);
+        QCOMPARE(effectiveContextLimit(0, 512), 512);
+        QCOMPARE(effectiveContextLimit(0, 100000), longscope::k_default_ctx_cap);
+        QCOMPARE(effectiveContextLimit(8192, 512), 8192);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSettingsJson)
+#include "tst_settings_json.moc"

@@ -1,0 +1,175 @@
+#include "core/perplexity_run.h"
+
+#include "core/settings_json.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonParseError>
+
+#include <cmath>
+
+namespace longscope::ui {
+
+namespace {
+
+const QString k_format = QStringLiteral("longscope-perplexity-run");
+constexpr int k_version = 1;
+
+void setError(QString *error, const QString &message)
+{
+    if (error)
+        *error = message;
+}
+
+// A JSON number that is a whole number in [lo, hi].
+bool wholeNumber(const QJsonValue &v, double lo, double hi, qint64 &out)
+{
+    if (!v.isDouble())
+        return false;
+    const double d = v.toDouble();
+    if (!std::isfinite(d) || d < lo || d > hi || d != std::floor(d))
+        return false;
+    out = qint64(d);
+    return true;
+}
+
+bool finiteNumber(const QJsonValue &v, double lo, double &out)
+{
+    if (!v.isDouble())
+        return false;
+    const double d = v.toDouble();
+    if (!std::isfinite(d) || d < lo)
+        return false;
+    out = d;
+    return true;
+}
+
+} // namespace
+
+double PerplexityPoint::perplexity() const { return std::exp(mean_nll); }
+
+double PerplexityRunResult::perplexity() const { return std::exp(mean_nll); }
+
+QJsonObject PerplexityRunResult::toJson() const
+{
+    QJsonArray points;
+    for (const PerplexityPoint &p : curve)
+        points.append(QJsonObject{{QStringLiteral("begin"), p.begin},
+                                  {QStringLiteral("end"), p.end},
+                                  {QStringLiteral("count"), double(p.count)},
+                                  {QStringLiteral("mean_nll"), p.mean_nll}});
+    return QJsonObject{{QStringLiteral("format"), k_format},
+                       {QStringLiteral("version"), k_version},
+                       {QStringLiteral("id"), id},
+                       {QStringLiteral("label"), label},
+                       {QStringLiteral("settings"), settingsToJson(settings)},
+                       {QStringLiteral("ctx"), ctx},
+                       {QStringLiteral("bucket"), bucket},
+                       {QStringLiteral("n_ctx_train"), n_ctx_train},
+                       {QStringLiteral("model"), model_name},
+                       {QStringLiteral("book"), book_title},
+                       {QStringLiteral("created"), created.toUTC().toString(Qt::ISODateWithMs)},
+                       {QStringLiteral("mean_nll"), mean_nll},
+                       {QStringLiteral("perplexity"), perplexity()},
+                       {QStringLiteral("n_scored"), double(n_scored)},
+                       {QStringLiteral("n_total"), double(n_total)},
+                       {QStringLiteral("windows"), windows},
+                       {QStringLiteral("cancelled"), cancelled},
+                       {QStringLiteral("seconds"), seconds},
+                       {QStringLiteral("peak_memory_bytes"), double(peak_memory_bytes)},
+                       {QStringLiteral("tokens_per_second"), tokens_per_second},
+                       {QStringLiteral("steps"), steps},
+                       {QStringLiteral("curve"), points}};
+}
+
+QByteArray PerplexityRunResult::toJsonBytes() const
+{
+    return QJsonDocument(toJson()).toJson(QJsonDocument::Indented);
+}
+
+std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObject &j, QString *error)
+{
+    if (j.value(QStringLiteral("format")).toString() != k_format) {
+        setError(error, QStringLiteral("not a Longscope perplexity run"));
+        return std::nullopt;
+    }
+    qint64 version = 0;
+    if (!wholeNumber(j.value(QStringLiteral("version")), 1, k_version, version)) {
+        setError(error, QStringLiteral("unsupported run file version"));
+        return std::nullopt;
+    }
+    PerplexityRunResult r;
+    r.id = j.value(QStringLiteral("id")).toString();
+    r.label = j.value(QStringLiteral("label")).toString();
+    r.model_name = j.value(QStringLiteral("model")).toString();
+    r.book_title = j.value(QStringLiteral("book")).toString();
+    r.created = QDateTime::fromString(j.value(QStringLiteral("created")).toString(), Qt::ISODateWithMs);
+    r.cancelled = j.value(QStringLiteral("cancelled")).toBool();
+    QString why;
+    const std::optional<longscope::Settings> settings = settingsFromJson(j.value(QStringLiteral("settings")).toObject(), &why);
+    if (!settings) {
+        setError(error, why);
+        return std::nullopt;
+    }
+    r.settings = *settings;
+
+    constexpr double k_max_ctx = double(1 << 24);
+    constexpr double k_max_count = 9e15;
+    qint64 ctx = 0, bucket = 0, train = 0, windows = 0, steps = 0;
+    if (!wholeNumber(j.value(QStringLiteral("ctx")), 2, k_max_ctx, ctx) ||
+        !wholeNumber(j.value(QStringLiteral("bucket")), 1, k_max_ctx, bucket) ||
+        !wholeNumber(j.value(QStringLiteral("n_ctx_train")), 0, k_max_ctx, train) ||
+        !wholeNumber(j.value(QStringLiteral("windows")), 0, k_max_count, windows) ||
+        !wholeNumber(j.value(QStringLiteral("steps")), 0, k_max_count, steps) ||
+        !wholeNumber(j.value(QStringLiteral("n_scored")), 0, k_max_count, r.n_scored) ||
+        !wholeNumber(j.value(QStringLiteral("n_total")), 0, k_max_count, r.n_total) ||
+        !wholeNumber(j.value(QStringLiteral("peak_memory_bytes")), 0, k_max_count, r.peak_memory_bytes) ||
+        !finiteNumber(j.value(QStringLiteral("mean_nll")), 0, r.mean_nll) ||
+        !finiteNumber(j.value(QStringLiteral("seconds")), 0, r.seconds) ||
+        !finiteNumber(j.value(QStringLiteral("tokens_per_second")), 0, r.tokens_per_second)) {
+        setError(error, QStringLiteral("a number is missing or out of range"));
+        return std::nullopt;
+    }
+    r.ctx = int(ctx);
+    r.bucket = int(bucket);
+    r.n_ctx_train = int(train);
+    r.windows = int(windows);
+    r.steps = int(steps);
+
+    const QJsonValue curve = j.value(QStringLiteral("curve"));
+    if (!curve.isArray()) {
+        setError(error, QStringLiteral("the curve is missing"));
+        return std::nullopt;
+    }
+    for (const QJsonValue &v : curve.toArray()) {
+        const QJsonObject o = v.toObject();
+        PerplexityPoint p;
+        qint64 begin = 0, end = 0;
+        if (!wholeNumber(o.value(QStringLiteral("begin")), 0, k_max_ctx, begin) ||
+            !wholeNumber(o.value(QStringLiteral("end")), 1, k_max_ctx, end) || end <= begin ||
+            !wholeNumber(o.value(QStringLiteral("count")), 0, k_max_count, p.count) ||
+            !finiteNumber(o.value(QStringLiteral("mean_nll")), 0, p.mean_nll)) {
+            setError(error, QStringLiteral("a curve point is malformed"));
+            return std::nullopt;
+        }
+        p.begin = int(begin);
+        p.end = int(end);
+        r.curve.append(p);
+    }
+    return r;
+}
+
+std::optional<PerplexityRunResult> PerplexityRunResult::fromJsonBytes(const QByteArray &bytes, QString *error)
+{
+    QJsonParseError parse{};
+    const QJsonDocument doc = QJsonDocument::fromJson(bytes, &parse);
+    if (parse.error != QJsonParseError::NoError || !doc.isObject()) {
+        setError(error, parse.error != QJsonParseError::NoError
+                            ? QStringLiteral("not valid JSON: %1").arg(parse.errorString())
+                            : QStringLiteral("not a JSON object"));
+        return std::nullopt;
+    }
+    return fromJson(doc.object(), error);
+}
+
+} // namespace longscope::ui

@@ -1,0 +1,33 @@
+#include "core/session_stats.h"
+
+#include "core/engine_worker.h"
+
+namespace longscope::ui {
+
+void SessionStats::addStep(const longscope::StepMetrics &m)
+{
+    m_contextUsed = m.position;
+    m_ntkAlpha = m.ntk_alpha;
+    if (m.phase == StepPhase::Decode)
+        m_decodeRate = m_decodeRate > 0 ? kDecodeKeep * m_decodeRate + kDecodeNew * m.tokens_per_second
+                                        : m.tokens_per_second;
+    else
+        m_prefillRate = m.tokens_per_second;
+}
+
+void SessionStats::addReply(const GenerationSummary &summary)
+{
+    if (summary.decode_tokens_per_second > 0)
+        m_decodeRate = summary.decode_tokens_per_second;
+    if (summary.prefill_tokens_per_second > 0)
+        m_prefillRate = summary.prefill_tokens_per_second;
+}
+
+void SessionStats::reset()
+{
+    m_contextUsed = 0;
+    m_decodeRate = 0;
+    m_prefillRate = 0;
+}
+
+} // namespace longscope::ui

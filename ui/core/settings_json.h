@@ -1,0 +1,32 @@
+// Long-context settings as JSON and as one short line of text (legends, tables, CSV):
+// "α auto · keys before RoPE · mem-efficient · causal flash · KV static". The JSON form is the
+// only one: saved exploration runs, conversations and the app's settings all store it, and it
+// holds every field of longscope::Settings. Settings compare with their operator==.
+#pragma once
+
+#include "longscope/settings.h"
+
+#include <QJsonObject>
+#include <QString>
+
+#include <optional>
+
+namespace longscope::ui {
+
+// Every field, backend included.
+QJsonObject settingsToJson(const longscope::Settings &settings);
+// nullopt with `error` set for a missing or out-of-range field (alpha below 1, an unknown KV
+// mode...). Fields that are absent take their defaults.
+std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QString *error = nullptr);
+
+// Whether two settings measure the same perplexity: equal in what describeSettings() lists
+// (alpha only when not auto); the context limit, overflow policy and backend do not count
+// (a run sets its own context length).
+bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b);
+
+// "α 2", "α auto", "α 1.5".
+QString alphaText(const longscope::Settings &settings);
+// Every setting that changes what perplexity measures, in one line.
+QString describeSettings(const longscope::Settings &settings);
+
+} // namespace longscope::ui

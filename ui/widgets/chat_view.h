@@ -1,0 +1,62 @@
+// The conversation view: a read-only rich-text view of a ChatModel. Each message is a
+// coloured block (a QTextFrame) with a role label; the text gets a light Markdown rendering
+// (**bold**, *italic*, `code`, fenced code blocks, headings, lists). A streaming reply only
+// re-renders its own frame, coalesced to ~30 Hz, and the view stays scrolled to the bottom
+// unless the user has scrolled up.
+#pragma once
+
+// Complete, for the QPointer below.
+#include "core/chat_model.h"
+
+#include <QPointer>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVector>
+
+class QTextCursor;
+class QTextFrame;
+
+namespace longscope::ui {
+
+class ChatView : public QTextBrowser {
+    Q_OBJECT
+
+public:
+    explicit ChatView(QWidget *parent = nullptr);
+
+    void setModel(ChatModel *model);
+    ChatModel *model() const { return m_model; }
+
+    // Renders pending streamed text now (the view otherwise catches up on a timer).
+    void flush();
+    // Whether new text keeps the view scrolled to the bottom (false once the user scrolls up).
+    bool isFollowingBottom() const { return m_follow; }
+
+protected:
+    void changeEvent(QEvent *event) override;
+
+private slots:
+    void onRowsInserted(const QModelIndex &parent, int first, int last);
+    void onDataChanged(const QModelIndex &topLeft, const QModelIndex &bottomRight);
+    void onRowsRemoved();
+    void onModelReset();
+    void onScrollValueChanged(int value);
+    void onScrollRangeChanged(int min, int max);
+
+private:
+    struct Colors;
+    Colors colors() const;
+    void rebuild();
+    void appendFrame(int row);
+    void renderRow(int row);
+    void fillFrame(QTextFrame *frame, int row);
+
+    QPointer<ChatModel> m_model;
+    QVector<QTextFrame *> m_frames; // one per model row
+    QTimer m_renderTimer;
+    QVector<int> m_dirtyRows;
+    bool m_follow = true;
+    bool m_rebuilding = false;
+};
+
+} // namespace longscope::ui

@@ -1,0 +1,64 @@
+// Perplexity against position for several runs on one QCustomPlot: one colour per run (keys
+// cached before RoPE drawn dashed), a legend with each run's label, a log or linear y axis,
+// and a dashed vertical line at the model's trained context with the positions beyond it
+// shaded. Exports the plot as PNG and the curves as CSV.
+#pragma once
+
+#include "core/perplexity_run.h"
+
+#include <QByteArray>
+#include <QColor>
+#include <QIcon>
+#include <QVector>
+#include <QWidget>
+
+class QCustomPlot;
+class QCPTextElement;
+
+namespace longscope::ui {
+
+class ExplorePlot : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ExplorePlot(QWidget *parent = nullptr);
+
+    // The runs to overlay, drawn in this order; run i gets colorFor(i).
+    void setRuns(const QVector<PerplexityRunResult> &runs);
+    const QVector<PerplexityRunResult> &runs() const { return m_runs; }
+    static QColor colorFor(int index);
+    // A short line in a run's colour (dashed for keys before RoPE) for lists and tables; an
+    // invalid colour gives a blank icon.
+    static QIcon lineIcon(const QColor &color, bool dashed);
+
+    void setLogScale(bool on);
+    bool isLogScale() const { return m_logScale; }
+
+    int curveCount() const;
+    // Vertical "trained context" lines (one per distinct trained context among the runs).
+    int trainedContextLineCount() const { return m_trainedLines; }
+    QCustomPlot *plot() const { return m_plot; }
+
+    void replotNow();
+    // The plot alone; width and height 0: its size on screen (at least 960 x 540).
+    bool exportPng(const QString &path, QString *error = nullptr, int width = 0, int height = 0);
+    bool exportCsv(const QString &path, QString *error = nullptr) const;
+    // "label,settings,bucket_begin,bucket_end,count,mean_nll,perplexity" and one row per
+    // curve point of every run.
+    static QByteArray csv(const QVector<PerplexityRunResult> &runs);
+
+signals:
+    void logScaleChanged(bool on);
+
+private:
+    void rebuild();
+    void rescale();
+
+    QCustomPlot *m_plot = nullptr;
+    QCPTextElement *m_subtitle = nullptr;
+    QVector<PerplexityRunResult> m_runs;
+    bool m_logScale = true;
+    int m_trainedLines = 0;
+};
+
+} // namespace longscope::ui

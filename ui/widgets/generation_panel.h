@@ -1,0 +1,47 @@
+// The generation controls of gradio_demo's right column: Max New Tokens, Top P,
+// Temperature, Top K, Do Sample, Repetition Penalty, plus a Seed.
+#pragma once
+
+#include "core/engine_worker.h"
+
+#include <QGroupBox>
+
+class QCheckBox;
+class QDoubleSpinBox;
+class QSlider;
+class QSpinBox;
+
+namespace longscope::ui {
+
+class GenerationPanel : public QGroupBox {
+    Q_OBJECT
+
+public:
+    explicit GenerationPanel(QWidget *parent = nullptr);
+
+    GenerationParams params() const;
+    // Values are clamped to the controls' ranges; emits no paramsChanged.
+    void setParams(const GenerationParams &params);
+
+    QSpinBox *maxNewTokensBox() const { return m_maxNewTokens; }
+    QDoubleSpinBox *temperatureBox() const { return m_temperature; }
+    QCheckBox *doSampleBox() const { return m_doSample; }
+
+signals:
+    void paramsChanged(const longscope::ui::GenerationParams &params);
+
+private:
+    void emitChanged();
+    void updateEnabled();
+
+    QSpinBox *m_maxNewTokens = nullptr;
+    QDoubleSpinBox *m_topP = nullptr;
+    QDoubleSpinBox *m_temperature = nullptr;
+    QSpinBox *m_topK = nullptr;
+    QCheckBox *m_doSample = nullptr;
+    QDoubleSpinBox *m_repetitionPenalty = nullptr;
+    QSpinBox *m_seed = nullptr;
+    bool m_updating = false;
+};
+
+} // namespace longscope::ui

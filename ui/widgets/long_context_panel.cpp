@@ -1,0 +1,225 @@
+#include "widgets/long_context_panel.h"
+
+#include "core/context_limit.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QStandardItemModel>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QFrame>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+
+#include <algorithm>
+
+namespace longscope::ui {
+
+namespace {
+
+// The CUDA entry of the backend box is enabled only where the probe found a usable GPU; a
+// disabled entry cannot be picked, and the line under the box says why.
+void setCudaChoice(QComboBox *box, bool available)
+{
+    auto *model = qobject_cast<QStandardItemModel *>(box->model());
+    if (QStandardItem *item = model ? model->item(1) : nullptr)
+        item->setEnabled(available);
+}
+
+constexpr int kMaxContextLimit = 1 << 20;
+
+QLabel *mutedLabel(QWidget *parent)
+{
+    auto *l = new QLabel(parent);
+    l->setWordWrap(true);
+    l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QPalette p = l->palette();
+    p.setColor(QPalette::WindowText, p.color(QPalette::PlaceholderText));
+    l->setPalette(p);
+    return l;
+}
+
+} // namespace
+
+LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context"), parent)
+{
+    m_alpha = new QDoubleSpinBox(this);
+    m_alpha->setRange(1.0, 64.0);
+    m_alpha->setDecimals(2);
+    m_alpha->setSingleStep(0.25);
+    m_alpha->setKeyboardTracking(false);
+    m_alpha->setToolTip(tr("NTK-aware RoPE scaling: base' = base × α^(d/(d−2)). 1 leaves RoPE as trained."));
+    m_autoAlpha = new QCheckBox(tr("auto"), this);
+    m_autoAlpha->setToolTip(tr("α = max(1, 1.1 × (L / (trained context / 2) − 1)), recomputed every step"));
+    m_effectiveAlpha = mutedLabel(this);
+    m_effectiveAlpha->setText(tr("in effect: α = 1.00"));
+
+    m_keysBeforeRope = new QCheckBox(tr("Cache keys before RoPE"), this);
+    m_keysBeforeRope->setToolTip(tr("Keys are rotated with the current base inside attention, so cached keys stay right when α changes"));
+    m_memoryEfficient = new QCheckBox(tr("Memory-efficient attention"), this);
+    m_memoryEfficient->setToolTip(tr("Tiled attention with an online softmax: no score matrix, the prompt evaluated in chunks"));
+    m_causalFlash = new QCheckBox(tr("Causal flash"), this);
+    m_causalFlash->setToolTip(tr("Causality from positions; key tiles above the diagonal are skipped"));
+
+    m_kvMode = new QComboBox(this);
+    m_kvMode->addItem(tr("none — recompute everything"), int(KvMode::None));
+    m_kvMode->addItem(tr("concat — grow by copying"), int(KvMode::Concat));
+    m_kvMode->addItem(tr("static — preallocated"), int(KvMode::Static));
+    m_kvMode->addItem(tr("vmm — reserved, paged in"), int(KvMode::Vmm));
+    m_kvMode->setToolTip(tr("How the KV cache holds keys and values; switching migrates the cache"));
+
+    m_contextLimit = new QSpinBox(this);
+    m_contextLimit->setRange(0, kMaxContextLimit);
+    m_contextLimit->setSingleStep(256);
+    m_contextLimit->setSuffix(tr(" tokens"));
+    m_contextLimit->setSpecialValueText(tr("model default"));
+    // Typing "4096" must not send 4, 40 and 409 to a running generation on the way.
+    m_contextLimit->setKeyboardTracking(false);
+    m_contextLimit->setToolTip(tr("The context limit; it may exceed the trained context (use NTK α then)"));
+    m_trained = mutedLabel(this);
+
+    m_overflow = new QComboBox(this);
+    m_overflow->addItem(tr("Error"), int(OverflowPolicy::Error));
+    m_overflow->addItem(tr("Keep head and tail"), int(OverflowPolicy::HeadTail));
+    m_overflow->addItem(tr("Drop oldest turns"), int(OverflowPolicy::DropOldestTurns));
+    m_overflow->setToolTip(tr("What happens when a prompt does not fit in the context limit"));
+
+    m_backendChoice = new QComboBox(this);
+    m_backendChoice->addItem(tr("CPU"), int(ComputeBackend::Cpu));
+    m_backendChoice->addItem(tr("CUDA (GPU)"), int(ComputeBackend::Cuda));
+    m_backendChoice->setToolTip(tr("Where the model runs; a switch moves the context to the other backend at the next step"));
+    setCudaChoice(m_backendChoice, false);
+
+    m_backend = new QLabel(tr("no model"), this);
+    m_backend->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_backend->setWordWrap(true);
+    m_gpuStatus = mutedLabel(this);
+
+    m_applied = mutedLabel(this);
+
+    auto *alphaRow = new QWidget(this);
+    auto *ah = new QHBoxLayout(alphaRow);
+    ah->setContentsMargins(0, 0, 0, 0);
+    ah->addWidget(m_alpha, 1);
+    ah->addWidget(m_autoAlpha);
+
+    auto *form = new QFormLayout(this);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    form->addRow(tr("NTK alpha"), alphaRow);
+    form->addRow(QString(), m_effectiveAlpha);
+    form->addRow(QString(), m_keysBeforeRope);
+    form->addRow(QString(), m_memoryEfficient);
+    form->addRow(QString(), m_causalFlash);
+    form->addRow(tr("KV cache"), m_kvMode);
+    form->addRow(tr("Context limit"), m_contextLimit);
+    form->addRow(QString(), m_trained);
+    form->addRow(tr("On overflow"), m_overflow);
+    auto *line = new QFrame(this);
+    line->setFrameShape(QFrame::HLine);
+    line->setFrameShadow(QFrame::Sunken);
+    form->addRow(line);
+    form->addRow(tr("Backend"), m_backendChoice);
+    form->addRow(QString(), m_backend);
+    form->addRow(QString(), m_gpuStatus);
+    form->addRow(QString(), m_applied);
+
+    connect(m_alpha, &QDoubleSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
+    connect(m_autoAlpha, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
+    connect(m_keysBeforeRope, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
+    connect(m_memoryEfficient, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
+    connect(m_causalFlash, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
+    connect(m_kvMode, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_contextLimit, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
+    connect(m_overflow, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_backendChoice, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+
+    setSettings(longscope::Settings{});
+    setTrainedContext(0);
+}
+
+longscope::Settings LongContextPanel::settings() const
+{
+    longscope::Settings s = m_base;
+    s.rope.ntk_alpha = float(m_alpha->value());
+    s.rope.ntk_auto = m_autoAlpha->isChecked();
+    s.rope.store_kv_before_rope = m_keysBeforeRope->isChecked();
+    s.attention.memory_efficient = m_memoryEfficient->isChecked();
+    s.attention.causal_flash = m_causalFlash->isChecked();
+    s.kv_mode = KvMode(m_kvMode->currentData().toInt());
+    s.context_limit = m_contextLimit->value();
+    s.overflow = OverflowPolicy(m_overflow->currentData().toInt());
+    s.backend = ComputeBackend(m_backendChoice->currentData().toInt());
+    return s;
+}
+
+void LongContextPanel::setSettings(const longscope::Settings &s)
+{
+    m_updating = true;
+    m_base = s;
+    m_alpha->setValue(std::max(1.0, double(s.rope.ntk_alpha)));
+    m_autoAlpha->setChecked(s.rope.ntk_auto);
+    m_keysBeforeRope->setChecked(s.rope.store_kv_before_rope);
+    m_memoryEfficient->setChecked(s.attention.memory_efficient);
+    m_causalFlash->setChecked(s.attention.causal_flash);
+    const int kv = m_kvMode->findData(int(s.kv_mode));
+    m_kvMode->setCurrentIndex(kv < 0 ? 2 : kv);
+    m_contextLimit->setValue(std::clamp(s.context_limit, 0, kMaxContextLimit));
+    const int ov = m_overflow->findData(int(s.overflow));
+    m_overflow->setCurrentIndex(ov < 0 ? 0 : ov);
+    const int be = m_backendChoice->findData(int(s.backend));
+    m_backendChoice->setCurrentIndex(be < 0 ? 0 : be);
+    m_updating = false;
+    updateAlphaEnabled();
+}
+
+void LongContextPanel::setTrainedContext(int n)
+{
+    m_trainedContext = n;
+    if (n <= 0) {
+        m_trained->setText(tr("trained context: no model loaded"));
+        m_contextLimit->setSpecialValueText(tr("model default"));
+        return;
+    }
+    const int def = defaultContextLimit(n);
+    m_trained->setText(tr("trained context: %L1 tokens").arg(n));
+    m_contextLimit->setSpecialValueText(tr("default (%L1)").arg(def));
+}
+
+void LongContextPanel::setBackend(const QString &backend, const QString &gpuStatus, bool cudaAvailable)
+{
+    setCudaChoice(m_backendChoice, cudaAvailable);
+    m_backend->setText(backend.isEmpty() ? tr("no model") : backend);
+    m_gpuStatus->setText(gpuStatus);
+    m_gpuStatus->setVisible(!gpuStatus.isEmpty());
+}
+
+void LongContextPanel::setEffectiveAlpha(double alpha)
+{
+    m_effectiveAlpha->setText(tr("in effect: α = %1").arg(alpha, 0, 'f', 2));
+}
+
+void LongContextPanel::setPending()
+{
+    m_applied->setText(tr("Change sent: applies at the next step"));
+}
+
+void LongContextPanel::setApplied(int position)
+{
+    m_applied->setText(tr("✓ Applied at token %L1").arg(position));
+}
+
+void LongContextPanel::emitChanged()
+{
+    updateAlphaEnabled();
+    if (m_updating)
+        return;
+    emit settingsChanged(settings());
+}
+
+void LongContextPanel::updateAlphaEnabled()
+{
+    m_alpha->setEnabled(!m_autoAlpha->isChecked());
+}
+
+} // namespace longscope::ui

@@ -1,0 +1,1132 @@
+#include "widgets/main_window.h"
+
+#include "core/app_settings.h"
+#include "core/book_controller.h"
+#include "core/chat_model.h"
+#include "core/context_limit.h"
+#include "core/conversation_list_model.h"
+#include "core/conversation_store.h"
+#include "core/explore_store.h"
+#include "core/model_paths.h"
+#include "widgets/book_panel.h"
+#include "widgets/chat_panel.h"
+#include "widgets/chat_input.h"
+#include "widgets/conversation_sidebar.h"
+#include "widgets/explore_view.h"
+#include "widgets/exports.h"
+#include "widgets/generation_panel.h"
+#include "widgets/long_context_panel.h"
+#include "widgets/metrics_plots.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressDialog>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTimer>
+#include <QUrl>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cstdio>
+
+#ifndef LONGSCOPE_VERSION
+#define LONGSCOPE_VERSION "0.0.0"
+#endif
+
+// Q_INIT_RESOURCE must be used outside any namespace.
+static void initLongscopeResource()
+{
+    Q_INIT_RESOURCE(longscope);
+}
+
+namespace longscope::ui {
+
+void initResources()
+{
+    static const bool done = [] {
+        initLongscopeResource();
+        return true;
+    }();
+    Q_UNUSED(done);
+}
+
+namespace {
+
+constexpr int kStatusRefreshMs = 250;
+
+QString qs(std::string_view s)
+{
+    return QString::fromUtf8(s.data(), qsizetype(s.size()));
+}
+
+QString onOff(bool on)
+{
+    return on ? MainWindow::tr("on") : MainWindow::tr("off");
+}
+
+QString overflowText(OverflowPolicy p)
+{
+    switch (p) {
+    case OverflowPolicy::Error: return MainWindow::tr("error");
+    case OverflowPolicy::HeadTail: return MainWindow::tr("head+tail");
+    case OverflowPolicy::DropOldestTurns: return MainWindow::tr("drop oldest");
+    }
+    return {};
+}
+
+bool looksLikeModel(const QFileInfo &fi)
+{
+    if (fi.isDir())
+        return QFileInfo::exists(fi.absoluteFilePath() + QStringLiteral("/config.json"));
+    const QString suffix = fi.suffix().toLower();
+    return suffix == QLatin1String("gguf") || suffix == QLatin1String("safetensors") ||
+           fi.fileName() == QLatin1String("config.json");
+}
+
+} // namespace
+
+MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
+    : QMainWindow(parent), m_interactive(options.interactive)
+{
+    registerMetaTypes();
+    initResources();
+    m_appSettings = options.settings ? std::make_unique<AppSettings>(options.settings)
+                                     : std::make_unique<AppSettings>();
+    m_store = new ConversationStore(options.conversationDirectory, this);
+    m_exploreStore = new ExploreStore(options.runsDirectory, this);
+    m_conversationList = new ConversationListModel(m_store, this);
+    m_chat = new ChatController(m_store, this);
+    m_chat->setInputs([this] {
+        ChatController::Inputs in;
+        in.systemPrompt = m_chatPanel->systemPrompt();
+        in.params = m_generation->params();
+        in.settings = m_longContext->settings();
+        if (m_models->isLoaded())
+            in.modelPath = m_models->summary().path;
+        in.contextLimit = contextLimit();
+        return in;
+    });
+    m_books = new BookController(this);
+    m_models = new ModelController(m_appSettings.get(), this);
+    connect(m_chat, &ChatController::replyStarted, this, &MainWindow::onReplyStarted);
+    connect(m_chat, &ChatController::replyFinished, this, &MainWindow::onReplyFinished);
+    connect(m_chat, &ChatController::statusMessage, this,
+            [this](const QString &text, int timeoutMs) { statusBar()->showMessage(text, timeoutMs); });
+    connect(m_chat, &ChatController::saved, this, [this](const QString &id, const QString &title) {
+        m_sidebar->setCurrentId(id);
+        setWindowTitle(tr("%1 — Longscope").arg(title));
+    });
+    connect(m_chat, &ChatController::saveFailed, this, [this](const QString &error) {
+        statusBar()->showMessage(tr("Could not save the conversation: %1").arg(error), 8000);
+    });
+
+    setWindowTitle(tr("Longscope"));
+    setWindowIcon(QIcon(QStringLiteral(":/longscope/icons/longscope.svg")));
+    setAcceptDrops(true);
+    setDockOptions(QMainWindow::AnimatedDocks);
+
+    // Left, wide: the chat above the plots; right, narrow: the controls.
+    auto *left = new QSplitter(Qt::Vertical, this);
+    left->setChildrenCollapsible(false);
+    left->addWidget(createChatArea());
+    m_plots = new MetricsPlots(left);
+    left->addWidget(m_plots);
+    left->setStretchFactor(0, 3);
+    left->setStretchFactor(1, 2);
+    left->setSizes({600, 340});
+
+    auto *columns = new QSplitter(Qt::Horizontal, this);
+    columns->setChildrenCollapsible(false);
+    columns->addWidget(left);
+    columns->addWidget(createControlColumn());
+    columns->setStretchFactor(0, 1);
+    columns->setStretchFactor(1, 0);
+
+    auto *central = new QWidget(this);
+    auto *v = new QVBoxLayout(central);
+    v->setContentsMargins(0, 0, 0, 0);
+    v->setSpacing(0);
+    v->addWidget(createBanner());
+    // Chat and Explore share the window (and the engine) as two tabs.
+    m_tabs = new QTabWidget(central);
+    m_tabs->setObjectName(QStringLiteral("mainTabs"));
+    m_tabs->setDocumentMode(true);
+    auto *chatPage = new QWidget(m_tabs);
+    auto *chatLayout = new QVBoxLayout(chatPage);
+    chatLayout->setContentsMargins(8, 8, 8, 4);
+    chatLayout->addWidget(columns);
+    m_tabs->addTab(chatPage, tr("Chat"));
+    m_explore = new ExploreView(m_exploreStore, m_tabs);
+    auto *explorePage = new QWidget(m_tabs);
+    auto *exploreLayout = new QVBoxLayout(explorePage);
+    exploreLayout->setContentsMargins(8, 8, 8, 4);
+    exploreLayout->addWidget(m_explore);
+    m_tabs->addTab(explorePage, tr("Explore"));
+    m_tabs->setTabToolTip(1, tr("Perplexity by position: where each long-context setting stops understanding a book"));
+    v->addWidget(m_tabs, 1);
+    setCentralWidget(central);
+
+    m_sidebar = new ConversationSidebar(this);
+    m_sidebar->setModel(m_conversationList);
+    auto *dock = new QDockWidget(tr("Conversations"), this);
+    dock->setObjectName(QStringLiteral("conversationsDock"));
+    dock->setWidget(m_sidebar);
+    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable |
+                      QDockWidget::DockWidgetFloatable);
+    addDockWidget(Qt::LeftDockWidgetArea, dock);
+    resizeDocks({dock}, {230}, Qt::Horizontal);
+    m_conversationsDock = dock;
+
+    m_exports = new Exports(m_chat, m_store, m_conversationList, m_plots, m_explore,
+                            Exports::Hooks{
+                                [this](const QString &caption, const QString &name, const QString &filter) {
+                                    return chooseSaveFile(caption, name, filter);
+                                },
+                                [this](const QString &title, const QString &text) { showError(title, text); },
+                                [this](const QString &text) { statusBar()->showMessage(text, 5000); },
+                                [this] { return m_chatPanel->systemPrompt(); }},
+                            this);
+    createMenus();
+    // The View menu gets the dock's toggle.
+    for (QAction *a : menuBar()->actions()) {
+        if (a->menu() && a->objectName() == QLatin1String("viewMenu"))
+            a->menu()->addAction(dock->toggleViewAction());
+    }
+    createStatusBar();
+
+    connect(m_sidebar, &ConversationSidebar::openRequested, this, &MainWindow::openConversation);
+    connect(m_sidebar, &ConversationSidebar::newRequested, this, &MainWindow::clearConversation);
+    connect(m_sidebar, &ConversationSidebar::deleteRequested, this, &MainWindow::onDeleteRequested);
+    connect(m_sidebar, &ConversationSidebar::exportMarkdownRequested, m_exports, &Exports::savedConversationMarkdown);
+    connect(m_sidebar, &ConversationSidebar::exportJsonRequested, m_exports, &Exports::savedConversationJson);
+
+    // Persistent state.
+    m_generation->setParams(m_appSettings->loadGenerationParams());
+    const longscope::Settings engineSettings = m_appSettings->loadEngineSettings();
+    m_longContext->setSettings(engineSettings);
+    m_explore->setCurrentSettings(engineSettings);
+    m_appliedSettings = engineSettings;
+    m_chatPanel->setSystemPrompt(m_appSettings->loadSystemPrompt());
+    restoreGeometry(m_appSettings->loadWindowGeometry());
+    restoreState(m_appSettings->loadWindowState());
+
+    connect(m_generation, &GenerationPanel::paramsChanged, this, &MainWindow::onGenerationParamsChanged);
+    connect(m_longContext, &LongContextPanel::settingsChanged, this, &MainWindow::onLongContextChanged);
+
+    // The worker and its thread.
+    auto *worker = new EngineWorker(options.threads);
+    worker->moveToThread(&m_thread);
+    m_worker = worker;
+    connect(&m_thread, &QThread::finished, worker, &QObject::deleteLater);
+    connectWorker();
+    connectExplore();
+    m_thread.setObjectName(QStringLiteral("longscope-engine"));
+    m_thread.start();
+    m_worker->setSettings(engineSettings);
+
+    newConversation();
+    updateActions();
+    refreshStatus();
+
+    if (options.loadModelOnStart) {
+        QString path = options.modelPath;
+        if (path.isEmpty()) {
+            const QString last = m_appSettings->loadLastModel();
+            path = !last.isEmpty() && QFileInfo::exists(last) ? last : bundledModelPath();
+        }
+        if (path.isEmpty())
+            statusBar()->showMessage(tr("No model: open one with File > Open Model…"));
+        else
+            loadModel(path);
+    }
+    m_chatPanel->chatInput()->setFocus();
+}
+
+MainWindow::~MainWindow()
+{
+    shutDownWorker();
+}
+
+// ---------------------------------------------------------------------------------------
+// Building the window
+
+QWidget *MainWindow::createBanner()
+{
+    auto *banner = new QFrame(this);
+    banner->setObjectName(QStringLiteral("banner"));
+    const bool dark = palette().color(QPalette::Window).lightness() < 128;
+    banner->setStyleSheet(dark ? QStringLiteral("#banner { background: qlineargradient(x1:0, y1:0, x2:1, y2:0, "
+                                                "stop:0 #1d2b44, stop:1 #23262d); border-bottom: 1px solid #3a3f47; }")
+                               : QStringLiteral("#banner { background: qlineargradient(x1:0, y1:0, x2:1, y2:0, "
+                                                "stop:0 #e8f0fe, stop:1 #f7f8fa); border-bottom: 1px solid #d5dae1; }"));
+    auto *icon = new QLabel(banner);
+    icon->setPixmap(QIcon(QStringLiteral(":/longscope/icons/longscope.svg")).pixmap(36, 36));
+    auto *title = new QLabel(tr("Longscope"), banner);
+    QFont tf = title->font();
+    tf.setPointSizeF(tf.pointSizeF() * 1.6);
+    tf.setBold(true);
+    title->setFont(tf);
+    auto *subtitle = new QLabel(tr("Chat with a local LLM and watch what long context costs, live"), banner);
+    QPalette sp = subtitle->palette();
+    sp.setColor(QPalette::WindowText, sp.color(QPalette::PlaceholderText));
+    subtitle->setPalette(sp);
+    auto *titles = new QVBoxLayout;
+    titles->setSpacing(0);
+    titles->addWidget(title);
+    titles->addWidget(subtitle);
+
+    m_bannerModel = new QLabel(banner);
+    m_bannerModel->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    m_bannerModel->setTextFormat(Qt::RichText);
+
+    auto *h = new QHBoxLayout(banner);
+    h->setContentsMargins(14, 8, 16, 8);
+    h->setSpacing(10);
+    h->addWidget(icon);
+    h->addLayout(titles);
+    h->addStretch(1);
+    h->addWidget(m_bannerModel);
+    return banner;
+}
+
+QWidget *MainWindow::createChatArea()
+{
+    m_chatPanel = new ChatPanel(m_chat->model(), this);
+    connect(m_chatPanel, &ChatPanel::sendRequested, this, &MainWindow::send);
+    connect(m_chatPanel, &ChatPanel::filesDropped, this, &MainWindow::onFilesDropped);
+    connect(m_chatPanel, &ChatPanel::stopRequested, this, &MainWindow::stop);
+    connect(m_chatPanel, &ChatPanel::regenerateRequested, this, &MainWindow::regenerate);
+    connect(m_chatPanel, &ChatPanel::clearRequested, this, &MainWindow::clearConversation);
+    return m_chatPanel;
+}
+
+QWidget *MainWindow::createControlColumn()
+{
+    auto *scroll = new QScrollArea(this);
+    scroll->setWidgetResizable(true);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setFrameShape(QFrame::NoFrame);
+    auto *content = new QWidget(scroll);
+    m_bookPanel = new BookPanel(content);
+    m_bookPanel->hide();
+    m_generation = new GenerationPanel(content);
+    m_longContext = new LongContextPanel(content);
+    content->setObjectName(QStringLiteral("controls"));
+    // Framed, titled groups; the font and colour of the title stay on the group box itself.
+    content->setStyleSheet(QStringLiteral(
+        "#controls QGroupBox { border: 1px solid palette(mid); border-radius: 6px; margin-top: 12px;"
+        " padding: 8px 6px 6px 6px; font-weight: 600; }"
+        "#controls QGroupBox::title { subcontrol-origin: margin; subcontrol-position: top left;"
+        " left: 10px; padding: 0 4px; color: palette(highlight); }"));
+    auto *v = new QVBoxLayout(content);
+    v->setContentsMargins(0, 0, 4, 0);
+    v->setSpacing(10);
+    v->addWidget(m_bookPanel);
+    v->addWidget(m_generation);
+    v->addWidget(m_longContext);
+    v->addStretch(1);
+    scroll->setWidget(content);
+    scroll->setMinimumWidth(340);
+    scroll->setMaximumWidth(460);
+
+    connect(m_bookPanel, &BookPanel::streamRequested, this, &MainWindow::streamBook);
+    connect(m_bookPanel, &BookPanel::continueRequested, this, &MainWindow::continueText);
+    connect(m_bookPanel, &BookPanel::cancelRequested, this, &MainWindow::stop);
+    connect(m_bookPanel, &BookPanel::closeRequested, m_bookPanel, &QWidget::hide);
+    return scroll;
+}
+
+void MainWindow::createMenus()
+{
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    m_openModelAction = file->addAction(tr("&Open Model…"), this, [this] {
+        const QString path = chooseOpenFile(tr("Open Model"), tr("GGUF models (*.gguf);;Hugging Face config (config.json);;All files (*)"));
+        if (!path.isEmpty())
+            loadModel(QFileInfo(path).fileName() == QLatin1String("config.json") ? QFileInfo(path).absolutePath() : path);
+    });
+    m_openModelAction->setShortcut(QKeySequence::Open);
+    m_openModelDirAction = file->addAction(tr("Open Model &Directory…"), this, [this] {
+        const QString dir = chooseDirectory(tr("Open a Hugging Face model directory"));
+        if (!dir.isEmpty())
+            loadModel(dir);
+    });
+    m_recentMenu = file->addMenu(tr("&Recent Models"));
+    connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
+    rebuildRecentMenu();
+    file->addSeparator();
+    QAction *newChat = file->addAction(tr("&New Conversation"), this, &MainWindow::clearConversation);
+    newChat->setShortcut(QKeySequence::New);
+    m_openBookAction = file->addAction(tr("Open &Book…"), this, [this] {
+        const QString path = chooseOpenFile(tr("Open Book"), tr("Text files (*.txt);;All files (*)"));
+        if (!path.isEmpty())
+            openBook(path);
+    });
+    m_openBookAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
+    file->addSeparator();
+    m_exports->addMenuActions(file);
+    file->addSeparator();
+    QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+    quit->setMenuRole(QAction::QuitRole);
+
+    QMenu *view = menuBar()->addMenu(tr("&View"));
+    view->menuAction()->setObjectName(QStringLiteral("viewMenu"));
+    QAction *chatTab = view->addAction(tr("&Chat"), this, &MainWindow::showChat);
+    chatTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_1));
+    QAction *exploreTab = view->addAction(tr("&Explore"), this, &MainWindow::showExplore);
+    exploreTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_2));
+    view->addSeparator();
+    view->addAction(tr("Clear &Plots"), m_plots, &MetricsPlots::clear);
+
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    QAction *about = help->addAction(tr("&About Longscope"), this, [this] {
+        QString model = tr("none");
+        if (m_models->isLoaded())
+            model = tr("%1 (%2, %L3 layers, %L4-token trained context)<br><small>%5</small>")
+                        .arg(m_models->summary().name.toHtmlEscaped(), m_models->summary().format)
+                        .arg(m_models->summary().n_layer)
+                        .arg(m_models->summary().n_ctx_train)
+                        .arg(m_models->summary().path.toHtmlEscaped());
+        QMessageBox::about(this, tr("About Longscope"),
+                           tr("<h3>Longscope %1</h3><p>Local LLM chat and long-context explorer.</p>"
+                              "<p><b>Model:</b> %2</p><p><b>Backend:</b> %3<br><small>%4</small></p>"
+                              "<p><small>Qt %5</small></p>")
+                               .arg(QStringLiteral(LONGSCOPE_VERSION), model,
+                                    m_models->isLoaded() ? m_models->summary().backend.toHtmlEscaped() : tr("none"),
+                                    m_models->summary().gpu_status.toHtmlEscaped(), QString::fromLatin1(qVersion())));
+    });
+    about->setMenuRole(QAction::AboutRole);
+}
+
+void MainWindow::createStatusBar()
+{
+    m_statusModel = new QLabel(this);
+    m_statusContext = new QLabel(this);
+    m_statusSpeed = new QLabel(this);
+    for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed})
+        l->setContentsMargins(8, 0, 8, 0);
+    statusBar()->addPermanentWidget(m_statusModel);
+    statusBar()->addPermanentWidget(m_statusContext);
+    statusBar()->addPermanentWidget(m_statusSpeed);
+    m_statusTimer = new QTimer(this);
+    m_statusTimer->setInterval(kStatusRefreshMs);
+    connect(m_statusTimer, &QTimer::timeout, this, [this] {
+        if (m_statusDirty)
+            refreshStatus();
+    });
+    m_statusTimer->start();
+}
+
+void MainWindow::connectWorker()
+{
+    EngineWorker *w = m_worker;
+    m_models->setWorker(w);
+    connect(m_models, &ModelController::loadStarted, this, &MainWindow::onLoadStarted);
+    connect(m_models, &ModelController::loadProgress, this, &MainWindow::onLoadProgress);
+    connect(m_models, &ModelController::loaded, this, &MainWindow::onModelLoaded);
+    connect(m_models, &ModelController::loadFailed, this, &MainWindow::onLoadFailed);
+    m_chat->setWorker(w);
+    m_books->setWorker(w);
+    connect(m_books, &BookController::progress, m_bookPanel, &BookPanel::setProgress);
+    connect(m_books, &BookController::finished, this, &MainWindow::onStreamFinished);
+    connect(w, &EngineWorker::stepMetrics, this, &MainWindow::onStepMetrics);
+    connect(w, &EngineWorker::settingsApplied, this, &MainWindow::onSettingsApplied);
+    connect(m_models, &ModelController::backendChanged, this, &MainWindow::showBackend);
+    connect(w, &EngineWorker::errorOccurred, this, &MainWindow::onWorkerError);
+}
+
+void MainWindow::connectExplore()
+{
+    m_explore->setWorker(m_worker);
+    connect(m_explore, &ExploreView::runningChanged, this, &MainWindow::onExploreRunningChanged);
+    connect(m_explore, &ExploreView::openBookRequested, this, &MainWindow::onExploreOpenBookRequested);
+    connect(m_explore, &ExploreView::deleteRunRequested, this, &MainWindow::onExploreDeleteRequested);
+    connect(m_explore, &ExploreView::statusMessage, this, [this](const QString &text) {
+        statusBar()->showMessage(text, 6000);
+    });
+    connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::onTabChanged);
+}
+
+void MainWindow::rebuildRecentMenu()
+{
+    m_recentMenu->clear();
+    const QStringList recent = m_appSettings->loadRecentModels();
+    for (const QString &path : recent) {
+        QAction *a = m_recentMenu->addAction(QFileInfo(path).fileName(), this, [this, path] { loadModel(path); });
+        a->setToolTip(path);
+        a->setStatusTip(path);
+    }
+    const QString bundled = bundledModelPath();
+    if (!bundled.isEmpty() && !recent.contains(bundled)) {
+        if (!recent.isEmpty())
+            m_recentMenu->addSeparator();
+        m_recentMenu->addAction(tr("Bundled stories260K"), this, [this, bundled] { loadModel(bundled); });
+    }
+    m_recentMenu->setEnabled(!m_recentMenu->isEmpty());
+}
+
+// ---------------------------------------------------------------------------------------
+// State
+
+int MainWindow::contextLimit() const
+{
+    const int requested = m_longContext->settings().context_limit;
+    if (requested > 0)
+        return requested;
+    return m_models->isLoaded() ? defaultContextLimit(m_models->summary().n_ctx_train) : 0;
+}
+
+void MainWindow::setActivity(Activity activity)
+{
+    if (m_activity == activity)
+        return;
+    m_activity = activity;
+    updateActions();
+    emit activityChanged(activity);
+}
+
+void MainWindow::updateActions()
+{
+    const bool idle = m_activity == Activity::Idle;
+    const bool running = m_activity == Activity::Chatting || m_activity == Activity::Continuing ||
+                         m_activity == Activity::Streaming;
+    const bool hasUser = m_chat->hasUserMessage();
+    m_chatPanel->setActionsEnabled(m_models->isLoaded() && idle, running, m_models->isLoaded() && idle && hasUser, idle);
+    m_bookPanel->setActionsEnabled(m_models->isLoaded() && idle);
+    m_openModelAction->setEnabled(m_activity != Activity::Loading);
+    m_openModelDirAction->setEnabled(m_activity != Activity::Loading);
+    m_recentMenu->setEnabled(m_activity != Activity::Loading);
+    m_openBookAction->setEnabled(m_activity != Activity::Streaming);
+    m_sidebar->setEnabled(idle || m_activity == Activity::Loading);
+    m_explore->setEngineAvailable(m_models->isLoaded() && (idle || m_activity == Activity::Exploring));
+}
+
+void MainWindow::refreshStatus()
+{
+    m_statusDirty = false;
+    if (m_models->isLoaded()) {
+        m_statusModel->setText(tr("Model: <b>%1</b>").arg(m_models->summary().name.toHtmlEscaped()));
+        m_statusModel->setToolTip(m_models->summary().path);
+    } else {
+        m_statusModel->setText(m_activity == Activity::Loading ? tr("Loading model…") : tr("No model"));
+    }
+    const int limit = contextLimit();
+    if (limit > 0) {
+        const int used = m_stats.contextUsed();
+        const double pct = 100.0 * used / limit;
+        m_statusContext->setText(tr("Context %L1 / %L2 tokens (%3%)").arg(used).arg(limit).arg(pct, 0, 'f', 0));
+    } else {
+        m_statusContext->setText(tr("Context —"));
+    }
+    QStringList speed;
+    const double decode = m_stats.decodeRate();
+    const double prefill = m_stats.prefillRate();
+    if (decode > 0)
+        speed << tr("decode %L1 tok/s").arg(decode, 0, 'f', decode < 100 ? 1 : 0);
+    if (prefill > 0)
+        speed << tr("prefill %L1 tok/s").arg(prefill, 0, 'f', prefill < 100 ? 1 : 0);
+    m_statusSpeed->setText(speed.isEmpty() ? tr("— tok/s") : speed.join(QStringLiteral(" · ")));
+    m_longContext->setEffectiveAlpha(m_stats.ntkAlpha());
+}
+
+void MainWindow::newConversation()
+{
+    m_chat->newConversation();
+    m_stats.clearContext();
+    m_sidebar->setCurrentId(QString());
+    setWindowTitle(tr("Longscope"));
+    updateActions();
+    if (m_statusContext)
+        refreshStatus();
+}
+
+void MainWindow::saveConversation()
+{
+    m_chat->save();
+}
+
+// ---------------------------------------------------------------------------------------
+// Models
+
+void MainWindow::loadModel(const QString &path)
+{
+    if (path.isEmpty() || m_shutDown)
+        return;
+    if (m_activity == Activity::Exploring)
+        m_explore->cancel();
+    else if (m_activity == Activity::Chatting || m_activity == Activity::Continuing || m_activity == Activity::Streaming)
+        m_worker->requestStop(); // the load runs once the worker is free
+    m_models->load(path);
+}
+
+void MainWindow::onLoadStarted(const QString &path)
+{
+    setActivity(Activity::Loading);
+    statusBar()->showMessage(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    if (m_loadDialog)
+        m_loadDialog->deleteLater();
+    auto *dialog = new QProgressDialog(tr("Loading %1…").arg(QFileInfo(path).fileName()), tr("Cancel"), 0, 100, this);
+    dialog->setWindowTitle(tr("Opening model"));
+    dialog->setWindowModality(Qt::WindowModal);
+    dialog->setMinimumDuration(400);
+    dialog->setAutoClose(false);
+    dialog->setAutoReset(false);
+    dialog->setValue(0);
+    connect(dialog, &QProgressDialog::canceled, m_models, &ModelController::cancel);
+    m_loadDialog = dialog;
+    m_statusDirty = true;
+}
+
+void MainWindow::onLoadProgress(double fraction)
+{
+    if (m_loadDialog)
+        m_loadDialog->setValue(std::clamp(int(fraction * 100.0), 0, 100));
+}
+
+void MainWindow::onModelLoaded(const ModelSummary &summary)
+{
+    if (m_loadDialog) {
+        m_loadDialog->hide();
+        m_loadDialog->deleteLater();
+    }
+    m_stats.reset();
+    m_appliedSettings = m_longContext->settings();
+    m_longContext->setTrainedContext(summary.n_ctx_train);
+    m_explore->setModel(summary.name, summary.n_ctx_train);
+    showBackend(summary);
+    const double mib = double(summary.weight_bytes) / (1024.0 * 1024.0);
+    m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>%2 · %L3 layers · %L4-token trained context · "
+                              "%5 MiB · %6</span>")
+                               .arg(summary.name.toHtmlEscaped(), summary.format)
+                               .arg(summary.n_layer)
+                               .arg(summary.n_ctx_train)
+                               .arg(mib, 0, 'f', mib < 10 ? 2 : 0)
+                               .arg(summary.backend.toHtmlEscaped()));
+    m_bannerModel->setToolTip(summary.path);
+    statusBar()->showMessage(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
+    setActivity(Activity::Idle);
+    updateActions();
+    updateBookFit();
+    refreshStatus();
+    emit modelReady(summary.name);
+}
+
+void MainWindow::onLoadFailed(const QString &path, const QString &message)
+{
+    if (m_loadDialog) {
+        m_loadDialog->hide();
+        m_loadDialog->deleteLater();
+    }
+    setActivity(Activity::Idle);
+    m_statusDirty = true;
+    if (m_models->wasCancelled()) {
+        statusBar()->showMessage(tr("Loading %1 was cancelled").arg(QFileInfo(path).fileName()), 5000);
+        emit modelLoadFailed(message);
+        return;
+    }
+    const QString still = m_models->isLoaded() ? tr("%1 is still loaded.").arg(m_models->summary().name)
+                                        : tr("No model is loaded: open one with File > Open Model….");
+    showError(tr("Cannot open the model"),
+              tr("Longscope could not open\n%1\n\n%2\n\n%3").arg(QDir::toNativeSeparators(path), message, still));
+    emit modelLoadFailed(message);
+    // A last model that has gone bad: fall back to the bundled one rather than nothing.
+    if (const QString fallback = m_models->fallbackFor(path); !fallback.isEmpty())
+        loadModel(fallback);
+}
+
+// ---------------------------------------------------------------------------------------
+// Chat
+
+void MainWindow::sendMessage(const QString &text)
+{
+    m_chatPanel->chatInput()->setPlainText(text);
+    send();
+}
+
+void MainWindow::send()
+{
+    const QString text = m_chatPanel->chatInput()->toPlainText().trimmed();
+    if (text.isEmpty())
+        return;
+    if (!m_models->isLoaded()) {
+        statusBar()->showMessage(tr("No model is loaded yet"), 4000);
+        return;
+    }
+    if (m_activity != Activity::Idle) {
+        statusBar()->showMessage(tr("Wait for the model, or press Stop"), 3000);
+        return;
+    }
+    m_chatPanel->chatInput()->clear();
+    m_appSettings->saveSystemPrompt(m_chatPanel->systemPrompt());
+    m_chat->send(text);
+}
+
+void MainWindow::onReplyStarted(ChatController::State state)
+{
+    m_stats.startReply();
+    setActivity(state == ChatController::State::Continuing ? Activity::Continuing : Activity::Chatting);
+    if (state == ChatController::State::Chatting)
+        statusBar()->showMessage(tr("Generating…"));
+}
+
+void MainWindow::stop()
+{
+    if (m_activity == Activity::Exploring) {
+        m_explore->cancel();
+        return;
+    }
+    if (m_worker && m_activity != Activity::Idle && m_activity != Activity::Loading) {
+        m_worker->requestStop();
+        statusBar()->showMessage(tr("Stopping…"), 2000);
+    }
+}
+
+void MainWindow::regenerate()
+{
+    if (!m_models->isLoaded() || m_activity != Activity::Idle)
+        return;
+    m_chat->regenerate();
+}
+
+void MainWindow::clearConversation()
+{
+    if (m_activity != Activity::Idle && m_activity != Activity::Loading) {
+        statusBar()->showMessage(tr("Stop the generation first"), 3000);
+        return;
+    }
+    saveConversation();
+    newConversation();
+    statusBar()->showMessage(tr("New conversation"), 3000);
+}
+
+void MainWindow::openConversation(const QString &id)
+{
+    if (m_activity != Activity::Idle && m_activity != Activity::Loading) {
+        statusBar()->showMessage(tr("Stop the generation first"), 3000);
+        return;
+    }
+    if (id == m_chat->conversation().id())
+        return;
+    QString error;
+    if (!m_chat->open(id, &error)) {
+        showError(tr("Cannot open the conversation"), error);
+        return;
+    }
+    m_chatPanel->setSystemPrompt(m_chat->conversation().systemPrompt());
+    m_stats.clearContext();
+    m_sidebar->setCurrentId(id);
+    setWindowTitle(tr("%1 — Longscope").arg(m_chat->conversation().title()));
+    updateActions();
+    m_statusDirty = true;
+}
+
+bool MainWindow::deleteConversation(const QString &id, bool confirm)
+{
+    QString title = id;
+    const int row = m_conversationList->rowOf(id);
+    if (row >= 0)
+        title = m_conversationList->infoAt(row).title;
+    if (confirm && !askConfirmation(tr("Delete conversation"),
+                                    tr("Delete “%1”? This cannot be undone.").arg(title)))
+        return false;
+    QString error;
+    if (!m_store->remove(id, &error)) {
+        showError(tr("Cannot delete the conversation"), error);
+        return false;
+    }
+    if (id == m_chat->conversation().id() && m_activity == Activity::Idle)
+        newConversation();
+    else
+        m_chat->detachFrom(id); // a reply still streaming saves under a new id
+    statusBar()->showMessage(tr("Deleted “%1”").arg(title), 4000);
+    return true;
+}
+
+void MainWindow::onDeleteRequested(const QString &id)
+{
+    deleteConversation(id, true);
+}
+
+void MainWindow::onReplyFinished(const GenerationSummary &summary)
+{
+    m_stats.addReply(summary);
+    setActivity(Activity::Idle);
+    refreshStatus();
+    emit replyFinished();
+}
+
+void MainWindow::onWorkerError(const QString &message)
+{
+    if (m_activity == Activity::Loading)
+        return; // loadFailed reports it
+    statusBar()->showMessage(tr("Error: %1").arg(message), 10000);
+    if (m_activity == Activity::Exploring)
+        return; // the Explore tab shows it with the run that failed
+    m_chat->addErrorNote(message);
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics and live settings
+
+void MainWindow::onStepMetrics(const StepMetrics &metrics)
+{
+    m_plots->addMetrics(metrics);
+    m_stats.addStep(metrics);
+    m_statusDirty = true;
+}
+
+void MainWindow::onLongContextChanged(const longscope::Settings &settings)
+{
+    if (m_worker)
+        m_worker->setSettings(settings); // thread-safe: reaches a running generation
+    m_explore->setCurrentSettings(settings);
+    m_appSettings->saveEngineSettings(settings);
+    m_longContext->setPending();
+    updateBookFit();
+    m_statusDirty = true;
+}
+
+void MainWindow::onGenerationParamsChanged(const GenerationParams &params)
+{
+    m_appSettings->saveGenerationParams(params);
+}
+
+void MainWindow::showBackend(const longscope::ui::ModelSummary &summary)
+{
+    const QString backend =
+        summary.cpu_warning.isEmpty() ? summary.backend : tr("%1 · %2").arg(summary.backend, summary.cpu_warning);
+    m_longContext->setBackend(backend, summary.gpu_status, summary.cuda_available);
+    // The panel shows the backend the session runs on (after a fallback: the CPU).
+    if (summary.backend.startsWith(QLatin1String("CPU")) &&
+        m_longContext->settings().backend == longscope::ComputeBackend::Cuda) {
+        longscope::Settings s = m_longContext->settings();
+        s.backend = longscope::ComputeBackend::Cpu;
+        m_longContext->setSettings(s);
+        m_appliedSettings.backend = longscope::ComputeBackend::Cpu;
+    }
+}
+
+void MainWindow::onSettingsApplied(qint64 step, int position, const longscope::Settings &settings)
+{
+    const QString change = describeChange(m_appliedSettings, settings);
+    m_appliedSettings = settings;
+    m_plots->addMarker(position, change);
+    m_longContext->setApplied(position);
+    statusBar()->showMessage(tr("Settings applied at token %L1 (step %L2): %3").arg(position).arg(step).arg(change), 8000);
+    m_statusDirty = true;
+}
+
+QString MainWindow::describeChange(const longscope::Settings &a, const longscope::Settings &b) const
+{
+    QStringList parts;
+    if (a.rope.ntk_auto != b.rope.ntk_auto || (!b.rope.ntk_auto && a.rope.ntk_alpha != b.rope.ntk_alpha))
+        parts << (b.rope.ntk_auto ? tr("α auto") : tr("α %1").arg(double(b.rope.ntk_alpha), 0, 'g', 3));
+    if (a.rope.store_kv_before_rope != b.rope.store_kv_before_rope)
+        parts << tr("pre-RoPE keys %1").arg(onOff(b.rope.store_kv_before_rope));
+    if (a.attention.memory_efficient != b.attention.memory_efficient)
+        parts << tr("mem-eff %1").arg(onOff(b.attention.memory_efficient));
+    if (a.attention.causal_flash != b.attention.causal_flash)
+        parts << tr("causal flash %1").arg(onOff(b.attention.causal_flash));
+    if (a.kv_mode != b.kv_mode)
+        parts << tr("KV %1").arg(qs(to_string(b.kv_mode)));
+    if (a.backend != b.backend)
+        parts << (b.backend == longscope::ComputeBackend::Cuda ? tr("on CUDA") : tr("on the CPU"));
+    if (a.context_limit != b.context_limit)
+        parts << (b.context_limit > 0 ? tr("limit %L1").arg(b.context_limit) : tr("limit default"));
+    if (a.overflow != b.overflow)
+        parts << tr("overflow %1").arg(overflowText(b.overflow));
+    return parts.isEmpty() ? tr("settings") : parts.join(QStringLiteral(", "));
+}
+
+// ---------------------------------------------------------------------------------------
+// Books
+
+bool MainWindow::openBook(const QString &path)
+{
+    QString error;
+    const std::optional<Book> book = loadBook(path, &error);
+    if (!book) {
+        showError(tr("Cannot open the book"),
+                  error.isEmpty() ? tr("%1 could not be read.").arg(QDir::toNativeSeparators(path)) : error);
+        return false;
+    }
+    m_bookPanel->setBook(*book);
+    m_bookPanel->show();
+    if (!m_explore->isRunning())
+        m_explore->setBook(*book); // the Explore tab scores the open book too
+    updateBookFit();
+    updateActions();
+    statusBar()->showMessage(tr("Opened “%1”: press Stream into context").arg(m_bookPanel->book().title), 6000);
+    return true;
+}
+
+void MainWindow::updateBookFit()
+{
+    if (!m_bookPanel || !m_bookPanel->hasBook())
+        return;
+    // Tiny vocabularies (stories260K has 512 tokens) spend far fewer characters per token.
+    const double charsPerToken = m_models->summary().n_vocab > 0 && m_models->summary().n_vocab < 4096 ? 1.8 : 4.0;
+    m_bookPanel->setContext(m_models->isLoaded() ? contextLimit() : 0, m_stats.contextUsed(), charsPerToken);
+}
+
+void MainWindow::streamBook()
+{
+    if (!m_models->isLoaded() || m_activity != Activity::Idle || !m_bookPanel->hasBook())
+        return;
+    const Book &book = m_bookPanel->book();
+    const int room = std::max(0, contextLimit() - m_stats.contextUsed());
+    longscope::Settings s = m_longContext->settings();
+    if (BookController::mayNotFit(book.text, room) && s.overflow == OverflowPolicy::Error && room > 0) {
+        s.overflow = OverflowPolicy::HeadTail;
+        m_longContext->setSettings(s);
+        onLongContextChanged(s);
+        m_chat->addNote(tr("“%1” (≈%L2 tokens) may not fit in the %L3 free tokens of the context: the overflow policy is now "
+                   "“keep head and tail”, so its beginning and end are streamed. Raise the context limit to stream more.")
+                    .arg(book.title)
+                    .arg(m_bookPanel->estimatedTokens())
+                    .arg(room));
+    }
+    setActivity(Activity::Streaming);
+    m_bookPanel->setStreaming(true);
+    statusBar()->showMessage(tr("Streaming “%1” into the context…").arg(book.title));
+    m_books->stream(book.text, room);
+}
+
+void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
+{
+    m_stats.setContextUsed(tokensInContext);
+    const int streamed = m_books->tokensDone();
+    const bool truncated = m_books->wasTruncated(m_bookPanel->estimatedTokens());
+    m_bookPanel->setStreaming(false);
+    m_bookPanel->setStreamed(streamed, tokensInContext, stopped, truncated);
+    if (streamed > 0)
+        m_chat->addNote(tr("%1 %L2 tokens of “%3”%4; the context holds %L5 tokens. Ask about it, or press Continue to let "
+                   "the model write on.")
+                    .arg(stopped ? tr("Stopped after") : tr("Streamed"))
+                    .arg(streamed)
+                    .arg(m_bookPanel->book().title)
+                    .arg(truncated ? tr(" (head and tail)") : QString())
+                    .arg(tokensInContext));
+    statusBar()->showMessage(stopped ? tr("Book streaming stopped") : tr("Book streamed"), 5000);
+    setActivity(Activity::Idle);
+    updateBookFit();
+    refreshStatus();
+    emit bookStreamFinished(stopped, tokensInContext);
+}
+
+void MainWindow::continueText()
+{
+    if (!m_models->isLoaded() || m_activity != Activity::Idle)
+        return;
+    if (m_stats.contextUsed() <= 0) {
+        statusBar()->showMessage(tr("The context is empty: stream a book first"), 4000);
+        return;
+    }
+    m_chat->continueText();
+}
+
+// ---------------------------------------------------------------------------------------
+// Explore
+
+bool MainWindow::openExploreBook(const QString &path)
+{
+    if (m_explore->isRunning()) {
+        statusBar()->showMessage(tr("Cancel the runs first"), 3000);
+        return false;
+    }
+    QString error;
+    const std::optional<Book> book = loadBook(path, &error);
+    if (!book) {
+        showError(tr("Cannot open the book"),
+                  error.isEmpty() ? tr("%1 could not be read.").arg(QDir::toNativeSeparators(path)) : error);
+        return false;
+    }
+    m_explore->setBook(*book);
+    showExplore();
+    return true;
+}
+
+void MainWindow::showChat() { m_tabs->setCurrentIndex(0); }
+
+void MainWindow::showExplore() { m_tabs->setCurrentIndex(1); }
+
+void MainWindow::onTabChanged(int index)
+{
+    // The saved conversations belong to the chat: their dock makes way for the plot.
+    const bool explore = index == 1;
+    if (explore && m_conversationsDock->isVisible()) {
+        m_dockHiddenForExplore = true;
+        m_conversationsDock->hide();
+    } else if (!explore && m_dockHiddenForExplore) {
+        m_dockHiddenForExplore = false;
+        m_conversationsDock->show();
+    }
+}
+
+void MainWindow::onExploreRunningChanged(bool running)
+{
+    if (running)
+        setActivity(Activity::Exploring);
+    else if (m_activity == Activity::Exploring)
+        setActivity(Activity::Idle);
+    m_statusDirty = true;
+}
+
+void MainWindow::onExploreOpenBookRequested()
+{
+    const QString path = chooseOpenFile(tr("Open a Book to Explore"), tr("Text files (*.txt);;All files (*)"));
+    if (!path.isEmpty())
+        openExploreBook(path);
+}
+
+void MainWindow::onExploreDeleteRequested(const QString &id)
+{
+    if (!askConfirmation(tr("Delete run"), tr("Delete this saved run? This cannot be undone.")))
+        return;
+    QString error;
+    if (!m_explore->deleteRun(id, &error) && !error.isEmpty())
+        showError(tr("Cannot delete the run"), error);
+}
+
+// ---------------------------------------------------------------------------------------
+// Dialogs (virtual, so tests can answer them)
+
+void MainWindow::showError(const QString &title, const QString &text)
+{
+    if (!m_interactive) {
+        std::fprintf(stderr, "longscope: %s: %s\n", qPrintable(title), qPrintable(QString(text).replace(QLatin1Char('\n'), QLatin1Char(' '))));
+        return;
+    }
+    QMessageBox::warning(this, title, text);
+}
+
+bool MainWindow::askConfirmation(const QString &title, const QString &text)
+{
+    if (!m_interactive)
+        return true;
+    return QMessageBox::question(this, title, text, QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel) ==
+           QMessageBox::Yes;
+}
+
+QString MainWindow::chooseOpenFile(const QString &caption, const QString &filter)
+{
+    return QFileDialog::getOpenFileName(this, caption, QString(), filter);
+}
+
+QString MainWindow::chooseDirectory(const QString &caption)
+{
+    return QFileDialog::getExistingDirectory(this, caption);
+}
+
+QString MainWindow::chooseSaveFile(const QString &caption, const QString &suggestedName, const QString &filter)
+{
+    return QFileDialog::getSaveFileName(this, caption, suggestedName, filter);
+}
+
+// ---------------------------------------------------------------------------------------
+// Drops, closing
+
+void MainWindow::dragEnterEvent(QDragEnterEvent *event)
+{
+    if (event->mimeData()->hasUrls()) {
+        for (const QUrl &url : event->mimeData()->urls()) {
+            if (url.isLocalFile()) {
+                event->acceptProposedAction();
+                return;
+            }
+        }
+    }
+    QMainWindow::dragEnterEvent(event);
+}
+
+void MainWindow::dropEvent(QDropEvent *event)
+{
+    QStringList paths;
+    for (const QUrl &url : event->mimeData()->urls())
+        if (url.isLocalFile())
+            paths << url.toLocalFile();
+    if (paths.isEmpty()) {
+        QMainWindow::dropEvent(event);
+        return;
+    }
+    event->acceptProposedAction();
+    onFilesDropped(paths);
+}
+
+void MainWindow::onFilesDropped(const QStringList &paths)
+{
+    if (!paths.isEmpty())
+        openPath(paths.first());
+}
+
+void MainWindow::openPath(const QString &path)
+{
+    const QFileInfo fi(path);
+    if (looksLikeModel(fi))
+        loadModel(fi.fileName() == QLatin1String("config.json") || fi.suffix() == QLatin1String("safetensors")
+                      ? fi.absolutePath()
+                      : fi.absoluteFilePath());
+    else
+        openBook(fi.absoluteFilePath());
+}
+
+void MainWindow::saveUiSettings()
+{
+    m_appSettings->saveSystemPrompt(m_chatPanel->systemPrompt());
+    m_appSettings->saveGenerationParams(m_generation->params());
+    m_appSettings->saveEngineSettings(m_longContext->settings());
+    m_appSettings->saveWindowGeometry(saveGeometry());
+    if (m_dockHiddenForExplore) // saved as the chat shows it
+        m_conversationsDock->show();
+    m_appSettings->saveWindowState(saveState());
+    if (m_dockHiddenForExplore)
+        m_conversationsDock->hide();
+    m_appSettings->sync();
+}
+
+void MainWindow::closeEvent(QCloseEvent *event)
+{
+    saveUiSettings();
+    // A reply cut short by closing is kept as far as it got.
+    if (m_activity == Activity::Chatting || m_activity == Activity::Continuing)
+        saveConversation();
+    shutDownWorker();
+    event->accept();
+}
+
+void MainWindow::shutDownWorker()
+{
+    if (m_shutDown)
+        return;
+    m_shutDown = true;
+    if (m_worker) {
+        // Nothing the worker still sends may reach a window that is going away.
+        disconnect(m_worker, nullptr, this, nullptr);
+        disconnect(m_worker, nullptr, m_explore, nullptr);
+        for (QObject *controller : std::initializer_list<QObject *>{m_chat, m_books, m_models})
+            disconnect(m_worker, nullptr, controller, nullptr);
+        m_worker->requestStop();
+        m_worker->cancelLoad();
+    }
+    m_thread.quit();
+    m_thread.wait();
+    setActivity(Activity::Idle);
+}
+
+} // namespace longscope::ui

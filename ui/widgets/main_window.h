@@ -1,0 +1,231 @@
+// The main window, laid out after Chinese-LLaMA-Alpaca-2's gradio demo: a banner, then two
+// tabs. Chat: left, wide: the conversation, the system prompt, the input and Send / Stop /
+// Regenerate / Clear, with the live plots under them; right, narrow: the book, the generation
+// controls and the long-context panel; the saved conversations in a dock. Explore: perplexity
+// by position of a book under several settings on one plot (ExploreView). It owns the engine
+// worker's thread and talks to the worker only through queued calls and signals (plus the
+// thread-safe requestStop() / cancelLoad() / setSettings() and the queue*() calls).
+//
+// It assembles: the panels show and ask (ChatPanel, BookPanel, GenerationPanel,
+// LongContextPanel, MetricsPlots, ConversationSidebar, ExploreView); the controllers run
+// things (ChatController a chat turn, BookController a book streamed in, ModelController
+// the model loaded, Exports every export). What stays here spans them all: which job is
+// running (Activity), the load progress dialog and banner, the menus, the status bar and
+// the dialogs.
+#pragma once
+
+#include "core/book.h"
+#include "core/chat_controller.h"
+#include "core/conversation.h"
+#include "core/engine_worker.h"
+#include "core/model_controller.h"
+#include "core/session_stats.h"
+
+#include <QMainWindow>
+#include <QPointer>
+#include <QThread>
+
+#include <memory>
+
+class QAction;
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QProgressDialog;
+class QSettings;
+class QTabWidget;
+class QTimer;
+
+namespace longscope::ui {
+
+class AppSettings;
+class BookController;
+class BookPanel;
+class ChatModel;
+class ChatPanel;
+class ConversationListModel;
+class ConversationSidebar;
+class ConversationStore;
+class ExploreStore;
+class ExploreView;
+class Exports;
+class GenerationPanel;
+class LongContextPanel;
+class MetricsPlots;
+
+// Registers the resources compiled into this static library (the icon); idempotent.
+void initResources();
+
+struct MainWindowOptions {
+    QString modelPath;             // empty: the last model, else the bundled one
+    bool loadModelOnStart = true;
+    QString conversationDirectory; // empty: ConversationStore::defaultDirectory()
+    QString runsDirectory;         // saved exploration runs; empty: ExploreStore::defaultDirectory()
+    QSettings *settings = nullptr; // not owned; null: the application's QSettings
+    int threads = 0;               // engine threads; 0: all
+    // false (automation): errors go to stderr instead of message boxes, and questions are
+    // answered yes.
+    bool interactive = true;
+};
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+
+public:
+    enum class Activity { Idle, Loading, Chatting, Continuing, Streaming, Exploring };
+    Q_ENUM(Activity)
+
+    explicit MainWindow(const MainWindowOptions &options = {}, QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    bool isModelLoaded() const { return m_models->isLoaded(); }
+    const ModelSummary &modelSummary() const { return m_models->summary(); }
+    Activity activity() const { return m_activity; }
+    bool isBusy() const { return m_activity != Activity::Idle; }
+    int contextUsed() const { return m_stats.contextUsed(); }
+    const SessionStats &sessionStats() const { return m_stats; }
+    int contextLimit() const;
+    bool isWorkerThreadRunning() const { return m_thread.isRunning(); }
+
+    ChatController *chatController() const { return m_chat; }
+    BookController *bookController() const { return m_books; }
+    ModelController *modelController() const { return m_models; }
+    Exports *exports() const { return m_exports; }
+    ChatPanel *chatPanel() const { return m_chatPanel; }
+    GenerationPanel *generationPanel() const { return m_generation; }
+    LongContextPanel *longContextPanel() const { return m_longContext; }
+    MetricsPlots *metricsPlots() const { return m_plots; }
+    BookPanel *bookPanel() const { return m_bookPanel; }
+    ConversationSidebar *conversationSidebar() const { return m_sidebar; }
+    ConversationStore *conversationStore() const { return m_store; }
+    QTabWidget *tabs() const { return m_tabs; }
+    ExploreView *exploreView() const { return m_explore; }
+    ExploreStore *exploreStore() const { return m_exploreStore; }
+
+public slots:
+    void loadModel(const QString &path);
+    // Sends what the input holds (Enter, the Send button).
+    void send();
+    // Puts `text` in the input and sends it.
+    void sendMessage(const QString &text);
+    void stop();
+    void regenerate();
+    // Empties the conversation and the context; the old conversation stays saved.
+    void clearConversation();
+    void openConversation(const QString &id);
+    // Deletes a saved conversation after asking (unless `confirm` is false).
+    bool deleteConversation(const QString &id, bool confirm = true);
+
+    bool openBook(const QString &path);
+    // Opens `path` in the Explore tab (not in the chat's book panel) and shows the tab.
+    bool openExploreBook(const QString &path);
+    void showChat();
+    void showExplore();
+    void streamBook();
+    void continueText();
+
+signals:
+    void modelReady(const QString &name);
+    void modelLoadFailed(const QString &message);
+    void replyFinished(); // a chat reply or a continuation ended (for any reason)
+    void bookStreamFinished(bool stopped, int tokensInContext);
+    void activityChanged(longscope::ui::MainWindow::Activity activity);
+
+protected:
+    // Every message box goes through these, so tests can capture them instead of blocking.
+    virtual void showError(const QString &title, const QString &text);
+    virtual bool askConfirmation(const QString &title, const QString &text);
+    virtual QString chooseOpenFile(const QString &caption, const QString &filter);
+    virtual QString chooseDirectory(const QString &caption);
+    virtual QString chooseSaveFile(const QString &caption, const QString &suggestedName, const QString &filter);
+
+    void closeEvent(QCloseEvent *event) override;
+    void dragEnterEvent(QDragEnterEvent *event) override;
+    void dropEvent(QDropEvent *event) override;
+
+private slots:
+    void onLoadStarted(const QString &path);
+    void onLoadProgress(double fraction);
+    void onModelLoaded(const longscope::ui::ModelSummary &summary);
+    void onLoadFailed(const QString &path, const QString &message);
+    void onReplyStarted(longscope::ui::ChatController::State state);
+    void onReplyFinished(const longscope::ui::GenerationSummary &summary);
+    void onStreamFinished(bool stopped, int tokensInContext);
+    void onStepMetrics(const longscope::StepMetrics &metrics);
+    void onSettingsApplied(qint64 step, int position, const longscope::Settings &settings);
+    void showBackend(const longscope::ui::ModelSummary &summary);
+    void onWorkerError(const QString &message);
+    void onLongContextChanged(const longscope::Settings &settings);
+    void onGenerationParamsChanged(const longscope::ui::GenerationParams &params);
+    void onFilesDropped(const QStringList &paths);
+    void onDeleteRequested(const QString &id);
+    void onExploreRunningChanged(bool running);
+    void onExploreOpenBookRequested();
+    void onExploreDeleteRequested(const QString &id);
+    void onTabChanged(int index);
+    void refreshStatus();
+
+private:
+    QWidget *createBanner();
+    QWidget *createChatArea();
+    QWidget *createControlColumn();
+    void connectExplore();
+    void createMenus();
+    void createStatusBar();
+    void connectWorker();
+    void rebuildRecentMenu();
+    void setActivity(Activity activity);
+    void updateActions();
+    void newConversation();
+    void saveConversation();
+    void openPath(const QString &path);
+    void updateBookFit();
+    void shutDownWorker();
+    void saveUiSettings();
+    QString describeChange(const longscope::Settings &from, const longscope::Settings &to) const;
+
+    std::unique_ptr<AppSettings> m_appSettings;
+    QThread m_thread;
+    QPointer<EngineWorker> m_worker;
+    ConversationStore *m_store = nullptr;
+    ConversationListModel *m_conversationList = nullptr;
+    ChatController *m_chat = nullptr;
+    BookController *m_books = nullptr;
+    ModelController *m_models = nullptr;
+    Exports *m_exports = nullptr;
+
+    // Widgets.
+    QLabel *m_bannerModel = nullptr;
+    ChatPanel *m_chatPanel = nullptr;
+    GenerationPanel *m_generation = nullptr;
+    LongContextPanel *m_longContext = nullptr;
+    MetricsPlots *m_plots = nullptr;
+    BookPanel *m_bookPanel = nullptr;
+    ConversationSidebar *m_sidebar = nullptr;
+    QDockWidget *m_conversationsDock = nullptr;
+    bool m_dockHiddenForExplore = false;
+    QTabWidget *m_tabs = nullptr;
+    ExploreView *m_explore = nullptr;
+    ExploreStore *m_exploreStore = nullptr;
+    QPointer<QProgressDialog> m_loadDialog;
+    QLabel *m_statusModel = nullptr;
+    QLabel *m_statusContext = nullptr;
+    QLabel *m_statusSpeed = nullptr;
+    QTimer *m_statusTimer = nullptr;
+
+    // Menu actions.
+    QAction *m_openModelAction = nullptr;
+    QAction *m_openModelDirAction = nullptr;
+    QAction *m_openBookAction = nullptr;
+    QMenu *m_recentMenu = nullptr;
+
+    // State.
+    Activity m_activity = Activity::Idle;
+    longscope::Settings m_appliedSettings; // what the worker last reported as in effect
+    SessionStats m_stats;
+    bool m_statusDirty = false;
+    bool m_interactive = true;
+    bool m_shutDown = false;
+};
+
+} // namespace longscope::ui
