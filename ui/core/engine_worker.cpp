@@ -363,75 +363,51 @@ void EngineWorker::ensure_logits()
 void EngineWorker::decode_loop(const std::vector<int32_t> &tokens, const GenerationParams &params, bool trim_leading,
                                GenerationSummary &summary)
 {
-    SamplingParams sp;
-    sp.temperature = params.do_sample ? params.temperature : 0.0f;
-    sp.top_k = params.top_k;
-    sp.top_p = params.top_p;
-    sp.repeat_penalty = params.repetition_penalty;
-    sp.seed = params.seed;
-    sp.validate();
-    if (params.max_new_tokens < 0)
-        throw InvalidArgument("the number of tokens to generate must not be negative");
-    Sampler sampler(sp);
-
-    const Tokenizer &tok = m_model->tokenizer();
-    const int32_t eos = tok.eos_id();
-    const int32_t bos = tok.bos_id();
-
-    if (!tokens.empty()) {
-        apply_pending_settings();
-        const auto t0 = Clock::now();
-        remember_logits(m_session->eval(tokens));
-        const double secs = seconds_since(t0);
-        summary.prefill_tokens_per_second = secs > 0 ? double(tokens.size()) / secs : 0;
-    } else {
+    // The engine's generator runs the loop (as for the CLI and the server); the worker adds
+    // what the app needs around it: the reply kept in the context for the next turn, settings
+    // applied between steps, the job's Stop, and the streamed text trimmed of leading spaces.
+    GenerateRequest request;
+    request.sampling.temperature = params.do_sample ? params.temperature : 0.0f;
+    request.sampling.top_k = params.top_k;
+    request.sampling.top_p = params.top_p;
+    request.sampling.repeat_penalty = params.repetition_penalty;
+    request.sampling.seed = params.seed;
+    request.max_new_tokens = params.max_new_tokens;
+    request.prompt = tokens;
+    request.continue_context = true;
+    request.keep_reply_in_context = true;
+    if (tokens.empty()) {
         ensure_logits();
+        request.context_logits = m_logits;
     }
+    request.cancelled = [this](uint64_t) { return stop_requested(); };
+    request.before_step = [this] { apply_pending_settings(); };
 
-    TokenTextStream stream(tok);
     LeadingTrim trim;
     std::string reply;
-    auto deliver = [&](std::string piece) {
+    auto on_token = [&](int32_t, std::string_view text) {
+        std::string piece(text);
         if (trim_leading)
             piece = trim(std::move(piece));
-        if (piece.empty())
-            return;
-        reply += piece;
-        emit tokenStreamed(qs(piece));
+        if (!piece.empty()) {
+            reply += piece;
+            emit tokenStreamed(qs(piece));
+        }
+        return true;
     };
-
-    std::vector<float> logits;
-    const auto t1 = Clock::now();
-    summary.reason = FinishReason::MaxTokens;
-    for (;;) {
-        if (stop_requested()) {
-            summary.reason = FinishReason::Stopped;
-            break;
-        }
-        if (summary.generated_tokens >= params.max_new_tokens) {
-            summary.reason = FinishReason::MaxTokens;
-            break;
-        }
-        if (m_session->n_past() >= m_session->n_ctx()) {
-            summary.reason = FinishReason::ContextFull;
-            break;
-        }
-        logits = m_logits;
-        const int32_t id = sampler.sample(logits, m_session->history());
-        if (id == eos || (bos >= 0 && id == bos)) {
-            summary.reason = FinishReason::EndOfText;
-            break;
-        }
-        deliver(stream.push(id));
-        ++summary.generated_tokens;
-        // Settings that arrived meanwhile take effect with this token's step. Every sampled
-        // token is evaluated, so the reply is in the context for the next turn.
-        apply_pending_settings();
-        remember_logits(m_session->eval(std::span<const int32_t>(&id, 1)));
+    GenerateResult result = generate(*m_session, request, on_token);
+    if (!result.context_logits.empty())
+        remember_logits(result.context_logits);
+    summary.generated_tokens = int(result.tokens.size());
+    summary.prefill_tokens_per_second = result.prefill_tokens_per_second();
+    summary.decode_tokens_per_second = result.decode_tokens_per_second();
+    switch (result.stop) {
+    case StopReason::MaxTokens: summary.reason = FinishReason::MaxTokens; break;
+    case StopReason::EndOfSequence:
+    case StopReason::StopString: summary.reason = FinishReason::EndOfText; break;
+    case StopReason::ContextFull: summary.reason = FinishReason::ContextFull; break;
+    case StopReason::Cancelled: summary.reason = FinishReason::Stopped; break;
     }
-    deliver(stream.flush());
-    const double secs = seconds_since(t1);
-    summary.decode_tokens_per_second = secs > 0 ? summary.generated_tokens / secs : 0;
     summary.text = qs(reply);
 }
 

@@ -89,6 +89,9 @@ struct GenerateResult {
     double prefill_seconds = 0;
     double decode_seconds = 0;
     StopReason stop = StopReason::MaxTokens;
+    // With keep_reply_in_context: the logits of the context's last token as evaluated (before
+    // any sampling adjustment), for a later request with continue_context and context_logits.
+    std::vector<float> context_logits;
 
     // Prompt tokens evaluated (n_prompt - n_cached) / prefill seconds.
     double prefill_tokens_per_second() const;

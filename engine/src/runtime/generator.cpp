@@ -268,7 +268,16 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     const double prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     const auto t1 = clock::now();
-    while (decoder.step(logits, session.history(), session.n_past(), session.n_ctx())) {
+    // Sampling adjusts the logits in place; a caller that keeps the reply in the context gets
+    // the last ones as evaluated, so sampling runs on a copy.
+    std::vector<float> sampled;
+    auto step = [&] {
+        if (!request.keep_reply_in_context)
+            return decoder.step(logits, session.history(), session.n_past(), session.n_ctx());
+        sampled = logits;
+        return decoder.step(sampled, session.history(), session.n_past(), session.n_ctx());
+    };
+    while (step()) {
         if (request.before_step)
             request.before_step();
         const int32_t id = decoder.next_token();
@@ -276,6 +285,8 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
         logits.assign(next.begin(), next.end());
     }
     GenerateResult result = decoder.finish();
+    if (request.keep_reply_in_context)
+        result.context_logits = std::move(logits);
     result.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
     result.prefill_seconds = prefill_seconds;
     result.n_prompt = n_prompt;
