@@ -34,7 +34,7 @@ LEVELS = [
     ("architectures", ["arch"]),
     ("runtime", ["runtime"]),
     ("ui core", ["ui/core"]),
-    ("ui widgets", ["ui", "ui/widgets"]),
+    ("ui widgets", ["ui/widgets"]),
     ("programs", ["app/cli", "app/gui"]),
 ]
 
@@ -84,7 +84,6 @@ FOLDERS = {
     "kernels/": "kernels",
     "ui/core/": "ui/core",
     "ui/widgets/": "ui/widgets",
-    "ui/": "ui",  # the undivided ui library, until it is split into ui/core and ui/widgets
     "app/cli/": "app/cli",
     "app/gui/": "app/gui",
 }

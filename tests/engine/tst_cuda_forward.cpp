@@ -1,4 +1,4 @@
-// The forward pass on the GPU (CudaForward through a Session with backend CUDA) against the CPU
+// The forward pass on the GPU (the CUDA backend through a Session with backend CUDA) against the CPU
 // forward pass on the bundled model. Without a usable GPU every check is skipped with the
 // plugin's reason (scripts/gpu-check runs them on a GPU machine and fails on any skip).
 //

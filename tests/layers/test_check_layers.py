@@ -88,8 +88,8 @@ def app_includes_engine_src(tree):
 
 
 def ui_includes_engine_src(tree):
-    line = insert_after_first_line(tree, "ui/engine_worker.cpp", '#include "kv/kv_store.h"')
-    return [f"ui/engine_worker.cpp:{line} includes kv/kv_store.h: ui may not include kv"]
+    line = insert_after_first_line(tree, "ui/core/engine_worker.cpp", '#include "kv/kv_store.h"')
+    return [f"ui/core/engine_worker.cpp:{line} includes kv/kv_store.h: ui/core may not include kv"]
 
 
 def cuda_host_includes_cpu(tree):
