@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--baseline-cli", help="an earlier longscope-cli, run in the same alternation: its figures "
+                    "and the ratios this one / earlier are printed too (a refactor's no-regression check)")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
 
@@ -66,9 +68,11 @@ def main():
     print("| model | prefill llama.cpp | prefill longscope | ratio | decode llama.cpp | decode longscope | ratio "
           "| bandwidth GB/s | llama.cpp roofline | longscope roofline |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    baseline_rows = []
     for m in a.models:
         best_l = [0.0, 0.0]
         best_s = [0.0, 0.0]
+        best_b = [0.0, 0.0]
         bytes_per_token, bandwidth = 0.0, 0.0
         for _ in range(a.rounds):
             pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads)
@@ -76,11 +80,27 @@ def main():
             pre, dec, bpt, bw = longscope(a.cli, m, a.prompt, a.new, a.threads)
             best_s = [max(best_s[0], pre), max(best_s[1], dec)]
             bytes_per_token, bandwidth = bpt, max(bandwidth, bw)
+            if a.baseline_cli:
+                pre, dec, _, bw = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads)
+                best_b = [max(best_b[0], pre), max(best_b[1], dec)]
+                bandwidth = max(bandwidth, bw)
         roof = bandwidth * 1e9 / bytes_per_token  # tokens/s at the roofline
         print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {best_s[0] / best_l[0]:.2f} "
               f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {best_s[1] / best_l[1]:.2f} | {bandwidth:.1f} "
               f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% |")
         sys.stdout.flush()
+        if a.baseline_cli:
+            baseline_rows.append((m, best_l, best_s, best_b))
+    if baseline_rows:
+        print()
+        print(f"Against the earlier build {a.baseline_cli} (same rounds, alternated):")
+        print("| model | prefill earlier | prefill now | now / earlier | ratio to llama.cpp earlier / now "
+              "| decode earlier | decode now | now / earlier | ratio to llama.cpp earlier / now |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for m, l, s_, b in baseline_rows:
+            print(f"| {os.path.basename(m)} | {b[0]:.1f} | {s_[0]:.1f} | {s_[0] / b[0]:.2f} "
+                  f"| {b[0] / l[0]:.2f} / {s_[0] / l[0]:.2f} | {b[1]:.1f} | {s_[1]:.1f} | {s_[1] / b[1]:.2f} "
+                  f"| {b[1] / l[1]:.2f} / {s_[1] / l[1]:.2f} |")
 
 
 if __name__ == "__main__":
