@@ -27,13 +27,13 @@ CpuBackend::CpuBackend(const Model &model, int n_threads)
 namespace {
 // Sizes a buffer to exactly n floats, giving memory back when it held far more (after a long
 // prefill, decode steps need one row), so the ledger's scratch is what the step really holds.
-void fit(std::vector<float> &v, size_t n)
+void fit(AlignedVector<float> &v, size_t n)
 {
     v.resize(n);
     if (v.capacity() > 2 * n + 4096)
         v.shrink_to_fit();
 }
-uint64_t bytes_of(const std::vector<float> &v) { return uint64_t(v.capacity()) * sizeof(float); }
+uint64_t bytes_of(const AlignedVector<float> &v) { return uint64_t(v.capacity()) * sizeof(float); }
 
 KvStore &host_store(KvCache &kv)
 {

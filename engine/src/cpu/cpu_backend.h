@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "cpu/aligned_vector.h"
 #include "cpu/thread_pool.h"
 #include "longscope/model.h"
 #include "model/weights.h"
@@ -57,7 +58,7 @@ private:
     ThreadPool m_pool;
 
     // Activations for the tokens of one call: [n, width].
-    std::vector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;
+    AlignedVector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;
     std::vector<double> m_pos;
     double m_inv_base = 0;
     std::vector<double> m_inv;
