@@ -418,20 +418,7 @@ void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
 
 void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
 {
-    m_job = job;
-    emit generationStarted();
-    GenerationSummary summary;
-    try {
-        if (!require_model()) {
-            summary.reason = FinishReason::Error;
-            emit generationFinished(summary);
-            return;
-        }
-        if (stop_requested()) { // stopped while it waited in the queue
-            summary.reason = FinishReason::Stopped;
-            emit generationFinished(summary);
-            return;
-        }
+    run_generation_job(job, [&](GenerationSummary &summary) {
         // The limit and policy below are the ones in effect. A limit below the context's length
         // clears it: the prompt is evaluated again anyway when it no longer fits.
         apply_pending_settings(true);
@@ -480,14 +467,7 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
             todo = prompt.tokens;
         }
         decode_loop(todo, request.params, true, summary);
-        emit generationFinished(summary);
-    } catch (const std::bad_alloc &) {
-        finish_with_error(QStringLiteral("out of memory"), summary);
-    } catch (const std::exception &e) {
-        finish_with_error(QString::fromUtf8(e.what()), summary);
-    } catch (...) {
-        finish_with_error(QStringLiteral("unknown error"), summary);
-    }
+    });
 }
 
 void EngineWorker::continueText(const longscope::ui::GenerationParams &params)
@@ -496,6 +476,17 @@ void EngineWorker::continueText(const longscope::ui::GenerationParams &params)
 }
 
 void EngineWorker::run_continue(quint64 job, const GenerationParams &params)
+{
+    run_generation_job(job, [&](GenerationSummary &summary) {
+        apply_pending_settings();
+        if (m_session->n_past() == 0)
+            throw InvalidArgument("nothing to continue: the context is empty");
+        summary.prompt_tokens = m_session->n_past();
+        decode_loop({}, params, false, summary);
+    });
+}
+
+void EngineWorker::run_generation_job(quint64 job, const std::function<void(GenerationSummary &)> &body)
 {
     m_job = job;
     emit generationStarted();
@@ -511,13 +502,7 @@ void EngineWorker::run_continue(quint64 job, const GenerationParams &params)
             emit generationFinished(summary);
             return;
         }
-        apply_pending_settings();
-        if (m_session->n_past() == 0) {
-            finish_with_error(QStringLiteral("nothing to continue: the context is empty"), summary);
-            return;
-        }
-        summary.prompt_tokens = m_session->n_past();
-        decode_loop({}, params, false, summary);
+        body(summary);
         emit generationFinished(summary);
     } catch (const std::bad_alloc &) {
         finish_with_error(QStringLiteral("out of memory"), summary);

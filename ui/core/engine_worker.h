@@ -24,6 +24,7 @@
 #include <QVector>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -189,6 +190,10 @@ private:
     // The jobs behind the slots, `job` their number.
     void run_chat(quint64 job, const ChatRequest &request);
     void run_continue(quint64 job, const GenerationParams &params);
+    // A chat or continue job: marks it running, answers at once when no model is loaded or it
+    // was stopped while queued, runs `body`, and turns any exception into an error message.
+    // `body` fills the summary (returning finishes the job) or throws (an error message).
+    void run_generation_job(quint64 job, const std::function<void(GenerationSummary &)> &body);
     void run_stream(quint64 job, const QString &text, int chunk_tokens);
     void run_perplexity(quint64 job, const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                         const QString &label, qint64 maxTokens);
