@@ -3,6 +3,7 @@
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QFile>
+#include <QHostAddress>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -11,9 +12,14 @@
 #include <QNetworkRequest>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QTcpSocket>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
+
+#include <memory>
+#include <numeric>
+#include <vector>
 
 #include "cli_runner.h"
 
@@ -69,6 +75,77 @@ QString stream_text(const QList<QByteArray> &payloads, QString *finish = nullptr
             *finish = c["finish_reason"].toString();
     }
     return text;
+}
+
+// A response read off a raw connection: the status line's code (0 when none came), the whole
+// text, how long it took to arrive, and whether the server closed the connection after it.
+struct RawReply {
+    int status = 0;
+    QByteArray text;
+    qint64 ms = 0;
+    bool closed = false;
+    QByteArray header(const QByteArray &name) const
+    {
+        for (const QByteArray &line : text.left(text.indexOf("\r\n\r\n")).split('\n'))
+            if (line.toLower().startsWith(name.toLower() + ":"))
+                return line.mid(name.size() + 1).trimmed();
+        return {};
+    }
+};
+
+// Whether `text` holds a whole response: its head and Content-Length bytes of body.
+bool whole_response(const QByteArray &text)
+{
+    const qsizetype end = text.indexOf("\r\n\r\n");
+    if (end < 0)
+        return false;
+    static const QRegularExpression length(R"((?im)^content-length:\s*(\d+))");
+    const auto m = length.match(QString::fromLatin1(text.left(end)));
+    return !m.hasMatch() || text.size() - (end + 4) >= m.captured(1).toLongLong();
+}
+
+// Sends `bytes` on a fresh loopback connection (as fast as the server reads them) and reads
+// until a whole response arrives or the server closes, for at most `timeout_ms`. For what
+// QNetworkAccessManager cannot send: hand-made heads, unfinished bodies, floods.
+RawReply raw_request(int port, const QByteArray &bytes, int timeout_ms = 5000)
+{
+    RawReply r;
+    QElapsedTimer t;
+    t.start();
+    QTcpSocket s;
+    s.connectToHost(QHostAddress::LocalHost, quint16(port));
+    if (!s.waitForConnected(timeout_ms))
+        return r;
+    s.write(bytes);
+    while (t.elapsed() < timeout_ms && !whole_response(r.text)) {
+        if (s.bytesToWrite() > 0)
+            s.waitForBytesWritten(20);
+        if (s.bytesAvailable() > 0 || s.waitForReadyRead(20))
+            r.text += s.readAll();
+        if (s.state() != QAbstractSocket::ConnectedState) {
+            r.text += s.readAll();
+            r.closed = true;
+            break;
+        }
+    }
+    r.ms = t.elapsed();
+    if (r.text.startsWith("HTTP/1."))
+        r.status = r.text.mid(9, 3).toInt();
+    if (!r.closed && whole_response(r.text))
+        r.closed = !s.waitForReadyRead(1000) && s.state() != QAbstractSocket::ConnectedState;
+    return r;
+}
+
+// The peak resident memory of a process (VmHWM), in bytes; 0 where /proc does not tell.
+qint64 peak_rss(qint64 pid)
+{
+    QFile f(QStringLiteral("/proc/%1/status").arg(pid));
+    if (!f.open(QIODevice::ReadOnly))
+        return 0;
+    for (const QByteArray &line : f.readAll().split('\n'))
+        if (line.startsWith("VmHWM:"))
+            return line.mid(6).trimmed().split(' ').first().toLongLong() * 1024;
+    return 0;
 }
 
 } // namespace
@@ -140,6 +217,23 @@ private:
         return r.code == 0 ? r.out : QByteArray("<cli failed: " + r.err + ">");
     }
 
+    // A request head as a client sends it; `fields` are extra "Name: value\r\n" lines.
+    QByteArray head(const QByteArray &method, const QByteArray &path, const QByteArray &fields = {},
+                    bool with_host = true) const
+    {
+        QByteArray h = method + " " + path + " HTTP/1.1\r\n";
+        if (with_host)
+            h += "Host: 127.0.0.1:" + QByteArray::number(m_port) + "\r\n";
+        return h + "Authorization: Bearer " + k_key + "\r\n" + fields;
+    }
+    QByteArray json_post(const QByteArray &body, const QByteArray &path = "/v1/completions") const
+    {
+        return head("POST", path,
+                    "Content-Type: application/json\r\nContent-Length: " + QByteArray::number(body.size()) +
+                        "\r\n\r\n") +
+               body;
+    }
+
     static void verify_error_shape(const Reply &r, int status, const QString &param = {}, const QString &code = {})
     {
         QVERIFY2(r.status == status, qPrintable(QStringLiteral("status %1, body %2").arg(r.status).arg(QString::fromUtf8(r.body))));
@@ -155,28 +249,45 @@ private:
             QCOMPARE(e["code"].toString(), code);
     }
 
+    // An error answered on a raw connection has OpenAI's shape with `code`.
+    static void verify_raw_error(const RawReply &r, const QString &code)
+    {
+        const QJsonObject e =
+            QJsonDocument::fromJson(r.text.mid(r.text.indexOf("\r\n\r\n") + 4)).object()["error"].toObject();
+        QVERIFY2(e["message"].isString() && !e["message"].toString().isEmpty(), r.text.constData());
+        QCOMPARE(e["code"].toString(), code);
+    }
+
+    // Starts `longscope-cli serve` on a free loopback port with `args`; its stderr collects in
+    // `log`. Returns the port, 0 when it did not start.
+    int start_server(QProcess &server, QByteArray &log, const QStringList &args)
+    {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.remove("LONGSCOPE_MODEL");
+        env.remove("LONGSCOPE_API_KEY");
+        server.setProcessEnvironment(env);
+        connect(&server, &QProcess::readyReadStandardError, this, [&server, &log] { log += server.readAllStandardError(); });
+        server.start(QStringLiteral(LONGSCOPE_CLI_PATH), QStringList{"serve", "--port", "0"} + args);
+        if (!server.waitForStarted())
+            return 0;
+        static const QRegularExpression listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+        QElapsedTimer t;
+        t.start();
+        while (!listening.match(QString::fromUtf8(log)).hasMatch() && server.state() != QProcess::NotRunning &&
+               t.elapsed() < 30000)
+            QTest::qWait(20);
+        const auto m = listening.match(QString::fromUtf8(log));
+        return m.hasMatch() ? m.captured(1).toInt() : 0;
+    }
+
 private slots:
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
         QVERIFY(!long_prompt().isEmpty());
-        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-        env.remove("LONGSCOPE_MODEL");
-        env.remove("LONGSCOPE_API_KEY");
-        m_server.setProcessEnvironment(env);
-        connect(&m_server, &QProcess::readyReadStandardError, this, [this] { m_log += m_server.readAllStandardError(); });
-        m_server.start(QStringLiteral(LONGSCOPE_CLI_PATH),
-                       {"serve", "--port", "0", "--ctx", QString::number(k_ctx), "--api-key", QString::fromUtf8(k_key),
-                        "--max-queue", "2"});
-        QVERIFY(m_server.waitForStarted());
-        static const QRegularExpression listening(R"(listening on http://127\.0\.0\.1:(\d+))");
-        QTRY_VERIFY_WITH_TIMEOUT(listening.match(QString::fromUtf8(m_log)).hasMatch() ||
-                                     m_server.state() == QProcess::NotRunning,
-                                 30000);
-        const auto m = listening.match(QString::fromUtf8(m_log));
-        QVERIFY2(m.hasMatch(), m_log.constData());
-        m_port = m.captured(1).toInt();
-        QVERIFY(m_port > 0);
+        m_port = start_server(m_server, m_log,
+                              {"--ctx", QString::number(k_ctx), "--api-key", QString::fromUtf8(k_key), "--max-queue", "2"});
+        QVERIFY2(m_port > 0, m_log.constData());
     }
 
     void cleanupTestCase()
@@ -253,10 +364,10 @@ private slots:
         QCOMPARE(usage["completion_tokens"].toInt(), 60);
         QCOMPARE(usage["total_tokens"].toInt(), 65);
 
-        // What `curl -d` sends: form-urlencoded, here over 8 KiB (JSON whitespace); still JSON to us.
+        // A media type with parameters is still JSON; a body over 8 KiB (JSON whitespace) too.
         const QByteArray padded = to_json({{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 60}}) +
                                   QByteArray(10000, ' ');
-        const Reply f = post("/v1/completions", padded, k_key, "application/x-www-form-urlencoded");
+        const Reply f = post("/v1/completions", padded, k_key, "Application/JSON; charset=utf-8");
         QCOMPARE(f.status, 200);
         QCOMPARE(f.json()["choices"].toArray().first().toObject()["text"].toString(), choice["text"].toString());
     }
@@ -440,6 +551,18 @@ private slots:
         QTest::newRow("no prompt") << cmpl << QByteArray(R"({"max_tokens": 5})") << QString("prompt");
         QTest::newRow("two prompts") << cmpl << QByteArray(R"({"prompt": ["a", "b"]})") << QString("prompt");
         QTest::newRow("token out of vocabulary") << cmpl << QByteArray(R"({"prompt": [1, 100000]})") << QString("prompt");
+        // Numbers nlohmann-json cannot hold, values of the wrong type where it converts.
+        QTest::newRow("temperature 1e999") << chat << with(R"("temperature": 1e999)") << QString("temperature");
+        QTest::newRow("top_p -1e999") << chat << with(R"("top_p": -1e999)") << QString("top_p");
+        QTest::newRow("max_tokens 1e999") << chat << with(R"("max_tokens": 1e999)") << QString("max_tokens");
+        QTest::newRow("seed 1e400") << chat << with(R"("seed": 1e400)") << QString("seed");
+        QTest::newRow("ntk_alpha 1e999") << chat << with(R"("ntk_alpha": 1e999)") << QString("ntk_alpha");
+        QTest::newRow("response_format type a number") << chat << with(R"("response_format": {"type": 5})")
+                                                       << QString("response_format");
+        QTest::newRow("content part type a number")
+            << chat << QByteArray(R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "Hi"}]}]})")
+            << QString("messages[0].content[0]");
+        QTest::newRow("top_k 1e30") << chat << with(R"("top_k": 1e30)") << QString("top_k");
         QTest::newRow("deep nesting") << cmpl << QByteArray(R"({"prompt": )") + QByteArray(100000, '[') << QString();
     }
     void bad_requests()
@@ -527,6 +650,281 @@ private slots:
             QCOMPARE(stream_text(sse_payloads(done.body)), QString(", there was a little"));
             QVERIFY(done.body.endsWith("data: [DONE]\n\n"));
         }
+    }
+
+    // The body limit holds for every transfer encoding while the body arrives: a chunked body
+    // past --max-body (1 MiB) is a 413 as soon as the limit is passed, without waiting for
+    // the rest (which never comes here: no last chunk).
+    void chunked_body_over_the_limit()
+    {
+        const QByteArray ct = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        QByteArray req = head("POST", "/v1/completions", ct);
+        const QByteArray chunk = QByteArray::number(64 * 1024, 16) + "\r\n" + QByteArray(64 * 1024, ' ') + "\r\n";
+        for (int i = 0; i < 48; ++i) // 3 MiB
+            req += chunk;
+        const RawReply r = raw_request(m_port, req, 8000);
+        QVERIFY2(r.status == 413, r.text.left(400).constData());
+        QVERIFY(r.text.contains("request_too_large"));
+        QVERIFY(r.closed);
+
+        // A chunked body within the limit is read as any other.
+        const QByteArray body = to_json({{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 5}});
+        const QByteArray half = body.left(10), rest = body.mid(10);
+        const RawReply ok = raw_request(m_port, head("POST", "/v1/completions", ct) + QByteArray::number(half.size(), 16) +
+                                                    "\r\n" + half + "\r\n" + QByteArray::number(rest.size(), 16) +
+                                                    "\r\n" + rest + "\r\n0\r\n\r\n");
+        QVERIFY2(ok.status == 200, ok.text.constData());
+        QVERIFY(ok.text.contains(", there was a little"));
+    }
+
+    // Header count and size are bounded while the head arrives: 431, the connection closed.
+    void header_limits()
+    {
+        QByteArray many = head("GET", "/health"); // fields without end
+        for (int i = 0; i < 5000; ++i)
+            many += "X-Fill-" + QByteArray::number(i) + ": " + QByteArray(20, 'a') + "\r\n";
+        RawReply r = raw_request(m_port, many);
+        QVERIFY2(r.status == 431, r.text.left(400).constData());
+        QVERIFY(r.closed);
+        verify_raw_error(r, "request_header_fields_too_large");
+
+        r = raw_request(m_port, head("GET", "/health") + "X-Long: " + QByteArray(1 << 20, 'a')); // a line without end
+        QVERIFY2(r.status == 431, r.text.left(400).constData());
+        QVERIFY(r.closed);
+
+        QByteArray counted = head("GET", "/health"); // a head that ends, with too many fields
+        for (int i = 0; i < 150; ++i)
+            counted += "X-" + QByteArray::number(i) + ": 1\r\n";
+        r = raw_request(m_port, counted + "\r\n");
+        QVERIFY2(r.status == 431, r.text.left(400).constData());
+
+        QCOMPARE(raw_request(m_port, head("GET", "/health", "\r\n")).status, 200);
+    }
+
+    // A POST's body framing is checked before anything is read: no length is a 411 and a
+    // malformed one a 400, at once (not when a read times out).
+    void body_framing()
+    {
+        const QByteArray body = to_json({{"prompt", "Once"}, {"max_tokens", 2}});
+        const QByteArray ct = "Content-Type: application/json\r\n";
+        auto answer = [&](const QByteArray &fields) {
+            return raw_request(m_port, head("POST", "/v1/completions", ct + fields + "\r\n") + body, 3000);
+        };
+        RawReply r = answer({});
+        QVERIFY2(r.status == 411, r.text.constData());
+        QVERIFY(r.ms < 2000);
+        for (const QByteArray &bad : {QByteArray("Content-Length: -5\r\n"), QByteArray("Content-Length: 12abc\r\n"),
+                                      QByteArray("Content-Length: 5\r\nContent-Length: 6\r\n"),
+                                      QByteArray("Content-Length: 99999999999999999999999\r\n"),
+                                      QByteArray("Content-Length: 20\r\nTransfer-Encoding: chunked\r\n")}) {
+            r = answer(bad);
+            QVERIFY2(r.status == 400, (bad + r.text).constData());
+            QVERIFY(r.ms < 2000);
+            QVERIFY(r.closed);
+        }
+        r = answer("Transfer-Encoding: gzip, chunked\r\n");
+        QVERIFY2(r.status == 501, r.text.constData());
+        r = answer("Content-Length: 2000000\r\n"); // over --max-body: refused before it is sent
+        QVERIFY2(r.status == 413, r.text.constData());
+        QVERIFY(r.ms < 2000);
+        // POST to a path that takes no body: answered without reading one.
+        r = raw_request(m_port, head("POST", "/health", ct + "Content-Length: 100000000\r\n\r\n"), 3000);
+        QVERIFY2(r.status == 404, r.text.constData());
+        QVERIFY(r.ms < 2000);
+        QCOMPARE(raw_request(m_port, json_post(body)).status, 200);
+    }
+
+    // JSON bodies only, so that a browser must ask (a preflight) before it posts one.
+    void json_content_type_required()
+    {
+        const QByteArray body = to_json({{"prompt", "Once"}, {"max_tokens", 2}});
+        for (const QByteArray &type : {QByteArray("text/plain"), QByteArray("application/x-www-form-urlencoded"),
+                                       QByteArray("multipart/form-data; boundary=x"), QByteArray("application/jsonx")})
+            verify_error_shape(post("/v1/completions", body, k_key, type), 415, {}, "unsupported_media_type");
+        const RawReply none = raw_request(
+            m_port, head("POST", "/v1/completions", "Content-Length: " + QByteArray::number(body.size()) + "\r\n\r\n") +
+                        body);
+        QVERIFY2(none.status == 415, none.text.constData());
+    }
+
+    // The Host header must name this server: the bound address, or localhost names when bound
+    // to loopback (a page of another site, its name rebound to 127.0.0.1, cannot read it).
+    void host_checked()
+    {
+        const QByteArray port = QByteArray::number(m_port);
+        auto status = [&](const QByteArray &fields) {
+            return raw_request(m_port, "GET /health HTTP/1.1\r\n" + fields + "\r\n").status;
+        };
+        QCOMPARE(status("Host: 127.0.0.1:" + port + "\r\n"), 200);
+        QCOMPARE(status("Host: localhost:" + port + "\r\n"), 200);
+        QCOMPARE(status("Host: LocalHost\r\n"), 200);
+        QCOMPARE(status("Host: [::1]:" + port + "\r\n"), 200);
+        QCOMPARE(status("Host: evil.example:" + port + "\r\n"), 403);
+        QCOMPARE(status("Host: 127.0.0.1.evil.example\r\n"), 403);
+        QCOMPARE(status("Host: localhost.evil.example\r\n"), 403);
+        QCOMPARE(status("Host: 127.0.0.1:" + port + "\r\nHost: evil.example\r\n"), 400);
+        QCOMPARE(status({}), 400); // HTTP/1.1 requires one
+        const RawReply r = raw_request(m_port, "GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer " +
+                                                   k_key + "\r\n\r\n");
+        QCOMPARE(r.status, 403);
+        verify_raw_error(r, "host_not_allowed");
+        const RawReply p = raw_request(m_port, "POST /v1/completions HTTP/1.1\r\nHost: evil.example\r\nAuthorization: "
+                                               "Bearer " + k_key + "\r\nContent-Type: application/json\r\n"
+                                               "Content-Length: 2\r\n\r\n{}");
+        QCOMPARE(p.status, 403);
+    }
+
+    // --allow-host names further Host values (a reverse proxy's name); the others stay refused.
+    void allow_host()
+    {
+        QProcess server;
+        QByteArray log;
+        const int port = start_server(server, log, {"--allow-host", "example.test", "--allow-host", "Other.Test"});
+        QVERIFY2(port > 0, log.constData());
+        auto status = [&](const QByteArray &host) {
+            return raw_request(port, "GET /health HTTP/1.1\r\nHost: " + host + "\r\n\r\n").status;
+        };
+        QCOMPARE(status("example.test:8443"), 200);
+        QCOMPARE(status("other.test"), 200);
+        QCOMPARE(status("127.0.0.1"), 200);
+        QCOMPARE(status("evil.example"), 403);
+        QCOMPARE(status("sub.example.test"), 403);
+        server.terminate();
+        QVERIFY(server.waitForFinished(15000));
+    }
+
+    // A non-streamed request whose client leaves is cancelled like a streamed one.
+    void non_streaming_client_leaving_cancels()
+    {
+        const qsizetype gone_before = m_log.count("(client went away)");
+        const QJsonObject slow{{"prompt", long_prompt()}, {"max_tokens", 300}, {"kv_mode", "none"}, {"temperature", 0}};
+        QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
+        QTRY_VERIFY_WITH_TIMEOUT(get("/v1/metrics").json()["server"].toObject()["busy"].toBool(), 30000);
+        r->abort();
+        r->deleteLater();
+
+        QElapsedTimer t;
+        t.start();
+        const Reply next = post("/v1/completions", QJsonObject{{"prompt", "Once upon a time"}, {"temperature", 0},
+                                                               {"max_tokens", 20}});
+        QCOMPARE(next.status, 200);
+        QVERIFY2(t.elapsed() < 10000, qPrintable(QString("next request took %1 ms").arg(t.elapsed())));
+        QTRY_VERIFY_WITH_TIMEOUT(m_log.count("(client went away)") > gone_before, 5000);
+    }
+
+    // More slow clients than the server has workers (16), each sending a byte at a time:
+    // /health still answers at once.
+    void slow_clients_do_not_starve_health()
+    {
+        std::vector<std::unique_ptr<QTcpSocket>> slow;
+        for (int i = 0; i < 20; ++i) {
+            slow.push_back(std::make_unique<QTcpSocket>());
+            slow.back()->connectToHost(QHostAddress::LocalHost, quint16(m_port));
+            QVERIFY(slow.back()->waitForConnected(2000));
+            slow.back()->write("GET /health HTTP/1.1\r\nX-Slow: ");
+        }
+        QTimer trickle;
+        connect(&trickle, &QTimer::timeout, this, [&] {
+            for (auto &s : slow)
+                if (s->state() == QAbstractSocket::ConnectedState)
+                    s->write("a");
+        });
+        trickle.start(300);
+        QTest::qWait(1500); // every worker holds a slow client by now
+        QElapsedTimer t;
+        t.start();
+        QNetworkAccessManager fresh; // a new connection, not one a worker already holds
+        const Reply h = finish(fresh.get(make_request("/health", {})), 10000);
+        QCOMPARE(h.status, 200);
+        QVERIFY2(t.elapsed() < 3000, qPrintable(QString("/health took %1 ms").arg(t.elapsed())));
+    }
+
+    // The load test, bounded (loopback, fixed counts, 3 seconds): 24 slow clients (more than
+    // the 16 workers; each reconnects when dropped), one client sending header fields without
+    // end and one sending a chunked body without end (each also reconnecting). /health, asked
+    // six times meanwhile, answers each time within 3 s; the server's peak memory grows by
+    // less than 64 MiB (the floods send about 30 MiB each); a completion still works after.
+    void load_health_answers()
+    {
+        struct Client {
+            std::unique_ptr<QTcpSocket> socket = std::make_unique<QTcpSocket>();
+            QByteArray opening, feed;
+            int connects = 0;
+        };
+        std::vector<Client> clients(26);
+        QByteArray fields;
+        while (fields.size() < (1 << 20))
+            fields += "X-Fill: aaaaaaaaaaaaaaaa\r\n";
+        const QByteArray chunk = QByteArray::number(1 << 20, 16) + "\r\n" + QByteArray(1 << 20, ' ') + "\r\n";
+        for (size_t i = 0; i < clients.size(); ++i) {
+            Client &c = clients[i];
+            if (i == 0) {
+                c.opening = head("GET", "/health");
+                c.feed = fields;
+            } else if (i == 1) {
+                c.opening = head("POST", "/v1/completions",
+                                 "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                c.feed = chunk;
+            } else {
+                c.opening = "GET /health HTTP/1.1\r\nX-Slow: ";
+                c.feed = "a";
+            }
+        }
+        bool running = true;
+        auto connect_client = [&](Client &c) {
+            c.socket->abort();
+            c.socket->connectToHost(QHostAddress::LocalHost, quint16(m_port));
+            ++c.connects;
+        };
+        for (Client &c : clients) {
+            Client *cp = &c;
+            connect(c.socket.get(), &QTcpSocket::connected, this, [cp] { cp->socket->write(cp->opening); });
+            connect(c.socket.get(), &QTcpSocket::disconnected, this, [this, cp, &running, &connect_client] {
+                if (running)
+                    QTimer::singleShot(0, this, [cp, &connect_client] { connect_client(*cp); });
+            });
+            connect_client(c);
+        }
+        QTimer feed;
+        connect(&feed, &QTimer::timeout, this, [&] {
+            for (Client &c : clients)
+                if (c.socket->state() == QAbstractSocket::ConnectedState && c.socket->bytesToWrite() < (4 << 20))
+                    c.socket->write(c.feed);
+        });
+        feed.start(100);
+
+        const qint64 pid = m_server.processId();
+        const qint64 peak_before = peak_rss(pid);
+        QTest::qWait(500);
+        qint64 slowest = 0;
+        for (int i = 0; i < 6; ++i) {
+            QElapsedTimer t;
+            t.start();
+            QNetworkAccessManager fresh; // a new connection, not one a worker already holds
+            const Reply h = finish(fresh.get(make_request("/health", {})), 10000);
+            slowest = std::max(slowest, t.elapsed());
+            QVERIFY2(h.status == 200, qPrintable(QString("/health %1: status %2 after %3 ms").arg(i).arg(h.status).arg(t.elapsed())));
+            QTest::qWait(250);
+        }
+        running = false;
+        feed.stop();
+        const qint64 peak_after = peak_rss(pid);
+        qInfo("load: slowest /health %lld ms; connections: header flood %d, chunked flood %d, slow clients %d; "
+              "server peak RSS %lld -> %lld KiB",
+              slowest, clients[0].connects, clients[1].connects,
+              int(std::accumulate(clients.begin() + 2, clients.end(), 0, [](int n, const Client &c) { return n + c.connects; })),
+              peak_before / 1024, peak_after / 1024);
+        for (Client &c : clients)
+            c.socket->abort();
+        QVERIFY2(slowest < 3000, qPrintable(QString("/health took %1 ms").arg(slowest)));
+        QVERIFY(clients[0].connects > 1); // the floods were cut off (and came back)
+        QVERIFY(clients[1].connects > 1);
+        if (peak_before > 0)
+            QVERIFY2(peak_after - peak_before < (64 << 20),
+                     qPrintable(QString("peak RSS %1 -> %2 KiB").arg(peak_before / 1024).arg(peak_after / 1024)));
+        const Reply after = post("/v1/completions", QJsonObject{{"prompt", "Once upon a time"}, {"temperature", 0},
+                                                                {"max_tokens", 5}});
+        QCOMPARE(after.status, 200);
     }
 };
 
