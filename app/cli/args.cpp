@@ -42,14 +42,17 @@ Args::Args(const std::vector<std::string> &argv, const std::vector<OptionSpec> &
             m_flags.insert(canonical);
             continue;
         }
-        if (has_inline) {
-            m_values[canonical] = inline_value;
-        } else {
-            if (i + 1 >= argv.size())
-                throw UsageError("option " + name + " needs a value");
-            m_values[canonical] = argv[++i];
-        }
+        if (!has_inline && i + 1 >= argv.size())
+            throw UsageError("option " + name + " needs a value");
+        m_values[canonical] = has_inline ? inline_value : argv[++i];
+        m_all_values[canonical].push_back(m_values[canonical]);
     }
+}
+
+std::vector<std::string> Args::values(const std::string &name) const
+{
+    auto it = m_all_values.find(name);
+    return it == m_all_values.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::optional<std::string> Args::value(const std::string &name) const

@@ -27,7 +27,8 @@ public:
     Args(const std::vector<std::string> &argv, const std::vector<OptionSpec> &specs);
 
     bool flag(const std::string &name) const { return m_flags.count(name) > 0; }
-    std::optional<std::string> value(const std::string &name) const;
+    std::optional<std::string> value(const std::string &name) const; // the last one given
+    std::vector<std::string> values(const std::string &name) const;   // every one, in order
     const std::vector<std::string> &positional() const { return m_positional; }
 
     std::optional<int> get_int(const std::string &name, int min, int max) const;
@@ -36,6 +37,7 @@ public:
 
 private:
     std::map<std::string, std::string> m_values;
+    std::map<std::string, std::vector<std::string>> m_all_values;
     std::set<std::string> m_flags;
     std::vector<std::string> m_positional;
 };

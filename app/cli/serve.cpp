@@ -4,10 +4,13 @@
 // (httplib's pool, bounded) parse and validate a request, tokenize its prompt, put a Job on a
 // bounded queue and wait for it; a full queue is a 503. Streamed responses are chunked
 // server-sent events fed from the job as the worker releases text; when writing to the client
-// fails (it went away), the job's id is cancelled and the generator stops at the next step.
+// fails (it went away), the job's id is cancelled and the generator stops at the next step;
+// a waiting non-streamed request checks its socket for the same. The connections themselves
+// (limits while a request arrives, the worker pool) are http_guard's.
 #include "commands.h"
 
 #include "args.h"
+#include "http_guard.h"
 #include "model_path.h"
 #include "server_api.h"
 
@@ -424,6 +427,8 @@ struct ServeOptions {
     size_t max_queue = 8;
     size_t max_body = 1 << 20;
     int timeout_s = 600;
+    int request_timeout_s = 30;
+    std::vector<std::string> allow_hosts; // lower case
 };
 
 // Blocks SIGINT and SIGTERM in this thread (and every thread started after) so that only
@@ -444,6 +449,29 @@ std::string url_host(const std::string &host)
     return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
+// Every value of a header field (it may be repeated), as received.
+std::vector<std::string_view> header_values(const httplib::Request &req, const std::string &name)
+{
+    std::vector<std::string_view> out;
+    const auto [first, last] = req.headers.equal_range(name);
+    for (auto it = first; it != last; ++it)
+        out.push_back(it->second);
+    return out;
+}
+
+// Which requests take a body: the two completion endpoints. GET and HEAD take none; any other
+// method or path is answered 404 before a body is read.
+enum class Route { Body, NoBody, Unknown };
+
+Route route_of(const httplib::Request &req)
+{
+    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions"))
+        return Route::Body;
+    if (req.method == "GET" || req.method == "HEAD")
+        return Route::NoBody;
+    return Route::Unknown;
+}
+
 } // namespace
 
 int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
@@ -457,7 +485,9 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--max-connections"}},
                                 {{"--max-queue"}},
                                 {{"--max-body"}},
-                                {{"--timeout"}}}));
+                                {{"--timeout"}},
+                                {{"--request-timeout"}},
+                                {{"--allow-host"}}}));
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
     ServeOptions o;
@@ -480,6 +510,15 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                          "), so that a connection stays free for the running request and the others");
     o.max_body = size_t(a.get_int("--max-body", 1024, 1 << 30).value_or(int(o.max_body)));
     o.timeout_s = a.get_int("--timeout", 1, 86400).value_or(o.timeout_s);
+    o.request_timeout_s = a.get_int("--request-timeout", 1, 3600).value_or(o.request_timeout_s);
+    for (const std::string &h : a.values("--allow-host")) {
+        const auto name = h == "*" ? std::optional<std::string>("*") : api::host_name(h);
+        const bool port = !h.empty() && h.front() == '[' ? h.find("]:") != std::string::npos
+                                                         : h.find(':') != std::string::npos;
+        if (!name || port)
+            throw UsageError("--allow-host takes a host name without a port (or '*' for any), got '" + h + "'");
+        o.allow_hosts.push_back(*name);
+    }
     SessionOptions so;
     so.n_ctx = a.get_int("--ctx", 1, 1 << 24).value_or(0);
     so.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
@@ -500,14 +539,13 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     Engine engine(*model, so, o.max_queue);
     const int n_ctx = engine.n_ctx();
 
-    httplib::Server svr;
-    const size_t pool = o.max_connections;
-    svr.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+    ConnectionLimits limits;
+    limits.workers = o.max_connections;
+    limits.waiting = o.max_connections;
+    limits.max_body = o.max_body;
+    limits.request_timeout = std::chrono::seconds(o.request_timeout_s);
+    GuardedServer svr(limits);
     svr.set_payload_max_length(o.max_body);
-    svr.set_read_timeout(30);
-    svr.set_write_timeout(30);
-    svr.set_keep_alive_timeout(5);
-    svr.set_keep_alive_max_count(100);
     // httplib's default also sets SO_REUSEPORT, which would let a second server bind the same
     // port and silently share its connections; keep only SO_REUSEADDR (quick restarts).
     svr.set_socket_options([](socket_t sock) {
@@ -528,6 +566,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             code = "request_too_large";
             break;
         case 400: msg = "malformed HTTP request"; break;
+        case 414: msg = "the request line is longer than 8192 bytes"; break;
         default: msg = "HTTP error " + std::to_string(res.status); break;
         }
         res.set_content(dump(error_body(msg, res.status >= 500 ? "server_error" : "invalid_request_error", "", code)),
@@ -545,19 +584,46 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         send_json(res, 500, error_body(msg, "server_error"));
     });
     svr.set_logger([](const httplib::Request &req, const httplib::Response &res) {
+        if (GuardedServer::guard_answered()) // logged when it answered
+            return;
         std::fprintf(stderr, "[serve] %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
     });
 
-    using Handler = std::function<void(const httplib::Request &, httplib::Response &)>;
-    // Authorization (except /health) and the last line of defence: nothing escapes a handler.
-    auto run_guarded = [&](bool needs_key, const httplib::Request &req, httplib::Response &res,
-                           const std::function<void()> &h) {
+    // Before a body is read: the Host, the route, the key, the body's framing and media type.
+    // An answer here leaves any body unread, so the connection closes after it.
+    const HostPolicy host_policy{o.host, o.allow_hosts};
+    svr.set_pre_routing_handler([&](const httplib::Request &req, httplib::Response &res) {
         try {
-            if (needs_key && !o.api_key.empty() && !bearer_matches(req.get_header_value("Authorization"), o.api_key))
+            check_host(header_values(req, "Host"), req.local_addr, host_policy);
+            const Route route = route_of(req);
+            if (route == Route::Unknown)
+                throw ApiError(404, "Invalid URL (" + req.method + " " + req.path + ")");
+            if (req.path != "/health" && !o.api_key.empty() &&
+                !bearer_matches(req.get_header_value("Authorization"), o.api_key))
                 throw ApiError(401,
                                req.has_header("Authorization") ? "Incorrect API key provided."
                                                                : "Missing API key: send 'Authorization: Bearer KEY'.",
                                "invalid_request_error", "", "invalid_api_key");
+            if (route == Route::Body) {
+                check_body_framing(header_values(req, "Content-Length"), header_values(req, "Transfer-Encoding"),
+                                   o.max_body);
+                check_json_content_type(header_values(req, "Content-Type"));
+            } else if (req.has_header("Transfer-Encoding") ||
+                       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+                GuardedServer::close_after(res); // a body nothing reads
+            }
+            return httplib::Server::HandlerResponse::Unhandled;
+        } catch (const ApiError &e) {
+            send_error(res, e);
+            GuardedServer::close_after(res);
+            return httplib::Server::HandlerResponse::Handled;
+        }
+    });
+
+    using Handler = std::function<void(const httplib::Request &, httplib::Response &)>;
+    // The last line of defence: nothing escapes a handler.
+    auto run_guarded = [&](httplib::Response &res, const std::function<void()> &h) {
+        try {
             h();
         } catch (const ApiError &e) {
             send_error(res, e);
@@ -569,42 +635,35 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             send_json(res, 500, error_body("internal error", "server_error"));
         }
     };
-    auto guarded = [&](bool needs_key, Handler h) {
-        return [&, needs_key, h](const httplib::Request &req, httplib::Response &res) {
-            run_guarded(needs_key, req, res, [&] { h(req, res); });
-        };
+    auto guarded = [&](Handler h) {
+        return [&, h](const httplib::Request &req, httplib::Response &res) { run_guarded(res, [&] { h(req, res); }); };
     };
-    // POST bodies are read here, not by httplib: it would parse a form-urlencoded body (what
-    // `curl -d` sends without -H 'Content-Type: application/json') as form fields and cap it
-    // at 8 KiB. The body is always read (up to --max-body) before anything is answered, so
-    // the connection stays in step for the next request.
+    // POST bodies are read here, their framing and type checked before routing, up to
+    // --max-body decoded bytes whatever the transfer encoding: past it the reading stops and
+    // the connection closes after the 413.
     using BodyHandler = std::function<void(const std::string &body, const httplib::Request &, httplib::Response &)>;
     auto guarded_post = [&](BodyHandler h) {
         return [&, h](const httplib::Request &req, httplib::Response &res, const httplib::ContentReader &reader) {
-            std::string body;
-            bool read_ok = false;
-            try {
-                if (req.is_multipart_form_data()) {
-                    reader([](const httplib::MultipartFormData &) { return true; },
-                           [](const char *, size_t) { return true; });
-                } else {
-                    read_ok = reader([&](const char *data, size_t n) {
+            run_guarded(res, [&] {
+                std::string body;
+                bool too_large = false;
+                const bool read_ok = reader([&](const char *data, size_t n) {
+                    too_large = n > o.max_body - body.size();
+                    if (!too_large)
                         body.append(data, n);
-                        return true;
-                    });
-                }
-            } catch (...) {
-            }
-            run_guarded(true, req, res, [&] {
-                if (res.status == 413 || body.size() > o.max_body)
+                    return !too_large;
+                });
+                if (too_large || res.status == 413) {
+                    GuardedServer::close_after(res);
                     throw ApiError(413,
                                    "the request body is larger than the limit of " + std::to_string(o.max_body) +
                                        " bytes",
                                    "invalid_request_error", "", "request_too_large");
-                if (req.is_multipart_form_data())
-                    throw ApiError(400, "the request body must be JSON (Content-Type: application/json)");
-                if (!read_ok)
-                    throw ApiError(400, "the request body could not be read", "invalid_request_error");
+                }
+                if (!read_ok) {
+                    GuardedServer::close_after(res);
+                    throw ApiError(400, "the request body could not be read (cut short, or malformed chunks)");
+                }
                 h(body, req, res);
             });
         };
@@ -623,7 +682,17 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
 
         if (!job->req.stream) {
             std::unique_lock<std::mutex> lk(job->m);
-            job->cv.wait(lk, [&] { return job->state == Job::State::Done || job->state == Job::State::Failed; });
+            auto finished = [&] { return job->state == Job::State::Done || job->state == Job::State::Failed; };
+            // A client that leaves while it waits cancels its generation (queued: dropped).
+            bool cancelled = false;
+            while (!job->cv.wait_for(lk, std::chrono::milliseconds(100), finished)) {
+                if (!cancelled && GuardedServer::client_gone()) {
+                    lk.unlock();
+                    engine.cancel(job->number);
+                    cancelled = true;
+                    lk.lock();
+                }
+            }
             if (job->state == Job::State::Failed)
                 throw *job->error;
             const Usage usage{job->prompt_tokens, job->completion_tokens};
@@ -653,6 +722,10 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                     return true;
                 };
                 try {
+                    if (GuardedServer::client_gone()) {
+                        engine.cancel(job->number);
+                        return false;
+                    }
                     if (!state->started) {
                         state->started = true;
                         if (ep == Endpoint::Chat &&
@@ -708,20 +781,20 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             });
     };
 
-    svr.Get("/health", guarded(false, [](const httplib::Request &, httplib::Response &res) {
+    svr.Get("/health", guarded([](const httplib::Request &, httplib::Response &res) {
                 send_json(res, 200, json{{"status", "ok"}});
             }));
-    svr.Get("/v1/models", guarded(true, [&](const httplib::Request &, httplib::Response &res) {
+    svr.Get("/v1/models", guarded([&](const httplib::Request &, httplib::Response &res) {
                 send_json(res, 200, models_list(model_name, started));
             }));
-    svr.Get(R"(/v1/models/(.+))", guarded(true, [&](const httplib::Request &req, httplib::Response &res) {
+    svr.Get(R"(/v1/models/(.+))", guarded([&](const httplib::Request &req, httplib::Response &res) {
                 const std::string id = req.matches[1];
                 if (id != model_name)
                     throw ApiError(404, "The model '" + id + "' does not exist; this server serves '" + model_name + "'",
                                    "invalid_request_error", "model", "model_not_found");
                 send_json(res, 200, model_object(model_name, started));
             }));
-    svr.Get("/v1/metrics", guarded(true, [&](const httplib::Request &, httplib::Response &res) {
+    svr.Get("/v1/metrics", guarded([&](const httplib::Request &, httplib::Response &res) {
                 json j = engine.stats();
                 j["model"] = model_name;
                 j["default_settings"] = settings_json(defaults);

@@ -209,7 +209,7 @@ void check_neutral(const std::string &key, const json &v)
         if (!v.is_object() || !v.empty())
             bad(key, "'logit_bias' is not supported");
     } else if (key == "response_format") {
-        if (!v.is_object() || v.value("type", std::string()) != "text")
+        if (!v.is_object() || !v.contains("type") || v["type"] != "text")
             bad(key, "'response_format' other than {\"type\": \"text\"} is not supported");
     } else if (key == "tools" || key == "functions") {
         if (!v.is_array() || !v.empty())
@@ -306,18 +306,36 @@ void apply_settings_fields(const json &body, Settings &s)
     }
 }
 
-CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, const Settings &defaults)
+namespace {
+
+// Parses a request body. A number too large for a double is refused naming the field it is
+// the value of (the last key the parser met).
+json parse_body(std::string_view body_text)
 {
     if (nesting_depth(body_text) > k_max_json_depth)
         throw ApiError(400, "the request body nests arrays and objects deeper than " + std::to_string(k_max_json_depth) +
                                 " levels");
-    json body;
+    std::string last_key;
+    const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json &parsed) {
+        if (event == json::parse_event_t::key && depth == 1)
+            last_key = parsed.get<std::string>();
+        return true;
+    };
     try {
-        body = json::parse(body_text);
+        return json::parse(body_text, note_keys);
     } catch (const json::parse_error &e) {
         throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
                        "", "invalid_json");
+    } catch (const json::out_of_range &e) {
+        if (last_key.empty())
+            throw ApiError(400, std::string("the request body holds a number out of range: ") + e.what());
+        bad(last_key, "'" + last_key + "' holds a number out of range: " + e.what());
     }
+}
+
+CompletionRequest parse_request_body(Endpoint endpoint, std::string_view body_text, const Settings &defaults)
+{
+    const json body = parse_body(body_text);
     if (!body.is_object())
         throw ApiError(400, std::string("the request body must be a JSON object, got ") + type_name(body));
 
@@ -416,6 +434,19 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
         bad("", e.what());
     }
     return r;
+}
+
+} // namespace
+
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, const Settings &defaults)
+{
+    try {
+        return parse_request_body(endpoint, body_text, defaults);
+    } catch (const json::exception &e) {
+        // A value of a type nlohmann-json cannot convert where a check above did not look
+        // first: still the client's mistake.
+        throw ApiError(400, std::string("invalid value in the request body: ") + e.what());
+    }
 }
 
 json settings_json(const Settings &s)
@@ -584,6 +615,189 @@ bool bearer_matches(std::string_view header, std::string_view key)
     for (size_t i = 0; i < key.size(); ++i)
         diff |= static_cast<unsigned char>(key[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
     return diff == 0 && !key.empty();
+}
+
+size_t HeadMeter::feed(std::string_view bytes)
+{
+    size_t used = 0;
+    while (used < bytes.size() && m_state == State::Reading) {
+        const char ch = bytes[used++];
+        ++m_bytes;
+        if (ch != '\n') {
+            ++m_line;
+            if (m_lines > 0 && m_line > k_max_header_line) // the request line is httplib's (414)
+                m_problem = "a header field is longer than " + std::to_string(k_max_header_line) + " bytes";
+        } else {
+            // An empty line ("\r\n" or "\n") after the request line ends the head.
+            if (m_lines > 0 && m_line <= 1) {
+                m_state = State::Complete;
+                break;
+            }
+            ++m_lines;
+            m_line = 0;
+            if (m_lines - 1 > k_max_header_fields)
+                m_problem = "the request has more than " + std::to_string(k_max_header_fields) + " header fields";
+        }
+        if (m_problem.empty() && m_bytes > k_max_head_bytes)
+            m_problem = "the request line and header fields are longer than " + std::to_string(k_max_head_bytes) +
+                        " bytes";
+        if (!m_problem.empty())
+            m_state = State::TooLarge;
+    }
+    return used;
+}
+
+namespace {
+
+std::string lower(std::string_view s)
+{
+    std::string out(s);
+    for (char &c : out)
+        c = char(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+std::string_view trim_ows(std::string_view s)
+{
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+        s.remove_suffix(1);
+    return s;
+}
+
+bool all_digits(std::string_view s)
+{
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// An IPv4-mapped IPv6 address ("::ffff:127.0.0.1") as its IPv4 address.
+std::string_view unmapped(std::string_view address)
+{
+    constexpr std::string_view mapped = "::ffff:";
+    if (address.size() > mapped.size() && lower(address.substr(0, mapped.size())) == mapped &&
+        address.find('.') != std::string_view::npos)
+        address.remove_prefix(mapped.size());
+    return address;
+}
+
+} // namespace
+
+std::optional<std::string> host_name(std::string_view value)
+{
+    value = trim_ows(value);
+    std::string_view name, port;
+    if (!value.empty() && value.front() == '[') {
+        const size_t close = value.find(']');
+        if (close == std::string_view::npos)
+            return std::nullopt;
+        name = value.substr(1, close - 1);
+        const std::string_view rest = value.substr(close + 1);
+        if (!rest.empty() && rest.front() != ':')
+            return std::nullopt;
+        port = rest.empty() ? rest : rest.substr(1);
+        if (name.empty() || name.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+            return std::nullopt;
+    } else {
+        const size_t colon = value.find(':');
+        name = value.substr(0, colon);
+        port = colon == std::string_view::npos ? std::string_view() : value.substr(colon + 1);
+        if (colon != std::string_view::npos && port.empty())
+            return std::nullopt;
+        // A registered name or an IPv4 address (RFC 3986's reg-name, without escapes).
+        if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                   "0123456789-._~") != std::string_view::npos)
+            return std::nullopt;
+    }
+    if (!port.empty() && (!all_digits(port) || port.size() > 5))
+        return std::nullopt;
+    return lower(name);
+}
+
+bool is_loopback_address(std::string_view address)
+{
+    address = unmapped(address);
+    return address == "::1" || address.substr(0, 4) == "127.";
+}
+
+void check_host(const std::vector<std::string_view> &values, std::string_view local_address, const HostPolicy &policy)
+{
+    if (values.empty())
+        throw ApiError(400, "the request has no Host header", "invalid_request_error", "", "invalid_host");
+    if (values.size() > 1)
+        throw ApiError(400, "the request has more than one Host header", "invalid_request_error", "", "invalid_host");
+    const auto name = host_name(values.front());
+    if (!name)
+        throw ApiError(400, "the Host header is not a host name with an optional port: '" +
+                                std::string(values.front().substr(0, 200)) + "'",
+                       "invalid_request_error", "", "invalid_host");
+    std::string bound = lower(policy.bound_host);
+    if (bound.size() > 2 && bound.front() == '[' && bound.back() == ']')
+        bound = bound.substr(1, bound.size() - 2);
+    const std::string local = lower(unmapped(local_address));
+    bool ok = *name == bound || *name == local || lower(unmapped(*name)) == local;
+    if (is_loopback_address(local))
+        ok = ok || *name == "localhost" || *name == "127.0.0.1" || *name == "::1";
+    for (const std::string &a : policy.allowed)
+        ok = ok || a == "*" || a == *name;
+    if (!ok)
+        throw ApiError(403,
+                       "the Host header names '" + *name +
+                           "', which is not this server's address; start the server with --allow-host " + *name +
+                           " to accept it",
+                       "invalid_request_error", "", "host_not_allowed");
+}
+
+BodyFraming check_body_framing(const std::vector<std::string_view> &content_length,
+                               const std::vector<std::string_view> &transfer_encoding, size_t max_body)
+{
+    BodyFraming f;
+    if (!transfer_encoding.empty()) {
+        if (transfer_encoding.size() > 1 || lower(trim_ows(transfer_encoding.front())) != "chunked")
+            throw ApiError(501, "Transfer-Encoding other than 'chunked' is not supported", "invalid_request_error", "",
+                           "unsupported_transfer_encoding");
+        if (!content_length.empty())
+            throw ApiError(400, "the request has both Content-Length and Transfer-Encoding", "invalid_request_error", "",
+                           "invalid_content_length");
+        f.chunked = true;
+        return f;
+    }
+    if (content_length.empty())
+        throw ApiError(411, "the request has no Content-Length (nor Transfer-Encoding: chunked)",
+                       "invalid_request_error", "", "length_required");
+    for (size_t i = 0; i < content_length.size(); ++i) {
+        const std::string_view v = trim_ows(content_length[i]);
+        if (!all_digits(v) || v.size() > 18)
+            throw ApiError(400, "Content-Length must be a decimal number of bytes, got '" + std::string(v.substr(0, 40)) +
+                                    "'",
+                           "invalid_request_error", "", "invalid_content_length");
+        const uint64_t n = std::stoull(std::string(v));
+        if (i > 0 && n != f.length)
+            throw ApiError(400, "the request has Content-Length headers that disagree", "invalid_request_error", "",
+                           "invalid_content_length");
+        f.length = n;
+    }
+    if (f.length > max_body)
+        throw ApiError(413,
+                       "the request body is larger than the limit of " + std::to_string(max_body) + " bytes",
+                       "invalid_request_error", "", "request_too_large");
+    return f;
+}
+
+bool is_json_media_type(std::string_view content_type)
+{
+    const std::string_view type = trim_ows(content_type.substr(0, content_type.find(';')));
+    return lower(type) == "application/json";
+}
+
+void check_json_content_type(const std::vector<std::string_view> &content_type)
+{
+    if (content_type.size() != 1 || !is_json_media_type(content_type.front()))
+        throw ApiError(415,
+                       "the request body must be JSON, sent with 'Content-Type: application/json'" +
+                           (content_type.empty() ? std::string(" (there is none)")
+                                                 : " (got '" + std::string(content_type.front().substr(0, 100)) + "')"),
+                       "invalid_request_error", "", "unsupported_media_type");
 }
 
 } // namespace longscope::cli::api

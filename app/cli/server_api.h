@@ -121,4 +121,78 @@ json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &le
 // Whether the Authorization header carries "Bearer KEY" (compared in constant time).
 bool bearer_matches(std::string_view authorization, std::string_view key);
 
+// --- A request's head, checked before its body is read (docs/serve.md, "Limits") ---
+
+// The limits on a request's head: the request line and the header fields together.
+inline constexpr size_t k_max_head_bytes = 32 * 1024;
+inline constexpr int k_max_header_fields = 100;
+inline constexpr size_t k_max_header_line = 8 * 1024; // one header field line
+
+// Measures a request's head while it arrives, so that its limits hold before all of it is
+// in memory: feed() the bytes in order; once the empty line that ends the head is met, the
+// rest is the body's. A head over a limit is refused (431) without reading further.
+class HeadMeter {
+public:
+    enum class State { Reading, Complete, TooLarge };
+
+    // Takes bytes that follow those already fed; returns how many of them belong to the head
+    // (all of them while it is still Reading).
+    size_t feed(std::string_view bytes);
+    State state() const { return m_state; }
+    // Which limit a TooLarge head passed, as a sentence.
+    const std::string &problem() const { return m_problem; }
+
+private:
+    State m_state = State::Reading;
+    size_t m_bytes = 0;
+    size_t m_line = 0; // bytes of the current line so far
+    int m_lines = 0;   // lines ended, the request line included
+    std::string m_problem;
+};
+
+// Who may be named in the Host header (DNS rebinding: a page whose name resolves to this
+// server sends its own name there).
+struct HostPolicy {
+    std::string bound_host;           // --host as given: an address or a name
+    std::vector<std::string> allowed; // --allow-host names, lower case; "*" allows any
+};
+
+// The name in a Host header value ("name", "name:port", "[v6]", "[v6]:port"), lower case;
+// nullopt when it is not of that form.
+std::optional<std::string> host_name(std::string_view host_header);
+
+// Whether a numeric address (as the socket gives it) is loopback: 127.0.0.0/8, ::1, or
+// either mapped into IPv6.
+bool is_loopback_address(std::string_view address);
+
+// Checks the Host header's values (each occurrence) against the policy and `local_address`,
+// the address the connection arrived at: the bound host, that address, "localhost",
+// 127.0.0.1 and ::1 when that address is loopback, and the --allow-host names pass. Throws
+// ApiError 400 (missing, repeated, malformed) or 403 (`host_not_allowed`).
+void check_host(const std::vector<std::string_view> &host_values, std::string_view local_address,
+                const HostPolicy &policy);
+
+// How a request's body is framed.
+struct BodyFraming {
+    bool chunked = false;
+    uint64_t length = 0; // Content-Length when not chunked
+};
+
+// Checks the Content-Length and Transfer-Encoding values (each occurrence) of a request that
+// takes a body. Throws ApiError: 411 without either, 400 for a Content-Length that is not a
+// plain decimal number (or given twice with different values, or together with
+// Transfer-Encoding), 501 for a transfer coding other than "chunked", 413 for a
+// Content-Length over `max_body`.
+BodyFraming check_body_framing(const std::vector<std::string_view> &content_length,
+                               const std::vector<std::string_view> &transfer_encoding, size_t max_body);
+
+// Whether a Content-Type value is application/json (any case; parameters such as charset
+// allowed).
+bool is_json_media_type(std::string_view content_type);
+
+// Throws ApiError 415 (`unsupported_media_type`) unless the Content-Type is JSON, which a
+// browser cannot send across origins without asking first (a CORS preflight, which this
+// server does not grant).
+void check_json_content_type(const std::vector<std::string_view> &content_type);
+
 } // namespace longscope::cli::api

@@ -131,8 +131,9 @@ RawReply raw_request(int port, const QByteArray &bytes, int timeout_ms = 5000)
     r.ms = t.elapsed();
     if (r.text.startsWith("HTTP/1."))
         r.status = r.text.mid(9, 3).toInt();
-    if (!r.closed && whole_response(r.text))
-        r.closed = !s.waitForReadyRead(1000) && s.state() != QAbstractSocket::ConnectedState;
+    // A response that says it closes the connection: see that it does.
+    if (!r.closed && whole_response(r.text) && r.header("Connection").toLower() == "close")
+        r.closed = !s.waitForReadyRead(3000) && s.state() != QAbstractSocket::ConnectedState;
     return r;
 }
 
