@@ -25,15 +25,18 @@ using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // A fixed set of workers serving connections in the order they were accepted. At most
-// `waiting` connections wait for a worker; a further one is answered 503 at once on the
-// accepting thread. While one waits and no worker is free, the pool is "under load": the
-// workers then drop requests that are slow to arrive (GuardedStream).
+// `waiting` connections wait for a busy worker; a further one is answered 503 at once on the
+// accepting thread. While one waits that no idle worker is about to take, the pool is "under
+// load": the workers then drop requests that are slow to arrive (GuardedStream).
 class ConnectionPool : public httplib::TaskQueue {
 public:
-    ConnectionPool(size_t workers, size_t waiting) : m_max_waiting(waiting)
+    ConnectionPool(size_t workers, size_t waiting) : m_workers(workers), m_max_waiting(waiting)
     {
         for (size_t i = 0; i < workers; ++i)
             m_threads.emplace_back([this] { work(); });
+        // Ready when every worker waits for a connection (the first ones are not refused).
+        std::unique_lock<std::mutex> lk(m_mutex);
+        m_ready.wait(lk, [&] { return m_idle.load() == m_workers; });
     }
     ~ConnectionPool() override = default;
 
@@ -49,7 +52,7 @@ public:
             t.join();
     }
 
-    bool under_load() const { return m_waiting.load() > 0 && m_idle.load() == 0; }
+    bool under_load() const { return m_under_load.load(); }
 
 private:
     void work()
@@ -58,27 +61,33 @@ private:
             std::function<void()> fn;
             {
                 std::unique_lock<std::mutex> lk(m_mutex);
-                ++m_idle;
+                if (++m_idle == m_workers)
+                    m_ready.notify_all();
                 m_cv.wait(lk, [&] { return m_shutdown || !m_jobs.empty(); });
                 --m_idle;
                 if (m_jobs.empty())
                     return;
                 fn = std::move(m_jobs.front());
                 m_jobs.pop_front();
-                m_waiting = m_jobs.size();
+                update_load();
             }
             fn();
         }
     }
 
+    const size_t m_workers;
     const size_t m_max_waiting;
     std::vector<std::thread> m_threads;
     std::mutex m_mutex;
     std::condition_variable m_cv;
+    std::condition_variable m_ready;
     std::deque<std::function<void()>> m_jobs;
     bool m_shutdown = false;
-    std::atomic<size_t> m_waiting{0};
-    std::atomic<size_t> m_idle{0};
+    std::atomic<size_t> m_idle{0}; // workers waiting for a connection (or woken, not yet running)
+    std::atomic<bool> m_under_load{false};
+
+    // A connection waits that no idle worker is about to take (with m_mutex held).
+    void update_load() { m_under_load = m_jobs.size() > m_idle.load(); }
 };
 
 namespace {
@@ -166,9 +175,9 @@ void ConnectionPool::enqueue(std::function<void()> fn)
 {
     {
         std::lock_guard<std::mutex> lk(m_mutex);
-        if (m_jobs.size() < m_max_waiting) {
+        if (m_jobs.size() < m_max_waiting + m_idle.load()) {
             m_jobs.push_back(std::move(fn));
-            m_waiting = m_jobs.size();
+            update_load();
             m_cv.notify_one();
             return;
         }
@@ -397,6 +406,9 @@ GuardedServer::GuardedServer(const ConnectionLimits &limits) : m_limits(limits)
         m_pool = pool;
         return pool;
     };
+    // What httplib's responses announce in "Keep-Alive: timeout=5, max=100".
+    set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(m_limits.idle_timeout).count());
+    set_keep_alive_max_count(m_limits.requests_per_connection);
     // httplib sets these on each accepted socket; the stream's own waits come first.
     set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(m_limits.request_timeout).count() + 1);
     set_write_timeout(std::chrono::duration_cast<std::chrono::seconds>(m_limits.write_timeout).count());

@@ -592,7 +592,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     // Before a body is read: the Host, the route, the key, the body's framing and media type.
     // An answer here leaves any body unread, so the connection closes after it.
     const HostPolicy host_policy{o.host, o.allow_hosts};
-    svr.set_pre_routing_handler([&](const httplib::Request &req, httplib::Response &res) {
+    auto answered_before_body = [&](const httplib::Request &req, httplib::Response &res) {
         try {
             check_host(header_values(req, "Host"), req.local_addr, host_policy);
             const Route route = route_of(req);
@@ -612,12 +612,20 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                        (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
                 GuardedServer::close_after(res); // a body nothing reads
             }
-            return httplib::Server::HandlerResponse::Unhandled;
+            return false;
         } catch (const ApiError &e) {
             send_error(res, e);
             GuardedServer::close_after(res);
-            return httplib::Server::HandlerResponse::Handled;
+            return true;
         }
+    };
+    svr.set_pre_routing_handler([&](const httplib::Request &req, httplib::Response &res) {
+        return answered_before_body(req, res) ? httplib::Server::HandlerResponse::Handled
+                                              : httplib::Server::HandlerResponse::Unhandled;
+    });
+    // "Expect: 100-continue": the same checks, so that a refused body is never asked for.
+    svr.set_expect_100_continue_handler([&](const httplib::Request &req, httplib::Response &res) {
+        return answered_before_body(req, res) ? res.status : 100;
     });
 
     using Handler = std::function<void(const httplib::Request &, httplib::Response &)>;
