@@ -254,6 +254,7 @@ public:
         close_socket(m_sock);
     }
 
+    // (httplib's interface is const; waiting may answer 408 and mark the stream failed.)
     bool is_readable() const override { return m_off < m_len || const_cast<GuardedStream *>(this)->wait_readable(); }
 
     bool is_writable() const override
@@ -327,7 +328,7 @@ private:
             if (now >= m_deadline)
                 return answer(408, "Request Timeout",
                               "the request did not arrive within " +
-                                  std::to_string(m_limits.request_timeout.count() / 1000.0).substr(0, 4) + " s",
+                                  std::to_string(m_limits.request_timeout.count()) + " ms",
                               "request_timeout");
             if (busy_and_late(now))
                 return answer(408, "Request Timeout",
@@ -422,6 +423,10 @@ bool GuardedServer::process_and_close_socket(socket_t sock)
                                 "the server has too many connections open; retry later", "server_busy"),
                  milliseconds(100));
         std::fprintf(stderr, "[serve] 503: too many connections, one refused\n");
+        // What the client already sent, read so that the close does not reset the answer.
+        std::array<char, 16384> buf;
+        for (int i = 0; i < 4 && recv(sock, buf.data(), buf.size(), MSG_DONTWAIT) > 0; ++i) {
+        }
         close_socket(sock);
         return false;
     }

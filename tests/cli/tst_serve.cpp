@@ -668,6 +668,16 @@ private slots:
         QVERIFY(r.text.contains("request_too_large"));
         QVERIFY(r.closed);
 
+        // A compressed body counts decoded: 10 KiB of deflate that decode to 10 MiB.
+        const QByteArray bomb = qCompress(to_json({{"prompt", QString(10 << 20, ' ')}}), 9).mid(4); // zlib stream
+        QVERIFY(bomb.size() < (1 << 20));
+        const RawReply inflated = raw_request(
+            m_port, head("POST", "/v1/completions",
+                         "Content-Type: application/json\r\nContent-Encoding: deflate\r\nContent-Length: " +
+                             QByteArray::number(bomb.size()) + "\r\n\r\n") +
+                        bomb);
+        QVERIFY2(inflated.status == 413, inflated.text.left(400).constData());
+
         // A chunked body within the limit is read as any other.
         const QByteArray body = to_json({{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 5}});
         const QByteArray half = body.left(10), rest = body.mid(10);
