@@ -594,7 +594,8 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     const HostPolicy host_policy{o.host, o.allow_hosts};
     auto answered_before_body = [&](const httplib::Request &req, httplib::Response &res) {
         try {
-            check_host(header_values(req, "Host"), req.local_addr, host_policy);
+            if (req.version != "HTTP/1.0" || req.has_header("Host")) // HTTP/1.0 may omit it
+                check_host(header_values(req, "Host"), req.local_addr, host_policy);
             const Route route = route_of(req);
             if (route == Route::Unknown)
                 throw ApiError(404, "Invalid URL (" + req.method + " " + req.path + ")");

@@ -779,7 +779,9 @@ private slots:
         QCOMPARE(status("Host: 127.0.0.1.evil.example\r\n"), 403);
         QCOMPARE(status("Host: localhost.evil.example\r\n"), 403);
         QCOMPARE(status("Host: 127.0.0.1:" + port + "\r\nHost: evil.example\r\n"), 400);
-        QCOMPARE(status({}), 400); // HTTP/1.1 requires one
+        QCOMPARE(status({}), 400); // HTTP/1.1 requires one, HTTP/1.0 does not (browsers send one)
+        QCOMPARE(raw_request(m_port, "GET /health HTTP/1.0\r\n\r\n").status, 200);
+        QCOMPARE(raw_request(m_port, "GET /health HTTP/1.0\r\nHost: evil.example\r\n\r\n").status, 403);
         const RawReply r = raw_request(m_port, "GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer " +
                                                    k_key + "\r\n\r\n");
         QCOMPARE(r.status, 403);
