@@ -122,6 +122,8 @@ public:
             m_cancels.close(job->number);
             job->fail(ApiError(503, "the server is shutting down", "server_error", "", "server_shutting_down"));
         }
+        // The signal watcher and the main thread may both stop the engine.
+        std::lock_guard<std::mutex> lk(m_join_mutex);
         if (m_thread.joinable())
             m_thread.join();
     }
@@ -323,6 +325,7 @@ private:
     const int m_n_threads;
     const size_t m_max_queue;
     std::thread m_thread;
+    std::mutex m_join_mutex;
     CancelRegistry m_cancels; // submitted jobs, by number
 
     mutable std::mutex m_mutex; // queue, stopping and numbers
@@ -828,6 +831,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                     " (address in use, or not an address of this machine)");
     }
 
+    engine.start(); // before the watcher that may stop it
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
         const timespec tick{0, 200 * 1000 * 1000};
@@ -842,7 +846,6 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         }
     });
 
-    engine.start();
     std::fprintf(stderr,
                  "longscope-cli serve: listening on http://%s:%d (model %s, context %d tokens, %d threads, "
                  "%zu connections, %zu queued requests%s)\n",
