@@ -614,9 +614,9 @@ private slots:
         ThreadPool pool(3);
         int levels = 0;
         for (SimdLevel level : {SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Portable}) {
-            CpuOptions o;
-            o.kernels = level;
-            CpuOptionsScope scope(o);
+            CpuOptions options;
+            options.kernels = level;
+            CpuOptionsScope scope(options);
             if ((level == SimdLevel::Avx512 && kernel_table().level != VectorLevel::Avx512) ||
                 (level == SimdLevel::Avx2 && kernel_table().level != VectorLevel::Avx2))
                 continue; // a level this CPU does not have
