@@ -289,16 +289,23 @@ private slots:
         // At an odd address too: the decoder must not assume alignment.
         std::vector<uint8_t> shifted(blocks.size() + 1);
         std::memcpy(shifted.data() + 1, blocks.data(), blocks.size());
-        for (const uint8_t *src : {blocks.data(), static_cast<const uint8_t *>(shifted.data() + 1)}) {
-            std::vector<float> got(static_cast<size_t>(n));
-            dequantize_row(type, src, got.data(), n);
-            for (int64_t i = 0; i < n; ++i)
-                if (bits_of(got[size_t(i)]) != bits_of(expect[size_t(i)]))
-                    QFAIL(qPrintable(QString("element %1 (block %2): got %3, expected %4")
-                                         .arg(i).arg(i / block_size(type))
-                                         .arg(double(got[size_t(i)]), 0, 'g', 9)
-                                         .arg(double(expect[size_t(i)]), 0, 'g', 9)));
-        }
+        // Every kernel this CPU runs (the vector ones and the portable one).
+        std::vector<VectorLevel> levels{VectorLevel::Portable};
+        if (cpu_features().avx2)
+            levels.push_back(VectorLevel::Avx2);
+        if (cpu_features().avx512)
+            levels.push_back(VectorLevel::Avx512);
+        for (VectorLevel level : levels)
+            for (const uint8_t *src : {blocks.data(), static_cast<const uint8_t *>(shifted.data() + 1)}) {
+                std::vector<float> got(static_cast<size_t>(n));
+                dequantize_row_with(level, type, src, got.data(), n);
+                for (int64_t i = 0; i < n; ++i)
+                    if (bits_of(got[size_t(i)]) != bits_of(expect[size_t(i)]))
+                        QFAIL(qPrintable(QString("%1 kernel, element %2 (block %3): got %4, expected %5")
+                                             .arg(vector_level_name(dequantize_level(type, level))).arg(i)
+                                             .arg(i / block_size(type)).arg(double(got[size_t(i)]), 0, 'g', 9)
+                                             .arg(double(expect[size_t(i)]), 0, 'g', 9)));
+            }
         // weight_row_f32 (what matmul reads) gives the same rows: the fixture as [qk, n/qk]
         // for the 32-blocks, [256, n/256] for the K types.
         WeightView w;

@@ -2,6 +2,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/quant.h"
+#include "cpu/quant_simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 namespace longscope {
 
 namespace {
+
+using namespace qsimd;
 
 constexpr int64_t qk = 32;   // activation block, Q8_0 and Q4_0 block
 constexpr int64_t qk_k = 256; // K-quant super-block
@@ -361,33 +364,6 @@ __attribute__((target("avx2"))) inline __m128i q4_k_unpack_scales(const uint8_t 
     return _mm_unpacklo_epi32(low6, high); // {sc 0-3, sc 4-7, m 0-3, m 4-7}
 }
 
-// The 32-value block types: bytes per block, where the nibbles and the fifth bits sit, the
-// code offset subtracted in integers (the bias, 0 for none) and whether a min is added.
-template <DType T> constexpr bool is_block32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 ||
-                                               T == DType::Q5_0 || T == DType::Q5_1 || T == DType::IQ4_NL;
-template <DType T> constexpr int64_t block32_bytes = T == DType::Q8_0   ? q8_0_bytes
-                                                     : T == DType::Q4_1 ? q4_1_bytes
-                                                     : T == DType::Q5_0 ? q5_0_bytes
-                                                     : T == DType::Q5_1 ? q5_1_bytes
-                                                                        : q4_0_bytes; // Q4_0, IQ4_NL
-template <DType T> constexpr bool block32_min = T == DType::Q4_1 || T == DType::Q5_1;
-template <DType T> constexpr bool block32_five = T == DType::Q5_0 || T == DType::Q5_1;
-template <DType T> constexpr int block32_qs = T == DType::Q4_1 ? 4 : T == DType::Q5_0 ? 6 : T == DType::Q5_1 ? 8 : 2;
-template <DType T> constexpr int block32_qh = T == DType::Q5_1 ? 4 : 2;
-
-// The 256-value types added later (Q2_K, Q3_K, Q5_K, IQ4_XS) share one kernel per set: a scale
-// per 16 values (Q2_K, Q3_K) or per 32; codes offset in integers (Q3_K 4; IQ4_XS's table values
-// + 128 on VNNI); a min subtracted per group (Q2_K, Q5_K).
-template <DType T> constexpr bool is_k_ext = T == DType::Q2_K || T == DType::Q3_K || T == DType::Q5_K ||
-                                             T == DType::IQ4_XS;
-template <DType T> constexpr bool k_groups16 = T == DType::Q2_K || T == DType::Q3_K;
-template <DType T> constexpr int k_bias = T == DType::Q3_K ? 4 : 0;
-template <DType T> constexpr bool k_min = T == DType::Q2_K || T == DType::Q5_K;
-template <DType T> constexpr int64_t k_bytes = T == DType::Q2_K   ? q2_k_bytes
-                                               : T == DType::Q3_K ? q3_k_bytes
-                                               : T == DType::Q5_K ? q5_k_bytes
-                                                                  : iq4_xs_bytes;
-
 // ---- AVX-512 VNNI ---------------------------------------------------------------------------------
 
 #define LS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -424,54 +400,6 @@ LS_VNNI inline void pairs_vnni(const __m512i (&u)[R], const __m512 (&ws)[R], con
             acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws[r], dv[t]), acc[r][t]);
         }
 }
-
-// The nibbles of two 32-blocks (16 bytes each; the second absent for an odd last block) as 64
-// codes in value order: low nibbles of the first, its high nibbles, then the second's.
-LS_VNNI inline __m512i nibble_pair_vnni(const uint8_t *q0, const uint8_t *q1)
-{
-    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q0));
-    const __m128i b1 = q1 ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(q1)) : _mm_setzero_si128();
-    const __m256i a0 = _mm256_set_m128i(_mm_srli_epi16(b0, 4), b0);
-    const __m256i a1 = _mm256_set_m128i(_mm_srli_epi16(b1, 4), b1);
-    return _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1), _mm512_set1_epi8(0x0F));
-}
-
-// IQ4_NL's table + 128 (unsigned) in every 128-bit lane, for vpshufb lookups of nibbles.
-LS_VNNI inline __m512i iq4_table_u8_vnni()
-{
-    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values));
-    return _mm512_broadcast_i32x4(_mm_xor_si128(t, _mm_set1_epi8(char(0x80))));
-}
-
-// The unsigned codes u of one or two 32-blocks (u - bias is the signed code).
-template <DType T> LS_VNNI inline __m512i block32_codes_vnni(const uint8_t *p, bool full)
-{
-    constexpr int64_t bb = block32_bytes<T>;
-    if constexpr (T == DType::Q8_0) {
-        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 2));
-        const __m256i q1 = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + bb + 2)) : _mm256_setzero_si256();
-        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), _mm512_set1_epi8(char(0x80)));
-    } else {
-        constexpr int qs = block32_qs<T>;
-        __m512i u = nibble_pair_vnni(p + qs, full ? p + bb + qs : nullptr);
-        if constexpr (block32_five<T>) {
-            uint32_t h0, h1 = 0;
-            std::memcpy(&h0, p + block32_qh<T>, 4);
-            if (full)
-                std::memcpy(&h1, p + bb + block32_qh<T>, 4);
-            const __mmask64 high = __mmask64(h0) | (__mmask64(h1) << 32);
-            u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
-        }
-        if constexpr (T == DType::IQ4_NL)
-            u = _mm512_shuffle_epi8(iq4_table_u8_vnni(), u);
-        return u;
-    }
-}
-
-template <DType T> constexpr int block32_bias = T == DType::Q8_0 || T == DType::IQ4_NL ? 128
-                                                : T == DType::Q4_0                     ? 8
-                                                : T == DType::Q5_0                     ? 16
-                                                                                       : 0;
 
 template <DType T, int R, int NT>
 LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64_t t0, float *out, int64_t ldo)
@@ -516,7 +444,7 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + b * bb;
-                u[r] = block32_codes_vnni<T>(p, full);
+                u[r] = block32_codes_512<T>(p, full);
                 ws[r] = two_halves(h2f_vnni(p), full ? h2f_vnni(p + bb) : 0.0f);
                 if constexpr (block32_min<T>)
                     mv[r] = two_halves(h2f_vnni(p + 2), full ? h2f_vnni(p + bb + 2) : 0.0f);
@@ -651,20 +579,12 @@ template <DType T> LS_VNNI inline __m512 k_scales_vnni(const uint8_t *p)
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0F))), _mm512_set1_ps(h2f_vnni(p + 80)));
     } else if constexpr (T == DType::Q3_K) {
-        alignas(16) int8_t sc[16];
-        q3_k_scales(p + 96, sc);
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i *>(sc)))),
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3_k_unpack_scales(p + 96))),
                              _mm512_set1_ps(h2f_vnni(p + 108)));
     } else if constexpr (T == DType::Q5_K) {
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))), d_dmin_vnni(p));
     } else {
-        alignas(32) int32_t ls[8];
-        uint16_t h;
-        std::memcpy(&h, p + 2, 2);
-        for (int ib = 0; ib < 8; ++ib)
-            ls[ib] = iq4_xs_scale(p + 4, h, ib);
-        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(ls))),
-                                       _mm256_set1_ps(h2f_vnni(p)));
+        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iq4_xs_unpack_scales(p)), _mm256_set1_ps(h2f_vnni(p)));
         return _mm512_zextps256_ps512(f);
     }
 }
@@ -674,48 +594,6 @@ LS_VNNI inline __m512 q2_k_mins_vnni(const uint8_t *p)
 {
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), _mm512_set1_ps(h2f_vnni(p + 82)));
-}
-
-// Bytes of a 32-byte field twice, the upper copy's bytes tested against another bit: lanes
-// whose byte has bit `lo` (lower half) or `hi` (upper half) set.
-LS_VNNI inline __mmask64 bit_lanes_vnni(const uint8_t *field, int lo, int hi)
-{
-    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(field)));
-    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << lo)), _mm256_set1_epi8(char(1 << hi)), 1);
-    return _mm512_test_epi8_mask(v, sel);
-}
-
-// A 32-byte field twice, shifted right by `lo` bits (lower copy) and `hi` bits (upper copy).
-LS_VNNI inline __m512i shifted_pair_vnni(const uint8_t *field, int lo, int hi)
-{
-    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(field)));
-    return _mm512_srlv_epi16(v, _mm512_inserti64x4(_mm512_set1_epi16(short(lo)), _mm256_set1_epi16(short(hi)), 1));
-}
-
-// The 64 unsigned codes of chunk k (values 64 k .. 64 k + 63) of a super-block.
-template <DType T> LS_VNNI inline __m512i k_codes_vnni(const uint8_t *p, int k)
-{
-    if constexpr (T == DType::Q2_K || T == DType::Q3_K) {
-        // Values 128 h + 32 j + l are bits 2 j of byte l of the half's 32 bytes: chunk k holds
-        // j = 2 (k % 2) and 2 (k % 2) + 1 of half k / 2.
-        const int j = 2 * (k % 2);
-        const uint8_t *qs = p + (T == DType::Q2_K ? 16 : 32) + 32 * (k / 2);
-        const __m512i low = _mm512_and_si512(shifted_pair_vnni(qs, 2 * j, 2 * j + 2), _mm512_set1_epi8(3));
-        if constexpr (T == DType::Q2_K)
-            return low;
-        else // value i's third bit: bit i / 32 of hmask[i % 32]
-            return _mm512_or_si512(low, _mm512_maskz_mov_epi8(bit_lanes_vnni(p, 2 * k, 2 * k + 1), _mm512_set1_epi8(4)));
-    } else if constexpr (T == DType::Q5_K) {
-        const __m512i nib = _mm512_and_si512(shifted_pair_vnni(p + 48 + 32 * k, 0, 4), _mm512_set1_epi8(0x0F));
-        return _mm512_or_si512(nib, _mm512_maskz_mov_epi8(bit_lanes_vnni(p + 16, 2 * k, 2 * k + 1), _mm512_set1_epi8(0x10)));
-    } else { // IQ4_XS: blocks 2k and 2k+1, 16 bytes each, through the table + 128
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 8 + 32 * k));
-        const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
-        // {lo0, lo1, hi0, hi1} (128-bit lanes) -> {lo0, hi0, lo1, hi1}: value order
-        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        return _mm512_shuffle_epi8(iq4_table_u8_vnni(), _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)));
-    }
 }
 
 // As the Q4_K and Q6_K kernels: per super-block, row and token one vector of scale products
@@ -788,7 +666,7 @@ LS_VNNI void tile_vnni_k(const uint8_t *const *rows, const QuantizedActs &a, int
                                         : _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
                                                            2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
                                                            2 * k, 2 * k);
-                const __m512i uk = k_codes_vnni<T>(p, k);
+                const __m512i uk = k_codes_512<T>(p, k);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const __m512i x = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
@@ -1125,9 +1003,7 @@ template <DType T> LS_AVX2Q inline void k_scales_avx2(const uint8_t *p, __m256 (
             mn[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), dmin);
         }
     } else if constexpr (T == DType::Q3_K) {
-        alignas(16) int8_t s[16];
-        q3_k_scales(p + 96, s);
-        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i *>(s));
+        const __m128i v = q3_k_unpack_scales(p + 96);
         const __m256 d = _mm256_set1_ps(h2f_avx2(p + 108));
         sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d);
         sc[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), d);
@@ -1136,12 +1012,7 @@ template <DType T> LS_AVX2Q inline void k_scales_avx2(const uint8_t *p, __m256 (
         sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(h2f_avx2(p)));
         mn[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))), _mm256_set1_ps(h2f_avx2(p + 2)));
     } else {
-        alignas(32) int32_t ls[8];
-        const uint16_t h = load_u16(p + 2);
-        for (int ib = 0; ib < 8; ++ib)
-            ls[ib] = iq4_xs_scale(p + 4, h, ib);
-        sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(ls))),
-                              _mm256_set1_ps(h2f_avx2(p)));
+        sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(iq4_xs_unpack_scales(p)), _mm256_set1_ps(h2f_avx2(p)));
     }
 }
 

@@ -14,6 +14,7 @@
 #include "cpu/quant.h"
 
 #include "cpu/ops.h"
+#include "cpu/quant_simd.h"
 
 #include <algorithm>
 #include <bit>
@@ -1145,6 +1146,88 @@ LS_AVX512_Q void dequantize_q6_k_avx512(const uint8_t *src, float *dst, int64_t 
     }
 }
 
+// The other types' vector dequantizers: the codes as the integer kernels extract them
+// (quant_simd.h), then the scalar formulas' operations in the same order (the same bits).
+
+// Sixteen of 64 unsigned byte codes (16 i .. 16 i + 15) as int32 lanes, minus `offset`.
+LS_AVX512_Q inline __m512i codes16(const uint8_t (&u)[64], int i, int offset)
+{
+    return _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i *>(u + 16 * i))),
+                            _mm512_set1_epi32(offset));
+}
+
+template <DType T> LS_AVX512_Q void dequantize_block32_avx512(const uint8_t *src, float *dst, int64_t n)
+{
+    using namespace qsimd;
+    constexpr int64_t bb = block32_bytes<T>;
+    for (int64_t b = 0; b < n / qk_small; ++b) {
+        const uint8_t *p = src + b * bb;
+        uint16_t hd, hm = 0;
+        std::memcpy(&hd, p, 2);
+        if constexpr (block32_min<T>)
+            std::memcpy(&hm, p + 2, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd)), m = _mm512_set1_ps(_cvtsh_ss(hm));
+        alignas(64) uint8_t u[64];
+        _mm512_store_si512(u, block32_codes_512<T>(p, false));
+        for (int h = 0; h < 2; ++h) {
+            // Q5_0's codes are offset by 16, the IQ4_NL table's values by 128.
+            const __m512i q = codes16(u, h, block32_bias<T>);
+            const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+            _mm512_storeu_ps(dst + b * qk_small + 16 * h, block32_min<T> ? _mm512_add_ps(y, m) : y);
+        }
+    }
+}
+
+template <DType T> LS_AVX512_Q void dequantize_k_avx512(const uint8_t *src, float *dst, int64_t n)
+{
+    using namespace qsimd;
+    constexpr int64_t bb = k_bytes<T>;
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const uint8_t *p = src + b * bb;
+        // Per group (16 values: Q2_K, Q3_K; else 32) dl = d * sc and ml = dmin * m, as floats.
+        alignas(64) float dl[16], ml[16];
+        uint16_t h0, h1;
+        if constexpr (T == DType::Q2_K) {
+            std::memcpy(&h0, p + 80, 2);
+            std::memcpy(&h1, p + 82, 2);
+            const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+            _mm512_store_ps(dl, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h0)),
+                                              _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0F)))));
+            _mm512_store_ps(ml, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h1)), _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4))));
+        } else if constexpr (T == DType::Q3_K) {
+            std::memcpy(&h0, p + 108, 2);
+            _mm512_store_ps(dl, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h0)),
+                                              _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3_k_unpack_scales(p + 96)))));
+        } else if constexpr (T == DType::Q5_K) {
+            std::memcpy(&h0, p, 2);
+            std::memcpy(&h1, p + 2, 2);
+            const float d = _cvtsh_ss(h0), dmin = _cvtsh_ss(h1);
+            for (int j = 0; j < 8; ++j) {
+                uint8_t sc, m;
+                q4_k_scale_min(j, p + 4, sc, m);
+                dl[j] = d * float(sc);
+                ml[j] = dmin * float(m);
+            }
+        } else {
+            std::memcpy(&h0, p, 2);
+            _mm256_store_ps(dl, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h0)), _mm256_cvtepi32_ps(iq4_xs_unpack_scales(p))));
+        }
+        float *y = dst + b * qk_k;
+        for (int k = 0; k < 4; ++k) {
+            alignas(64) uint8_t u[64];
+            _mm512_store_si512(u, k_codes_512<T>(p, k));
+            for (int i = 0; i < 4; ++i) {
+                const int g = k_groups16<T> ? 4 * k + i : 2 * k + i / 2;
+                const __m512i q = codes16(u, i, T == DType::Q3_K ? 4 : T == DType::IQ4_XS ? 128 : 0);
+                __m512 v = _mm512_mul_ps(_mm512_set1_ps(dl[g]), _mm512_cvtepi32_ps(q));
+                if constexpr (k_min<T>)
+                    v = _mm512_sub_ps(v, _mm512_set1_ps(ml[g]));
+                _mm512_storeu_ps(y + 64 * k + 16 * i, v);
+            }
+        }
+    }
+}
+
 } // namespace
 
 
@@ -1191,10 +1274,11 @@ VectorLevel dequantize_level(DType type, VectorLevel level)
 {
     switch (type) {
     case DType::Q8_0: return level;
-    case DType::Q4_0:
-    case DType::Q4_K:
-    case DType::Q6_K: return level == VectorLevel::Avx512 ? VectorLevel::Avx512 : VectorLevel::Portable;
-    default: return VectorLevel::Portable;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return VectorLevel::Portable;
+    default: // every other quantized type: an AVX-512 kernel
+        return is_quantized(type) && level == VectorLevel::Avx512 ? VectorLevel::Avx512 : VectorLevel::Portable;
     }
 }
 
@@ -1248,14 +1332,20 @@ void dequantize_row_with(VectorLevel level, DType type, const void *src, float *
         else
             dequantize_q6_k(p, dst, n);
         return;
-    case DType::Q4_1: dequantize_q4_1(p, dst, n); return;
-    case DType::Q5_0: dequantize_q5<BlockQ5_0, false>(p, dst, n); return;
-    case DType::Q5_1: dequantize_q5<BlockQ5_1, true>(p, dst, n); return;
-    case DType::Q2_K: dequantize_q2_k(p, dst, n); return;
-    case DType::Q3_K: dequantize_q3_k(p, dst, n); return;
-    case DType::Q5_K: dequantize_q5_k(p, dst, n); return;
-    case DType::IQ4_NL: dequantize_iq4_nl(p, dst, n); return;
-    case DType::IQ4_XS: dequantize_iq4_xs(p, dst, n); return;
+    case DType::Q4_1: avx512 ? dequantize_block32_avx512<DType::Q4_1>(p, dst, n) : dequantize_q4_1(p, dst, n); return;
+    case DType::Q5_0:
+        avx512 ? dequantize_block32_avx512<DType::Q5_0>(p, dst, n) : dequantize_q5<BlockQ5_0, false>(p, dst, n);
+        return;
+    case DType::Q5_1:
+        avx512 ? dequantize_block32_avx512<DType::Q5_1>(p, dst, n) : dequantize_q5<BlockQ5_1, true>(p, dst, n);
+        return;
+    case DType::IQ4_NL:
+        avx512 ? dequantize_block32_avx512<DType::IQ4_NL>(p, dst, n) : dequantize_iq4_nl(p, dst, n);
+        return;
+    case DType::Q2_K: avx512 ? dequantize_k_avx512<DType::Q2_K>(p, dst, n) : dequantize_q2_k(p, dst, n); return;
+    case DType::Q3_K: avx512 ? dequantize_k_avx512<DType::Q3_K>(p, dst, n) : dequantize_q3_k(p, dst, n); return;
+    case DType::Q5_K: avx512 ? dequantize_k_avx512<DType::Q5_K>(p, dst, n) : dequantize_q5_k(p, dst, n); return;
+    case DType::IQ4_XS: avx512 ? dequantize_k_avx512<DType::IQ4_XS>(p, dst, n) : dequantize_iq4_xs(p, dst, n); return;
     default: return; // callers check dtype_supported first
     }
 }

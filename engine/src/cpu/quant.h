@@ -70,8 +70,8 @@ size_t row_bytes(DType type, int64_t n);
 void dequantize_row(DType type, const void *src, float *dst, int64_t n);
 // The same with the kernels of `level` (one this CPU runs).
 void dequantize_row_with(VectorLevel level, DType type, const void *src, float *dst, int64_t n);
-// The kernel dequantize_row_with(level, type) runs: Q8_0 has AVX-512 and AVX2 ones; Q4_0,
-// Q4_K and Q6_K an AVX-512 one; the other types, F32, F16 and BF16 are decoded portably.
+// The kernel dequantize_row_with(level, type) runs: Q8_0 has AVX-512 and AVX2 ones, every
+// other quantized type an AVX-512 one; F32, F16 and BF16 are decoded portably.
 VectorLevel dequantize_level(DType type, VectorLevel level);
 // ... and the one dequantize_row runs now.
 VectorLevel dequantize_level(DType type);
