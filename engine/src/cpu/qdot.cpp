@@ -138,11 +138,8 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
 
 // ---- portable -----------------------------------------------------------------------------------
 
-// Bytes per block and values per block of the types added after the first four.
-constexpr int64_t q4_1_bytes = 20, q5_0_bytes = 22, q5_1_bytes = 24, iq4_nl_bytes = 18;
-constexpr int64_t q2_k_bytes = 84, q3_k_bytes = 110, q5_k_bytes = 176, iq4_xs_bytes = 136;
-
-// A block of one of those types in the form the portable kernel sums: value i is
+// A block of a type added after Q8_0, Q4_0, Q4_K and Q6_K (Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
+// Q5_K, IQ4_XS) in the form the portable kernel sums: value i is
 // ws[i / group] * c[i] - mn[i / group] with c a signed integer code (mn zero without a min).
 struct DecodedBlock {
     int values = 0, group = 0;
@@ -808,7 +805,7 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const uint8_t *p = rows[r] + b * iq4_nl_bytes;
+                const uint8_t *p = rows[r] + b * block32_bytes<DType::IQ4_NL>;
                 const __m256i w = _mm256_shuffle_epi8(table, nibbles_avx2(p + 2));
                 const __m256 wsr = _mm256_set1_ps(h2f_avx2(p));
                 #pragma GCC unroll 4
