@@ -26,17 +26,23 @@ namespace longscope::cli {
 
 namespace {
 
+constexpr const char *quantized_type_names = "q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k(_m), q4_k(_m), q5_k(_m), q6_k, "
+                                             "iq4_nl or iq4_xs";
+
 std::optional<DType> parse_type(const std::string &s, bool allow_plain)
 {
     static const std::map<std::string, DType> quantized = {
-        {"q8_0", DType::Q8_0}, {"q4_0", DType::Q4_0}, {"q4_k", DType::Q4_K}, {"q6_k", DType::Q6_K}};
+        {"q8_0", DType::Q8_0}, {"q4_0", DType::Q4_0},   {"q4_1", DType::Q4_1},     {"q5_0", DType::Q5_0},
+        {"q5_1", DType::Q5_1}, {"q2_k", DType::Q2_K},   {"q3_k", DType::Q3_K},     {"q4_k", DType::Q4_K},
+        {"q5_k", DType::Q5_K}, {"q6_k", DType::Q6_K},   {"iq4_nl", DType::IQ4_NL}, {"iq4_xs", DType::IQ4_XS}};
     static const std::map<std::string, DType> plain = {
         {"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}};
     std::string lower;
     for (char c : s)
         lower += char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    if (lower == "q4_k_m")
-        lower = "q4_k";
+    // The K types are written as llama.cpp's _M mixes; their names are accepted too.
+    if (lower == "q3_k_m" || lower == "q4_k_m" || lower == "q5_k_m")
+        lower.resize(4);
     if (auto it = quantized.find(lower); it != quantized.end())
         return it->second;
     if (allow_plain)
@@ -336,10 +342,10 @@ int cmd_quantize(const std::vector<std::string> &argv, const char *)
         throw UsageError("give the input and the output file: quantize IN OUT --type TYPE");
     const auto type_name = a.value("--type");
     if (!type_name)
-        throw UsageError("give --type q8_0, q4_0, q4_k or q6_k");
+        throw UsageError(std::string("give --type ") + quantized_type_names);
     const auto type = parse_type(*type_name, false);
     if (!type)
-        throw UsageError("--type must be q8_0, q4_0, q4_k or q6_k, got '" + *type_name + "'");
+        throw UsageError(std::string("--type must be ") + quantized_type_names + ", got '" + *type_name + "'");
     const std::string &in = a.positional()[0], &out = a.positional()[1];
     quantize_model_file(in, out, *type, terminal_progress("quantizing"));
     std::printf("%s\n", describe(out).c_str());
@@ -364,7 +370,7 @@ int cmd_make_model(const std::vector<std::string> &argv, const char *)
     if (auto t = a.value("--type")) {
         const auto type = parse_type(*t, true);
         if (!type)
-            throw UsageError("--type must be f32, f16, bf16, q8_0, q4_0, q4_k or q6_k, got '" + *t + "'");
+            throw UsageError(std::string("--type must be f32, f16, bf16, ") + quantized_type_names + ", got '" + *t + "'");
         spec.type = *type;
     }
     if (auto ctx = a.get_int("--ctx", 1, 1 << 24))

@@ -63,6 +63,18 @@ private slots:
         // Q4_K_M with 2 layers: output and layer 1's attn_v and ffn_down in Q6_K.
         QTest::newRow("q4_k") << "q4_k" << QStringList{"Q4_K:13", "Q6_K:3", "F32:5"};
         QTest::newRow("q6_k") << "q6_k" << QStringList{"Q6_K:16", "F32:5"};
+        QTest::newRow("q4_1") << "q4_1" << QStringList{"Q4_1:16", "F32:5"};
+        QTest::newRow("q5_0") << "q5_0" << QStringList{"Q5_0:16", "F32:5"};
+        QTest::newRow("q5_1") << "q5_1" << QStringList{"Q5_1:16", "F32:5"};
+        QTest::newRow("iq4_nl") << "iq4_nl" << QStringList{"IQ4_NL:16", "F32:5"};
+        QTest::newRow("iq4_xs") << "iq4_xs" << QStringList{"IQ4_XS:16", "F32:5"};
+        // llama.cpp's Q2_K mix (2 query heads per KV head): output Q6_K; attn_v, ffn_down and
+        // attn_output Q3_K.
+        QTest::newRow("q2_k") << "q2_k" << QStringList{"Q2_K:9", "Q3_K:6", "Q6_K:1", "F32:5"};
+        // Q3_K_M: output Q6_K; attn_v Q5_K (layers 0, 1); ffn_down and attn_output Q4_K.
+        QTest::newRow("q3_k_m") << "q3_k_m" << QStringList{"Q3_K:9", "Q4_K:4", "Q5_K:2", "Q6_K:1", "F32:5"};
+        // Q5_K_M with 2 layers: output and layer 1's attn_v and ffn_down in Q6_K.
+        QTest::newRow("q5_k_m") << "q5_k_m" << QStringList{"Q5_K:13", "Q6_K:3", "F32:5"};
     }
     void make_model_each_type()
     {
@@ -140,7 +152,7 @@ private slots:
         QTest::addColumn<QString>("must_mention");
         const QString out = QDir::tempPath() + "/longscope-never-written.gguf";
         QTest::newRow("quantize without --type") << QStringList{"quantize", bundled(), out} << 2 << "--type";
-        QTest::newRow("quantize bad --type") << QStringList{"quantize", bundled(), out, "--type", "q3_k"} << 2 << "q3_k";
+        QTest::newRow("quantize bad --type") << QStringList{"quantize", bundled(), out, "--type", "iq2_xxs"} << 2 << "iq2_xxs";
         QTest::newRow("quantize one file") << QStringList{"quantize", bundled(), "--type", "q8_0"} << 2 << "IN OUT";
         QTest::newRow("quantize missing input") << QStringList{"quantize", "/nonexistent/in.gguf", out, "--type", "q8_0"} << 1 << "/nonexistent/in.gguf";
         QTest::newRow("quantize not gguf") << QStringList{"quantize", tok512(), out, "--type", "q8_0"} << 1 << "GGUF";
@@ -151,7 +163,7 @@ private slots:
         QTest::newRow("make-model shape zero") << QStringList{"make-model", "--shape", "256:0:4:2:512:512", "-o", out} << 2 << "LAYERS";
         QTest::newRow("make-model heads do not divide") << QStringList{"make-model", "--shape", "250:1:4:4:256:512", "-o", out} << 1 << "divisible";
         QTest::newRow("make-model without -o") << QStringList{"make-model", "--shape", "stories260k"} << 2 << "-o";
-        QTest::newRow("make-model bad --type") << QStringList{"make-model", "--shape", "stories260k", "--type", "q5_k", "-o", out} << 2 << "q5_k";
+        QTest::newRow("make-model bad --type") << QStringList{"make-model", "--shape", "stories260k", "--type", "iq1_s", "-o", out} << 2 << "iq1_s";
         QTest::newRow("make-model missing vocab") << QStringList{"make-model", "--shape", "stories260k", "--vocab", "/nonexistent/tok.model", "-o", out} << 1 << "/nonexistent/tok.model";
         QTest::newRow("make-model vocab not a tokenizer") << QStringList{"make-model", "--shape", "stories260k", "--vocab", LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt", "-o", out} << 1 << "sentencepiece";
         QTest::newRow("make-model vocab larger than the model's") << QStringList{"make-model", "--shape", "256:1:4:4:256:1000", "--vocab", llama2_model(), "-o", out} << 1 << "32000";

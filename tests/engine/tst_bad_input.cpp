@@ -775,10 +775,10 @@ std::vector<FileCase> gguf_model_cases()
     }, F, "shape;blk.3.ffn_norm.weight");
     m("token_embd 1-D", [](GgufSpec &s) { s.tensor("token_embd.weight").shape = {64 * 512}; }, FC,
       "token_embd|vocab");
-    // Q5_0 (type 6, 22-byte blocks of 32) is a known GGUF type the engine does not compute with.
-    m("Q5_0 data for attn_q", [](GgufSpec &s) {
-        TensorSpec &t = s.tensor("blk.0.attn_q.weight"); t.type = 6; t.data.assign(64 * 64 / 32 * 22, '\0');
-    }, F, "cannot compute;blk.0.attn_q.weight;Q5_0");
+    // Q8_1 (type 9, 36-byte blocks of 32) is a known GGUF type the engine does not compute with.
+    m("Q8_1 data for attn_q", [](GgufSpec &s) {
+        TensorSpec &t = s.tensor("blk.0.attn_q.weight"); t.type = 9; t.data.assign(64 * 64 / 32 * 36, '\0');
+    }, F, "cannot compute;blk.0.attn_q.weight;Q8_1");
     m("Q4_K data for output", [](GgufSpec &s) {
         TensorSpec &t = s.tensor("output.weight"); t.shape = {256, 128}; t.type = 12; t.data.assign(128 * 144, '\0');
     }, F, "output.weight");

@@ -60,7 +60,8 @@ bool same_bits(const void *a, const void *b, size_t bytes) { return std::memcmp(
 
 QString type_name(DType t) { return QString::fromStdString(std::string(dtype_name(t))); }
 
-const DType k_quant_types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType k_quant_types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,  DType::Q5_1,   DType::Q2_K,
+                               DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 } // namespace
 
@@ -167,7 +168,9 @@ private slots:
         QVERIFY(!has_bf16_dot());
         QCOMPARE(gemm_token_block(), 4);
         QCOMPARE(quantize_acts_level(), VectorLevel::Portable);
-        for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+        for (DType t : {DType::F32, DType::F16, DType::BF16})
+            QCOMPARE(dequantize_level(t), VectorLevel::Portable);
+        for (DType t : k_quant_types)
             QCOMPARE(dequantize_level(t), VectorLevel::Portable);
         QCOMPARE(dequantize_packed_level(DType::Q4_K), VectorLevel::Portable);
         QCOMPARE(dequantize_packed_level(DType::Q6_K), VectorLevel::Portable);

@@ -1,4 +1,5 @@
-// Quantized weight types Q8_0, Q4_0, Q4_K and Q6_K.
+// Quantized weight types: llama.cpp's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_NL and IQ4_XS.
 //
 // The truth from outside is tests/data/quant (see its README): blocks decoded by llama.cpp's
 // gguf Python package and ggml's C code (which agree bit for bit), and ggml's reference
@@ -72,7 +73,18 @@ void add_type_rows()
     QTest::newRow("Q4_0") << DType::Q4_0 << "q4_0";
     QTest::newRow("Q4_K") << DType::Q4_K << "q4_k";
     QTest::newRow("Q6_K") << DType::Q6_K << "q6_k";
+    QTest::newRow("Q4_1") << DType::Q4_1 << "q4_1";
+    QTest::newRow("Q5_0") << DType::Q5_0 << "q5_0";
+    QTest::newRow("Q5_1") << DType::Q5_1 << "q5_1";
+    QTest::newRow("Q2_K") << DType::Q2_K << "q2_k";
+    QTest::newRow("Q3_K") << DType::Q3_K << "q3_k";
+    QTest::newRow("Q5_K") << DType::Q5_K << "q5_k";
+    QTest::newRow("IQ4_NL") << DType::IQ4_NL << "iq4_nl";
+    QTest::newRow("IQ4_XS") << DType::IQ4_XS << "iq4_xs";
 }
+
+const DType all_quant_types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,  DType::Q5_1,   DType::Q2_K,
+                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 int64_t block_size(DType t) { return dtype_traits(uint32_t(t))->block_elems; }
 
@@ -235,14 +247,31 @@ private slots:
 
     void layout_sizes()
     {
-        // ggml's block sizes: 34, 18, 144 and 210 bytes.
+        // ggml's block sizes (ggml-common.h): 34, 18, 20, 22, 24, 18 bytes per 32 values; 84, 110,
+        // 144, 176, 210, 136 per 256.
         QCOMPARE(row_bytes(DType::Q8_0, 64), size_t(68));
         QCOMPARE(row_bytes(DType::Q4_0, 64), size_t(36));
+        QCOMPARE(row_bytes(DType::Q4_1, 64), size_t(40));
+        QCOMPARE(row_bytes(DType::Q5_0, 64), size_t(44));
+        QCOMPARE(row_bytes(DType::Q5_1, 64), size_t(48));
+        QCOMPARE(row_bytes(DType::IQ4_NL, 64), size_t(36));
+        QCOMPARE(row_bytes(DType::Q2_K, 512), size_t(168));
+        QCOMPARE(row_bytes(DType::Q3_K, 512), size_t(220));
         QCOMPARE(row_bytes(DType::Q4_K, 512), size_t(288));
+        QCOMPARE(row_bytes(DType::Q5_K, 512), size_t(352));
         QCOMPARE(row_bytes(DType::Q6_K, 512), size_t(420));
+        QCOMPARE(row_bytes(DType::IQ4_XS, 512), size_t(272));
         QCOMPARE(row_bytes(DType::F16, 10), size_t(20));
-        for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+        // The GGUF type ids (ggml_type) and names.
+        QCOMPARE(dtype_name(DType(20)), std::string_view("IQ4_NL"));
+        QCOMPARE(dtype_name(DType(23)), std::string_view("IQ4_XS"));
+        QCOMPARE(dtype_name(DType(13)), std::string_view("Q5_K"));
+        for (DType t : all_quant_types) {
             QVERIFY(dtype_supported(t));
+            QVERIFY(is_quantized(t));
+            QVERIFY(has_integer_dot(t));
+        }
+        QVERIFY(!dtype_supported(DType::Q8_K));
     }
 
     // Bit-exact against gguf.quants.dequantize (the fixtures' expected values).
@@ -260,16 +289,23 @@ private slots:
         // At an odd address too: the decoder must not assume alignment.
         std::vector<uint8_t> shifted(blocks.size() + 1);
         std::memcpy(shifted.data() + 1, blocks.data(), blocks.size());
-        for (const uint8_t *src : {blocks.data(), static_cast<const uint8_t *>(shifted.data() + 1)}) {
-            std::vector<float> got(static_cast<size_t>(n));
-            dequantize_row(type, src, got.data(), n);
-            for (int64_t i = 0; i < n; ++i)
-                if (bits_of(got[size_t(i)]) != bits_of(expect[size_t(i)]))
-                    QFAIL(qPrintable(QString("element %1 (block %2): got %3, expected %4")
-                                         .arg(i).arg(i / block_size(type))
-                                         .arg(double(got[size_t(i)]), 0, 'g', 9)
-                                         .arg(double(expect[size_t(i)]), 0, 'g', 9)));
-        }
+        // Every kernel this CPU runs (the vector ones and the portable one).
+        std::vector<VectorLevel> levels{VectorLevel::Portable};
+        if (cpu_features().avx2)
+            levels.push_back(VectorLevel::Avx2);
+        if (cpu_features().avx512)
+            levels.push_back(VectorLevel::Avx512);
+        for (VectorLevel level : levels)
+            for (const uint8_t *src : {blocks.data(), static_cast<const uint8_t *>(shifted.data() + 1)}) {
+                std::vector<float> got(static_cast<size_t>(n));
+                dequantize_row_with(level, type, src, got.data(), n);
+                for (int64_t i = 0; i < n; ++i)
+                    if (bits_of(got[size_t(i)]) != bits_of(expect[size_t(i)]))
+                        QFAIL(qPrintable(QString("%1 kernel, element %2 (block %3): got %4, expected %5")
+                                             .arg(vector_level_name(dequantize_level(type, level))).arg(i)
+                                             .arg(i / block_size(type)).arg(double(got[size_t(i)]), 0, 'g', 9)
+                                             .arg(double(expect[size_t(i)]), 0, 'g', 9)));
+            }
         // weight_row_f32 (what matmul reads) gives the same rows: the fixture as [qk, n/qk]
         // for the 32-blocks, [256, n/256] for the K types.
         WeightView w;
@@ -314,7 +350,19 @@ private slots:
     //   Q6_K: |err| <= amax/31 over each 256-block
     // (measured worst cases: 0.94, 0.99, 0.72 and 0.52 of these), and the relative RMS error of
     // the weight-like rows at most Q8_0 0.007, Q4_0 0.10, Q4_K 0.085, Q6_K 0.022 (measured
-    // 0.0055, 0.087, 0.072, 0.018).
+    // 0.0055, 0.087, 0.072, 0.018). The types added later, with "range" max(x, 0) - min(x, 0)
+    // over the block (32 or 256 values):
+    //   Q4_1:   range * 0.55/15  (half a step of (max - min)/15, plus d and m rounded to f16)
+    //   Q5_1:   range * 0.55/31
+    //   Q5_0:   amax * 1.01/16   (one step, as Q4_0)
+    //   Q5_K:   range / 31       (as Q4_K, one 5-bit step)
+    //   Q2_K:   range / 3        (one 2-bit step: the sub-block scales and mins are 4-bit)
+    //   Q3_K:   amax / 4         (one step of the 3-bit codes [-4, 3])
+    //   IQ4_NL, IQ4_XS: amax / 8 (a 4-bit step as Q4_0's; the table's widest gap is 24/127 of
+    //                             its end, and the fitted scale may clip the largest value)
+    // (measured 0.92, 0.94, 0.99, 0.78, 0.71, 0.70, 0.87, 0.75 of these), relative RMS of the
+    // weight-like rows at most Q4_1 0.10, Q5_0 0.055, Q5_1 0.05, Q5_K 0.045, Q2_K 0.36, Q3_K 0.19,
+    // IQ4_NL and IQ4_XS 0.095 (measured 0.079, 0.044, 0.039, 0.037, 0.30, 0.15, 0.076, 0.077).
     void round_trip_error_bounds_data()
     {
         QTest::addColumn<DType>("type");
@@ -324,6 +372,14 @@ private slots:
         QTest::newRow("Q4_0") << DType::Q4_0 << 1.01 / 8 << 0.10;
         QTest::newRow("Q4_K") << DType::Q4_K << 1.0 / 15 << 0.085;
         QTest::newRow("Q6_K") << DType::Q6_K << 1.0 / 31 << 0.022;
+        QTest::newRow("Q4_1") << DType::Q4_1 << 0.55 / 15 << 0.10;
+        QTest::newRow("Q5_1") << DType::Q5_1 << 0.55 / 31 << 0.05;
+        QTest::newRow("Q5_0") << DType::Q5_0 << 1.01 / 16 << 0.055;
+        QTest::newRow("Q5_K") << DType::Q5_K << 1.0 / 31 << 0.045;
+        QTest::newRow("Q2_K") << DType::Q2_K << 1.0 / 3 << 0.36;
+        QTest::newRow("Q3_K") << DType::Q3_K << 1.0 / 4 << 0.19;
+        QTest::newRow("IQ4_NL") << DType::IQ4_NL << 1.0 / 8 << 0.095;
+        QTest::newRow("IQ4_XS") << DType::IQ4_XS << 1.0 / 8 << 0.095;
     }
     void round_trip_error_bounds()
     {
@@ -353,7 +409,9 @@ private slots:
                         se += (v - y[size_t(i)]) * (v - y[size_t(i)]);
                         sx += v * v;
                     }
-                    const double measure = type == DType::Q4_K ? mx - mn : amax;
+                    const bool has_min = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q2_K ||
+                                         type == DType::Q4_1 || type == DType::Q5_1;
+                    const double measure = has_min ? mx - mn : amax;
                     const double bound = max_err_factor * measure;
                     worst_ratio = std::max(worst_ratio, err / std::max(bound, 1e-30));
                     if (err > bound)
@@ -396,6 +454,14 @@ private slots:
         QTest::newRow("Q6_K 768x29") << DType::Q6_K << 768 << 29;
         QTest::newRow("Q8_0 1024x1") << DType::Q8_0 << 1024 << 1;
         QTest::newRow("Q4_0 2080x9") << DType::Q4_0 << 2080 << 9;
+        QTest::newRow("Q4_1 160x33") << DType::Q4_1 << 160 << 33;
+        QTest::newRow("Q5_0 96x37") << DType::Q5_0 << 96 << 37;
+        QTest::newRow("Q5_1 224x17") << DType::Q5_1 << 224 << 17;
+        QTest::newRow("IQ4_NL 160x9") << DType::IQ4_NL << 160 << 9;
+        QTest::newRow("Q2_K 768x29") << DType::Q2_K << 768 << 29;
+        QTest::newRow("Q3_K 512x37") << DType::Q3_K << 512 << 37;
+        QTest::newRow("Q5_K 768x29") << DType::Q5_K << 768 << 29;
+        QTest::newRow("IQ4_XS 512x21") << DType::IQ4_XS << 512 << 21;
     }
     void matmul_on_quantized_weights()
     {
@@ -480,7 +546,7 @@ private slots:
     void integer_kernels_agree()
     {
         QFETCH(DType, type);
-        const int n_in = type == DType::Q4_K || type == DType::Q6_K ? 768 : 224; // 3 and 7 blocks
+        const int n_in = block_size(type) == 256 ? 768 : 224; // 3 and 7 blocks
         const int n_out = 4, n_tokens = 4;
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 23);
         std::mt19937 rng(9);
@@ -531,6 +597,70 @@ private slots:
             }
         }
         qInfo("kernels compared: %d (best: %s)", nk, qkernel_name(kernels[0]));
+    }
+
+    // Prefill (many tokens in one product) against decode (one token at a time) for every type,
+    // at every kernel level this CPU runs, forced through the kernel table (AVX-512 with VNNI
+    // and BF16 where the CPU has them, AVX2, portable). The integer path over many tokens gives
+    // decode's bits: each (row, token) pair is computed by the same operations whatever the tile.
+    // The automatic path over many tokens (BF16 dot products over weights dequantized to BF16
+    // where the level has them, else the integer path) stays within the sum of the two paths'
+    // bounds around the exact product: BF16 |w x| (2^-7 + 2^-16) + 1e-5 |w x|, integer
+    // sum |w| d / 2 + 1e-5 |w x|.
+    void prefill_matches_decode_data() { add_type_rows(); }
+    void prefill_matches_decode()
+    {
+        QFETCH(DType, type);
+        const int n_in = block_size(type) == 256 ? 512 : 160, n_out = 21, n_tokens = 19;
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 41);
+        std::mt19937 rng(43);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::vector<float> x(size_t(n_tokens * n_in));
+        for (float &v : x)
+            v = dist(rng);
+        ThreadPool pool(3);
+        int levels = 0;
+        for (SimdLevel level : {SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Portable}) {
+            CpuOptions options;
+            options.kernels = level;
+            CpuOptionsScope scope(options);
+            if ((level == SimdLevel::Avx512 && kernel_table().level != VectorLevel::Avx512) ||
+                (level == SimdLevel::Avx2 && kernel_table().level != VectorLevel::Avx2))
+                continue; // a level this CPU does not have
+            ++levels;
+            std::vector<float> decode(size_t(n_tokens * n_out), NAN), integer(decode), prefill(decode);
+            for (int t = 0; t < n_tokens; ++t)
+                matmul(pool, w.view, x.data() + t * n_in, decode.data() + t * n_out, 1);
+            matmul_with(pool, w.view, x.data(), integer.data(), n_tokens, QuantMatmul::Integer);
+            matmul(pool, w.view, x.data(), prefill.data(), n_tokens);
+            const bool bf16 = has_bf16_dot();
+            double worst = 0;
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    const size_t i = size_t(t * n_out + o);
+                    QVERIFY2(bits_of(integer[i]) == bits_of(decode[i]),
+                             qPrintable(QString("%1 t %2 o %3: integer prefill %4, decode %5")
+                                            .arg(qkernel_name(qkernel())).arg(t).arg(o).arg(integer[i], 0, 'g', 9)
+                                            .arg(decode[i], 0, 'g', 9)));
+                    double mag = 0, int_bound = 0;
+                    for (int k = 0; k < n_in; ++k) {
+                        const size_t xi = size_t(t * n_in + k);
+                        const double wv = w.values[size_t(o * n_in + k)];
+                        mag += std::fabs(wv * x[xi]);
+                        int_bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                    }
+                    const double bound = (bf16 ? mag * (1.0 / 128 + 1.0 / 65536) : int_bound) + int_bound + 2e-5 * mag;
+                    const double diff = std::fabs(double(prefill[i]) - decode[i]);
+                    QVERIFY2(diff <= bound, qPrintable(QString("%1 t %2 o %3: prefill %4, decode %5 (bound %6)")
+                                                           .arg(vector_level_name(kernel_table().level)).arg(t).arg(o)
+                                                           .arg(prefill[i], 0, 'g', 9).arg(decode[i], 0, 'g', 9)
+                                                           .arg(bound)));
+                    worst = std::max(worst, diff / bound);
+                }
+            qInfo("%s (%s%s): worst |prefill - decode| / bound %.3f", vector_level_name(kernel_table().level),
+                  qkernel_name(qkernel()), bf16 ? ", BF16 prefill" : "", worst);
+        }
+        QVERIFY(levels >= 1);
     }
 
     // Q4_K and Q6_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
@@ -850,23 +980,39 @@ private slots:
         QVERIFY(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
     }
 
-    // stories260K quantized: rows are 64 wide (ffn_down 172), so Q8_0/Q4_0 quantize every
-    // 2-D weight but ffn_down, and Q4_K/Q6_K (256-element blocks) keep every tensor as it is.
+    // stories260K quantized: rows are 64 wide (ffn_down 172), so every 2-D weight but ffn_down
+    // (172 is no multiple of 32) is quantized: the 32-value types as asked; the 256-value types,
+    // whose blocks do not divide 64, take llama.cpp's fallbacks (llama-quant.cpp,
+    // tensor_type_fallback: Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
+    // IQ4_XS to IQ4_NL; the output of a K mix to Q8_0), so `types` lists what may appear.
+    // The file type is llama.cpp's LLAMA_FTYPE for the type (for the K types their _M mix).
     void quantized_stories260k_data()
     {
         QTest::addColumn<DType>("type");
-        QTest::addColumn<int>("n_quantized");
+        QTest::addColumn<QString>("types");
         QTest::addColumn<uint32_t>("file_type");
-        QTest::newRow("Q8_0") << DType::Q8_0 << 32 << 7u;
-        QTest::newRow("Q4_0") << DType::Q4_0 << 32 << 2u;
-        QTest::newRow("Q4_K") << DType::Q4_K << 0 << 15u;
-        QTest::newRow("Q6_K") << DType::Q6_K << 0 << 18u;
+        QTest::addColumn<bool>("exact_text"); // the F16 model's continuation (at 5 bits and more)
+        QTest::newRow("Q8_0") << DType::Q8_0 << "Q8_0" << 7u << true;
+        QTest::newRow("Q4_0") << DType::Q4_0 << "Q4_0" << 2u << false;
+        QTest::newRow("Q4_1") << DType::Q4_1 << "Q4_1" << 3u << false;
+        QTest::newRow("Q5_0") << DType::Q5_0 << "Q5_0" << 8u << true;
+        QTest::newRow("Q5_1") << DType::Q5_1 << "Q5_1" << 9u << true;
+        QTest::newRow("IQ4_NL") << DType::IQ4_NL << "IQ4_NL" << 25u << false;
+        QTest::newRow("Q2_K") << DType::Q2_K << "Q4_0 Q8_0" << 10u << false;
+        QTest::newRow("Q3_K_M") << DType::Q3_K << "Q4_0 Q5_0 Q5_1 Q8_0" << 12u << false;
+        QTest::newRow("Q4_K_M") << DType::Q4_K << "Q5_0 Q8_0" << 15u << true;
+        QTest::newRow("Q5_K_M") << DType::Q5_K << "Q5_1 Q8_0" << 17u << true;
+        QTest::newRow("Q6_K") << DType::Q6_K << "Q8_0" << 18u << true;
+        QTest::newRow("IQ4_XS") << DType::IQ4_XS << "IQ4_NL" << 30u << false;
     }
     void quantized_stories260k()
     {
         QFETCH(DType, type);
-        QFETCH(int, n_quantized);
+        QFETCH(QString, types);
         QFETCH(uint32_t, file_type);
+        QFETCH(bool, exact_text);
+        const int n_quantized = 32; // 5 layers x 6 (ffn_down kept), token_embd, output
+        const QStringList allowed = types.split(' ');
         const std::string out = tmp("stories-" + std::string(dtype_name(type)) + ".gguf");
         double last = -1;
         bool monotonic = true;
@@ -908,20 +1054,22 @@ private slots:
             QCOMPARE(t.shape, s->shape);
             if (t.type != s->type) {
                 ++quantized;
-                QCOMPARE(t.type, type);
+                QVERIFY2(allowed.contains(QString::fromStdString(std::string(dtype_name(t.type)))),
+                         qPrintable(QString::fromStdString(t.name + " is " + std::string(dtype_name(t.type)))));
                 QCOMPARE(t.shape.size(), size_t(2));
             } else {
-                QVERIFY(t.shape.size() == 1 || t.shape[0] % block_size(type) != 0);
+                QVERIFY(t.shape.size() == 1 || t.shape[0] % 32 != 0);
                 QVERIFY(std::memcmp(t.data, s->data, t.nbytes) == 0);
             }
         }
         QCOMPARE(quantized, n_quantized);
 
         auto m = Model::load(out);
-        QCOMPARE(int(m->info().tensor_types.count(std::string(dtype_name(type)))), n_quantized ? 1 : 0);
+        for (const auto &[name, count] : m->info().tensor_types)
+            QVERIFY2(allowed.contains(QString::fromStdString(name)) || name == "F32", name.c_str());
         const std::string text = greedy_text(*m, "Once upon a time", 30);
-        if (type == DType::Q4_0) {
-            QVERIFY(text.size() > 20); // runs; 4 bits on a 260K-parameter model drift early
+        if (!exact_text) {
+            QVERIFY(text.size() > 20); // runs; 4 bits or fewer on a 260K-parameter model drift early
         } else {
             QVERIFY2(text.rfind(", there was a little girl named Lily.", 0) == 0, text.c_str());
         }
@@ -979,6 +1127,116 @@ private slots:
         QVERIFY(r8 < 0.05);
         QVERIFY(r4 < 0.5);
         QVERIFY(r8 < r4);
+    }
+
+    // The Q2_K, Q3_K_M and Q5_K_M mixes on the 8-layer model above (rows of 256 and 512, 4
+    // query heads over 2 KV heads), tensor by tensor as llama.cpp's llama-quant.cpp assigns
+    // them to a dense model without an importance matrix:
+    //   Q2_K:   output Q6_K; attn_v (fewer than 4 query heads per KV head), ffn_down and
+    //           attn_output Q3_K; the rest Q2_K
+    //   Q3_K_M: output Q6_K; attn_v Q5_K in layers 0 and 1, then Q4_K; ffn_down Q5_K in the
+    //           first sixteenth of the layers (none of 8), then Q4_K; attn_output Q4_K; the rest Q3_K
+    //   Q5_K_M: output Q6_K; attn_v and ffn_down Q6_K in layers 0, 3, 6, 7 (use_more_bits), the
+    //           rest Q5_K
+    // and the quantized models compute nearly what the F16 one does, closer with more bits.
+    void k_mixes_follow_llama_cpp()
+    {
+        const RandomModelSpec spec = small_k_quant_spec(8, 3, 256);
+        const std::string f16 = tmp("kmix-f16.gguf");
+        write_random_model_file(f16, spec);
+        auto m16 = Model::load(f16);
+        const std::vector<int32_t> prompt = {1, 300, 301, 302, 303, 304, 305, 306};
+        auto logits = [&](const Model &m) {
+            Session s(m, {0, 2});
+            auto l = s.eval(prompt);
+            return std::vector<float>(l.begin(), l.end());
+        };
+        const std::vector<float> a = logits(*m16);
+        std::map<DType, double> rel;
+        for (DType mix : {DType::Q2_K, DType::Q3_K, DType::Q5_K}) {
+            const std::string path = tmp("kmix-" + std::string(dtype_name(mix)) + ".gguf");
+            quantize_model_file(f16, path, mix);
+            auto types = tensor_types(path);
+            QCOMPARE(types["output.weight"], DType::Q6_K);
+            QCOMPARE(types["token_embd.weight"], mix);
+            for (int l = 0; l < 8; ++l) {
+                const std::string p = "blk." + std::to_string(l) + ".";
+                const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+                DType v = mix, down = mix, out = mix;
+                if (mix == DType::Q2_K) {
+                    v = down = out = DType::Q3_K;
+                } else if (mix == DType::Q3_K) {
+                    v = l < 2 ? DType::Q5_K : DType::Q4_K;
+                    down = out = DType::Q4_K;
+                } else if (more) {
+                    v = down = DType::Q6_K;
+                }
+                const QByteArray where = QByteArray(dtype_name(mix).data()) + " layer " + QByteArray::number(l);
+                QVERIFY2(types[p + "attn_v.weight"] == v, where + " attn_v");
+                QVERIFY2(types[p + "ffn_down.weight"] == down, where + " ffn_down");
+                QVERIFY2(types[p + "attn_output.weight"] == out, where + " attn_output");
+                for (const char *n : {"attn_q", "attn_k", "ffn_gate", "ffn_up"})
+                    QVERIFY2(types[p + n + ".weight"] == mix, where + " " + n);
+                QCOMPARE(types[p + "ffn_norm.weight"], DType::F32);
+            }
+            auto g = GgufFile::open(path);
+            QCOMPARE(g->get_int("general.file_type").value(), int64_t(llama_file_type(mix)));
+            const std::vector<float> b = logits(*Model::load(path));
+            double se = 0, sa = 0;
+            for (size_t i = 0; i < a.size(); ++i) {
+                QVERIFY(std::isfinite(b[i]));
+                se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+                sa += double(a[i]) * a[i];
+            }
+            rel[mix] = std::sqrt(se / sa);
+        }
+        QCOMPARE(llama_file_type(DType::Q2_K), 10u);
+        QCOMPARE(llama_file_type(DType::Q3_K), 12u); // LLAMA_FTYPE_MOSTLY_Q3_K_M
+        QCOMPARE(llama_file_type(DType::Q5_K), 17u); // LLAMA_FTYPE_MOSTLY_Q5_K_M
+        qInfo("logits relative RMS difference to F16: Q2_K %.4f, Q3_K_M %.4f, Q5_K_M %.4f", rel[DType::Q2_K],
+              rel[DType::Q3_K], rel[DType::Q5_K]);
+        // As q4_k_m_mix_and_accuracy: errors compound through 8 random layers; a wrong row or
+        // scale gives a difference of order 1.
+        QVERIFY(rel[DType::Q5_K] < 0.3);
+        QVERIFY(rel[DType::Q3_K] < 0.9);
+        QVERIFY(rel[DType::Q5_K] < rel[DType::Q3_K]);
+        QVERIFY(rel[DType::Q3_K] < rel[DType::Q2_K]);
+    }
+
+    // Rows that do not divide into 256 (a Qwen2.5-0.5B-like width: 160 here, ffn_down's 512
+    // does divide) take llama.cpp's 32-value fallbacks: Q5_K -> Q5_1, Q6_K -> Q8_0 (and the
+    // output of a K mix Q8_0); with 5 query heads per KV head Q2_K's attn_v is Q4_K, which falls
+    // back to Q5_0. The model loads and runs on the mix.
+    void k_mix_fallbacks()
+    {
+        RandomModelSpec spec = small_k_quant_spec(2, 9, 128);
+        spec.n_embd = 160;
+        spec.n_head = 5;
+        spec.n_head_kv = 1;
+        const std::string f16 = tmp("fb-f16.gguf"), q5 = tmp("fb-q5km.gguf"), q2 = tmp("fb-q2k.gguf");
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q5, DType::Q5_K);
+        quantize_model_file(f16, q2, DType::Q2_K);
+        auto t5 = tensor_types(q5);
+        QCOMPARE(t5["output.weight"], DType::Q8_0);
+        QCOMPARE(t5["token_embd.weight"], DType::Q5_1);
+        QCOMPARE(t5["blk.0.attn_v.weight"], DType::Q5_1); // Q5_K
+        QCOMPARE(t5["blk.1.attn_v.weight"], DType::Q8_0); // Q6_K (use_more_bits(1, 2))
+        QCOMPARE(t5["blk.0.attn_q.weight"], DType::Q5_1);
+        QCOMPARE(t5["blk.1.ffn_up.weight"], DType::Q5_1);
+        QCOMPARE(t5["blk.0.ffn_down.weight"], DType::Q5_K); // rows of 512
+        QCOMPARE(t5["blk.1.ffn_down.weight"], DType::Q6_K);
+        auto t2 = tensor_types(q2);
+        QCOMPARE(t2["blk.0.attn_v.weight"], DType::Q5_0); // Q4_K (GQA 5)
+        QCOMPARE(t2["blk.0.attn_q.weight"], DType::Q4_0); // Q2_K
+        QCOMPARE(t2["blk.0.ffn_down.weight"], DType::Q3_K);
+        for (const std::string &path : {q5, q2}) {
+            auto m = Model::load(path);
+            Session s(*m, {0, 2});
+            auto l = s.eval(std::vector<int32_t>{1, 300, 301});
+            for (float v : l)
+                QVERIFY(std::isfinite(v));
+        }
     }
 
     void quantize_rejects_quantized_input()

@@ -18,22 +18,29 @@ namespace longscope {
 using ToolProgress = std::function<void(double fraction)>;
 
 // llama.cpp's LLAMA_FTYPE value (general.file_type) for a model whose weights are mostly
-// `type`: F32 0, F16 1, Q4_0 2, Q8_0 7, Q4_K 15 (Q4_K_M), Q6_K 18, BF16 32.
+// `type`: F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K 12 (Q3_K_M),
+// Q4_K 15 (Q4_K_M), Q5_K 17 (Q5_K_M), Q6_K 18, IQ4_NL 25, IQ4_XS 30, BF16 32.
 uint32_t llama_file_type(DType type);
 
 // The type a weight tensor gets in a model "of type `type`", as llama.cpp's quantizer chooses
-// it: 2-D weights named *.weight become `type` (for Q4_K the Q4_K_M mix: output.weight, or the
-// token embedding when the output is tied to it, and attn_v / ffn_down of the first and last
-// eighth of the layers and every third layer between them become Q6_K); a tensor whose rows do
-// not divide into whole blocks of that type, and every 1-D tensor, keeps `keep`. `n_layer` is
-// the number of layers (for the Q4_K_M rule), `has_output` whether output.weight exists.
+// it for a dense model without an importance matrix: 2-D weights named *.weight become `type`,
+// except in the mixes of the K types (Q2_K; Q3_K, Q4_K and Q5_K mean Q3_K_M, Q4_K_M, Q5_K_M):
+// there the output (or the token embedding tied to it) is Q6_K, and attn_v, ffn_down,
+// attn_output and attn_qkv get more bits by layer as llama.cpp's rules say (quantize.cpp has
+// them per mix; Q4_K_M and Q5_K_M: attn_v / ffn_down of the first and last eighth of the
+// layers and every third layer between them in Q6_K). A type whose blocks do not divide the
+// rows falls back as llama.cpp's does (Q2_K, Q3_K to Q4_0; Q4_K to Q5_0; Q5_K to Q5_1; Q6_K to
+// Q8_0; IQ4_XS to IQ4_NL; the output to Q8_0); a tensor whose rows still do not divide, and
+// every 1-D tensor, keeps `keep`. `n_layer` is the number of layers, `has_output` whether
+// output.weight exists, `n_gqa` the query heads per KV head (Q2_K's attn_v rule).
 DType weight_type_for(const std::string &name, const std::vector<int64_t> &shape, DType type,
-                      DType keep, int n_layer, bool has_output);
+                      DType keep, int n_layer, bool has_output, int n_gqa = 1);
 
 // Reads a GGUF (F32 / F16 / BF16 weights) and writes one with the same metadata (every key
 // and value type, arrays included; general.file_type set to llama_file_type(type),
 // general.quantization_version 2, alignment 32) and every tensor typed by weight_type_for.
-// `type` is Q8_0, Q4_0, Q4_K, Q6_K (or F32, F16, BF16 for a plain conversion). Throws
+// `type` is one of the quantized types (dtype_supported; Q2_K, Q3_K, Q4_K and Q5_K as the mixes
+// weight_type_for describes) or F32, F16, BF16 for a plain conversion. Throws
 // IoError, FormatError (also for a weight that is already quantized), InvalidArgument.
 void quantize_model_file(const std::string &in_gguf, const std::string &out_gguf, DType type,
                          ToolProgress progress = {});

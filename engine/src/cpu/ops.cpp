@@ -97,14 +97,10 @@ void weight_row_f32(const WeightView &w, int64_t row, float *out)
     case DType::BF16:
         cpu_kernels().bf16_to_f32(reinterpret_cast<const uint16_t *>(bytes + row * n * 2), out, n);
         return;
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_K:
-    case DType::Q6_K:
-        dequantize_row(w.type, bytes + size_t(row) * row_bytes(w.type, n), out, n);
-        return;
     default:
-        break; // the loader rejects every other type
+        if (is_quantized(w.type))
+            dequantize_row(w.type, bytes + size_t(row) * row_bytes(w.type, n), out, n);
+        return; // the loader rejects every other type
     }
 }
 

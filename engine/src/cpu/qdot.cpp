@@ -2,6 +2,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/quant.h"
+#include "cpu/quant_simd.h"
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 namespace longscope {
 
 namespace {
+
+using namespace qsimd;
 
 constexpr int64_t qk = 32;   // activation block, Q8_0 and Q4_0 block
 constexpr int64_t qk_k = 256; // K-quant super-block
@@ -135,6 +138,137 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
 
 // ---- portable -----------------------------------------------------------------------------------
 
+// A block of a type added after Q8_0, Q4_0, Q4_K and Q6_K (Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
+// Q5_K, IQ4_XS) in the form the portable kernel sums: value i is
+// ws[i / group] * c[i] - mn[i / group] with c a signed integer code (mn zero without a min).
+struct DecodedBlock {
+    int values = 0, group = 0;
+    bool has_min = false;
+    int8_t c[qk_k];
+    float ws[16], mn[16];
+};
+
+void decode_block(DType type, const uint8_t *p, DecodedBlock &b)
+{
+    auto nibbles = [&](const uint8_t *qs, int8_t *c, int offset) {
+        for (int j = 0; j < 16; ++j) {
+            c[j] = int8_t((qs[j] & 0x0F) - offset);
+            c[j + 16] = int8_t((qs[j] >> 4) - offset);
+        }
+    };
+    b.has_min = false;
+    switch (type) {
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1: {
+        const bool min = type != DType::Q5_0, five = type != DType::Q4_1;
+        b.values = b.group = qk;
+        b.has_min = min;
+        const uint8_t *qs = p + (type == DType::Q4_1 ? 4 : min ? 8 : 6);
+        nibbles(qs, b.c, 0);
+        if (five) {
+            uint32_t qh;
+            std::memcpy(&qh, p + (min ? 4 : 2), 4);
+            for (int j = 0; j < qk; ++j)
+                b.c[j] = int8_t(b.c[j] + int((qh >> j) & 1) * 16 - (min ? 0 : 16));
+        }
+        b.ws[0] = f16_to_f32(load_u16(p));
+        b.mn[0] = min ? -f16_to_f32(load_u16(p + 2)) : 0.0f;
+        return;
+    }
+    case DType::IQ4_NL:
+        b.values = b.group = qk;
+        for (int j = 0; j < 16; ++j) {
+            b.c[j] = iq4_nl_values[p[2 + j] & 0x0F];
+            b.c[j + 16] = iq4_nl_values[p[2 + j] >> 4];
+        }
+        b.ws[0] = f16_to_f32(load_u16(p));
+        return;
+    case DType::IQ4_XS: {
+        b.values = qk_k;
+        b.group = qk;
+        const float d = f16_to_f32(load_u16(p));
+        for (int ib = 0; ib < 8; ++ib) {
+            for (int j = 0; j < 16; ++j) {
+                b.c[32 * ib + j] = iq4_nl_values[p[8 + 16 * ib + j] & 0x0F];
+                b.c[32 * ib + j + 16] = iq4_nl_values[p[8 + 16 * ib + j] >> 4];
+            }
+            b.ws[ib] = d * float(iq4_xs_scale(p + 4, load_u16(p + 2), ib));
+        }
+        return;
+    }
+    case DType::Q5_K: {
+        b.values = qk_k;
+        b.group = qk;
+        b.has_min = true;
+        const float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
+        uint8_t sc[8], m[8];
+        q4_k_scales_mins(p + 4, sc, m);
+        for (int j = 0; j < 8; ++j) {
+            for (int l = 0; l < 32; ++l) {
+                const int lo = j % 2 ? p[48 + 32 * (j / 2) + l] >> 4 : p[48 + 32 * (j / 2) + l] & 0x0F;
+                b.c[32 * j + l] = int8_t(lo | (((p[16 + l] >> j) & 1) << 4));
+            }
+            b.ws[j] = d * float(sc[j]);
+            b.mn[j] = dmin * float(m[j]);
+        }
+        return;
+    }
+    case DType::Q2_K:
+    case DType::Q3_K: {
+        b.values = qk_k;
+        b.group = 16;
+        b.has_min = type == DType::Q2_K;
+        const uint8_t *qs = p + (type == DType::Q2_K ? 16 : 32);
+        for (int i = 0; i < qk_k; ++i) {
+            const int low = (qs[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+            b.c[i] = int8_t(type == DType::Q2_K ? low : (low | (((p[i % 32] >> (i / 32)) & 1) << 2)) - 4);
+        }
+        if (type == DType::Q2_K) {
+            const float d = f16_to_f32(load_u16(p + 80)), dmin = f16_to_f32(load_u16(p + 82));
+            for (int g = 0; g < 16; ++g) {
+                b.ws[g] = d * float(p[g] & 0x0F);
+                b.mn[g] = dmin * float(p[g] >> 4);
+            }
+        } else {
+            const float d = f16_to_f32(load_u16(p + 108));
+            int8_t sc[16];
+            q3_k_scales(p + 96, sc);
+            for (int g = 0; g < 16; ++g)
+                b.ws[g] = d * float(sc[g]);
+        }
+        return;
+    }
+    default: b.values = 0; return;
+    }
+}
+
+// The portable kernel of those types: per scale group an exact integer sum, then
+// acc += isum * (ws * d_x) - mn * d_x * sum(q_x) (the activations' sums per 32 or per 16).
+float dot_portable_decoded(DType type, const uint8_t *row, const QuantizedActs &a, int64_t t)
+{
+    const int8_t *x = a.q_row(t);
+    const float *dl = a.dl_row(t), *ds = a.ds_row(t);
+    const int32_t *s16 = a.s16_row(t);
+    const int64_t bb = row_bytes(type, block_elems(type));
+    DecodedBlock blk;
+    float acc = 0;
+    for (int64_t i0 = 0, b = 0; i0 < a.n; i0 += blk.values, ++b) {
+        decode_block(type, row + b * bb, blk);
+        for (int g = 0; g < blk.values / blk.group; ++g) {
+            const int64_t base = i0 + g * blk.group;
+            int isum = 0;
+            for (int l = 0; l < blk.group; ++l)
+                isum += blk.c[g * blk.group + l] * x[base + l];
+            const float dx = dl[base / 4];
+            acc += float(isum) * (blk.ws[g] * dx);
+            if (blk.has_min)
+                acc -= blk.mn[g] * (blk.group == qk ? ds[base / qk] : dx * float(s16[base / 16]));
+        }
+    }
+    return acc;
+}
+
 // One (row, token) pair, block by block, in the same arithmetic as the vector kernels: an exact
 // integer sum per scale group, then float: acc += isum * (weight scale * activation scale).
 float dot_portable(DType type, const uint8_t *row, const QuantizedActs &a, int64_t t)
@@ -207,7 +341,7 @@ float dot_portable(DType type, const uint8_t *row, const QuantizedActs &a, int64
         }
         break;
     default:
-        break;
+        return dot_portable_decoded(type, row, a, t);
     }
     return acc;
 }
@@ -284,12 +418,15 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
     __m512i u[R], xv[NT], cv[NT];
     __m512 ws[R], dv[NT];
 
-    if constexpr (T == DType::Q8_0 || T == DType::Q4_0) {
-        // Q8_0: u = w + 128 (bias 128); Q4_0: u = the nibble (bias 8). Two blocks per chunk; an
-        // odd last block runs as a half chunk with the other half zero.
-        constexpr int64_t bb = T == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
-        const __m512i bias = _mm512_set1_epi8(T == DType::Q8_0 ? char(-128) : char(8));
+    if constexpr (is_block32<T>) {
+        // u: Q8_0 w + 128 (bias 128); Q4_0 the nibble (bias 8); Q4_1 the nibble, Q5_0 / Q5_1 the
+        // nibble with the fifth bit (bias 16 / none); IQ4_NL the table value + 128 (bias 128).
+        // Q4_1 and Q5_1 add m * d_x * sum(q_x) per block, in lanes 0 and 8. Two blocks per chunk;
+        // an odd last block runs as a half chunk with the other half zero.
+        constexpr int64_t bb = block32_bytes<T>;
+        const __m512i bias = _mm512_set1_epi8(char(block32_bias<T>));
         const int64_t nb = n / qk;
+        __m512 mv[R], dsv[NT];
         for (int64_t b = 0; b < nb; b += 2) {
             const bool full = b + 1 < nb;
             const __mmask64 mx = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
@@ -297,29 +434,25 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             for (int t = 0; t < NT; ++t) {
                 xv[t] = _mm512_maskz_loadu_epi8(mx, xq[t] + b * qk);
                 dv[t] = _mm512_maskz_loadu_ps(full ? __mmask16(0xFFFF) : __mmask16(0x00FF), xl[t] + b * 8);
-                cv[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t]));
+                cv[t] = block32_bias<T> ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xv[t])) : zero;
+                if constexpr (block32_min<T>)
+                    dsv[t] = two_halves(xs[t][b], full ? xs[t][b + 1] : 0.0f);
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t *p = rows[r] + b * bb;
-                if constexpr (T == DType::Q8_0) {
-                    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 2));
-                    const __m256i q1 =
-                        full ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + bb + 2)) : _mm256_setzero_si256();
-                    u[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1),
-                                            _mm512_set1_epi8(char(0x80)));
-                } else {
-                    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 2));
-                    const __m128i q1 =
-                        full ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + bb + 2)) : _mm_setzero_si128();
-                    const __m256i a0 = _mm256_set_m128i(_mm_srli_epi16(q0, 4), q0);
-                    const __m256i a1 = _mm256_set_m128i(_mm_srli_epi16(q1, 4), q1);
-                    u[r] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1),
-                                            _mm512_set1_epi8(0x0F));
-                }
+                u[r] = block32_codes_512<T>(p, full);
                 ws[r] = two_halves(h2f_vnni(p), full ? h2f_vnni(p + bb) : 0.0f);
+                if constexpr (block32_min<T>)
+                    mv[r] = two_halves(h2f_vnni(p + 2), full ? h2f_vnni(p + bb + 2) : 0.0f);
             }
             pairs_vnni<R, NT>(u, ws, xv, cv, dv, acc);
+            if constexpr (block32_min<T>)
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r)
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t)
+                        acc[r][t] = _mm512_mask3_fmadd_ps(mv[r], dsv[t], acc[r][t], 0x0101);
         }
     } else if constexpr (T == DType::Q4_K) {
         // Per super-block, row and token, one vector of scale products, in the lane order
@@ -433,6 +566,124 @@ LS_VNNI void tile_vnni(const uint8_t *const *rows, const QuantizedActs &a, int64
             out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// ---- AVX-512 VNNI: Q2_K, Q3_K, Q5_K, IQ4_XS ------------------------------------------------------------
+
+// The weight scales of a super-block: a scale per 16 values, 16 lanes (Q2_K, Q3_K); or per 32 in
+// lanes 0-7 with the minimums (dmin * m) in lanes 8-15 (Q5_K, as Q4_K) or zeros (IQ4_XS).
+template <DType T> LS_VNNI inline __m512 k_scales_vnni(const uint8_t *p)
+{
+    if constexpr (T == DType::Q2_K) {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0F))), _mm512_set1_ps(h2f_vnni(p + 80)));
+    } else if constexpr (T == DType::Q3_K) {
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3_k_unpack_scales(p + 96))),
+                             _mm512_set1_ps(h2f_vnni(p + 108)));
+    } else if constexpr (T == DType::Q5_K) {
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_k_unpack_scales(p + 4))), d_dmin_vnni(p));
+    } else {
+        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iq4_xs_unpack_scales(p)), _mm256_set1_ps(h2f_vnni(p)));
+        return _mm512_zextps256_ps512(f);
+    }
+}
+
+// Q2_K's minimums dmin * m per 16 values.
+LS_VNNI inline __m512 q2_k_mins_vnni(const uint8_t *p)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), _mm512_set1_ps(h2f_vnni(p + 82)));
+}
+
+// As the Q4_K and Q6_K kernels: per super-block, row and token one vector of scale products
+// scx (the weight scale of each group times the activations' d of its block), chunk k's lanes
+// taking theirs by a permutation; the four chunks sum apart from the accumulator; minimums
+// subtracted once per super-block (Q5_K: lanes 8-15 of scx, (dmin m_j) ds_j; Q2_K: (dmin m_g)
+// d_x sum(q_x) per 16 values).
+template <DType T, int R, int NT>
+LS_VNNI void tile_vnni_k(const uint8_t *const *rows, const QuantizedActs &a, int64_t t0, float *out, int64_t ldo)
+{
+    constexpr bool g16 = k_groups16<T>;
+    constexpr int64_t bytes = k_bytes<T>;
+    const int64_t n = a.n;
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i bias = _mm512_set1_epi8(char(T == DType::IQ4_XS ? 128 : k_bias<T>));
+    constexpr bool biased = T == DType::IQ4_XS || k_bias<T> != 0;
+    const __m512i pair_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    __m512 acc[R][NT];
+    const int8_t *xq[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            acc[r][t] = _mm512_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+        __m512 xd[NT], xm[NT];
+        __m512i cv[NT][4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const __m256 db = _mm256_loadu_ps(a.db_row(t0 + t) + sb * 8);
+            if constexpr (g16) {
+                xd[t] = _mm512_permutexvar_ps(pair_idx, _mm512_castps256_ps512(db));
+                if constexpr (k_min<T>)
+                    xm[t] = _mm512_mul_ps(xd[t], _mm512_cvtepi32_ps(_mm512_loadu_si512(a.s16_row(t0 + t) + sb * 16)));
+            } else {
+                const __m256 hi = k_min<T> ? _mm256_loadu_ps(a.ds_row(t0 + t) + sb * 8) : _mm256_setzero_ps();
+                xd[t] = _mm512_castpd_ps(
+                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(db)), _mm256_castps_pd(hi), 1));
+            }
+            if constexpr (biased)
+                #pragma GCC unroll 4
+                for (int k = 0; k < 4; ++k)
+                    cv[t][k] = _mm512_sub_epi32(
+                        zero, _mm512_dpbusd_epi32(zero, bias, _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k)));
+        }
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = rows[r] + sb * bytes;
+            const __m512 sc = k_scales_vnni<T>(p);
+            __m512 scx[NT], tot[NT];
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                scx[t] = _mm512_mul_ps(sc, xd[t]);
+                if constexpr (k_min<T> && !g16)
+                    acc[r][t] = _mm512_mask_sub_ps(acc[r][t], 0xFF00, acc[r][t], scx[t]);
+            }
+            if constexpr (k_min<T> && g16) {
+                const __m512 mn = q2_k_mins_vnni(p);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[r][t] = _mm512_fnmadd_ps(mn, xm[t], acc[r][t]);
+            }
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const __m512i idx = g16 ? _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
+                                                           4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                                           4 * k, 4 * k, 4 * k, 4 * k)
+                                        : _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                                           2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
+                                                           2 * k, 2 * k);
+                const __m512i uk = k_codes_512<T>(p, k);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const __m512i x = _mm512_loadu_si512(xq[t] + sb * qk_k + 64 * k);
+                    const __m512i isum = _mm512_dpbusd_epi32(biased ? cv[t][k] : zero, uk, x);
+                    const __m512 f = _mm512_cvtepi32_ps(isum), s = _mm512_permutexvar_ps(idx, scx[t]);
+                    tot[t] = k == 0 ? _mm512_mul_ps(f, s) : _mm512_fmadd_ps(f, s, tot[t]);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[r][t] = _mm512_add_ps(acc[r][t], tot[t]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
 // ---- AVX2 ------------------------------------------------------------------------------------------
 
 #define LS_AVX2Q __attribute__((target("avx2,fma,f16c")))
@@ -464,6 +715,44 @@ LS_AVX2Q inline void pairs_avx2(const __m256i (&u)[R], const __m256 (&ws)[R], co
             const __m256i s = _mm256_sub_epi32(dot4_avx2(u[r], xv[t]), cv[t]);
             acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws[r], dv[t]), acc[r][t]);
         }
+}
+
+// 0xFF in byte j where bit j of `bits` is set.
+LS_AVX2Q inline __m256i bytes_of_bits_avx2(uint32_t bits)
+{
+    // Byte j takes byte j / 8 of the mask, then keeps bit j % 8.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(bits)), _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i sel = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+}
+
+// 0xFF in byte l where bit `bit` of field[l] (32 bytes) is set.
+LS_AVX2Q inline __m256i bit_lanes_avx2(const uint8_t *field, int bit)
+{
+    const __m256i sel = _mm256_set1_epi8(char(1 << bit));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(field));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+}
+
+// The 32 nibbles of 16 bytes in value order: low nibbles, then high ones.
+LS_AVX2Q inline __m256i nibbles_avx2(const uint8_t *q)
+{
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+
+// IQ4_NL's sixteen values (signed) in both 128-bit lanes.
+LS_AVX2Q inline __m256i iq4_table_avx2()
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
+}
+
+// Signed weights w (|w| <= 127) against signed activations: maddubs takes |w| as the unsigned
+// operand and x with w's sign.
+LS_AVX2Q inline __m256i signed_dot4_avx2(__m256i w, __m256i x)
+{
+    return dot4_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
 template <DType T, int R, int NT>
@@ -505,23 +794,61 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
                 }
             }
         }
-    } else if constexpr (T == DType::Q4_0) {
-        const __m256i bias = _mm256_set1_epi8(8);
+    } else if constexpr (T == DType::IQ4_NL) {
+        // The table's values are signed: Q8_0's sign trick on the looked-up weights.
+        const __m256i table = iq4_table_avx2();
         for (int64_t b = 0; b < n / qk; ++b) {
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
                 xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * qk));
                 dv[t] = _mm256_loadu_ps(xl[t] + b * 8);
-                cv[t] = dot4_avx2(bias, xv[t]);
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const uint8_t *p = rows[r] + b * q4_0_bytes;
-                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 2));
-                u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+                const uint8_t *p = rows[r] + b * block32_bytes<DType::IQ4_NL>;
+                const __m256i w = _mm256_shuffle_epi8(table, nibbles_avx2(p + 2));
+                const __m256 wsr = _mm256_set1_ps(h2f_avx2(p));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(signed_dot4_avx2(w, xv[t])), _mm256_mul_ps(wsr, dv[t]),
+                                                acc[r][t]);
+            }
+        }
+    } else if constexpr (is_block32<T>) {
+        // Q4_0 (bias 8), Q4_1, Q5_0 (bias 16), Q5_1: the nibble, with the fifth bit for Q5_*;
+        // Q4_1 and Q5_1 add m * d_x * sum(q_x) per block in lane 0.
+        constexpr int64_t bb = block32_bytes<T>;
+        const __m256i bias = _mm256_set1_epi8(char(block32_bias<T>));
+        __m256 mv[R], dsv[NT];
+        for (int64_t b = 0; b < n / qk; ++b) {
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * qk));
+                dv[t] = _mm256_loadu_ps(xl[t] + b * 8);
+                cv[t] = block32_bias<T> ? dot4_avx2(bias, xv[t]) : _mm256_setzero_si256();
+                if constexpr (block32_min<T>)
+                    dsv[t] = _mm256_setr_ps(xs[t][b], 0, 0, 0, 0, 0, 0, 0);
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t *p = rows[r] + b * bb;
+                u[r] = nibbles_avx2(p + block32_qs<T>);
+                if constexpr (block32_five<T>) {
+                    uint32_t qh;
+                    std::memcpy(&qh, p + block32_qh<T>, 4);
+                    u[r] = _mm256_or_si256(u[r], _mm256_and_si256(bytes_of_bits_avx2(qh), _mm256_set1_epi8(0x10)));
+                }
                 ws[r] = _mm256_set1_ps(h2f_avx2(p));
+                if constexpr (block32_min<T>)
+                    mv[r] = _mm256_set1_ps(h2f_avx2(p + 2));
             }
             pairs_avx2<R, NT>(u, ws, xv, cv, dv, acc);
+            if constexpr (block32_min<T>)
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r)
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t)
+                        acc[r][t] = _mm256_fmadd_ps(mv[r], dsv[t], acc[r][t]);
         }
     } else if constexpr (T == DType::Q4_K) {
         // As the VNNI kernel: per super-block and pair the scale products
@@ -637,6 +964,140 @@ LS_AVX2Q void tile_avx2(const uint8_t *const *rows, const QuantizedActs &a, int6
             out[t * ldo + r] = hsum_avx2(acc[r][t]);
 }
 
+// ---- AVX2: Q2_K, Q3_K, Q5_K, IQ4_XS ---------------------------------------------------------------
+
+// The 32 codes of chunk c (values 32 c .. 32 c + 31) of a super-block: unsigned, or IQ4_XS's
+// signed table values.
+template <DType T> LS_AVX2Q inline __m256i k_codes_avx2(const uint8_t *p, int c)
+{
+    if constexpr (T == DType::Q2_K || T == DType::Q3_K) {
+        const uint8_t *qs = p + (T == DType::Q2_K ? 16 : 32) + 32 * (c / 4);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs));
+        const __m256i low = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (c % 4))), _mm256_set1_epi8(3));
+        if constexpr (T == DType::Q2_K)
+            return low;
+        else
+            return _mm256_or_si256(low, _mm256_and_si256(bit_lanes_avx2(p, c), _mm256_set1_epi8(4)));
+    } else if constexpr (T == DType::Q5_K) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + 48 + 32 * (c / 2)));
+        const __m256i nib = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * (c % 2))), _mm256_set1_epi8(0x0F));
+        return _mm256_or_si256(nib, _mm256_and_si256(bit_lanes_avx2(p + 16, c), _mm256_set1_epi8(0x10)));
+    } else {
+        return _mm256_shuffle_epi8(iq4_table_avx2(), nibbles_avx2(p + 8 + 16 * c));
+    }
+}
+
+// The weight scales (and minimums) of a super-block as 8-lane vectors: per 16 values two
+// halves (groups 0-7, 8-15), per 32 one (lane j: block j).
+template <DType T> LS_AVX2Q inline void k_scales_avx2(const uint8_t *p, __m256 (&sc)[2], __m256 (&mn)[2])
+{
+    if constexpr (T == DType::Q2_K) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+        const __m256 d = _mm256_set1_ps(h2f_avx2(p + 80)), dmin = _mm256_set1_ps(h2f_avx2(p + 82));
+        for (int h = 0; h < 2; ++h) {
+            const __m256i b = _mm256_cvtepu8_epi32(h ? _mm_srli_si128(v, 8) : v);
+            sc[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0x0F))), d);
+            mn[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), dmin);
+        }
+    } else if constexpr (T == DType::Q3_K) {
+        const __m128i v = q3_k_unpack_scales(p + 96);
+        const __m256 d = _mm256_set1_ps(h2f_avx2(p + 108));
+        sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d);
+        sc[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), d);
+    } else if constexpr (T == DType::Q5_K) {
+        const __m128i sm = q4_k_unpack_scales(p + 4);
+        sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(h2f_avx2(p)));
+        mn[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))), _mm256_set1_ps(h2f_avx2(p + 2)));
+    } else {
+        sc[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(iq4_xs_unpack_scales(p)), _mm256_set1_ps(h2f_avx2(p)));
+    }
+}
+
+// As the Q4_K / Q6_K AVX2 kernels: per super-block and pair the scale products (weight scale
+// times the activations' d of the block), chunk c of 32 values scaled lane by lane; the
+// minimums subtracted once per super-block.
+template <DType T, int R, int NT>
+LS_AVX2Q void tile_avx2_k(const uint8_t *const *rows, const QuantizedActs &a, int64_t t0, float *out, int64_t ldo)
+{
+    constexpr bool g16 = k_groups16<T>;
+    constexpr int64_t bytes = k_bytes<T>;
+    const int64_t n = a.n;
+    const __m256i bias = _mm256_set1_epi8(char(k_bias<T>));
+    const __m256i pair_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), pair_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    __m256 acc[R][NT];
+    const int8_t *xq[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    __m256i xv[NT], cv[NT];
+    for (int64_t sb = 0; sb < n / qk_k; ++sb) {
+        __m256 scx[R][NT][2];
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            __m256 sc[2], mn[2];
+            k_scales_avx2<T>(rows[r] + sb * bytes, sc, mn);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m256 dx = _mm256_loadu_ps(a.db_row(t0 + t) + sb * 8);
+                if constexpr (g16) {
+                    const __m256 dlo = _mm256_permutevar8x32_ps(dx, pair_lo), dhi = _mm256_permutevar8x32_ps(dx, pair_hi);
+                    scx[r][t][0] = _mm256_mul_ps(sc[0], dlo);
+                    scx[r][t][1] = _mm256_mul_ps(sc[1], dhi);
+                    if constexpr (k_min<T>) {
+                        const int32_t *s16 = a.s16_row(t0 + t) + sb * 16;
+                        const __m256 x0 = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(s16)));
+                        const __m256 x1 = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(s16 + 8)));
+                        acc[r][t] = _mm256_fnmadd_ps(mn[0], _mm256_mul_ps(dlo, x0), acc[r][t]);
+                        acc[r][t] = _mm256_fnmadd_ps(mn[1], _mm256_mul_ps(dhi, x1), acc[r][t]);
+                    }
+                } else {
+                    scx[r][t][0] = _mm256_mul_ps(sc[0], dx);
+                    if constexpr (k_min<T>)
+                        acc[r][t] = _mm256_sub_ps(acc[r][t], _mm256_mul_ps(mn[0], _mm256_loadu_ps(a.ds_row(t0 + t) + sb * 8)));
+                }
+            }
+        }
+        #pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+            // Per 16: groups 2c and 2c+1 in lanes 0-3 and 4-7; per 32: block c in every lane.
+            const __m256i lanes = g16 ? _mm256_setr_epi32((2 * c) % 8, (2 * c) % 8, (2 * c) % 8, (2 * c) % 8,
+                                                          (2 * c + 1) % 8, (2 * c + 1) % 8, (2 * c + 1) % 8, (2 * c + 1) % 8)
+                                      : _mm256_set1_epi32(c);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + sb * qk_k + 32 * c));
+                if constexpr (k_bias<T> != 0)
+                    cv[t] = dot4_avx2(bias, xv[t]);
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const __m256i w = k_codes_avx2<T>(rows[r] + sb * bytes, c);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    __m256i isum;
+                    if constexpr (T == DType::IQ4_XS)
+                        isum = signed_dot4_avx2(w, xv[t]);
+                    else if constexpr (k_bias<T> != 0)
+                        isum = _mm256_sub_epi32(dot4_avx2(w, xv[t]), cv[t]);
+                    else
+                        isum = dot4_avx2(w, xv[t]);
+                    const __m256 ws = _mm256_permutevar8x32_ps(scx[r][t][g16 ? c / 4 : 0], lanes);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), ws, acc[r][t]);
+                }
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            out[t * ldo + r] = hsum_avx2(acc[r][t]);
+}
+
 // ---- dispatch -------------------------------------------------------------------------------------
 
 using QTileFn = void (*)(const uint8_t *const *, const QuantizedActs &, int64_t, float *, int64_t);
@@ -654,10 +1115,35 @@ using QTileFn = void (*)(const uint8_t *const *, const QuantizedActs &, int64_t,
 
 LS_QTILE_TABLE(tile_vnni)
 LS_QTILE_TABLE(tile_avx2)
+LS_QTILE_TABLE(tile_vnni_k)
+LS_QTILE_TABLE(tile_avx2_k)
 
 template <DType T> QTileFn tile_fn(QKernel k, int R, int NT)
 {
-    return k == QKernel::Vnni ? tile_vnni_fn<T>(R, NT) : tile_avx2_fn<T>(R, NT);
+    if constexpr (is_k_ext<T>)
+        return k == QKernel::Vnni ? tile_vnni_k_fn<T>(R, NT) : tile_avx2_k_fn<T>(R, NT);
+    else
+        return k == QKernel::Vnni ? tile_vnni_fn<T>(R, NT) : tile_avx2_fn<T>(R, NT);
+}
+
+// The vector tile of kernel set k (VNNI or AVX2) for `type`, or null for a type without one.
+QTileFn tile_for(QKernel k, DType type, int R, int NT)
+{
+    switch (type) {
+    case DType::Q8_0: return tile_fn<DType::Q8_0>(k, R, NT);
+    case DType::Q4_0: return tile_fn<DType::Q4_0>(k, R, NT);
+    case DType::Q4_1: return tile_fn<DType::Q4_1>(k, R, NT);
+    case DType::Q5_0: return tile_fn<DType::Q5_0>(k, R, NT);
+    case DType::Q5_1: return tile_fn<DType::Q5_1>(k, R, NT);
+    case DType::IQ4_NL: return tile_fn<DType::IQ4_NL>(k, R, NT);
+    case DType::Q2_K: return tile_fn<DType::Q2_K>(k, R, NT);
+    case DType::Q3_K: return tile_fn<DType::Q3_K>(k, R, NT);
+    case DType::Q4_K: return tile_fn<DType::Q4_K>(k, R, NT);
+    case DType::Q5_K: return tile_fn<DType::Q5_K>(k, R, NT);
+    case DType::Q6_K: return tile_fn<DType::Q6_K>(k, R, NT);
+    case DType::IQ4_XS: return tile_fn<DType::IQ4_XS>(k, R, NT);
+    default: return nullptr;
+    }
 }
 
 } // namespace
@@ -686,10 +1172,7 @@ void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int
         quantize_tokens(x, 0, n_tokens, n, out, level);
 }
 
-bool has_integer_dot(DType type)
-{
-    return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;
-}
+bool has_integer_dot(DType type) { return is_quantized(type); }
 
 QKernel qkernel() { return kernel_table().integer; }
 
@@ -718,29 +1201,14 @@ void qgemm_tile_with(QKernel k, DType type, const void *const *rows, int n_rows,
                 out[t * ldo + i] = dot_portable(type, r[i], a, t0 + t);
         return;
     }
-    QTileFn fn = nullptr;
-    switch (type) {
-    case DType::Q8_0: fn = tile_fn<DType::Q8_0>(k, n_rows, n_tokens); break;
-    case DType::Q4_0: fn = tile_fn<DType::Q4_0>(k, n_rows, n_tokens); break;
-    case DType::Q4_K: fn = tile_fn<DType::Q4_K>(k, n_rows, n_tokens); break;
-    case DType::Q6_K: fn = tile_fn<DType::Q6_K>(k, n_rows, n_tokens); break;
-    default: return;
-    }
-    fn(r, a, t0, out, ldo);
+    if (const QTileFn fn = tile_for(k, type, n_rows, n_tokens))
+        fn(r, a, t0, out, ldo);
 }
 
 void qgemv_rows(QKernel k, DType type, const void *base, size_t row_stride, int64_t n_rows, const QuantizedActs &a,
                 int64_t t, float *y)
 {
-    QTileFn fn = nullptr;
-    if (k != QKernel::Portable)
-        switch (type) {
-        case DType::Q8_0: fn = tile_fn<DType::Q8_0>(k, 1, 1); break;
-        case DType::Q4_0: fn = tile_fn<DType::Q4_0>(k, 1, 1); break;
-        case DType::Q4_K: fn = tile_fn<DType::Q4_K>(k, 1, 1); break;
-        case DType::Q6_K: fn = tile_fn<DType::Q6_K>(k, 1, 1); break;
-        default: break;
-        }
+    const QTileFn fn = k != QKernel::Portable ? tile_for(k, type, 1, 1) : nullptr;
     const auto *b = static_cast<const uint8_t *>(base);
     for (int64_t r = 0; r < n_rows; ++r) {
         const uint8_t *row = b + size_t(r) * row_stride;

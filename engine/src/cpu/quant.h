@@ -1,4 +1,5 @@
-// Quantized weight formats: Q8_0, Q4_0, Q4_K and Q6_K, with the block layouts GGUF files store
+// Quantized weight formats: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and
+// IQ4_XS, with the block layouts GGUF files store
 // (ggml's, bit for bit, so files made by llama.cpp's quantizer load and files made here load
 // in llama.cpp). All multi-byte fields are little endian; "f16" is an IEEE half.
 //
@@ -19,6 +20,28 @@
 //        q(l+64) = (ql[l]    >> 4)  | ((qh[l] >> 4 & 3) << 4)
 //        q(l+96) = (ql[l+32] >> 4)  | ((qh[l] >> 6 & 3) << 4)
 //        x(i) = (d * scales[i / 16]) * (q(i) - 32).
+//   Q4_1, 32 elements, 20 bytes:  f16 d; f16 m; uint8 qs[16].  Q4_0's nibbles, x = q * d + m.
+//   Q5_0, 32 elements, 22 bytes:  f16 d; uint32 qh; uint8 qs[16]. q = nibble (as Q4_0) | bit j
+//        of qh << 4 for value j; x = (q - 16) * d.
+//   Q5_1, 32 elements, 24 bytes:  f16 d; f16 m; uint32 qh; uint8 qs[16]. q as Q5_0, x = q * d + m.
+//   IQ4_NL, 32 elements, 18 bytes: f16 d; uint8 qs[16]. Q4_0's nibbles index a table of sixteen
+//        int8 values (iq4_nl_values): x = d * table[nibble].
+//   Q2_K, 256 elements, 84 bytes: uint8 scales[16]; uint8 qs[64]; f16 d; f16 dmin. Sixteen
+//        groups of 16; group g has scale scales[g] & 0xF and min scales[g] >> 4. Value i's 2-bit
+//        code q is bits 2 (i % 128 / 32) of qs[32 (i / 128) + i % 32] (q2_k_code).
+//        x = (d * sc) * q - (dmin * m).
+//   Q3_K, 256 elements, 110 bytes: uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d.
+//        Value i's 3-bit code: the 2-bit field as Q2_K, plus 4 where bit i / 32 of hmask[i % 32]
+//        is set. Sixteen 6-bit scales per 16 values, stored + 32: low four bits in the nibbles of
+//        scales[0..7] (groups 0-7 low, 8-15 high), top two at bits 2 (g / 4) of scales[8 + g % 4].
+//        x = (d * (sc - 32)) * (q - 4).
+//   Q5_K, 256 elements, 176 bytes: f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128].
+//        Q4_K's scales, mins and nibbles; sub-block j adds 16 where bit j of qh[l] is set (value
+//        32 j + l). x = (d * sc) * q - (dmin * m).
+//   IQ4_XS, 256 elements, 136 bytes: f16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128].
+//        Eight blocks of 32 as IQ4_NL's (qs + 16 ib); block ib's 6-bit scale, stored + 32: low
+//        nibble ib % 2 of scales_l[ib / 2], top two bits at 2 ib of scales_h.
+//        x = (d * (ls - 32)) * table[nibble].
 //
 // The arithmetic order above is ggml's; dequantization is bit-exact against llama.cpp's gguf
 // Python package (tests/data/quant).
@@ -47,19 +70,42 @@ size_t row_bytes(DType type, int64_t n);
 void dequantize_row(DType type, const void *src, float *dst, int64_t n);
 // The same with the kernels of `level` (one this CPU runs).
 void dequantize_row_with(VectorLevel level, DType type, const void *src, float *dst, int64_t n);
-// The kernel dequantize_row_with(level, type) runs: Q8_0 has AVX-512 and AVX2 ones; Q4_0,
-// Q4_K and Q6_K an AVX-512 one; F32, F16 and BF16 are decoded portably.
+// The kernel dequantize_row_with(level, type) runs: Q8_0 has AVX-512 and AVX2 ones, every
+// other quantized type an AVX-512 one; F32, F16 and BF16 are decoded portably.
 VectorLevel dequantize_level(DType type, VectorLevel level);
 // ... and the one dequantize_row runs now.
 VectorLevel dequantize_level(DType type);
 
-// Encodes n floats (a multiple of the block size) as `type` with ggml's reference quantizers
-// (quantize_row_*_ref): Q8_0 d = absmax / 127; Q4_0 d = (value of largest magnitude) / -8;
-// Q4_K least-squares search of scale and min per sub-block of 32 (weighted by |x| + rms);
-// Q6_K search of the scale per 16 (weighted by x^2). Also F32, F16 and BF16.
+// Encodes n floats (a multiple of the block size) as `type` with the quantizers llama.cpp's
+// quantize tool runs without an importance matrix (ggml's quantize_row_*_ref; for IQ4_NL and
+// IQ4_XS quantize_iq4_*): Q8_0 d = absmax / 127; Q4_0 / Q5_0 d = (value of largest magnitude)
+// / -8 / -16; Q4_1 / Q5_1 d = (max - min) / 15 / 31, m = min; Q4_K / Q5_K least-squares search
+// of scale and min per sub-block of 32 (weighted by |x| + rms); Q2_K the same per 16 (weighted
+// by |x|, absolute error); Q3_K and Q6_K search of the scale per 16 (weighted by x^2); IQ4_NL /
+// IQ4_XS search of the scale per 32 over the value table. Also F32, F16 and BF16.
 void quantize_row(DType type, const float *src, void *dst, int64_t n);
 
-// The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed bytes.
+// The eight 6-bit scales and mins of a Q4_K (and Q5_K) super-block from its 12 packed bytes.
 void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8]);
+
+// IQ4_NL's and IQ4_XS's sixteen values (ggml's kvalues_iq4nl), ascending.
+inline constexpr int8_t iq4_nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// The sixteen scales of a Q3_K super-block, minus 32 (-32..31), from its 12 packed bytes.
+inline void q3_k_scales(const uint8_t *packed, int8_t sc[16])
+{
+    for (int g = 0; g < 16; ++g) {
+        const int low = g < 8 ? packed[g] & 0x0f : packed[g - 8] >> 4;
+        const int high = (packed[8 + g % 4] >> (2 * (g / 4))) & 3;
+        sc[g] = int8_t((low | (high << 4)) - 32);
+    }
+}
+
+// The scale of block ib (0..7) of an IQ4_XS super-block, minus 32 (-32..31).
+inline int iq4_xs_scale(const uint8_t *scales_l, uint16_t scales_h, int ib)
+{
+    return (((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4)) - 32;
+}
 
 } // namespace longscope

@@ -20,6 +20,8 @@ std::optional<DTypeTraits> dtype_traits(uint32_t id)
     case 13: return DTypeTraits{"Q5_K", 256, 176};
     case 14: return DTypeTraits{"Q6_K", 256, 210};
     case 15: return DTypeTraits{"Q8_K", 256, 292};
+    case 20: return DTypeTraits{"IQ4_NL", 32, 18};
+    case 23: return DTypeTraits{"IQ4_XS", 256, 136};
     case 24: return DTypeTraits{"I8", 1, 1};
     case 25: return DTypeTraits{"I16", 1, 2};
     case 26: return DTypeTraits{"I32", 1, 4};
@@ -38,8 +40,24 @@ std::string_view dtype_name(DType t)
 
 bool dtype_supported(DType t)
 {
-    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-           t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
+    switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: return true;
+    default: return false;
+    }
 }
 
 } // namespace longscope

@@ -27,6 +27,8 @@ bool is_plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType
 
 bool is_tool_type(DType t) { return is_plain(t) || is_quantized(t); }
 
+const std::string tool_type_names = "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
+
 bool ends_with(const std::string &s, std::string_view suffix)
 {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -172,48 +174,116 @@ uint32_t llama_file_type(DType type)
     case DType::F32: return 0;
     case DType::F16: return 1;
     case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
-    case DType::Q4_K: return 15; // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::Q2_K: return 10;   // LLAMA_FTYPE_MOSTLY_Q2_K
+    case DType::Q3_K: return 12;   // LLAMA_FTYPE_MOSTLY_Q3_K_M
+    case DType::Q4_K: return 15;   // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    case DType::Q5_K: return 17;   // LLAMA_FTYPE_MOSTLY_Q5_K_M
     case DType::Q6_K: return 18;
+    case DType::IQ4_NL: return 25;
+    case DType::IQ4_XS: return 30;
     case DType::BF16: return 32;
     default: throw InvalidArgument("no llama.cpp file type for " + std::string(dtype_name(type)));
     }
 }
 
+namespace {
+
+bool is_k_mix(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K; }
+
+// llama.cpp's choice, in the mixes of the K types, of a weight's type by its role (dense models,
+// no importance matrix): the output (or the token embedding tied to it) in Q6_K, Q8_0 where
+// its rows do not divide into 256; attn_v, ffn_down, attn_output and a fused attn_qkv with more
+// bits in some layers; everything else `type`.
+//   Q2_K:   attn_v Q3_K (Q4_K with 4 or more query heads per KV head), ffn_down and attn_output Q3_K
+//   Q3_K_M: attn_v Q5_K in layers 0-1 then Q4_K; ffn_down Q5_K in the first sixteenth of the
+//           layers then Q4_K; attn_output and attn_qkv Q4_K
+//   Q4_K_M: attn_v and ffn_down Q6_K where use_more_bits; attn_qkv Q5_K
+//   Q5_K_M: attn_v and ffn_down Q6_K where use_more_bits; attn_qkv Q6_K
+DType k_mix_type(const std::string &name, int64_t row_len, DType type, int n_layer, bool has_output, int n_gqa)
+{
+    if (name == "output.weight" || (!has_output && name == "token_embd.weight"))
+        return row_len % 256 != 0 ? DType::Q8_0 : DType::Q6_K;
+    const int layer = layer_of(name);
+    if (layer < 0)
+        return type;
+    const bool more = use_more_bits(layer, n_layer);
+    if (ends_with(name, ".attn_v.weight")) {
+        switch (type) {
+        case DType::Q2_K: return n_gqa >= 4 ? DType::Q4_K : DType::Q3_K;
+        case DType::Q3_K: return layer < 2 ? DType::Q5_K : DType::Q4_K;
+        default: return more ? DType::Q6_K : type;
+        }
+    }
+    if (ends_with(name, ".ffn_down.weight")) {
+        switch (type) {
+        case DType::Q2_K: return DType::Q3_K;
+        case DType::Q3_K: return layer < n_layer / 16 ? DType::Q5_K : DType::Q4_K;
+        default: return more ? DType::Q6_K : type;
+        }
+    }
+    if (ends_with(name, ".attn_output.weight"))
+        return type == DType::Q2_K ? DType::Q3_K : type == DType::Q3_K ? DType::Q4_K : type;
+    if (ends_with(name, ".attn_qkv.weight"))
+        return type == DType::Q3_K ? DType::Q4_K : type == DType::Q4_K ? DType::Q5_K : type == DType::Q5_K ? DType::Q6_K : type;
+    return type;
+}
+
+// llama.cpp's fallback for rows that do not divide into 256-value blocks: the 32-value type
+// of about the same size; `keep` when even that does not divide.
+DType fit_row(DType want, int64_t row_len, DType keep)
+{
+    if (row_len % block_elems(want) == 0)
+        return want;
+    switch (want) {
+    case DType::Q2_K:
+    case DType::Q3_K: want = DType::Q4_0; break;
+    case DType::Q4_K: want = DType::Q5_0; break;
+    case DType::Q5_K: want = DType::Q5_1; break;
+    case DType::Q6_K: want = DType::Q8_0; break;
+    case DType::IQ4_XS: want = DType::IQ4_NL; break;
+    default: return keep;
+    }
+    return row_len % block_elems(want) == 0 ? want : keep;
+}
+
+} // namespace
+
 DType weight_type_for(const std::string &name, const std::vector<int64_t> &shape, DType type,
-                      DType keep, int n_layer, bool has_output)
+                      DType keep, int n_layer, bool has_output, int n_gqa)
 {
     size_t dims = shape.size();
     while (dims > 1 && shape[dims - 1] == 1)
         --dims; // [n, 1] is a vector
     if (dims < 2 || !ends_with(name, "weight"))
         return keep;
-    DType want = type;
-    if (type == DType::Q4_K) {
-        const int layer = layer_of(name);
-        if (name == "output.weight" || (!has_output && name == "token_embd.weight"))
-            want = DType::Q6_K;
-        else if (layer >= 0 && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
-                 use_more_bits(layer, n_layer))
-            want = DType::Q6_K;
-    }
-    if (shape[0] % block_elems(want) != 0)
-        return keep; // as llama.cpp keeps a tensor it cannot quantize
-    return want;
+    const DType want = is_k_mix(type) ? k_mix_type(name, shape[0], type, n_layer, has_output, n_gqa) : type;
+    return is_plain(want) ? want : fit_row(want, shape[0], keep);
 }
 
 void quantize_model_file(const std::string &in_gguf, const std::string &out_gguf, DType type,
                          ToolProgress progress)
 {
     if (!is_tool_type(type))
-        throw InvalidArgument("cannot quantize to " + std::string(dtype_name(type)) +
-                              " (supported: Q8_0, Q4_0, Q4_K, Q6_K, F32, F16, BF16)");
+        throw InvalidArgument("cannot quantize to " + std::string(dtype_name(type)) + " (supported: " +
+                              tool_type_names + ", F32, F16, BF16)");
     const std::unique_ptr<GgufFile> in = GgufFile::open(in_gguf);
 
     int n_layer = 0;
     for (const GgufTensorInfo &t : in->tensors())
         n_layer = std::max(n_layer, layer_of(t.name) + 1);
     const bool has_output = in->find_tensor("output.weight") != nullptr;
+    // Query heads per KV head (Q2_K's attn_v rule), from the architecture's head counts.
+    int n_gqa = 1;
+    if (const auto arch = in->get_string("general.architecture")) {
+        const auto heads = in->get_int(*arch + ".attention.head_count");
+        const auto kv = in->get_int(*arch + ".attention.head_count_kv");
+        if (heads && kv && *kv > 0 && *heads > 0)
+            n_gqa = int(std::min<int64_t>(*heads / *kv, 1 << 20));
+    }
 
     GgufStreamWriter w(out_gguf, 32);
     for (const std::string &key : in->metadata_order())
@@ -227,7 +297,7 @@ void quantize_model_file(const std::string &in_gguf, const std::string &out_gguf
     std::vector<DType> out_types;
     uint64_t total_bytes = 0;
     for (const GgufTensorInfo &t : in->tensors()) {
-        DType ot = weight_type_for(t.name, t.shape, type, t.type, n_layer, has_output);
+        DType ot = weight_type_for(t.name, t.shape, type, t.type, n_layer, has_output, n_gqa);
         if (ot != t.type && !is_plain(t.type))
             throw FormatError(in_gguf + ": tensor " + t.name + " is already " +
                               std::string(dtype_name(t.type)) +
@@ -277,7 +347,7 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
 {
     if (!is_tool_type(spec.type))
         throw InvalidArgument("cannot write weights of type " + std::string(dtype_name(spec.type)) +
-                              " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
+                              " (supported: F32, F16, BF16, " + tool_type_names + ")");
     HParams hp;
     hp.n_vocab = spec.n_vocab;
     hp.n_embd = spec.n_embd;
@@ -328,7 +398,8 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
     std::vector<Planned> plan;
     const int64_t e = spec.n_embd, ekv = hp.n_embd_kv(), f = spec.n_ff, v = spec.n_vocab;
     auto weight = [&](std::string name, std::vector<int64_t> shape) {
-        const DType t = weight_type_for(name, shape, spec.type, DType::F16, spec.n_layer, true);
+        const DType t = weight_type_for(name, shape, spec.type, DType::F16, spec.n_layer, true,
+                                        spec.n_head / std::max(1, spec.n_head_kv));
         plan.push_back({std::move(name), std::move(shape), t, false});
     };
     auto norm = [&](std::string name) { plan.push_back({std::move(name), {e}, DType::F32, true}); };
