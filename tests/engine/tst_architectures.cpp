@@ -8,6 +8,7 @@
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "longscope/model.h"
+#include "longscope/quantize.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -236,6 +237,63 @@ private slots:
         st.rope.scaling = RopeScalingType::LongRope;
         QVERIFY(compare_logits(*m, ref.seqs[0], ref.n_vocab, st) > 10 * k_tol);
         QVERIFY(compare_logits(*m, ref.seqs[0], ref.n_vocab) <= k_tol);
+    }
+
+    // make-model writes each family's tensors and keys as the loader (checked above against
+    // transformers through llama.cpp's naming) reads them: small shapes of every family load
+    // with their features and run.
+    void random_models_of_every_family()
+    {
+        QTemporaryDir tmp;
+        for (ArchFamily fam : {ArchFamily::Llama, ArchFamily::Qwen2, ArchFamily::Qwen3, ArchFamily::Gemma3,
+                               ArchFamily::Phi3}) {
+            RandomModelSpec spec;
+            spec.family = fam;
+            spec.n_embd = 64;
+            spec.n_layer = 6;
+            spec.n_head = 4;
+            spec.n_head_kv = 2;
+            spec.head_dim = fam == ArchFamily::Qwen3 || fam == ArchFamily::Gemma3 ? 32 : 0;
+            spec.n_ff = 128;
+            spec.n_vocab = 300;
+            spec.n_ctx = 256;
+            spec.type = DType::Q8_0;
+            spec.tied_embeddings = fam != ArchFamily::Phi3;
+            if (fam == ArchFamily::Llama) {
+                spec.rope.type = RopeScalingType::Llama3;
+                spec.rope.factor = 8;
+                spec.rope.orig_ctx = 64;
+            }
+            if (fam == ArchFamily::Gemma3 || fam == ArchFamily::Phi3)
+                spec.sliding_window = 16;
+            if (fam == ArchFamily::Gemma3)
+                spec.rope_base_swa = 10000;
+            const std::string path = tmp.filePath(QString::fromStdString(std::string(to_string(fam)) + ".gguf"))
+                                         .toStdString();
+            write_random_model_file(path, spec);
+            const auto m = Model::load(path);
+            const HParams &hp = m->hparams();
+            QCOMPARE(hp.family, fam);
+            QCOMPARE(hp.head_dim(), spec.head_dim ? spec.head_dim : 16);
+            QCOMPARE(hp.tied_embeddings, spec.tied_embeddings);
+            QCOMPARE(hp.qkv_bias, fam == ArchFamily::Qwen2);
+            QCOMPARE(hp.qk_norm, fam == ArchFamily::Qwen3 || fam == ArchFamily::Gemma3);
+            QCOMPARE(hp.sliding_window, spec.sliding_window);
+            if (fam == ArchFamily::Gemma3) {
+                QCOMPARE(hp.swa_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
+                QCOMPARE(hp.rope_base_swa, 10000.0f);
+            }
+            if (fam == ArchFamily::Llama) {
+                QCOMPARE(hp.rope.type, RopeScalingType::Llama3);
+                QCOMPARE(hp.rope.freq_factors.size(), size_t(8));
+                QCOMPARE(hp.rope.freq_factors.front(), 1.0f); // the highest frequency is kept
+                QCOMPARE(hp.rope.freq_factors.back(), 8.0f);  // the lowest divided by the factor
+            }
+            Session s(*m, {64, 2});
+            const std::vector<int32_t> prompt{1, 50, 60, 70, 80};
+            const auto l = s.eval(prompt);
+            QVERIFY(std::all_of(l.begin(), l.end(), [](float x) { return std::isfinite(x); }));
+        }
     }
 
     void refusals_name_what_is_missing()

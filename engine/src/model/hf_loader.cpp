@@ -125,12 +125,15 @@ void read_rope_object(const json &rs, const std::string &src, HParams &hp, float
 {
     if (!rs.is_object())
         throw ConfigError(src + ": rope_scaling must be an object or null");
-    std::string type = "default";
+    const std::string where = src + ": rope_scaling";
+    std::string type;
     for (const char *k : {"type", "rope_type"})
-        type = config_string(rs, src, k, type);
+        type = config_string(rs, where, k, type);
+    if (type.empty())
+        throw ConfigError(src + ": rope_scaling needs a type (rope_type)");
     if (type == "su")
         type = "longrope";
-    base = float(config_float(rs, src, "rope_theta", base));
+    base = float(config_float(rs, where, "rope_theta", base));
     RopeScaling &r = hp.rope;
     if (type == "default") {
         r.type = RopeScalingType::None;
@@ -142,18 +145,20 @@ void read_rope_object(const json &rs, const std::string &src, HParams &hp, float
     }
     if (r.type == RopeScalingType::None)
         return;
-    r.factor = float(config_float(rs, src, "factor", 0.0));
+    r.factor = float(config_float(rs, where, "factor", 0.0));
     if (r.factor == 0.0f && r.type != RopeScalingType::LongRope && r.type != RopeScalingType::Yarn)
         throw ConfigError(src + ": rope_scaling needs a numeric factor");
     if (rs.contains("original_max_position_embeddings"))
-        r.orig_ctx = config_int(rs, src, "original_max_position_embeddings", std::nullopt);
-    r.attn_factor = float(config_float(rs, src, "attention_factor", 0.0));
-    r.beta_fast = float(config_float(rs, src, "beta_fast", 32.0));
-    r.beta_slow = float(config_float(rs, src, "beta_slow", 1.0));
-    r.low_freq_factor = float(config_float(rs, src, "low_freq_factor", 1.0));
-    r.high_freq_factor = float(config_float(rs, src, "high_freq_factor", 4.0));
-    r.short_factors = config_floats(rs, src, "short_factor");
-    r.long_factors = config_floats(rs, src, "long_factor");
+        r.orig_ctx = config_int(rs, where, "original_max_position_embeddings", std::nullopt);
+    r.attn_factor = float(config_float(rs, where, "attention_factor", 0.0));
+    r.beta_fast = float(config_float(rs, where, "beta_fast", 32.0));
+    r.beta_slow = float(config_float(rs, where, "beta_slow", 1.0));
+    r.low_freq_factor = float(config_float(rs, where, "low_freq_factor", 1.0));
+    r.high_freq_factor = float(config_float(rs, where, "high_freq_factor", 4.0));
+    r.short_factors = config_floats(rs, where, "short_factor");
+    r.long_factors = config_floats(rs, where, "long_factor");
+    if (r.type == RopeScalingType::LongRope && (r.short_factors.empty() || r.long_factors.empty()))
+        throw ConfigError(src + ": rope_scaling longrope needs short_factor and long_factor lists");
 }
 
 // Everything about RoPE in config.json, in either layout. Gemma 3's global layers take the

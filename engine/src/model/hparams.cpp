@@ -31,7 +31,7 @@ void HParams::validate(const std::string &source) const
             "width " + std::to_string(n_embd) + " is not divisible by the head count " +
                 std::to_string(n_head) + " and no head size is given");
     require(n_head_dim >= 0 && n_head_dim <= 4096, source,
-            "head size must be between 1 and 4096, got " + std::to_string(n_head_dim));
+            "head size (head_dim, attention.key_length) must be between 1 and 4096, got " + std::to_string(n_head_dim));
     require(n_head_kv > 0 && n_head_kv <= n_head, source,
             "key/value head count must be between 1 and the head count, got " +
                 std::to_string(n_head_kv));
@@ -50,6 +50,8 @@ void HParams::validate(const std::string &source) const
             "RoPE base (rope_theta) must be greater than 1");
     require(std::isfinite(rope_scaling_factor) && rope_scaling_factor >= 1, source,
             "rope_scaling factor must be at least 1");
+    require(rope.type == RopeScalingType::None || (std::isfinite(rope.factor) && rope.factor >= 1), source,
+            "rope_scaling factor must be at least 1, got " + std::to_string(rope.factor));
     require(rope.orig_ctx >= 0, source, "original context length must not be negative");
     require(std::isfinite(rope.attn_factor) && rope.attn_factor >= 0, source,
             "rope attention factor must not be negative");

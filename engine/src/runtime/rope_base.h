@@ -24,6 +24,10 @@ RopeScaling scaling_in_effect(const HParams &hp, const RopeSettings &rope);
 // base of whichever method is in effect.
 RopeInEffect rope_in_effect(const HParams &hp, const RopeSettings &rope, int seq_len);
 
+// Llama 3.1's per-dimension divisors for a scaling's factor, original context and low/high
+// frequency factors (what GGUF files carry as rope_freqs).
+std::vector<float> llama3_rope_factors(const HParams &hp, const RopeScaling &rs);
+
 // Shorthands: the base, and the position scale.
 double rope_base_in_effect(const HParams &hp, const RopeSettings &rope, int seq_len);
 double rope_pos_scale(const HParams &hp, const RopeSettings &rope);

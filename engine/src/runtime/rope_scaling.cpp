@@ -44,6 +44,8 @@ std::vector<float> yarn_factors(const HParams &hp, const RopeScaling &rs, double
 // smooth blend between.
 std::vector<float> llama3_factors(const HParams &hp, const RopeScaling &rs, double base)
 {
+    if (rs.factor < 1.0f || !(rs.low_freq_factor < rs.high_freq_factor))
+        throw InvalidArgument("llama3 RoPE scaling needs a factor >= 1 and low_freq_factor < high_freq_factor");
     const int d = hp.n_rot;
     const double orig = original_context(hp, rs);
     const double low_wl = orig / rs.low_freq_factor, high_wl = orig / rs.high_freq_factor;
@@ -63,6 +65,11 @@ std::vector<float> llama3_factors(const HParams &hp, const RopeScaling &rs, doub
 }
 
 } // namespace
+
+std::vector<float> llama3_rope_factors(const HParams &hp, const RopeScaling &rs)
+{
+    return llama3_factors(hp, rs, hp.rope_base);
+}
 
 RopeScaling scaling_in_effect(const HParams &hp, const RopeSettings &rope)
 {
