@@ -404,7 +404,9 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
     if (hp.sliding_window > 0)
         o << "\n"
           << "sliding window:   " << hp.sliding_window << " tokens"
-          << (hp.rope_base_swa > 0 ? ", RoPE base " + std::to_string(hp.rope_base_swa) : std::string());
+          << (hp.rope_base_swa > 0 ? ", RoPE base " : "");
+    if (hp.sliding_window > 0 && hp.rope_base_swa > 0)
+        o << hp.rope_base_swa;
     if (hp.attn_softcap > 0 || hp.final_softcap > 0)
         o << "\n"
           << "soft-capping:     attention " << hp.attn_softcap << ", logits " << hp.final_softcap;

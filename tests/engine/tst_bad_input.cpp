@@ -764,6 +764,16 @@ std::vector<FileCase> gguf_model_cases()
     m("missing tensor output_norm.weight", [](GgufSpec &s) { s.drop_tensor("output_norm.weight"); }, F,
       "missing;output_norm.weight");
     m("no tensors at all", [](GgufSpec &s) { s.tensors.clear(); }, F, "missing;token_embd.weight");
+    // A tensor the llama family does not use (a bias) is refused by name, never ignored.
+    m("unused tensor blk.0.attn_q.bias", [](GgufSpec &s) {
+        s.tensors.push_back({"blk.0.attn_q.bias", {64}, 0, std::string(64 * 4, '\0')});
+    }, F, "blk.0.attn_q.bias;does not use");
+    m("architecture mixtral", [](GgufSpec &s) { s.set("general.architecture", v_str("mixtral")); }, F,
+      "mixtral;mixture-of-experts");
+    m("attention.key_length differs from value_length", [](GgufSpec &s) {
+        s.set("llama.attention.key_length", v_u32(8));
+        s.set("llama.attention.value_length", v_u32(16));
+    }, F, "key_length;value_length");
     m("wrong shape attn_q [32, 128]", [](GgufSpec &s) { s.tensor("blk.1.attn_q.weight").shape = {32, 128}; }, F,
       "shape;blk.1.attn_q.weight");
     m("wrong shape attn_k transposed", [](GgufSpec &s) { s.tensor("blk.0.attn_k.weight").shape = {32, 64}; }, F,
