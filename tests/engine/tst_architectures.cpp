@@ -7,6 +7,7 @@
 // has no scaling must reproduce the file's own method, and the refusals name what is missing.
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/generator.h"
 #include "longscope/model.h"
 #include "longscope/quantize.h"
 
@@ -180,6 +181,30 @@ private slots:
         const auto m = Model::load(k_dir + "/" + fam + (format == "hf" ? "/hf" : "/model.gguf"));
         const Reference ref = load_reference(fam);
         QCOMPARE(greedy(*m, ref.prompt, int(ref.continuation.size())), ref.continuation);
+    }
+
+    // The generator and batched generation give the same greedy text (phi3: across the LongRoPE
+    // switch, where the context is evaluated again with the long factors).
+    void generators_match_data() { logits_match_transformers_data(); }
+
+    void generators_match()
+    {
+        QFETCH(QString, family);
+        QFETCH(QString, format);
+        const std::string fam = family.toStdString();
+        const auto m = Model::load(k_dir + "/" + fam + (format == "hf" ? "/hf" : "/model.gguf"));
+        const Reference ref = load_reference(fam);
+        GenerateRequest req;
+        req.prompt = ref.prompt;
+        req.max_new_tokens = int(ref.continuation.size());
+        req.sampling.temperature = 0;
+        req.end_tokens = std::vector<int32_t>{};
+        Session s(*m, {128, 2});
+        QCOMPARE(generate(s, req).tokens, ref.continuation);
+        const std::vector<GenerateResult> batch = generate_batch(*m, {128, 2}, {req, req});
+        QCOMPARE(batch.size(), size_t(2));
+        QCOMPARE(batch[0].tokens, ref.continuation);
+        QCOMPARE(batch[1].tokens, ref.continuation);
     }
 
     // A method chosen in the settings on a file without scaling reproduces the method the

@@ -109,7 +109,15 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             seg.params.keys_before_rope = st.rope.store_kv_before_rope;
             seg.params.memory_efficient = st.attention.memory_efficient;
             seg.params.causal_flash = st.attention.causal_flash;
-            if (s.kv) {
+            if (s.kv && !s.history.empty() && crosses_longrope_switch(hp, st.rope, int(s.history.size()), len)) {
+                // As Session::eval: the whole context again with the long factors.
+                s.kv->ensure(len);
+                full.emplace_back(s.history);
+                full.back().insert(full.back().end(), s.pending.begin(), s.pending.end());
+                seg.tokens = full.back();
+                seg.n_past = 0;
+                seg.kv = s.kv.get();
+            } else if (s.kv) {
                 s.kv->ensure(len);
                 seg.tokens = s.pending;
                 seg.n_past = int(s.history.size());

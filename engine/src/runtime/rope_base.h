@@ -36,6 +36,11 @@ double rope_pos_scale(const HParams &hp, const RopeSettings &rope);
 // alpha auto): rows cached at another length were rotated otherwise.
 bool rope_follows_length(const HParams &hp, const RopeSettings &rope);
 
+// Whether a step from `past` cached tokens to `len` crosses LongRoPE's original context: the
+// cached keys were rotated with the short factors, and the whole context is evaluated again
+// with the long ones (as Hugging Face's Phi-3 does when generating).
+bool crosses_longrope_switch(const HParams &hp, const RopeSettings &rope, int past, int len);
+
 // Throws InvalidArgument when the settings ask for what the model cannot do: LongRoPE without
 // the model's factors, or keys cached before RoPE where the cache cannot be converted
 // (per-layer bases, per-dimension factors).

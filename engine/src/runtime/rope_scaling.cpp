@@ -148,6 +148,13 @@ bool rope_follows_length(const HParams &hp, const RopeSettings &rope)
     return rope.ntk_auto || t == RopeScalingType::Dynamic || t == RopeScalingType::LongRope;
 }
 
+bool crosses_longrope_switch(const HParams &hp, const RopeSettings &rope, int past, int len)
+{
+    const RopeScaling rs = scaling_in_effect(hp, rope);
+    const int orig = original_context(hp, rs);
+    return rs.type == RopeScalingType::LongRope && past <= orig && len > orig;
+}
+
 void check_rope_settings(const HParams &hp, const RopeSettings &rope)
 {
     const RopeScaling rs = scaling_in_effect(hp, rope);

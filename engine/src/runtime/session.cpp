@@ -39,12 +39,7 @@ struct Session::Impl {
     // The RoPE of a sequence of seq_len tokens; its factors are kept in rope_factors, which
     // the forward parameters point into.
     double rope_for(int seq_len);
-    bool crosses_longrope_switch(int past, int len) const
-    {
-        const RopeScaling rs = scaling_in_effect(model.hparams(), settings.rope);
-        const int orig = rs.orig_ctx > 0 ? rs.orig_ctx : model.hparams().n_ctx_train;
-        return rs.type == RopeScalingType::LongRope && past <= orig && len > orig;
-    }
+
     ForwardParams forward_params(double rope_base) const;
     // Evaluates tokens at positions start_pos.. into kv, appending the logits of positions
     // >= logits_from to `logits`; memory-efficient attention in chunks.
@@ -324,7 +319,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     std::vector<int32_t> replay;
     std::span<const int32_t> run_tokens = tokens;
     int run_past = past;
-    if (past > 0 && m->settings.kv_mode != KvMode::None && m->crosses_longrope_switch(past, int(len))) {
+    if (past > 0 && m->settings.kv_mode != KvMode::None && crosses_longrope_switch(m->model.hparams(), m->settings.rope, past, int(len))) {
         replay = m->history;
         replay.insert(replay.end(), tokens.begin(), tokens.end());
         run_tokens = replay;
