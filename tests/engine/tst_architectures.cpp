@@ -249,6 +249,23 @@ private slots:
         QVERIFY(compare_logits(*own, seq, ref.n_vocab, none) > 10 * k_tol);
     }
 
+    // "ntk" chosen as the method is the NTK-aware base of a fixed alpha (tst_techniques checks
+    // alpha against its formula): the same logits bit for bit.
+    void ntk_method_is_a_fixed_alpha()
+    {
+        const auto m = Model::load(k_dir + "/qwen3/hf");
+        const std::vector<int32_t> tokens = load_reference("qwen3").seqs.front().tokens;
+        Settings method, alpha;
+        method.rope.scaling = RopeScalingType::Ntk;
+        method.rope.scaling_factor = 4.0f;
+        alpha.rope.ntk_alpha = 4.0f;
+        Session a(*m, {128, 2, method}), b(*m, {128, 2, alpha}), plain(*m, {128, 2});
+        const auto la = a.eval(tokens, true), lb = b.eval(tokens, true);
+        QVERIFY(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));
+        const auto lp = plain.eval(tokens, true);
+        QVERIFY(!std::equal(la.begin(), la.end(), lp.begin(), lp.end()));
+    }
+
     void longrope_switches_at_the_original_context()
     {
         // The phi3 fixture's two sequences: 40 tokens (long factors) and 12 (short), both
