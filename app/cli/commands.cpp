@@ -63,7 +63,8 @@ std::string prompt_text(const Args &a, bool allow_positional)
 
 // The long-context options every command that runs the model takes.
 const std::vector<OptionSpec> k_settings_options = {
-    {{"--alpha"}}, {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
+    {{"--alpha"}}, {{"--rope-scaling"}}, {{"--rope-factor"}}, {{"--rope-orig-ctx"}},
+    {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
     {{"--kv"}}, {{"--overflow"}}, {{"--backend"}}};
 
 } // namespace
@@ -78,6 +79,16 @@ Settings settings_from_args(const Args &a)
             s.rope.ntk_alpha = float(a.get_double("--alpha", 1.0, 1e6).value());
         }
     }
+    if (auto method = a.value("--rope-scaling")) {
+        s.rope.scaling = parse_rope_scaling(*method);
+        if (!s.rope.scaling)
+            throw UsageError("--rope-scaling must be none, linear, ntk, dynamic, yarn, llama3 or longrope, got '" +
+                             *method + "'");
+    }
+    if (a.value("--rope-factor"))
+        s.rope.scaling_factor = float(a.get_double("--rope-factor", 1.0, 1e6).value());
+    if (a.value("--rope-orig-ctx"))
+        s.rope.scaling_orig_ctx = a.get_int("--rope-orig-ctx", 1, 1 << 24).value();
     s.rope.store_kv_before_rope = a.flag("--kv-before-rope");
     if (auto attn = a.value("--attn")) {
         if (*attn == "mem-efficient")
@@ -335,10 +346,17 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
     j["rope_dimension_count"] = hp.n_rot;
     j["rope_freq_base"] = hp.rope_base;
     j["rope_layout"] = hp.rope_style == RopeStyle::Interleaved ? "interleaved" : "rotate_half";
-    j["rope_scaling"] = hp.rope_scaling == RopeScalingType::None     ? "none"
-                        : hp.rope_scaling == RopeScalingType::Linear ? "linear"
-                                                                     : "dynamic";
+    j["rope_scaling"] = std::string(to_string(hp.rope.type));
     j["rope_scaling_factor"] = hp.rope_scaling_factor;
+    if (hp.rope.orig_ctx > 0)
+        j["rope_original_context"] = hp.rope.orig_ctx;
+    j["family"] = std::string(to_string(hp.family));
+    if (hp.sliding_window > 0)
+        j["sliding_window"] = hp.sliding_window;
+    if (hp.attn_softcap > 0)
+        j["attn_logit_softcapping"] = hp.attn_softcap;
+    if (hp.final_softcap > 0)
+        j["final_logit_softcapping"] = hp.final_softcap;
     j["context_length"] = hp.n_ctx_train;
     j["rms_norm_eps"] = hp.rms_eps;
     j["tied_embeddings"] = hp.tied_embeddings;
@@ -381,6 +399,17 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
       << j["rope_layout"].get<std::string>() << ", scaling " << j["rope_scaling"].get<std::string>();
     if (hp.rope_scaling != RopeScalingType::None)
         o << " x" << hp.rope_scaling_factor;
+    if (hp.rope.orig_ctx > 0)
+        o << " (original context " << hp.rope.orig_ctx << ")";
+    if (hp.sliding_window > 0)
+        o << "\n"
+          << "sliding window:   " << hp.sliding_window << " tokens"
+          << (hp.rope_base_swa > 0 ? ", RoPE base " : "");
+    if (hp.sliding_window > 0 && hp.rope_base_swa > 0)
+        o << hp.rope_base_swa;
+    if (hp.attn_softcap > 0 || hp.final_softcap > 0)
+        o << "\n"
+          << "soft-capping:     attention " << hp.attn_softcap << ", logits " << hp.final_softcap;
     o << "\n"
       << "rms norm eps:     " << hp.rms_eps << "\n"
       << "tied embeddings:  " << (hp.tied_embeddings ? "yes" : "no") << "\n";

@@ -282,15 +282,45 @@ bool is_gguf_file(const std::string &path)
 struct NamedShape {
     const char *name;
     int dim, layers, heads, kv_heads, ffn, vocab, ctx;
+    ArchFamily family = ArchFamily::Llama;
+    int head_dim = 0;
+    bool tied = false;
+    float rope_base = 10000.0f;
+    float rms_eps = 1e-5f;
+    int sliding_window = 0;
+    float rope_base_swa = 0.0f;
+    float llama3_factor = 0.0f; // llama3 RoPE scaling (low 1, high 4) from an original context of 8192
 };
 
 // Published configurations: TinyLlama-1.1B (its config.json), Llama 2 7B (Meta's params.json:
-// FFN 11008 from the 4*dim*2/3 rounding to 256), stories260K (llama2.c's tinyllamas).
-constexpr NamedShape named_shapes[] = {
+// FFN 11008 from the 4*dim*2/3 rounding to 256), stories260K (llama2.c's tinyllamas), and the
+// config.json files of Llama-3.2-1B, Qwen2.5-0.5B, Qwen3-0.6B, gemma-3-1b-pt and
+// Phi-3-mini-4k-instruct.
+const NamedShape named_shapes[] = {
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048},
     {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096},
     {"stories260k", 64, 5, 8, 4, 172, 512, 512},
+    {.name = "llama3.2-1b", .dim = 2048, .layers = 16, .heads = 32, .kv_heads = 8, .ffn = 8192, .vocab = 128256,
+     .ctx = 131072, .head_dim = 64, .tied = true, .rope_base = 500000.0f, .llama3_factor = 32.0f},
+    {.name = "qwen2.5-0.5b", .dim = 896, .layers = 24, .heads = 14, .kv_heads = 2, .ffn = 4864, .vocab = 151936,
+     .ctx = 32768, .family = ArchFamily::Qwen2, .tied = true, .rope_base = 1000000.0f, .rms_eps = 1e-6f},
+    {.name = "qwen3-0.6b", .dim = 1024, .layers = 28, .heads = 16, .kv_heads = 8, .ffn = 3072, .vocab = 151936,
+     .ctx = 40960, .family = ArchFamily::Qwen3, .head_dim = 128, .tied = true, .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f},
+    {.name = "gemma3-1b", .dim = 1152, .layers = 26, .heads = 4, .kv_heads = 1, .ffn = 6912, .vocab = 262144,
+     .ctx = 32768, .family = ArchFamily::Gemma3, .head_dim = 256, .tied = true, .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f, .sliding_window = 512, .rope_base_swa = 10000.0f},
+    {.name = "phi3-mini", .dim = 3072, .layers = 32, .heads = 32, .kv_heads = 32, .ffn = 8192, .vocab = 32064,
+     .ctx = 4096, .family = ArchFamily::Phi3, .sliding_window = 2047},
 };
+
+std::string shape_names()
+{
+    std::string names;
+    for (const NamedShape &n : named_shapes)
+        names += std::string(n.name) + ", ";
+    return names;
+}
 
 int parse_dim(const std::string &s, const char *what, const std::string &shape)
 {
@@ -314,6 +344,18 @@ void apply_shape(const std::string &shape, RandomModelSpec &spec)
             spec.n_ff = n.ffn;
             spec.n_vocab = n.vocab;
             spec.n_ctx = n.ctx;
+            spec.family = n.family;
+            spec.head_dim = n.head_dim;
+            spec.tied_embeddings = n.tied;
+            spec.rope_base = n.rope_base;
+            spec.rms_eps = n.rms_eps;
+            spec.sliding_window = n.sliding_window;
+            spec.rope_base_swa = n.rope_base_swa;
+            if (n.llama3_factor > 0) {
+                spec.rope.type = RopeScalingType::Llama3;
+                spec.rope.factor = n.llama3_factor;
+                spec.rope.orig_ctx = 8192;
+            }
             return;
         }
     std::vector<std::string> parts;
@@ -321,8 +363,8 @@ void apply_shape(const std::string &shape, RandomModelSpec &spec)
     for (std::string p; std::getline(ss, p, ':');)
         parts.push_back(p);
     if (parts.size() != 6 || shape.back() == ':')
-        throw UsageError("--shape must be tinyllama-1.1b, llama2-7b, stories260k or "
-                         "DIM:LAYERS:HEADS:KV_HEADS:FFN:VOCAB, got '" + shape + "'");
+        throw UsageError("--shape must be " + shape_names() + "or DIM:LAYERS:HEADS:KV_HEADS:FFN:VOCAB, got '" +
+                         shape + "'");
     spec.name = "random-" + shape;
     spec.n_embd = parse_dim(parts[0], "DIM", shape);
     spec.n_layer = parse_dim(parts[1], "LAYERS", shape);
@@ -360,8 +402,7 @@ int cmd_make_model(const std::vector<std::string> &argv, const char *)
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
     const auto shape = a.value("--shape");
     if (!shape)
-        throw UsageError("give --shape (tinyllama-1.1b, llama2-7b, stories260k or "
-                         "DIM:LAYERS:HEADS:KV_HEADS:FFN:VOCAB)");
+        throw UsageError("give --shape (" + shape_names() + "or DIM:LAYERS:HEADS:KV_HEADS:FFN:VOCAB)");
     const auto out = a.value("--output");
     if (!out || out->empty())
         throw UsageError("give the output file with -o FILE");

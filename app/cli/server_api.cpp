@@ -236,7 +236,7 @@ const std::set<std::string> k_common_fields = {
     "user", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias",
     // extra fields of this server
     "top_k", "repeat_penalty", "ntk_alpha", "kv_before_rope", "memory_efficient_attention",
-    "causal_flash", "kv_mode"};
+    "causal_flash", "kv_mode", "rope_scaling", "rope_factor", "rope_orig_ctx"};
 const std::set<std::string> k_chat_fields = {"messages", "max_completion_tokens", "top_logprobs",
                                              "response_format", "tools", "tool_choice", "functions",
                                              "function_call"};
@@ -285,6 +285,24 @@ void apply_settings_fields(const json &body, Settings &s)
             s.rope.ntk_auto = false;
             s.rope.ntk_alpha = float(a);
         }
+    }
+    if (auto it = body.find("rope_scaling"); it != body.end() && !it->is_null()) {
+        const std::string &m = string_of(*it, "rope_scaling");
+        s.rope.scaling = parse_rope_scaling(m);
+        if (!s.rope.scaling)
+            bad("rope_scaling",
+                "'rope_scaling' must be none, linear, ntk, dynamic, yarn, llama3 or longrope, got '" + m + "'");
+    }
+    if (auto it = body.find("rope_factor"); it != body.end() && !it->is_null()) {
+        const double f = it->is_number() ? it->get<double>() : 0.0;
+        if (!it->is_number() || !std::isfinite(f) || f < 1 || f > 1e6)
+            bad("rope_factor", "'rope_factor' must be a number >= 1 (at most 1e6), got " + it->dump());
+        s.rope.scaling_factor = float(f);
+    }
+    if (auto it = body.find("rope_orig_ctx"); it != body.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (1 << 24))
+            bad("rope_orig_ctx", "'rope_orig_ctx' must be an integer between 1 and 16777216, got " + it->dump());
+        s.rope.scaling_orig_ctx = int(it->get<int64_t>());
     }
     if (auto it = body.find("kv_before_rope"); it != body.end() && !it->is_null())
         s.rope.store_kv_before_rope = boolean(*it, "kv_before_rope");
@@ -453,6 +471,11 @@ json settings_json(const Settings &s)
 {
     json j;
     j["ntk_alpha"] = s.rope.ntk_auto ? json("auto") : json(double(s.rope.ntk_alpha));
+    j["rope_scaling"] = s.rope.scaling ? json(std::string(to_string(*s.rope.scaling))) : json("model");
+    if (s.rope.scaling_factor > 0)
+        j["rope_factor"] = s.rope.scaling_factor;
+    if (s.rope.scaling_orig_ctx > 0)
+        j["rope_orig_ctx"] = s.rope.scaling_orig_ctx;
     j["kv_before_rope"] = s.rope.store_kv_before_rope;
     j["memory_efficient_attention"] = s.attention.memory_efficient;
     j["causal_flash"] = s.attention.causal_flash;

@@ -764,6 +764,16 @@ std::vector<FileCase> gguf_model_cases()
     m("missing tensor output_norm.weight", [](GgufSpec &s) { s.drop_tensor("output_norm.weight"); }, F,
       "missing;output_norm.weight");
     m("no tensors at all", [](GgufSpec &s) { s.tensors.clear(); }, F, "missing;token_embd.weight");
+    // A tensor the llama family does not use (a bias) is refused by name, never ignored.
+    m("unused tensor blk.0.attn_q.bias", [](GgufSpec &s) {
+        s.tensors.push_back({"blk.0.attn_q.bias", {64}, 0, std::string(64 * 4, '\0')});
+    }, F, "blk.0.attn_q.bias;does not use");
+    m("architecture mixtral", [](GgufSpec &s) { s.set("general.architecture", v_str("mixtral")); }, F,
+      "mixtral;mixture-of-experts");
+    m("attention.key_length differs from value_length", [](GgufSpec &s) {
+        s.set("llama.attention.key_length", v_u32(8));
+        s.set("llama.attention.value_length", v_u32(16));
+    }, F, "key_length;value_length");
     m("wrong shape attn_q [32, 128]", [](GgufSpec &s) { s.tensor("blk.1.attn_q.weight").shape = {32, 128}; }, F,
       "shape;blk.1.attn_q.weight");
     m("wrong shape attn_k transposed", [](GgufSpec &s) { s.tensor("blk.0.attn_k.weight").shape = {32, 64}; }, F,
@@ -828,7 +838,7 @@ std::vector<FileCase> gguf_model_cases()
     m("rope freq_base inf", [](GgufSpec &s) {
         s.set("llama.rope.freq_base", v_f32(std::numeric_limits<float>::infinity()));
     }, C, "rope");
-    m("rope scaling type yarn", [](GgufSpec &s) { s.set("llama.rope.scaling.type", v_str("yarn")); }, FC, "yarn");
+    m("rope scaling type foo", [](GgufSpec &s) { s.set("llama.rope.scaling.type", v_str("foo")); }, FC, "foo");
     m("rope scaling factor 0.5", [](GgufSpec &s) {
         s.set("llama.rope.scaling.type", v_str("linear")); s.set("llama.rope.scaling.factor", v_f32(0.5f));
     }, C, "factor|scaling");
@@ -890,7 +900,7 @@ std::vector<FileCase> gguf_model_cases()
 std::vector<DirCase> hf_config_cases()
 {
     std::vector<DirCase> c;
-    const int C = kConfig;
+    const int C = kConfig, FC = kFormat | kConfig;
     auto raw = [&c](std::string name, std::string text, int kinds, std::string words) {
         c.push_back({std::move(name), [text] {
                          const std::string d = fresh_hf_dir(); write_file(d + "/config.json", text); return d;
@@ -942,10 +952,11 @@ std::vector<DirCase> hf_config_cases()
          C, "divisible");
     edit("num_attention_heads 128 > width", [](ojson &j) { j["num_attention_heads"] = 128; j["num_key_value_heads"] = 128; },
          C, "head");
-    edit("head_dim 16 inconsistent", [](ojson &j) { j["head_dim"] = 16; }, C, "head_dim");
+    // A head size other than width / heads is allowed (Mistral Nemo); the projections must fit it.
+    edit("head_dim 16 inconsistent", [](ojson &j) { j["head_dim"] = 16; }, FC, "q_proj");
     edit("head_dim 0", [](ojson &j) { j["head_dim"] = 0; }, C, "head_dim");
-    edit("rope_scaling type yarn", [](ojson &j) { j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; }, C,
-         "rope_scaling;yarn");
+    edit("rope_scaling type foo", [](ojson &j) { j["rope_scaling"] = {{"type", "foo"}, {"factor", 4.0}}; }, C,
+         "rope_scaling;foo");
     edit("rope_scaling rope_type longrope", [](ojson &j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}}; },
          C, "rope_scaling;longrope");
     edit("rope_scaling linear without factor", [](ojson &j) { j["rope_scaling"] = {{"type", "linear"}}; }, C, "factor");

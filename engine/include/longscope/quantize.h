@@ -4,6 +4,7 @@
 #pragma once
 
 #include "longscope/gguf.h"
+#include "longscope/hparams.h"
 #include "longscope/types.h"
 
 #include <cstdint>
@@ -45,9 +46,15 @@ DType weight_type_for(const std::string &name, const std::vector<int64_t> &shape
 void quantize_model_file(const std::string &in_gguf, const std::string &out_gguf, DType type,
                          ToolProgress progress = {});
 
-// A LLaMA model shape and the choices for its random weights.
+// A model shape of one of the families and the choices for its random weights.
 struct RandomModelSpec {
     std::string name = "random";
+    ArchFamily family = ArchFamily::Llama; // tensors and keys as llama.cpp's converter writes them
+    int head_dim = 0;                      // 0: n_embd / n_head (attention.key_length)
+    bool tied_embeddings = false;          // no output.weight
+    RopeScaling rope;                      // llama3 writes rope_freqs; linear/yarn the rope.scaling keys
+    int sliding_window = 0;                // gemma3 (every sixth layer global), phi3
+    float rope_base_swa = 0.0f;            // gemma3's local base
     int n_embd = 0;
     int n_layer = 0;
     int n_head = 0;

@@ -3,6 +3,8 @@
 // the context.
 #pragma once
 
+#include "longscope/hparams.h"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +39,13 @@ struct RopeSettings {
     // Keys are cached before rotation and rotated with the current base inside attention,
     // so keys cached at different lengths agree when alpha changes.
     bool store_kv_before_rope = false;
+    // The position-scaling method (docs/long-context.md); nullopt: the model file's own.
+    // With a method chosen here, factor and original context replace the file's values where
+    // set (0: the file's, or the trained context). "ntk" is a fixed NTK-aware base with the
+    // factor as alpha, on top of ntk_alpha.
+    std::optional<RopeScalingType> scaling;
+    float scaling_factor = 0.0f;
+    int scaling_orig_ctx = 0;
 
     bool operator==(const RopeSettings &) const = default;
 };

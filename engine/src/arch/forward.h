@@ -10,7 +10,8 @@ namespace longscope {
 inline std::span<const float> forward(Backend &backend, const Model &model, std::span<const ForwardSegment> segments,
                                       ForwardStats &stats)
 {
-    // Every architecture the loaders accept today is LLaMA-shaped.
+    // Every family the loaders accept (llama, qwen2, qwen3, gemma2, gemma3, phi3) is a
+    // LLaMA-shaped decoder; their differences are flags of HParams.
     return llama_forward(backend, model, segments, stats);
 }
 

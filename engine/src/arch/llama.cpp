@@ -1,16 +1,40 @@
 #include "arch/llama.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace longscope {
+
+namespace {
+
+// The RoPE of a sliding-window layer with its own base (Gemma): no scaling, factors or
+// attention factor; everything else as the global layers.
+ForwardParams local_rope(const ForwardParams &global, const HParams &hp)
+{
+    ForwardParams p = global;
+    p.rope_base = hp.rope_base_swa;
+    p.pos_scale = 1.0;
+    p.rope_factors = {};
+    p.rope_attn_factor = 1.0;
+    return p;
+}
+
+float attention_scale(const HParams &hp, const ForwardParams &p)
+{
+    const float base = hp.attn_scale > 0.0f ? hp.attn_scale : 1.0f / std::sqrt(float(hp.head_dim()));
+    return float(base * p.rope_attn_factor * p.rope_attn_factor);
+}
+
+} // namespace
 
 std::span<const float> llama_forward(Backend &be, const Model &model, std::span<const ForwardSegment> segs,
                                      ForwardStats &stats)
 {
     const HParams &hp = model.hparams();
     const ModelWeights &w = model.weights();
-    const int64_t e = hp.n_embd, ekv = hp.n_embd_kv(), f = hp.n_ff;
+    const int64_t e = hp.n_embd, eq = hp.n_embd_q(), ekv = hp.n_embd_kv(), f = hp.n_ff, hd = hp.head_dim();
+    const float off = hp.norm_offset;
 
     // Row offsets of each segment in the concatenated [n, width] activations.
     std::vector<int64_t> offset(segs.size() + 1, 0);
@@ -22,47 +46,70 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
     const int64_t n = offset.back();
     const Activations a = be.activations(n);
     be.embed(w.tok_embd, tokens, a.x);
+    if (hp.scale_embeddings)
+        be.scale(a.x, std::sqrt(float(e)), n * e);
 
     uint64_t attn_scratch = 0;
     for (int l = 0; l < hp.n_layer; ++l) {
         const LayerWeights &lw = w.layers[size_t(l)];
-        be.rmsnorm(a.x, lw.attn_norm, a.xn, n, e, hp.rms_eps);
+        const bool swa = hp.layer_is_swa(l);
+        be.rmsnorm(a.x, lw.attn_norm, a.xn, n, e, hp.rms_eps, off);
         // q [n, n_head, hd], k and v [n, n_head_kv, hd]
         const Projection qkv[] = {{&lw.wq, a.q}, {&lw.wk, a.k}, {&lw.wv, a.v}};
         be.matmul_group(qkv, a.xn, n);
+        if (hp.qkv_bias) {
+            be.add_bias(a.q, lw.bq, n, eq);
+            be.add_bias(a.k, lw.bk, n, ekv);
+            be.add_bias(a.v, lw.bv, n, ekv);
+        }
+        if (hp.qk_norm) {
+            be.rmsnorm(a.q, lw.q_norm, a.q, n * hp.n_head, hd, hp.rms_eps, off);
+            be.rmsnorm(a.k, lw.k_norm, a.k, n * hp.n_head_kv, hd, hp.rms_eps, off);
+        }
         for (size_t s = 0; s < segs.size(); ++s) {
             const ForwardSegment &seg = segs[s];
+            const ForwardParams params = swa && hp.per_layer_rope() ? local_rope(seg.params, hp) : seg.params;
             const int64_t o = offset[s], ns = int64_t(seg.tokens.size());
-            be.rope(a.q + o * e, ns, hp.n_head, seg.n_past, seg.params);
-            if (!seg.params.keys_before_rope)
-                be.rope(a.k + o * ekv, ns, hp.n_head_kv, seg.n_past, seg.params);
+            be.rope(a.q + o * eq, ns, hp.n_head, seg.n_past, params);
+            if (!params.keys_before_rope)
+                be.rope(a.k + o * ekv, ns, hp.n_head_kv, seg.n_past, params);
             // Append this segment's keys and values at their positions in its own cache.
             be.store_kv(*seg.kv, l, seg.n_past, a.k + o * ekv, a.v + o * ekv, ns);
 
             AttentionCall c;
             c.n_head = hp.n_head;
             c.n_head_kv = hp.n_head_kv;
-            c.head_dim = hp.head_dim();
-            c.q = a.q + o * e;
+            c.head_dim = int(hd);
+            c.q = a.q + o * eq;
             c.n_q = ns;
             c.q_pos0 = seg.n_past;
             c.kv = seg.kv;
             c.layer = l;
             c.n_kv = seg.n_past + ns;
-            c.out = a.attn + o * e;
-            const AttentionResult r = be.attention(c, seg.params);
+            c.out = a.attn + o * eq;
+            c.scale = attention_scale(hp, params);
+            c.softcap = hp.attn_softcap;
+            c.window = swa ? hp.sliding_window : 0;
+            const AttentionResult r = be.attention(c, params);
             attn_scratch = std::max(attn_scratch, r.scratch_bytes);
             stats.tiles_skipped += r.tiles_skipped;
         }
 
         be.matmul(lw.wo, a.attn, a.proj, n);
+        if (hp.post_norms)
+            be.rmsnorm(a.proj, lw.attn_post_norm, a.proj, n, e, hp.rms_eps, off);
         be.add_inplace(a.x, a.proj, n * e);
 
-        be.rmsnorm(a.x, lw.ffn_norm, a.xn, n, e, hp.rms_eps);
+        be.rmsnorm(a.x, lw.ffn_norm, a.xn, n, e, hp.rms_eps, off);
         const Projection gate_up[] = {{&lw.w_gate, a.gate}, {&lw.w_up, a.up}}; // [n, n_ff] each
         be.matmul_group(gate_up, a.xn, n);
-        be.swiglu(a.gate, a.up, a.gate, n * f);
+        if (hp.ffn_act == FfnActivation::GeluTanh)
+            be.geglu(a.gate, a.up, a.gate, n * f);
+        else
+            be.swiglu(a.gate, a.up, a.gate, n * f);
         be.matmul(lw.w_down, a.gate, a.proj, n);
+        if (hp.post_norms)
+            be.rmsnorm(a.proj, lw.ffn_post_norm, a.proj, n, e, hp.rms_eps, off);
         be.add_inplace(a.x, a.proj, n * e);
     }
 
@@ -76,8 +123,10 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
     }
     float *logits = be.logits_buffer(n_out);
     if (n_out > 0) {
-        be.rmsnorm(a.x, w.output_norm, a.xn, n_out, e, hp.rms_eps);
+        be.rmsnorm(a.x, w.output_norm, a.xn, n_out, e, hp.rms_eps, off);
         be.matmul(w.output, a.xn, logits, n_out);
+        if (hp.final_softcap > 0.0f)
+            be.softcap(logits, hp.final_softcap, n_out * hp.n_vocab);
     }
     const std::span<const float> out = be.read_logits(n_out);
     stats.scratch_bytes = std::max(stats.scratch_bytes, be.step_scratch_bytes(attn_scratch));

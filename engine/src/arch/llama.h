@@ -1,7 +1,11 @@
-// The LLaMA architecture (LLaMA 1/2/3, Mistral and the models shaped like them): embedding,
-// per layer RMSNorm, Q/K/V projections, RoPE, grouped-query attention over the KV cache,
-// output projection, residual, RMSNorm, SwiGLU FFN, residual; final norm and LM head. Written
-// once over the operations of backend/backend.h, so every backend runs the same sequence.
+// The LLaMA-shaped decoder and the families built on it (Llama 1/2/3, Mistral, Qwen 2/2.5/3,
+// Gemma 2/3, Phi-3): embedding (scaled by sqrt(width) for Gemma), per layer RMSNorm, Q/K/V
+// projections (+ biases for Qwen 2, per-head q/k RMSNorm for Qwen 3 and Gemma 3), RoPE
+// (a sliding-window layer's own base for Gemma), grouped-query attention over the KV cache
+// (scale, soft-capping and sliding windows as the family says), output projection (+ post
+// norm for Gemma), residual, RMSNorm, SwiGLU or GeGLU FFN (+ post norm), residual; final norm,
+// LM head, logit soft-capping. The family's features are flags of HParams; the sequence is
+// written once over the operations of backend/backend.h, so every backend runs it.
 #pragma once
 
 #include "backend/backend.h"

@@ -26,6 +26,13 @@ namespace longscope {
 struct ForwardParams {
     double rope_base = 10000.0;    // base in effect now (model base, dynamic scaling, NTK alpha)
     double pos_scale = 1.0;        // linear rope scaling: positions are multiplied by this
+    // Per-dimension divisors of the rotary frequencies, [n_rot / 2] (YaRN, llama3, LongRoPE;
+    // empty: none): inv_freq[i] = base^(-2i/n_rot) / rope_factors[i]. Points into the caller's
+    // memory for the call.
+    std::span<const float> rope_factors;
+    // The attention factor of YaRN and LongRoPE: q and k are both scaled by it, so the scores
+    // by its square (applied through AttentionCall::scale).
+    double rope_attn_factor = 1.0;
     bool keys_before_rope = false; // the cache holds unrotated keys; attention rotates them
     bool memory_efficient = false; // tiled attention with an online softmax
     bool causal_flash = false;     // causality from positions, masked tiles skipped
@@ -62,7 +69,7 @@ public:
 };
 
 // Activation buffers of one forward call for n rows (tokens), in the backend's memory:
-// x, xn, q, attn, proj [n, n_embd]; k, v [n, n_embd_kv]; gate, up [n, n_ff].
+// x, xn, proj [n, n_embd]; q, attn [n, n_embd_q]; k, v [n, n_embd_kv]; gate, up [n, n_ff].
 struct Activations {
     float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
     float *attn = nullptr, *proj = nullptr, *gate = nullptr, *up = nullptr;
@@ -86,6 +93,9 @@ struct AttentionCall {
     int layer = 0;
     int64_t n_kv = 0;          // keys visible (positions 0 .. n_kv - 1)
     float *out = nullptr;      // [n_q, n_head, head_dim]
+    float scale = 0.0f;        // score scale; 0: 1 / sqrt(head_dim)
+    float softcap = 0.0f;      // scores -> softcap * tanh(scores / softcap) before the mask; 0: none
+    int64_t window = 0;        // sliding window: query at p sees keys j with p - window < j; 0: all
 };
 
 struct AttentionResult {
@@ -119,14 +129,16 @@ public:
     virtual Activations activations(int64_t n_rows) = 0;
     // x[t] = row tokens[t] of the embedding table.
     virtual void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) = 0;
-    // out[t] = x[t] / rms(x[t]) * weight, per row of width n.
+    // out[t] = x[t] / rms(x[t]) * (weight_offset + weight), per row of width n (Gemma's
+    // Hugging Face norms multiply by 1 + w). Per-head norms are rows of head_dim.
     virtual void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
-                         float eps) = 0;
+                         float eps, float weight_offset) = 0;
     virtual void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) = 0;
     // Several products of the same input in one pass, each exactly as matmul gives it.
     virtual void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) = 0;
     // Rotates the first n_rot dims of each head of x [n_rows, n_heads, head_dim] in place,
-    // row t at position (pos0 + t) * params.pos_scale with params.rope_base.
+    // row t at position (pos0 + t) * params.pos_scale with params.rope_base and
+    // params.rope_factors.
     virtual void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) = 0;
     // Writes n rows of keys and values [n, n_embd_kv] at positions pos0 .. pos0 + n - 1.
     virtual void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) = 0;
@@ -137,6 +149,14 @@ public:
     virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
     // out = silu(gate) * up over n values.
     virtual void swiglu(const float *gate, const float *up, float *out, int64_t n) = 0;
+    // out = gelu(gate) * up over n values, gelu with the tanh approximation (GeGLU).
+    virtual void geglu(const float *gate, const float *up, float *out, int64_t n) = 0;
+    // x[t] += bias for each of n_rows rows of width `width` (the bias a float vector [width]).
+    virtual void add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width) = 0;
+    // x *= s over n values.
+    virtual void scale(float *x, float s, int64_t n) = 0;
+    // x = cap * tanh(x / cap) over n values (soft-capping of logits).
+    virtual void softcap(float *x, float cap, int64_t n) = 0;
     // Moves row `from` of x [*, width] to row `to` (to <= from).
     virtual void move_row(float *x, int64_t to, int64_t from, int64_t width) = 0;
     // A buffer for n_rows of logits [n_rows, n_vocab], then their values on the host (empty

@@ -12,6 +12,12 @@ void Settings::validate() const
     if (!std::isfinite(rope.ntk_alpha) || rope.ntk_alpha < 1.0f)
         throw InvalidArgument("NTK alpha must be a number >= 1 (or auto), got " +
                               std::to_string(rope.ntk_alpha));
+    if (rope.scaling_factor != 0.0f && !(std::isfinite(rope.scaling_factor) && rope.scaling_factor >= 1.0f))
+        throw InvalidArgument("RoPE scaling factor must be a number >= 1 (0 = the model's), got " +
+                              std::to_string(rope.scaling_factor));
+    if (rope.scaling_orig_ctx < 0)
+        throw InvalidArgument("RoPE original context must be positive (0 = the model's), got " +
+                              std::to_string(rope.scaling_orig_ctx));
     if (context_limit < 0)
         throw InvalidArgument("context limit must be positive (0 = the model's default), got " +
                               std::to_string(context_limit));

@@ -37,6 +37,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // exactly every kReseedEvery keys so the drift stays ~kReseedEvery ulp of a double.
 constexpr int64_t kReseedEvery = 64;
 
+float score_scale(const AttentionProblem &p)
+{
+    return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.head_dim));
+}
+
 void check_problem(const AttentionProblem &p, const char *who)
 {
     const auto fail = [&](const std::string &what) {
@@ -237,7 +242,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     const int n_head = p.n_head, hd = p.head_dim;
     const int group = p.n_head / p.n_head_kv;
     const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
-    const float scale = 1.0f / std::sqrt(float(hd));
+    const float scale = score_scale(p);
 
     // Scores [n_head, n_q, n_kv], mask [n_q, n_kv] (only without causal_flash), rotated keys
     // [n_kv, n_head_kv * head_dim] (only with rotate_keys). Sized in double first so absurd
@@ -296,7 +301,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     float *row = mask.data() + i * n_kv;
                     const int64_t pos = p.q_pos0 + i;
                     for (int64_t j = 0; j < n_kv; ++j)
-                        row[j] = j <= pos ? 0.0f : kNegInf;
+                        row[j] = j <= pos && (p.window == 0 || j > pos - p.window) ? 0.0f : kNegInf;
                 }
             },
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
@@ -316,8 +321,17 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 // it every key is, and the mask removes the future ones.
                 const int64_t n_keys =
                     causal_flash ? std::min(n_kv, p.q_pos0 + i + 1) : n_kv;
-                for (int64_t j = 0; j < n_keys; ++j)
+                // A sliding window hides the keys before it the same way.
+                const int64_t first = causal_flash && p.window > 0
+                                          ? std::clamp<int64_t>(p.q_pos0 + i - p.window + 1, 0, n_keys)
+                                          : 0;
+                for (int64_t j = 0; j < first; ++j)
+                    s[j] = kNegInf;
+                for (int64_t j = first; j < n_keys; ++j)
                     s[j] = dot_f32(q, keys + j * ekv + int64_t(kvh) * hd, hd) * scale;
+                if (p.softcap > 0.0f)
+                    for (int64_t j = first; j < n_keys; ++j)
+                        s[j] = p.softcap * std::tanh(s[j] / p.softcap);
                 if (!causal_flash) {
                     const float *m = mask.data() + i * n_kv;
                     for (int64_t j = 0; j < n_keys; ++j)
@@ -653,7 +667,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const int n_head = p.n_head, hd = p.head_dim;
     const int group = p.n_head / p.n_head_kv;
     const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
-    const float scale = 1.0f / std::sqrt(float(hd));
+    const float scale = score_scale(p);
     const int64_t n_tiles = (n_kv + T - 1) / T;
     const int64_t first_pos = p.q_pos0, last_pos = p.q_pos0 + n_q - 1;
     // With causal_flash, tiles starting beyond the last query's position are never touched.
@@ -778,6 +792,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                                int tile)
 {
     check_problem(p, "attention_tiled");
+    if (p.softcap != 0.0f || p.window != 0)
+        throw InvalidArgument("attention_tiled: soft-capped or windowed attention runs in attention_naive");
     if (tile <= 0)
         throw InvalidArgument("attention_tiled: tile must be positive (got " +
                               std::to_string(tile) + ")");
@@ -787,7 +803,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     const int n_head = p.n_head, hd = p.head_dim;
     const int group = p.n_head / p.n_head_kv;
     const int64_t n_q = p.n_q, n_kv = p.n_kv, ekv = int64_t(p.n_head_kv) * hd;
-    const float scale = 1.0f / std::sqrt(float(hd));
+    const float scale = score_scale(p);
     const int64_t T = tile;
     if (n_q <= attention_split_keys_max_queries)
         return attention_tiled_split_keys(pool, p, causal_flash, T);

@@ -38,6 +38,10 @@ struct AttentionProblem {
 
     const KeyRotation *rotate_keys = nullptr; // null: keys are already rotated
 
+    float scale = 0.0f;       // score scale; 0: 1 / sqrt(head_dim)
+    float softcap = 0.0f;     // scores -> softcap * tanh(scores / softcap); 0: none (plain attention only)
+    int64_t window = 0;       // query at position p sees keys j > p - window; 0: all (plain attention only)
+
     float *out = nullptr;     // [n_q, n_head, head_dim]
 };
 

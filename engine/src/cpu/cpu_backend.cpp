@@ -42,11 +42,16 @@ KvStore &host_store(KvCache &kv)
 }
 } // namespace
 
-std::span<const double> CpuBackend::inv_freq(double base)
+std::span<const double> CpuBackend::inv_freq(const ForwardParams &params)
 {
-    if (m_inv.empty() || m_inv_base != base) {
-        m_inv = rope_inv_freq(base, m_hp.n_rot);
-        m_inv_base = base;
+    const bool same_factors = m_inv_factors.size() == params.rope_factors.size() &&
+                              std::equal(m_inv_factors.begin(), m_inv_factors.end(), params.rope_factors.begin());
+    if (m_inv.empty() || m_inv_base != params.rope_base || !same_factors) {
+        m_inv = rope_inv_freq(params.rope_base, m_hp.n_rot);
+        m_inv_base = params.rope_base;
+        m_inv_factors.assign(params.rope_factors.begin(), params.rope_factors.end());
+        for (size_t i = 0; i < m_inv.size() && i < m_inv_factors.size(); ++i)
+            m_inv[i] /= double(m_inv_factors[i]);
     }
     return m_inv;
 }
@@ -80,10 +85,13 @@ void CpuBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, dou
 
 Activations CpuBackend::activations(int64_t n)
 {
-    const size_t e = size_t(n * m_hp.n_embd), ekv = size_t(n * m_hp.n_embd_kv()), f = size_t(n * m_hp.n_ff);
+    const size_t e = size_t(n * m_hp.n_embd), eq = size_t(n * m_hp.n_embd_q()), ekv = size_t(n * m_hp.n_embd_kv()),
+                 f = size_t(n * m_hp.n_ff);
     try {
-        for (auto *v : {&m_x, &m_xn, &m_q, &m_attn, &m_proj})
+        for (auto *v : {&m_x, &m_xn, &m_proj})
             fit(*v, e);
+        fit(m_q, eq);
+        fit(m_attn, eq);
         fit(m_k, ekv);
         fit(m_v, ekv);
         fit(m_gate, f);
@@ -103,9 +111,10 @@ void CpuBackend::embed(const WeightView &table, std::span<const int32_t> tokens,
         weight_row_f32(table, tokens[t], x + int64_t(t) * e);
 }
 
-void CpuBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps)
+void CpuBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps,
+                         float weight_offset)
 {
-    longscope::rmsnorm(x, weight, out, n_rows, n, eps);
+    longscope::rmsnorm(x, weight, out, n_rows, n, eps, weight_offset);
 }
 
 void CpuBackend::matmul(const WeightView &w, const float *x, float *y, int64_t n_rows)
@@ -128,8 +137,7 @@ void CpuBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const
     m_pos.resize(size_t(n_rows));
     for (int64_t t = 0; t < n_rows; ++t)
         m_pos[size_t(t)] = double(pos0 + t) * params.pos_scale;
-    longscope::rope(x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, m_pos,
-                    inv_freq(params.rope_base));
+    longscope::rope(x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, m_pos, inv_freq(params));
 }
 
 void CpuBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
@@ -141,7 +149,7 @@ void CpuBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, 
 
 AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParams &params)
 {
-    const KeyRotation rotation{inv_freq(params.rope_base), params.pos_scale, m_hp.n_rot, m_hp.rope_style};
+    const KeyRotation rotation{inv_freq(params), params.pos_scale, m_hp.n_rot, m_hp.rope_style};
     AttentionProblem p;
     p.n_head = c.n_head;
     p.n_head_kv = c.n_head_kv;
@@ -154,8 +162,13 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
     p.n_kv = c.n_kv;
     p.rotate_keys = params.keys_before_rope ? &rotation : nullptr;
     p.out = c.out;
-    const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash)
-                                                      : attention_naive(m_pool, p, params.causal_flash);
+    p.scale = c.scale;
+    p.softcap = c.softcap;
+    p.window = c.window;
+    // The tiled kernels know neither soft-capping nor windows: such layers take the plain one.
+    const bool tiled = params.memory_efficient && c.softcap == 0.0f && c.window == 0;
+    const AttentionStats as = tiled ? attention_tiled(m_pool, p, params.causal_flash)
+                                    : attention_naive(m_pool, p, params.causal_flash);
     return {as.scratch_bytes, as.tiles_skipped};
 }
 
@@ -168,6 +181,31 @@ void CpuBackend::add_inplace(float *x, const float *y, int64_t n)
 void CpuBackend::swiglu(const float *gate, const float *up, float *out, int64_t n)
 {
     longscope::swiglu(gate, up, out, n);
+}
+
+void CpuBackend::geglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    longscope::geglu(gate, up, out, n);
+}
+
+void CpuBackend::add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width)
+{
+    std::vector<float> b(static_cast<size_t>(width));
+    weight_row_f32(bias, 0, b.data());
+    for (int64_t t = 0; t < n_rows; ++t)
+        for (int64_t i = 0; i < width; ++i)
+            x[t * width + i] += b[size_t(i)];
+}
+
+void CpuBackend::scale(float *x, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] *= s;
+}
+
+void CpuBackend::softcap(float *x, float cap, int64_t n)
+{
+    longscope::softcap(x, cap, n);
 }
 
 void CpuBackend::move_row(float *x, int64_t to, int64_t from, int64_t width)

@@ -33,7 +33,7 @@ public:
     Activations activations(int64_t n_rows) override;
     void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;
     void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
-                 float eps) override;
+                 float eps, float weight_offset) override;
     void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) override;
     void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) override;
     void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) override;
@@ -41,6 +41,10 @@ public:
     AttentionResult attention(const AttentionCall &call, const ForwardParams &params) override;
     void add_inplace(float *x, const float *y, int64_t n) override;
     void swiglu(const float *gate, const float *up, float *out, int64_t n) override;
+    void geglu(const float *gate, const float *up, float *out, int64_t n) override;
+    void add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width) override;
+    void scale(float *x, float s, int64_t n) override;
+    void softcap(float *x, float cap, int64_t n) override;
     void move_row(float *x, int64_t to, int64_t from, int64_t width) override;
     float *logits_buffer(int64_t n_rows) override;
     std::span<const float> read_logits(int64_t n_rows) override;
@@ -50,8 +54,8 @@ public:
     uint64_t scratch_bytes() const override;
 
 private:
-    // RoPE frequencies for `base`, computed once per base in use.
-    std::span<const double> inv_freq(double base);
+    // RoPE frequencies for the params' base and factors, computed once per pair in use.
+    std::span<const double> inv_freq(const ForwardParams &params);
 
     const Model &m_model;
     const HParams &m_hp;
@@ -61,6 +65,7 @@ private:
     AlignedVector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;
     std::vector<double> m_pos;
     double m_inv_base = 0;
+    std::vector<float> m_inv_factors;
     std::vector<double> m_inv;
 };
 

@@ -334,10 +334,13 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
 }
 
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
-             float eps)
+             float eps, float weight_offset)
 {
     std::vector<float> wrow(static_cast<size_t>(n));
     weight_row_f32(weight, 0, wrow.data());
+    if (weight_offset != 0.0f)
+        for (float &w : wrow)
+            w += weight_offset;
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float *xr = x + t * n;
         double ss = 0;
@@ -380,6 +383,22 @@ void swiglu(const float *gate, const float *up, float *out, int64_t n)
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
+}
+
+void geglu(const float *gate, const float *up, float *out, int64_t n)
+{
+    // gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))
+    constexpr float k = 0.7978845608028654f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void softcap(float *x, float cap, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] = cap * std::tanh(x[i] / cap);
 }
 
 void softmax_inplace(float *x, int64_t n)

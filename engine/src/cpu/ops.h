@@ -49,9 +49,9 @@ struct MatmulOut {
 void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float *x, int64_t n_tokens,
                   QuantMatmul how = QuantMatmul::Auto);
 
-// out[t] = x[t] / rms(x[t]) * weight, per row of width n.
+// out[t] = x[t] / rms(x[t]) * (weight_offset + weight), per row of width n.
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
-             float eps);
+             float eps, float weight_offset = 0.0f);
 
 // Rotates the first n_rot dims of each head of x [n_tokens, n_heads, head_dim] in place.
 // positions[t] is the (already scaled) position of token t; inv_freq[i] = base^(-2i/n_rot).
@@ -60,6 +60,12 @@ void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, Rope
 
 // out = silu(gate) * up, elementwise over n values.
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
+
+// out = gelu(gate) * up (tanh approximation), elementwise over n values.
+void geglu(const float *gate, const float *up, float *out, int64_t n);
+
+// x = cap * tanh(x / cap) over n values.
+void softcap(float *x, float cap, int64_t n);
 
 void softmax_inplace(float *x, int64_t n);
 

@@ -3,6 +3,7 @@
 #include "longscope/errors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace longscope {
@@ -90,9 +91,31 @@ LongscopeCudaKvInfo CudaKvCache::info() const
 // ---------------------------------------------------------------------------------------------
 // CudaBackend
 
+namespace {
+
+// What the device kernels cannot run yet, or an empty string.
+std::string missing_on_device(const HParams &hp)
+{
+    if (hp.family != ArchFamily::Llama)
+        return "the " + hp.architecture + " architecture";
+    if (hp.n_embd_q() != hp.n_embd)
+        return "a head size other than width / heads";
+    if (hp.sliding_window > 0)
+        return "sliding-window attention";
+    if (hp.rope.type == RopeScalingType::Yarn || hp.rope.type == RopeScalingType::Llama3 ||
+        hp.rope.type == RopeScalingType::LongRope)
+        return std::string("RoPE scaling ") + std::string(to_string(hp.rope.type));
+    return {};
+}
+
+} // namespace
+
 CudaBackend::CudaBackend(const Model &model, const HostWeightReader &reader, int device)
     : m_model(model), m_hp(model.hparams()), m_reader(reader)
 {
+    if (const std::string missing = missing_on_device(m_hp); !missing.empty())
+        throw BackendError("CUDA: this model needs " + missing +
+                           ", which the CUDA backend does not run yet (use the CPU backend)");
     m_api = load_cuda_api();
     char reason[512] = {0};
     if (m_api.context_create(device, &m_ctx, reason, sizeof reason) != 0)
@@ -303,8 +326,11 @@ void CudaBackend::embed(const WeightView &table, std::span<const int32_t> tokens
     check(m_api.embedding(m_ctx, d.data, d.type, d.n_out, m_hp.n_embd, m_tokens, n, x), "embedding");
 }
 
-void CudaBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps)
+void CudaBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps,
+                          float weight_offset)
 {
+    if (weight_offset != 0.0f)
+        throw BackendError("CUDA: RMSNorm with a weight offset is not implemented on the device");
     check(m_api.rmsnorm(m_ctx, x, static_cast<const float *>(device(weight).data), out, n_rows, n, eps), "RMSNorm");
 }
 
@@ -322,6 +348,9 @@ void CudaBackend::matmul_group(std::span<const Projection> outs, const float *x,
 
 void CudaBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params)
 {
+    if (!params.rope_factors.empty())
+        throw BackendError("CUDA: RoPE with per-dimension frequency factors (YaRN, llama3, LongRoPE) is not "
+                           "implemented on the device");
     check(m_api.rope(m_ctx, x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
                      double(pos0), params.pos_scale, params.rope_base),
           "RoPE");
@@ -337,6 +366,10 @@ void CudaBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k,
 
 AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardParams &params)
 {
+    if (c.softcap != 0.0f || c.window != 0 ||
+        (c.scale != 0.0f && std::fabs(c.scale * std::sqrt(float(c.head_dim)) - 1.0f) > 1e-6f))
+        throw BackendError("CUDA: attention with soft-capping, a sliding window or a scale other than "
+                           "1/sqrt(head size) is not implemented on the device");
     LongscopeCudaAttention a{};
     a.n_head = c.n_head;
     a.n_head_kv = c.n_head_kv;
@@ -368,6 +401,26 @@ void CudaBackend::add_inplace(float *x, const float *y, int64_t n)
 void CudaBackend::swiglu(const float *gate, const float *up, float *out, int64_t n)
 {
     check(m_api.swiglu(m_ctx, gate, up, out, n), "SwiGLU");
+}
+
+void CudaBackend::geglu(const float *, const float *, float *, int64_t)
+{
+    throw BackendError("CUDA: GeGLU is not implemented on the device");
+}
+
+void CudaBackend::add_bias(float *, const WeightView &, int64_t, int64_t)
+{
+    throw BackendError("CUDA: bias addition is not implemented on the device");
+}
+
+void CudaBackend::scale(float *, float, int64_t)
+{
+    throw BackendError("CUDA: scaling is not implemented on the device");
+}
+
+void CudaBackend::softcap(float *, float, int64_t)
+{
+    throw BackendError("CUDA: soft-capping is not implemented on the device");
 }
 
 void CudaBackend::move_row(float *x, int64_t to, int64_t from, int64_t width)

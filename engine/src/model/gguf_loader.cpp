@@ -2,7 +2,11 @@
 // into the mapped file, tokenizer from the embedded vocabulary.
 #include "longscope/errors.h"
 #include "longscope/gguf.h"
+#include "model/arch_tensors.h"
 #include "model/loader.h"
+
+#include <algorithm>
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
@@ -26,17 +30,88 @@ int to_int(const GgufFile &g, const std::string &key, std::optional<int64_t> v, 
     return int(*v);
 }
 
-WeightView view_of(const GgufFile &g, const std::string &name)
+// A float vector tensor ([n] F32) as values, or empty when absent.
+std::vector<float> float_vector(TensorLookup &t, const std::string &name, const std::string &path)
 {
-    WeightView w;
-    w.name = name;
-    if (const GgufTensorInfo *t = g.find_tensor(name)) {
-        w.type = t->type;
-        w.shape = t->shape;
-        w.data = t->data;
-        w.nbytes = t->nbytes;
+    const WeightView w = t.take(name);
+    if (!w.data)
+        return {};
+    if (w.type != DType::F32 || w.n_elements() <= 0 || w.nbytes != uint64_t(w.n_elements()) * 4)
+        throw FormatError(path + ": tensor " + name + " must be an F32 vector");
+    std::vector<float> v(size_t(w.n_elements()));
+    std::memcpy(v.data(), w.data, v.size() * 4);
+    return v;
+}
+
+// RoPE scaling from the rope.scaling.* keys and the rope_freqs / rope_factors_* tensors.
+void read_rope_scaling(const GgufFile &g, const std::string &a, TensorLookup &t, HParams &hp)
+{
+    const std::string &path = g.path();
+    RopeScaling &rs = hp.rope;
+    rs.factor = float(g.get_float(a + "rope.scaling.factor").value_or(1.0));
+    rs.orig_ctx = to_int(g, a + "rope.scaling.original_context_length",
+                         g.get_int(a + "rope.scaling.original_context_length"), false, 0);
+    rs.attn_factor = float(g.get_float(a + "rope.scaling.attn_factor").value_or(0.0));
+    rs.beta_fast = float(g.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0));
+    rs.beta_slow = float(g.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0));
+    if (auto st = g.get_string(a + "rope.scaling.type")) {
+        auto type = parse_rope_scaling(*st == "su" ? "longrope" : *st);
+        if (!type)
+            throw ConfigError(path + ": metadata key " + a + "rope.scaling.type has value '" + *st +
+                              "', which is not supported (supported: none, linear, yarn, llama3, longrope)");
+        rs.type = *type;
+    } else if (auto f = g.get_float(a + "rope.scale_linear")) {
+        rs.type = RopeScalingType::Linear;
+        rs.factor = float(*f);
     }
-    return w;
+    rs.freq_factors = float_vector(t, "rope_freqs.weight", path);
+    if (!rs.freq_factors.empty() && rs.type == RopeScalingType::None)
+        rs.type = RopeScalingType::Llama3; // Llama 3.1+: the converter writes the factors only
+    rs.long_factors = float_vector(t, "rope_factors_long.weight", path);
+    rs.short_factors = float_vector(t, "rope_factors_short.weight", path);
+    if (!rs.long_factors.empty() && rs.type == RopeScalingType::None) {
+        rs.type = RopeScalingType::LongRope;
+        if (rs.orig_ctx > 0)
+            rs.factor = float(hp.n_ctx_train) / float(rs.orig_ctx);
+    }
+    if (rs.type == RopeScalingType::Llama3 && rs.factor == 1.0f && !rs.freq_factors.empty())
+        rs.factor = *std::max_element(rs.freq_factors.begin(), rs.freq_factors.end());
+    hp.rope_scaling = rs.type;
+    hp.rope_scaling_factor = std::max(1.0f, rs.factor);
+}
+
+// Sliding windows, soft-capping and the attention scale of the Gemma families, as llama.cpp
+// reads them (the window pattern: every second layer for gemma2, five of six for gemma3,
+// unless the file gives one).
+void read_gemma_keys(const GgufFile &g, const std::string &a, HParams &hp)
+{
+    const bool g2 = hp.family == ArchFamily::Gemma2;
+    hp.attn_softcap = float(g.get_float(a + "attn_logit_softcapping").value_or(g2 ? 50.0 : 0.0));
+    hp.final_softcap = float(g.get_float(a + "final_logit_softcapping").value_or(g2 ? 30.0 : 0.0));
+    hp.sliding_window = to_int(g, a + "attention.sliding_window", g.get_int(a + "attention.sliding_window"), false,
+                               g2 ? 4096 : 0);
+    int pattern = g2 ? 2 : 6;
+    hp.swa_layers.assign(size_t(hp.n_layer), 0);
+    if (const GgufValue *pv = g.find(a + "attention.sliding_window_pattern")) {
+        if (const GgufArray *arr = pv->as_array()) {
+            if (arr->items.size() != size_t(hp.n_layer))
+                throw FormatError(g.path() + ": metadata key " + a + "attention.sliding_window_pattern has " +
+                                  std::to_string(arr->items.size()) + " entries for " + std::to_string(hp.n_layer) +
+                                  " layers");
+            for (size_t i = 0; i < arr->items.size(); ++i)
+                hp.swa_layers[i] = arr->items[i].as_bool().value_or(false) ? 1 : 0;
+            pattern = 0;
+        } else {
+            pattern = to_int(g, a + "attention.sliding_window_pattern", pv->as_int(), true, 0);
+        }
+    }
+    for (int i = 0; pattern > 0 && i < hp.n_layer; ++i)
+        hp.swa_layers[size_t(i)] = i % pattern < pattern - 1 ? 1 : 0;
+    hp.rope_base_swa = float(g.get_float(a + "rope.freq_base_swa").value_or(g2 ? hp.rope_base : 10000.0));
+    // llama.cpp: 1/sqrt(head size), except the 27B models (46 and 62 layers), which scale by
+    // width / heads (query_pre_attn_scalar is not in the file).
+    const bool big = (g2 && hp.n_layer == 46) || (!g2 && hp.n_layer == 62);
+    hp.attn_scale = big ? 1.0f / std::sqrt(float(hp.n_embd / hp.n_head)) : 0.0f;
 }
 
 } // namespace
@@ -48,14 +123,14 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     if (!arch)
         throw FormatError(path + ": missing metadata key general.architecture (is this a "
                                  "vocabulary-only GGUF?)");
-    if (*arch != "llama")
-        throw FormatError(path + ": architecture '" + *arch +
-                          "' is not supported (supported: llama)");
+    const std::optional<ArchFamily> family = family_of_gguf_arch(*arch);
+    if (!family)
+        throw FormatError(unsupported_architecture(path, *arch));
 
     auto model = make();
     HParams &hp = hparams(*model);
-    const std::string a = "llama.";
-    hp.architecture = *arch;
+    const std::string a = *arch + ".";
+    set_family_features(hp, *family, TensorNaming::Gguf);
     hp.n_embd = to_int(*g, a + "embedding_length", g->get_int(a + "embedding_length"), true, 0);
     hp.n_layer = to_int(*g, a + "block_count", g->get_int(a + "block_count"), true, 0);
     hp.n_ff = to_int(*g, a + "feed_forward_length", g->get_int(a + "feed_forward_length"), true, 0);
@@ -63,25 +138,42 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     hp.n_head_kv = to_int(*g, a + "attention.head_count_kv",
                           g->get_int(a + "attention.head_count_kv"), false, hp.n_head);
     hp.n_ctx_train = to_int(*g, a + "context_length", g->get_int(a + "context_length"), true, 0);
-    hp.n_rot = to_int(*g, a + "rope.dimension_count", g->get_int(a + "rope.dimension_count"),
-                      false, hp.n_head > 0 ? hp.n_embd / hp.n_head : 0);
+    const int key_len = to_int(*g, a + "attention.key_length", g->get_int(a + "attention.key_length"), false, 0);
+    const int value_len = to_int(*g, a + "attention.value_length", g->get_int(a + "attention.value_length"), false,
+                                 key_len);
+    if (key_len != value_len)
+        throw FormatError(path + ": attention.key_length " + std::to_string(key_len) +
+                          " differs from attention.value_length " + std::to_string(value_len) +
+                          " (different key and value head sizes are not supported)");
+    hp.n_head_dim = key_len;
+    hp.n_rot = to_int(*g, a + "rope.dimension_count", g->get_int(a + "rope.dimension_count"), false,
+                      hp.head_dim());
     hp.rms_eps = float(g->get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
     hp.rope_base = float(g->get_float(a + "rope.freq_base").value_or(10000.0));
-    hp.rope_style = RopeStyle::Interleaved;
-    if (auto st = g->get_string(a + "rope.scaling.type")) {
-        float factor = float(g->get_float(a + "rope.scaling.factor").value_or(1.0));
-        if (*st == "linear")
-            hp.rope_scaling = RopeScalingType::Linear;
-        else if (*st == "none")
-            hp.rope_scaling = RopeScalingType::None;
-        else
-            throw ConfigError(path + ": rope scaling type '" + *st +
-                              "' is not supported (supported: none, linear)");
-        hp.rope_scaling_factor = factor;
-    } else if (auto f = g->get_float(a + "rope.scale_linear")) {
-        hp.rope_scaling = RopeScalingType::Linear;
-        hp.rope_scaling_factor = float(*f);
-    }
+    if (*family == ArchFamily::Phi3)
+        hp.sliding_window = to_int(*g, a + "attention.sliding_window", g->get_int(a + "attention.sliding_window"),
+                                   false, 0);
+    if (*family == ArchFamily::Gemma2 || *family == ArchFamily::Gemma3)
+        read_gemma_keys(*g, a, hp);
+
+    std::vector<std::string> names;
+    for (const GgufTensorInfo &ti : g->tensors())
+        names.push_back(ti.name);
+    TensorLookup t(
+        [&g](const std::string &name) -> std::optional<WeightView> {
+            const GgufTensorInfo *ti = g->find_tensor(name);
+            if (!ti)
+                return std::nullopt;
+            WeightView w;
+            w.name = name;
+            w.type = ti->type;
+            w.shape = ti->shape;
+            w.data = ti->data;
+            w.nbytes = ti->nbytes;
+            return w;
+        },
+        names, path);
+    read_rope_scaling(*g, a, t, hp);
 
     const GgufTensorInfo *embd = g->find_tensor("token_embd.weight");
     if (!embd)
@@ -95,27 +187,9 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     hp.validate(path);
 
     ModelWeights &w = weights(*model);
-    w.tok_embd = view_of(*g, "token_embd.weight");
-    w.output_norm = view_of(*g, "output_norm.weight");
-    w.output = view_of(*g, "output.weight");
-    if (!w.output.data) {
-        w.output = w.tok_embd;
-        hp.tied_embeddings = true;
-    }
-    w.layers.resize(size_t(hp.n_layer));
-    for (int i = 0; i < hp.n_layer; ++i) {
-        const std::string p = "blk." + std::to_string(i) + ".";
-        LayerWeights &l = w.layers[size_t(i)];
-        l.attn_norm = view_of(*g, p + "attn_norm.weight");
-        l.wq = view_of(*g, p + "attn_q.weight");
-        l.wk = view_of(*g, p + "attn_k.weight");
-        l.wv = view_of(*g, p + "attn_v.weight");
-        l.wo = view_of(*g, p + "attn_output.weight");
-        l.ffn_norm = view_of(*g, p + "ffn_norm.weight");
-        l.w_gate = view_of(*g, p + "ffn_gate.weight");
-        l.w_up = view_of(*g, p + "ffn_up.weight");
-        l.w_down = view_of(*g, p + "ffn_down.weight");
-    }
+    take_model_tensors(t, hp, TensorNaming::Gguf, w);
+    hp.tied_embeddings = w.output.data == w.tok_embd.data;
+    t.require_all_used(*arch);
     check_weights(*model, path);
 
     auto tok = Tokenizer::from_gguf(*g);
@@ -130,8 +204,8 @@ std::unique_ptr<Model> ModelBuilder::from_gguf(const std::string &path)
     in.name = g->get_string("general.name").value_or(std::filesystem::path(path).stem().string());
     in.file_bytes = g->file_size();
     in.tensor_count = g->tensors().size();
-    for (const GgufTensorInfo &t : g->tensors())
-        in.tensor_types[std::string(dtype_name(t.type))]++;
+    for (const GgufTensorInfo &ti : g->tensors())
+        in.tensor_types[std::string(dtype_name(ti.type))]++;
     in.gguf_version = g->version();
     if (const GgufValue *ct = g->find("tokenizer.chat_template"); ct && ct->as_string())
         in.chat_template = *ct->as_string();

@@ -27,9 +27,11 @@ void HParams::validate(const std::string &source) const
             "layer count must be between 1 and 4096, got " + std::to_string(n_layer));
     require(n_head > 0 && n_head <= n_embd, source,
             "attention head count must be between 1 and the width, got " + std::to_string(n_head));
-    require(n_embd % n_head == 0, source,
+    require(n_head_dim > 0 || n_embd % n_head == 0, source,
             "width " + std::to_string(n_embd) + " is not divisible by the head count " +
-                std::to_string(n_head));
+                std::to_string(n_head) + " and no head size is given");
+    require(n_head_dim >= 0 && n_head_dim <= 4096, source,
+            "head size (head_dim, attention.key_length) must be between 1 and 4096, got " + std::to_string(n_head_dim));
     require(n_head_kv > 0 && n_head_kv <= n_head, source,
             "key/value head count must be between 1 and the head count, got " +
                 std::to_string(n_head_kv));
@@ -48,6 +50,65 @@ void HParams::validate(const std::string &source) const
             "RoPE base (rope_theta) must be greater than 1");
     require(std::isfinite(rope_scaling_factor) && rope_scaling_factor >= 1, source,
             "rope_scaling factor must be at least 1");
+    require(rope.type == RopeScalingType::None || (std::isfinite(rope.factor) && rope.factor >= 1), source,
+            "rope_scaling factor must be at least 1, got " + std::to_string(rope.factor));
+    require(rope.orig_ctx >= 0, source, "original context length must not be negative");
+    require(std::isfinite(rope.attn_factor) && rope.attn_factor >= 0, source,
+            "rope attention factor must not be negative");
+    const size_t half = size_t(n_rot / 2);
+    for (const auto *f : {&rope.freq_factors, &rope.short_factors, &rope.long_factors}) {
+        require(f->empty() || f->size() == half, source,
+                "RoPE frequency factors must number n_rot / 2 = " + std::to_string(half) + ", got " +
+                    std::to_string(f->size()));
+        for (float x : *f)
+            require(std::isfinite(x) && x > 0, source, "RoPE frequency factors must be positive");
+    }
+    require(rope.type != RopeScalingType::LongRope || (!rope.short_factors.empty() && !rope.long_factors.empty()),
+            source, "LongRoPE scaling needs short and long factors");
+    require(rope.type != RopeScalingType::Llama3 || rope.low_freq_factor < rope.high_freq_factor, source,
+            "llama3 RoPE scaling needs low_freq_factor < high_freq_factor");
+    for (float v : {attn_scale, attn_softcap, final_softcap, rope_base_swa, norm_offset})
+        require(std::isfinite(v) && v >= 0, source, "attention scale, soft caps and the local RoPE base must be >= 0");
+    require(sliding_window >= 0, source, "sliding window must not be negative");
+    require(swa_layers.empty() || swa_layers.size() == size_t(n_layer), source,
+            "the sliding-window pattern must name every layer");
+}
+
+std::string_view to_string(RopeScalingType t)
+{
+    switch (t) {
+    case RopeScalingType::None: return "none";
+    case RopeScalingType::Linear: return "linear";
+    case RopeScalingType::Dynamic: return "dynamic";
+    case RopeScalingType::Ntk: return "ntk";
+    case RopeScalingType::Yarn: return "yarn";
+    case RopeScalingType::Llama3: return "llama3";
+    case RopeScalingType::LongRope: return "longrope";
+    }
+    return "?";
+}
+
+std::optional<RopeScalingType> parse_rope_scaling(std::string_view s)
+{
+    for (RopeScalingType t : {RopeScalingType::None, RopeScalingType::Linear, RopeScalingType::Dynamic,
+                              RopeScalingType::Ntk, RopeScalingType::Yarn, RopeScalingType::Llama3,
+                              RopeScalingType::LongRope})
+        if (s == to_string(t))
+            return t;
+    return std::nullopt;
+}
+
+std::string_view to_string(ArchFamily f)
+{
+    switch (f) {
+    case ArchFamily::Llama: return "llama";
+    case ArchFamily::Qwen2: return "qwen2";
+    case ArchFamily::Qwen3: return "qwen3";
+    case ArchFamily::Gemma2: return "gemma2";
+    case ArchFamily::Gemma3: return "gemma3";
+    case ArchFamily::Phi3: return "phi3";
+    }
+    return "?";
 }
 
 } // namespace longscope

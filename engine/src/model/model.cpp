@@ -88,13 +88,21 @@ void ModelBuilder::check_weights(Model &m, const std::string &source)
 {
     const HParams &hp = m.m_hparams;
     ModelWeights &w = *m.m_weights;
-    const int64_t e = hp.n_embd, ekv = hp.n_embd_kv(), f = hp.n_ff, v = hp.n_vocab;
+    const int64_t e = hp.n_embd, eq = hp.n_embd_q(), ekv = hp.n_embd_kv(), f = hp.n_ff, v = hp.n_vocab,
+                  hd = hp.head_dim();
     if (int64_t(w.layers.size()) != hp.n_layer)
         throw FormatError(source + ": expected " + std::to_string(hp.n_layer) + " layers");
     uint64_t bytes = 0;
     auto check = [&](const WeightView &wv, std::vector<int64_t> shape) {
         check_one(wv, std::move(shape), source);
         bytes += wv.nbytes;
+    };
+    // Biases and norms are read as float vectors by every backend.
+    auto check_vector = [&](const WeightView &wv, int64_t n) {
+        check(wv, {n});
+        if (wv.type != DType::F32 && wv.type != DType::F16 && wv.type != DType::BF16)
+            throw FormatError(source + ": tensor " + wv.name + " has type " + std::string(dtype_name(wv.type)) +
+                              ", expected F32, F16 or BF16 for a vector");
     };
     check(w.tok_embd, {e, v});
     check(w.output_norm, {e});
@@ -104,14 +112,27 @@ void ModelBuilder::check_weights(Model &m, const std::string &source)
         check_one(w.output, {e, v}, source);
     for (const LayerWeights &l : w.layers) {
         check(l.attn_norm, {e});
-        check(l.wq, {e, e});
+        check(l.wq, {e, eq});
         check(l.wk, {e, ekv});
         check(l.wv, {e, ekv});
-        check(l.wo, {e, e});
+        if (hp.qkv_bias) {
+            check_vector(l.bq, eq);
+            check_vector(l.bk, ekv);
+            check_vector(l.bv, ekv);
+        }
+        if (hp.qk_norm) {
+            check_vector(l.q_norm, hd);
+            check_vector(l.k_norm, hd);
+        }
+        check(l.wo, {eq, e});
         check(l.ffn_norm, {e});
         check(l.w_gate, {e, f});
         check(l.w_up, {e, f});
         check(l.w_down, {f, e});
+        if (hp.post_norms) {
+            check(l.attn_post_norm, {e});
+            check(l.ffn_post_norm, {e});
+        }
     }
     m.m_info.weight_bytes = bytes;
 }

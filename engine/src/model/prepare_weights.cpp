@@ -40,8 +40,10 @@ void ModelBuilder::prepare_weights(Model &m, const WeightPreparer &prep, const L
     for (LayerWeights &l : w.layers) {
         for (WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             matrices.push_back(v);
-        others.push_back(&l.attn_norm);
-        others.push_back(&l.ffn_norm);
+        for (WeightView *v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                              &l.attn_post_norm, &l.ffn_post_norm})
+            if (v->data)
+                others.push_back(v);
     }
     bool copy = prep.copy_weights(), pack_any = true;
     // Where each matrix goes in the block (64-byte aligned), or nowhere.

@@ -28,16 +28,22 @@ struct WeightView {
     int64_t n_elements() const;
 };
 
+// Fused matrices (Phi-3's attn_qkv and gate/up) are split into row ranges of the same
+// tensor: views into it, nothing copied.
 struct LayerWeights {
     WeightView attn_norm; // [n_embd]
-    WeightView wq;        // [n_embd, n_embd]
+    WeightView wq;        // [n_embd, n_embd_q]
     WeightView wk;        // [n_embd, n_embd_kv]
     WeightView wv;        // [n_embd, n_embd_kv]
-    WeightView wo;        // [n_embd, n_embd]
+    WeightView bq, bk, bv;        // [n_embd_q], [n_embd_kv] x 2 (hparams.qkv_bias)
+    WeightView q_norm, k_norm;    // [head_dim] (hparams.qk_norm)
+    WeightView wo;        // [n_embd_q, n_embd]
+    WeightView attn_post_norm;    // [n_embd] (hparams.post_norms)
     WeightView ffn_norm;  // [n_embd]
     WeightView w_gate;    // [n_embd, n_ff]
     WeightView w_up;      // [n_embd, n_ff]
     WeightView w_down;    // [n_ff, n_embd]
+    WeightView ffn_post_norm;     // [n_embd] (hparams.post_norms)
 };
 
 struct ModelWeights {

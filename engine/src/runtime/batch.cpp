@@ -19,6 +19,7 @@ struct Sequence {
     std::unique_ptr<KvCache> step_kv; // KvMode::None: this step's throw-away cache
     std::unique_ptr<SequenceDecoder> decoder; // sampling, stops, text: as generate()'s
     std::vector<float> logits;
+    std::vector<float> rope_factors;  // this step's per-dimension RoPE factors (rope_in_effect)
     bool done = false;
 };
 
@@ -34,6 +35,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         throw InvalidArgument("the batch holds no prompt");
     const Settings &st = options.settings;
     st.validate();
+    check_rope_settings(model.hparams(), st.rope);
     if (st.backend != ComputeBackend::Cpu)
         throw BackendError("batched generation runs on the CPU backend only (the CUDA backend evaluates one "
                            "sequence per session)");
@@ -98,12 +100,24 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
                 continue;
             const int len = int(s.history.size() + s.pending.size());
             ForwardSegment seg;
-            seg.params.rope_base = rope_base_in_effect(hp, st.rope, len);
-            seg.params.pos_scale = rope_pos_scale(hp);
+            RopeInEffect rope = rope_in_effect(hp, st.rope, len);
+            s.rope_factors = std::move(rope.factors);
+            seg.params.rope_base = rope.base;
+            seg.params.pos_scale = rope.pos_scale;
+            seg.params.rope_factors = s.rope_factors;
+            seg.params.rope_attn_factor = rope.attn_factor;
             seg.params.keys_before_rope = st.rope.store_kv_before_rope;
             seg.params.memory_efficient = st.attention.memory_efficient;
             seg.params.causal_flash = st.attention.causal_flash;
-            if (s.kv) {
+            if (s.kv && !s.history.empty() && crosses_longrope_switch(hp, st.rope, int(s.history.size()), len)) {
+                // As Session::eval: the whole context again with the long factors.
+                s.kv->ensure(len);
+                full.emplace_back(s.history);
+                full.back().insert(full.back().end(), s.pending.begin(), s.pending.end());
+                seg.tokens = full.back();
+                seg.n_past = 0;
+                seg.kv = s.kv.get();
+            } else if (s.kv) {
                 s.kv->ensure(len);
                 seg.tokens = s.pending;
                 seg.n_past = int(s.history.size());

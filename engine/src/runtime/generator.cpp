@@ -163,6 +163,8 @@ namespace {
 bool same_forward_pass(const Settings &now, const Settings &then)
 {
     return now.rope.ntk_alpha == then.rope.ntk_alpha && now.rope.ntk_auto == then.rope.ntk_auto &&
+           now.rope.scaling == then.rope.scaling && now.rope.scaling_factor == then.rope.scaling_factor &&
+           now.rope.scaling_orig_ctx == then.rope.scaling_orig_ctx &&
            now.rope.store_kv_before_rope == then.rope.store_kv_before_rope &&
            now.attention.memory_efficient == then.attention.memory_efficient &&
            now.attention.causal_flash == then.attention.causal_flash && now.backend == then.backend;
@@ -191,9 +193,10 @@ int reusable_prefix(const Session &session, std::span<const int32_t> prompt)
     // rotation, and through attention every later layer's rows, keys cached before RoPE or
     // not). Reuse only when the base is the same at every length the context can have had.
     const HParams &hp = session.model().hparams();
-    if (now.rope.ntk_auto || hp.rope_scaling == RopeScalingType::Dynamic) {
+    if (rope_follows_length(hp, now.rope)) {
         const int widest = std::max({session.n_ctx(), then.context_limit, int(history.size())});
-        if (rope_base_in_effect(hp, now.rope, 1) != rope_base_in_effect(hp, now.rope, widest))
+        const RopeInEffect a = rope_in_effect(hp, now.rope, 1), b = rope_in_effect(hp, now.rope, widest);
+        if (a.base != b.base || a.factors != b.factors)
             return 0;
     }
     const size_t limit = std::min(history.size(), prompt.size() - 1);

@@ -5,6 +5,8 @@
 // conversion runs on the CPU backend's quantizers, dequantizers and thread pool.
 #include "longscope/quantize.h"
 
+#include "runtime/rope_base.h"
+
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
@@ -349,6 +351,7 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
         throw InvalidArgument("cannot write weights of type " + std::string(dtype_name(spec.type)) +
                               " (supported: F32, F16, BF16, " + tool_type_names + ")");
     HParams hp;
+    hp.family = spec.family;
     hp.n_vocab = spec.n_vocab;
     hp.n_embd = spec.n_embd;
     hp.n_layer = spec.n_layer;
@@ -356,10 +359,14 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
     hp.n_head_kv = spec.n_head_kv;
     hp.n_ff = spec.n_ff;
     hp.n_ctx_train = spec.n_ctx;
+    hp.n_head_dim = spec.head_dim;
     hp.n_rot = hp.head_dim();
     hp.rms_eps = spec.rms_eps;
     hp.rope_base = spec.rope_base;
+    hp.rope = spec.rope;
     hp.validate("model shape");
+    const bool gemma = spec.family == ArchFamily::Gemma2 || spec.family == ArchFamily::Gemma3;
+    const bool phi3 = spec.family == ArchFamily::Phi3;
 
     std::vector<std::pair<std::string, GgufValue>> vocab =
         spec.tokenizer.empty() ? byte_level_vocab(spec.n_vocab) : spec.tokenizer;
@@ -370,8 +377,9 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
                               " tokens but the model's vocabulary only " + std::to_string(spec.n_vocab));
 
     GgufStreamWriter w(out_gguf, 32);
-    const std::string a = "llama.";
-    w.set_string("general.architecture", "llama");
+    const std::string arch(to_string(spec.family));
+    const std::string a = arch + ".";
+    w.set_string("general.architecture", arch);
     w.set_string("general.name", spec.name);
     w.set_u32("general.file_type", llama_file_type(spec.type));
     if (is_quantized(spec.type))
@@ -383,8 +391,22 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
     w.set_u32(a + "rope.dimension_count", uint32_t(hp.n_rot));
     w.set_u32(a + "attention.head_count", uint32_t(spec.n_head));
     w.set_u32(a + "attention.head_count_kv", uint32_t(spec.n_head_kv));
+    if (spec.head_dim > 0) {
+        w.set_u32(a + "attention.key_length", uint32_t(spec.head_dim));
+        w.set_u32(a + "attention.value_length", uint32_t(spec.head_dim));
+    }
     w.set_f32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps);
     w.set_f32(a + "rope.freq_base", spec.rope_base);
+    if (spec.rope_base_swa > 0)
+        w.set_f32(a + "rope.freq_base_swa", spec.rope_base_swa);
+    if (spec.sliding_window > 0)
+        w.set_u32(a + "attention.sliding_window", uint32_t(spec.sliding_window));
+    if (spec.rope.type == RopeScalingType::Linear || spec.rope.type == RopeScalingType::Yarn) {
+        w.set_string(a + "rope.scaling.type", std::string(to_string(spec.rope.type)));
+        w.set_f32(a + "rope.scaling.factor", spec.rope.factor);
+        if (spec.rope.orig_ctx > 0)
+            w.set_u32(a + "rope.scaling.original_context_length", uint32_t(spec.rope.orig_ctx));
+    }
     w.set_u32(a + "vocab_size", uint32_t(spec.n_vocab));
     for (const auto &[key, value] : vocab)
         w.set(key, value);
@@ -394,30 +416,57 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
         std::vector<int64_t> shape;
         DType type;
         bool norm;
+        std::vector<float> values; // written as given when not empty
     };
     std::vector<Planned> plan;
-    const int64_t e = spec.n_embd, ekv = hp.n_embd_kv(), f = spec.n_ff, v = spec.n_vocab;
+    const int64_t e = spec.n_embd, eq = hp.n_embd_q(), ekv = hp.n_embd_kv(), f = spec.n_ff, v = spec.n_vocab,
+                  hd = hp.head_dim();
     auto weight = [&](std::string name, std::vector<int64_t> shape) {
-        const DType t = weight_type_for(name, shape, spec.type, DType::F16, spec.n_layer, true,
+        const DType t = weight_type_for(name, shape, spec.type, DType::F16, spec.n_layer, !spec.tied_embeddings,
                                         spec.n_head / std::max(1, spec.n_head_kv));
-        plan.push_back({std::move(name), std::move(shape), t, false});
+        plan.push_back({std::move(name), std::move(shape), t, false, {}});
     };
-    auto norm = [&](std::string name) { plan.push_back({std::move(name), {e}, DType::F32, true}); };
+    auto norm = [&](std::string name, int64_t n) { plan.push_back({std::move(name), {n}, DType::F32, true, {}}); };
+    auto bias = [&](std::string name, int64_t n) { plan.push_back({std::move(name), {n}, DType::F32, false, {}}); };
     weight("token_embd.weight", {e, v});
+    if (spec.rope.type == RopeScalingType::Llama3)
+        plan.push_back({"rope_freqs.weight", {hd / 2}, DType::F32, false, llama3_rope_factors(hp, spec.rope)});
     for (int l = 0; l < spec.n_layer; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
-        norm(p + "attn_norm.weight");
-        weight(p + "attn_q.weight", {e, e});
-        weight(p + "attn_k.weight", {e, ekv});
-        weight(p + "attn_v.weight", {e, ekv});
-        weight(p + "attn_output.weight", {e, e});
-        norm(p + "ffn_norm.weight");
-        weight(p + "ffn_gate.weight", {e, f});
-        weight(p + "ffn_up.weight", {e, f});
+        norm(p + "attn_norm.weight", e);
+        if (phi3) {
+            weight(p + "attn_qkv.weight", {e, eq + 2 * ekv});
+        } else {
+            weight(p + "attn_q.weight", {e, eq});
+            weight(p + "attn_k.weight", {e, ekv});
+            weight(p + "attn_v.weight", {e, ekv});
+        }
+        if (spec.family == ArchFamily::Qwen2) {
+            bias(p + "attn_q.bias", eq);
+            bias(p + "attn_k.bias", ekv);
+            bias(p + "attn_v.bias", ekv);
+        }
+        if (spec.family == ArchFamily::Qwen3 || spec.family == ArchFamily::Gemma3) {
+            norm(p + "attn_q_norm.weight", hd);
+            norm(p + "attn_k_norm.weight", hd);
+        }
+        weight(p + "attn_output.weight", {eq, e});
+        if (gemma)
+            norm(p + "post_attention_norm.weight", e);
+        norm(p + "ffn_norm.weight", e);
+        if (phi3) {
+            weight(p + "ffn_up.weight", {e, 2 * f});
+        } else {
+            weight(p + "ffn_gate.weight", {e, f});
+            weight(p + "ffn_up.weight", {e, f});
+        }
         weight(p + "ffn_down.weight", {f, e});
+        if (gemma)
+            norm(p + "post_ffw_norm.weight", e);
     }
-    norm("output_norm.weight");
-    weight("output.weight", {e, v});
+    norm("output_norm.weight", e);
+    if (!spec.tied_embeddings)
+        weight("output.weight", {e, v});
 
     uint64_t total = 0;
     for (const Planned &p : plan) {
@@ -434,7 +483,9 @@ void write_random_model_file(const std::string &out_gguf, const RandomModelSpec 
         const int64_t n_rows = p.shape.size() > 1 ? p.shape[1] : 1;
         stream_rows(*pool, w, n_rows, row_len, p.type,
                     [&](int64_t r, float *dst) {
-                        if (p.norm)
+                        if (!p.values.empty())
+                            std::copy(p.values.begin(), p.values.end(), dst);
+                        else if (p.norm)
                             std::fill(dst, dst + row_len, 1.0f);
                         else
                             normal_row(spec.seed, i, r, spec.stddev, dst, row_len);

@@ -36,7 +36,10 @@ int resolve_limit(const Model &model, int n_ctx, const Settings &s)
 struct Session::Impl {
     explicit Impl(const Model &m) : model(m) {}
 
-    double rope_base_for(int seq_len) const { return rope_base_in_effect(model.hparams(), settings.rope, seq_len); }
+    // The RoPE of a sequence of seq_len tokens; its factors are kept in rope_factors, which
+    // the forward parameters point into.
+    double rope_for(int seq_len);
+
     ForwardParams forward_params(double rope_base) const;
     // Evaluates tokens at positions start_pos.. into kv, appending the logits of positions
     // >= logits_from to `logits`; memory-efficient attention in chunks.
@@ -45,7 +48,7 @@ struct Session::Impl {
     // One step on the current backend: the cache brought in line with the settings, then the
     // tokens evaluated. Returns the cache's reserved and resident bytes.
     void step(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
-              bool all_logits, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident);
+              int logits_from, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident);
     void apply_kv_settings(double rope_base);
     void convert_cached_keys(bool to_before_rope, double rope_base);
     // Drops the cache, counting what it copied.
@@ -63,6 +66,8 @@ struct Session::Impl {
     std::string backend_note;
     bool kv_before_rope = false;            // how the keys in kv are stored
     std::vector<double> key_base;           // per cached position: base its key was rotated with
+    std::vector<float> rope_factors;        // per-dimension RoPE factors in effect (rope_for)
+    double rope_attn_factor = 1.0;
     std::vector<int32_t> history;
     std::vector<float> logits;              // assembled across prefill chunks
     uint64_t retired_copied = 0;            // bytes copied by caches since replaced
@@ -82,6 +87,7 @@ Session::Session(const Model &model, const SessionOptions &options) : m(std::mak
         throw InvalidArgument("thread count must be between 1 and 1024, got " +
                               std::to_string(options.n_threads));
     options.settings.validate();
+    check_rope_settings(model.hparams(), options.settings.rope);
     m->settings = options.settings;
     // The trained context is the default, not a ceiling: a larger limit is allowed. The
     // default is capped so that a model trained on 128K tokens does not reserve a huge cache
@@ -139,6 +145,7 @@ void Session::Impl::replace_backend(std::unique_ptr<Backend> fresh)
 void Session::set_settings(const Settings &settings)
 {
     settings.validate();
+    check_rope_settings(m->model.hparams(), settings.rope);
     // 0 means the model's default, as in SessionOptions.
     const int limit = resolve_limit(m->model, 0, settings);
     if (limit < n_past())
@@ -164,26 +171,12 @@ void Session::truncate(int n_tokens)
         m->key_base.resize(size_t(n_tokens));
 }
 
-double rope_base_in_effect(const HParams &hp, const RopeSettings &rope, int seq_len)
+double Session::Impl::rope_for(int seq_len)
 {
-    double base = hp.rope_base;
-    const double d = hp.n_rot;
-    // Hugging Face "dynamic" NTK from config.json: grows once the sequence passes the
-    // trained length.
-    if (hp.rope_scaling == RopeScalingType::Dynamic && seq_len > hp.n_ctx_train) {
-        const double f = hp.rope_scaling_factor;
-        base *= std::pow(f * double(seq_len) / hp.n_ctx_train - (f - 1), d / (d - 2));
-    }
-    // NTK-aware alpha set by the user: base' = base * alpha^(d / (d - 2)).
-    const double alpha = effective_ntk_alpha(rope, seq_len, hp.n_ctx_train);
-    if (alpha != 1.0)
-        base *= std::pow(alpha, d / (d - 2));
-    return base;
-}
-
-double rope_pos_scale(const HParams &hp)
-{
-    return hp.rope_scaling == RopeScalingType::Linear ? 1.0 / hp.rope_scaling_factor : 1.0;
+    RopeInEffect r = rope_in_effect(model.hparams(), settings.rope, seq_len);
+    rope_factors = std::move(r.factors);
+    rope_attn_factor = r.attn_factor;
+    return r.base;
 }
 
 void Session::Impl::convert_cached_keys(bool to_before_rope, double rope_base)
@@ -192,7 +185,7 @@ void Session::Impl::convert_cached_keys(bool to_before_rope, double rope_base)
     // with, since with auto alpha that differs from position to position. Runs of positions
     // sharing a base are rotated in one call.
     const int n = n_past();
-    const double pos_scale = rope_pos_scale(model.hparams());
+    const double pos_scale = rope_pos_scale(model.hparams(), settings.rope);
     auto base_of = [&](int j) { return to_before_rope ? key_base[size_t(j)] : rope_base; };
     for (int j = 0; j < n;) {
         const double base = base_of(j);
@@ -251,7 +244,9 @@ ForwardParams Session::Impl::forward_params(double rope_base) const
     const HParams &hp = model.hparams();
     ForwardParams p;
     p.rope_base = rope_base;
-    p.pos_scale = rope_pos_scale(hp);
+    p.pos_scale = rope_pos_scale(hp, settings.rope);
+    p.rope_factors = rope_factors;
+    p.rope_attn_factor = rope_attn_factor;
     p.keys_before_rope = settings.rope.store_kv_before_rope;
     p.memory_efficient = settings.attention.memory_efficient;
     p.causal_flash = settings.attention.causal_flash;
@@ -278,9 +273,8 @@ void Session::Impl::run(std::span<const int32_t> tokens, int start_pos, int logi
 }
 
 void Session::Impl::step(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
-                         bool all_logits, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident)
+                         int logits_from, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident)
 {
-    const int logits_from = all_logits ? past : len - 1;
     apply_kv_settings(base);
     if (settings.kv_mode == KvMode::None) {
         // No cache: recompute the whole sequence in a buffer that lives for this step only.
@@ -318,13 +312,26 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
         throw ContextOverflow(std::to_string(len) + " tokens do not fit in the context limit of " +
                               std::to_string(m->n_ctx) + " (raise the context limit)");
     const int past = n_past();
-    const double base = m->rope_base_for(int(len));
+    const int logits_from = all_logits ? past : int(len) - 1;
+    // LongRoPE's switch: the step that takes the sequence past the original context evaluates
+    // the whole context again with the long factors, as Hugging Face's Phi-3 does, instead of
+    // keeping keys rotated with the short ones.
+    std::vector<int32_t> replay;
+    std::span<const int32_t> run_tokens = tokens;
+    int run_past = past;
+    if (past > 0 && m->settings.kv_mode != KvMode::None && crosses_longrope_switch(m->model.hparams(), m->settings.rope, past, int(len))) {
+        replay = m->history;
+        replay.insert(replay.end(), tokens.begin(), tokens.end());
+        run_tokens = replay;
+        run_past = 0;
+    }
+    const double base = m->rope_for(int(len));
     const ForwardParams params = m->forward_params(base);
     ForwardStats st;
     m->logits.clear();
     uint64_t kv_reserved = 0, kv_resident = 0;
     try {
-        m->step(tokens, past, int(len), base, params, all_logits, st, kv_reserved, kv_resident);
+        m->step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
     } catch (const BackendError &e) {
         if (m->backend->kind() == ComputeBackend::Cpu)
             throw;
@@ -337,7 +344,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
         m->settings.backend = ComputeBackend::Cpu;
         st = ForwardStats{};
         m->logits.clear();
-        m->step(tokens, past, int(len), base, params, all_logits, st, kv_reserved, kv_resident);
+        m->step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
     }
     m->history.insert(m->history.end(), tokens.begin(), tokens.end());
 
