@@ -3,6 +3,7 @@
 // rotate_half layout, so the model runs with RopeStyle::RotateHalf (no weights are copied).
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
+#include "model/json_input.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 
@@ -23,11 +24,11 @@ namespace {
 json read_json(const fs::path &p)
 {
     const std::string text = read_regular_file(p.string(), 64ull << 20, "JSON file");
-    try {
-        return json::parse(text);
-    } catch (const json::exception &e) {
-        throw ConfigError(p.string() + ": not valid JSON: " + e.what());
-    }
+    json out;
+    std::string why;
+    if (!parse_json_bounded(text.data(), text.data() + text.size(), out, why))
+        throw ConfigError(p.string() + ": " + why);
+    return out;
 }
 
 int config_int(const json &c, const std::string &src, const char *key, std::optional<int> fallback)
@@ -39,9 +40,9 @@ int config_int(const json &c, const std::string &src, const char *key, std::opti
     }
     const json &v = c[key];
     if (!v.is_number_integer())
-        throw ConfigError(src + ": field \"" + key + "\" must be an integer, got " + v.dump());
+        throw ConfigError(src + ": field \"" + key + "\" must be an integer, got " + describe_json(v));
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
-        throw ConfigError(src + ": field \"" + key + "\" is too large: " + v.dump());
+        throw ConfigError(src + ": field \"" + key + "\" is too large: " + describe_json(v));
     int64_t i = v.get<int64_t>();
     if (i <= 0 || i > std::numeric_limits<int>::max())
         throw ConfigError(src + ": field \"" + key + "\" must be a positive integer, got " +
@@ -54,7 +55,7 @@ double config_float(const json &c, const std::string &src, const char *key, doub
     if (!c.contains(key) || c[key].is_null())
         return fallback;
     if (!c[key].is_number())
-        throw ConfigError(src + ": field \"" + key + "\" must be a number, got " + c[key].dump());
+        throw ConfigError(src + ": field \"" + key + "\" must be a number, got " + describe_json(c[key]));
     return c[key].get<double>();
 }
 
@@ -94,7 +95,7 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     if (!cfg.is_object())
         throw ConfigError(src + ": must hold a JSON object");
     if (cfg.contains("model_type") && cfg["model_type"] != "llama")
-        throw ConfigError(src + ": model_type " + cfg["model_type"].dump() +
+        throw ConfigError(src + ": model_type " + describe_json(cfg["model_type"]) +
                           " is not supported (supported: llama)");
 
     auto model = make();
@@ -127,7 +128,7 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
             if (!rs.contains(k))
                 continue;
             if (!rs[k].is_string())
-                throw ConfigError(src + ": rope_scaling " + k + " must be a string, got " + rs[k].dump());
+                throw ConfigError(src + ": rope_scaling " + k + " must be a string, got " + describe_json(rs[k]));
             type = rs[k].get<std::string>();
         }
         if (type == "linear")
