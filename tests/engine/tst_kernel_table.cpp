@@ -286,6 +286,7 @@ private slots:
             {"NaN in lane 31", {{31, nan}}, Block::NonFinite},
             {"NaN in lanes 7 and 20", {{7, nan}, {20, -nan}}, Block::NonFinite},
             {"+inf in lane 3", {{3, inf}}, Block::NonFinite},
+            {"+inf in lanes 0 and 1", {{0, inf}, {1, inf}}, Block::NonFinite}, // two INT_MIN lanes summed once
             {"-inf in lane 16", {{16, -inf}}, Block::NonFinite},
             {"inf and NaN", {{5, inf}, {6, nan}}, Block::NonFinite},
             {"largest float", {{9, big}, {10, -big}, {11, big / 3}}, Block::Finite},
