@@ -72,6 +72,8 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};
 
 constexpr uint64_t kP63 = 1ull << 63;
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
+// The longest error message accepted, beside the path it names.
+constexpr size_t kMaxMessageBytes = 1000;
 
 // ---------------------------------------------------------------------------------------------
 // Expected errors
@@ -183,6 +185,9 @@ std::string expect_error(const std::function<void()> &fn, int kinds, const std::
                 text.erase(at, must_name.size());
         if (std::string g = missing_words(text, words); !g.empty())
             return "message lacks any of [" + g + "]: " + msg;
+        // One line a user can read: a hostile value is described, never copied in whole.
+        if (text.size() > kMaxMessageBytes)
+            return "message of " + std::to_string(msg.size()) + " bytes: " + msg.substr(0, 300) + "...";
         return {};
     } catch (const std::exception &e) {
         return "a non-longscope exception escaped: " + demangle(typeid(e).name()) + ": " + e.what();
@@ -509,6 +514,19 @@ std::string fresh_hf_dir()
 }
 
 void write_config(const std::string &dir, const ojson &cfg) { write_file(dir + "/config.json", cfg.dump(2)); }
+
+// `depth` nested arrays around a 1: 2 * depth + 1 bytes of JSON (100000 levels: 200 KB).
+std::string nested_arrays(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
+
+// The bundled config.json with `key` set to the raw JSON text `value`.
+std::string config_with_raw(const std::string &key, const std::string &value)
+{
+    ojson cfg = g.hf_config_json;
+    cfg[key] = "@value@";
+    std::string text = cfg.dump(2);
+    const std::string mark = "\"@value@\"";
+    return text.replace(text.find(mark), mark.size(), value);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Case tables
@@ -919,14 +937,37 @@ std::vector<DirCase> hf_config_cases()
     raw("JSON string", "\"llama\"", C, "object");
     raw("JSON null", "null", C, "object");
     raw("nested 100000 [ unterminated", std::string(100000, '['), C, "JSON");
-    raw("nested 100000 [] balanced", std::string(100000, '[') + std::string(100000, ']'), C, "object");
+    raw("nested 100000 [] balanced", std::string(100000, '[') + std::string(100000, ']'), C, "JSON;nested;deep");
     raw("nested 100000 {\"a\": ...}", [] {
         std::string s;
         for (int i = 0; i < 100000; ++i) s += "{\"a\":";
         s += "1";
         s += std::string(100000, '}');
         return s;
-    }(), C, "hidden_size|missing");
+    }(), C, "JSON;nested;deep");
+    // Deep values where the loader reads a field (its error message once printed the value
+    // whole, recursing once per level) and where it reads none: 200 KB files.
+    for (const char *key : {"hidden_size", "model_type", "rms_norm_eps", "rope_scaling", "unused_field"})
+        raw(std::string(key) + " nested 100000 deep", config_with_raw(key, nested_arrays(100000)), C,
+            "JSON;nested;deep");
+    raw("rope_scaling type nested 100000 deep",
+        config_with_raw("rope_scaling", "{\"type\": " + nested_arrays(100000) + ", \"factor\": 2}"), C,
+        "JSON;nested;deep");
+    // Under the nesting limit, values are described, not copied: the message stays short.
+    raw("hidden_size an array 40 deep", config_with_raw("hidden_size", nested_arrays(40)), C,
+        "hidden_size;integer;array");
+    raw("model_type an object of 100000 keys", config_with_raw("model_type", [] {
+            std::string s = "{";
+            for (int i = 0; i < 100000; ++i) s += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": [1, 2]";
+            return s + "}";
+        }()), C, "model_type;object;100000");
+    raw("rms_norm_eps a 1 MB string", config_with_raw("rms_norm_eps", "\"" + std::string(1 << 20, 'e') + "\""), C,
+        "rms_norm_eps;number;string");
+    raw("rope_scaling type an array of 500000", config_with_raw("rope_scaling", [] {
+            std::string a = "[0";
+            for (int i = 1; i < 500000; ++i) a += ",1";
+            return "{\"type\": " + a + "], \"factor\": 2}";
+        }()), C, "rope_scaling;string;array of 500000");
     for (const char *key : {"hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
                             "intermediate_size"})
         edit(std::string("missing ") + key, [key](ojson &j) { j.erase(key); }, C, key);
@@ -1029,7 +1070,9 @@ std::vector<DirCase> hf_weight_cases()
     st("header binary garbage", [] { return st_raw(random_bytes(64, 5)); }, F, "JSON");
     st("header a JSON array", [] { return st_raw("[1, 2, 3]"); }, F, "object");
     st("header nested 100000 deep", [] { return st_raw(std::string(100000, '[') + std::string(100000, ']')); }, F,
-       "object");
+       "JSON;nested;deep");
+    st("header __metadata__ nested 100000 deep", [] { return st_raw("{\"__metadata__\": " + nested_arrays(100000) + "}"); },
+       F, "JSON;nested;deep");
     st("entry not an object", [] { return st_raw(R"({"x": 5})"); }, F, "x");
     st("entry without data_offsets", [] { return st_raw(R"({"x": {"dtype": "F32", "shape": [2]}})", std::string(8, '\0')); },
        F, "data_offsets");
@@ -1130,6 +1173,8 @@ std::vector<DirCase> hf_weight_cases()
     index("index weight_map value a number", "{\"weight_map\": {\"model.norm.weight\": 7}}", kConfig,
           "model.norm.weight");
     index("index weight_map empty", "{\"weight_map\": {}}", kFormat | kConfig, "missing|weight");
+    index("index nested 100000 deep", "{\"metadata\": " + nested_arrays(100000) + ", \"weight_map\": {}}", kConfig,
+          "index;JSON;nested;deep");
     c.push_back({"tensor in two shards", [] {
                      const std::string d = fresh_hf_dir();
                      write_file(d + "/model-a.safetensors", g.hf_st);
@@ -1161,6 +1206,15 @@ std::vector<DirCase> hf_weight_cases()
     tok("tokenizer.model of 32000 tokens for vocab 512", [](const std::string &d) {
         write_file(d + "/tokenizer.model", read_file(kLlama2SpModel));
     }, kFormat | kConfig, "tokenizer.model;32000|512");
+    tok("tokenizer_config.json nested 100000 deep", [](const std::string &d) {
+        write_file(d + "/tokenizer_config.json", "{\"added_tokens_decoder\": " + nested_arrays(100000) + "}");
+    }, kConfig, "tokenizer_config.json;JSON;nested;deep");
+    tok("tokenizer_config.json add_bos_token nested 100000 deep", [](const std::string &d) {
+        write_file(d + "/tokenizer_config.json", "{\"add_bos_token\": " + nested_arrays(100000) + "}");
+    }, kConfig, "tokenizer_config.json;JSON;nested;deep");
+    tok("tokenizer_config.json is /dev/zero", [](const std::string &d) {
+        fs::create_symlink("/dev/zero", d + "/tokenizer_config.json");
+    }, kIo | kConfig, "tokenizer_config.json;regular");
     return c;
 }
 

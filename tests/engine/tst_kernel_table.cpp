@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -265,6 +266,93 @@ private slots:
             QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
             QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
             QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+        }
+    }
+
+    // Non-finite and extreme activations (a norm weight stored as NaN or infinity in a damaged
+    // file) have one defined result on every level, the same bits everywhere: a block holding a
+    // NaN or an infinity quantizes to q = 0 with the scale NaN (every product with it is NaN,
+    // as in float arithmetic); a block too small for 127 / max|x| to be finite quantizes to
+    // q = 0 with the scale 0; a block near the largest float quantizes as any other,
+    // |x - d q| <= d / 2 with d = max|x| / 127. The other blocks of the token are untouched.
+    void quantize_acts_non_finite()
+    {
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        const float big = std::numeric_limits<float>::max(), tiny = std::numeric_limits<float>::denorm_min();
+        struct Block {
+            const char *name;
+            std::vector<std::pair<int, float>> set; // (lane, value) over a block of ordinary values
+            enum { NonFinite, Zero, Finite } kind;
+        };
+        const std::vector<Block> blocks = {
+            {"NaN in lane 0", {{0, nan}}, Block::NonFinite},
+            {"NaN in lane 31", {{31, nan}}, Block::NonFinite},
+            {"NaN in lanes 7 and 20", {{7, nan}, {20, -nan}}, Block::NonFinite},
+            {"+inf in lane 3", {{3, inf}}, Block::NonFinite},
+            {"+inf in lanes 0 and 1", {{0, inf}, {1, inf}}, Block::NonFinite}, // two INT_MIN lanes summed once
+            {"-inf in lane 16", {{16, -inf}}, Block::NonFinite},
+            {"inf and NaN", {{5, inf}, {6, nan}}, Block::NonFinite},
+            {"largest float", {{9, big}, {10, -big}, {11, big / 3}}, Block::Finite},
+            {"ordinary", {}, Block::Finite},
+        };
+        const int64_t n = 32 * int64_t(blocks.size() + 3), n_tokens = 2;
+        std::vector<float> x = random_floats(size_t(n * n_tokens), 5, 2.0f);
+        for (size_t b = 0; b < blocks.size(); ++b)
+            for (const auto &[lane, v] : blocks[b].set)
+                x[32 * b + size_t(lane)] = v;
+        for (int j = 0; j < 32; ++j) {
+            x[32 * blocks.size() + size_t(j)] = nan;                          // all NaN
+            x[32 * (blocks.size() + 1) + size_t(j)] = tiny * float(j % 5);    // 127 / max|x| overflows
+            x[32 * (blocks.size() + 2) + size_t(j)] = j % 2 ? -big : big;     // all at the largest float
+        }
+        x[size_t(n + 40)] = inf; // token 1, block 1
+        ThreadPool pool(2);
+        QuantizedActs want;
+        quantize_acts_with(VectorLevel::Portable, nullptr, x.data(), n_tokens, n, want);
+        for (VectorLevel level : available_levels()) {
+            QuantizedActs got;
+            quantize_acts_with(level, &pool, x.data(), n_tokens, n, got);
+            const char *name = vector_level_name(level);
+            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
+            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
+            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
+            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
+            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+            // The defined result, block by block.
+            for (int64_t t = 0; t < n_tokens; ++t)
+                for (int64_t b = 0; b < n / 32; ++b) {
+                    const float *xb = x.data() + t * n + b * 32;
+                    const int8_t *q = got.q_row(t) + b * 32;
+                    const float d = got.db_row(t)[b];
+                    bool finite = true;
+                    double amax = 0;
+                    for (int j = 0; j < 32; ++j) {
+                        finite = finite && std::isfinite(xb[j]);
+                        if (std::isfinite(xb[j]))
+                            amax = std::max(amax, std::fabs(double(xb[j])));
+                    }
+                    const QString where = QString("%1 token %2 block %3").arg(name).arg(t).arg(b);
+                    for (int j = 0; j < 8; ++j)
+                        QVERIFY2(same_bits(&got.dl_row(t)[b * 8 + j], &d, 4), qPrintable(where));
+                    int sum = 0;
+                    for (int j = 0; j < 32; ++j)
+                        sum += q[j];
+                    QCOMPARE(got.s16_row(t)[2 * b] + got.s16_row(t)[2 * b + 1], sum);
+                    if (!finite || 127.0 / amax > double(std::numeric_limits<float>::max())) {
+                        for (int j = 0; j < 32; ++j)
+                            QVERIFY2(q[j] == 0, qPrintable(where + QString(" lane %1: q %2").arg(j).arg(q[j])));
+                        QVERIFY2(finite ? d == 0.0f : std::isnan(d), qPrintable(where + QString(" d %1").arg(d)));
+                        QVERIFY2(finite ? got.ds_row(t)[b] == 0.0f : std::isnan(got.ds_row(t)[b]), qPrintable(where));
+                        continue;
+                    }
+                    QVERIFY2(std::fabs(double(d) - amax / 127.0) <= 1e-6 * amax / 127.0, qPrintable(where));
+                    for (int j = 0; j < 32; ++j) {
+                        QVERIFY2(std::abs(int(q[j])) <= 127, qPrintable(where));
+                        QVERIFY2(std::fabs(double(xb[j]) - double(d) * q[j]) <= 0.5001 * double(d),
+                                 qPrintable(where + QString(" lane %1: x %2 q %3 d %4").arg(j).arg(xb[j]).arg(q[j]).arg(d)));
+                    }
+                    QCOMPARE(got.ds_row(t)[b], d * float(sum));
+                }
         }
     }
 

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 using namespace longscope;
@@ -661,6 +662,60 @@ private slots:
                   qkernel_name(qkernel()), bf16 ? ", BF16 prefill" : "", worst);
         }
         QVERIFY(levels >= 1);
+    }
+
+    // Activations with a NaN or an infinity (a damaged norm weight) give NaN through every
+    // integer kernel, as float arithmetic would, never a finite value made of a saturated
+    // code; a token without them in the same tiles is unaffected, and one near 1e30 is
+    // within rounding of the double product.
+    void integer_kernels_non_finite_activations_data() { add_type_rows(); }
+    void integer_kernels_non_finite_activations()
+    {
+        QFETCH(DType, type);
+        const int n_in = block_size(type) == 256 ? 512 : 96;
+        const int n_out = 4, n_tokens = 4;
+        OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
+        std::mt19937 rng(4);
+        std::normal_distribution<float> dist(0.0f, 2.0f);
+        std::vector<float> x(size_t(n_tokens * n_in));
+        for (float &v : x)
+            v = dist(rng);
+        x[size_t(1 * n_in + 37)] = std::numeric_limits<float>::quiet_NaN();
+        x[size_t(2 * n_in + 64)] = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < n_in; ++j)
+            x[size_t(3 * n_in + j)] *= 5e29f;
+        const bool poisoned[n_tokens] = {false, true, true, false};
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), n_tokens, n_in, acts);
+        const size_t rb = row_bytes(type, n_in);
+        const void *rows[4];
+        for (int r = 0; r < 4; ++r)
+            rows[r] = static_cast<const uint8_t *>(w.view.data) + size_t(r) * rb;
+        QKernel kernels[3];
+        const int nk = available_qkernels(kernels, 3);
+        for (int k = 0; k < nk; ++k) {
+            std::vector<float> y(size_t(n_tokens * n_out), 0.0f);
+            qgemm_tile_with(kernels[k], type, rows, 4, acts, 0, 4, y.data(), n_out);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    const float got = y[size_t(t * n_out + o)];
+                    const QString where = QString("%1 token %2 row %3: %4").arg(qkernel_name(kernels[k])).arg(t).arg(o)
+                                              .arg(got, 0, 'g', 9);
+                    if (poisoned[t]) {
+                        QVERIFY2(std::isnan(got), qPrintable(where));
+                        continue;
+                    }
+                    // The activations' rounding bound (qdot.h) plus float rounding.
+                    double want = 0, mag = 0, bound = 0;
+                    for (int j = 0; j < n_in; ++j) {
+                        const double wj = w.values[size_t(o * n_in + j)];
+                        want += wj * x[size_t(t * n_in + j)];
+                        mag += std::fabs(wj * x[size_t(t * n_in + j)]);
+                        bound += std::fabs(wj) * acts.db_row(t)[j / 32] * 0.5;
+                    }
+                    QVERIFY2(std::isfinite(got) && std::fabs(got - want) <= bound + 1e-5 * mag, qPrintable(where));
+                }
+        }
     }
 
     // Q4_K and Q6_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed

@@ -1,12 +1,20 @@
 // AppSettings: every field through an ini file and back; recent models ordered, deduplicated,
-// capped, missing files dropped; bad values on disk fall back to the defaults.
+// capped, missing files dropped; bad values on disk fall back to the defaults and are reported;
+// the file is backed up before its first rewrite; a settings file that is not a regular file or
+// is too large is neither read nor written; an unwritable one is said.
 #include "core/app_settings.h"
 #include "core/model_paths.h"
 
+#include <QCoreApplication>
+#include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <sys/stat.h>
 
 using namespace longscope::ui;
 using longscope::ComputeBackend;
@@ -157,6 +165,144 @@ private slots:
         QCOMPARE(g.top_p, d.top_p);
         QCOMPARE(g.max_new_tokens, d.max_new_tokens);
         QVERIFY(g.temperature >= 0);
+    }
+
+    // Each value that is not valid is reported with its key, the value found and the default
+    // used; valid ones beside it are not.
+    void badValuesReported()
+    {
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            qs.setValue(QStringLiteral("generation/temperature"), QStringLiteral("hot"));
+            qs.setValue(QStringLiteral("generation/topP"), 7.0);
+            qs.setValue(QStringLiteral("generation/maxNewTokens"), -1);
+            qs.setValue(QStringLiteral("generation/doSample"), QStringLiteral("maybe"));
+            qs.setValue(QStringLiteral("generation/topK"), 40);
+            qs.setValue(QStringLiteral("longContext/settings"), QStringLiteral(R"({"ntk_alpha": 0.25, "kv_mode": "vmm"})"));
+        }
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        const GenerationParams d;
+        const GenerationParams g = s.loadGenerationParams();
+        QCOMPARE(g.top_k, 40);
+        QCOMPARE(g.do_sample, d.do_sample);
+        QCOMPARE(s.loadEngineSettings().kv_mode, KvMode::Vmm);
+        const QStringList problems = s.problems();
+        const QString all = problems.join(QLatin1Char('\n'));
+        QCOMPARE(problems.size(), 5);
+        for (const QString &want :
+             {QStringLiteral("generation/temperature: \"hot\" is not valid; the default %1 is used").arg(double(d.temperature)),
+              QStringLiteral("generation/topP: \"7\" is not valid; the default %1 is used").arg(double(d.top_p)),
+              QStringLiteral("generation/maxNewTokens: \"-1\" is not valid; the default %1 is used").arg(d.max_new_tokens),
+              QStringLiteral("generation/doSample: \"maybe\" is not valid; the default %1 is used")
+                  .arg(d.do_sample ? QStringLiteral("true") : QStringLiteral("false"))})
+            QVERIFY2(problems.contains(want), qPrintable(want + QStringLiteral("\nnot in\n") + all));
+        QVERIFY2(all.contains(QLatin1String("longContext/settings: \"0.25\" is not valid")) &&
+                     all.contains(QLatin1String("the default \"1\" is used")),
+                 qPrintable(all));
+        // Loading again reports nothing new.
+        s.loadGenerationParams();
+        QCOMPARE(s.problems().size(), 5);
+    }
+
+    // Before the first write the file as it was is copied to FILE.bak, once: the later writes
+    // of the same run leave the copy alone.
+    void backedUpBeforeRewrite()
+    {
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            qs.setValue(QStringLiteral("generation/temperature"), QStringLiteral("hot"));
+            qs.setValue(QStringLiteral("chat/systemPrompt"), QStringLiteral("Be brief."));
+        }
+        QFile::remove(ini() + QStringLiteral(".bak"));
+        QFile f(ini());
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QByteArray before = f.readAll();
+        f.close();
+        QVERIFY(before.contains("hot"));
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            AppSettings s(&qs);
+            s.saveGenerationParams(s.loadGenerationParams()); // the default replaces "hot"
+            s.sync();
+            s.saveSystemPrompt(QStringLiteral("Be verbose."));
+            s.sync();
+            QCOMPARE(qs.status(), QSettings::NoError);
+            QVERIFY(s.unwritableReason().isEmpty());
+        }
+        QFile bak(ini() + QStringLiteral(".bak"));
+        QVERIFY(bak.open(QIODevice::ReadOnly));
+        QCOMPARE(bak.readAll(), before);
+        QSettings qs(ini(), QSettings::IniFormat);
+        QCOMPARE(qs.value(QStringLiteral("chat/systemPrompt")).toString(), QStringLiteral("Be verbose."));
+    }
+
+    // A settings file under a regular file cannot be written: said, and nothing fails.
+    void unwritableSettingsSaid()
+    {
+        const QString blocker = touch(QStringLiteral("blocker"));
+        QSettings qs(blocker + QStringLiteral("/longscope.ini"), QSettings::IniFormat);
+        AppSettings s(&qs);
+        s.saveSystemPrompt(QStringLiteral("x"));
+        QVERIFY2(s.unwritableReason().contains(QLatin1String("not writable")), qPrintable(s.unwritableReason()));
+        QVERIFY(s.unwritableReason().contains(qs.fileName()));
+    }
+
+    // The application's own settings file, when it is a link to /dev/zero, a FIFO or a huge
+    // file, is neither read nor written (quickly), and what the run saves stays in memory.
+    void specialDefaultFileNeitherReadNorWritten()
+    {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName(QStringLiteral("LongscopeTest"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_app_settings"));
+        const QString path = AppSettings::defaultFilePath();
+        QCOMPARE(QSettings().fileName(), path);
+        QVERIFY(QDir().mkpath(QFileInfo(path).absolutePath()));
+        const QString fifo = m_dir.filePath(QStringLiteral("settings.fifo"));
+        QVERIFY(::mkfifo(QFile::encodeName(fifo).constData(), 0600) == 0);
+        const QString huge = m_dir.filePath(QStringLiteral("huge.conf"));
+        {
+            QFile f(huge);
+            QVERIFY(f.open(QIODevice::WriteOnly) && f.resize(AppSettings::kMaxFileBytes + 1));
+        }
+        const struct {
+            QString target;
+            const char *words;
+        } cases[] = {{QStringLiteral("/dev/zero"), "not a regular file"}, {fifo, "not a regular file"}, {huge, "too large"}};
+        for (const auto &c : cases) {
+            QFile::remove(path);
+            QVERIFY(QFile::link(c.target, path));
+            QElapsedTimer timer;
+            timer.start();
+            {
+                AppSettings s;
+                QVERIFY2(s.problems().join(QLatin1Char(' ')).contains(QLatin1String(c.words)),
+                         qPrintable(s.problems().join(QLatin1Char(' '))));
+                QVERIFY(s.unwritableReason().contains(QLatin1String(c.words)));
+                s.saveSystemPrompt(QStringLiteral("kept for this run"));
+                QCOMPARE(s.loadSystemPrompt(), QStringLiteral("kept for this run"));
+                s.sync();
+            }
+            QVERIFY2(timer.elapsed() < 10000, qPrintable(QString::number(timer.elapsed())));
+            QVERIFY(QFileInfo(path).isSymLink());
+            QCOMPARE(QFileInfo(path).symLinkTarget(), QFileInfo(c.target).absoluteFilePath());
+        }
+        QCOMPARE(QFileInfo(huge).size(), AppSettings::kMaxFileBytes + 1);
+        QFile::remove(path);
+    }
+
+    // A system prompt on disk longer than the cap is cut, and said.
+    void hugeSystemPromptCut()
+    {
+        {
+            QSettings qs(ini(), QSettings::IniFormat);
+            qs.setValue(QStringLiteral("chat/systemPrompt"), QString(AppSettings::kMaxSystemPromptChars + 5, QLatin1Char('x')));
+        }
+        QSettings qs(ini(), QSettings::IniFormat);
+        AppSettings s(&qs);
+        QCOMPARE(s.loadSystemPrompt().size(), AppSettings::kMaxSystemPromptChars);
+        QVERIFY2(s.problems().join(QLatin1Char(' ')).contains(QLatin1String("chat/systemPrompt")),
+                 qPrintable(s.problems().join(QLatin1Char(' '))));
     }
 
     void legacyKeysRead()

@@ -415,6 +415,34 @@ private slots:
         }
     }
 
+    // A Hugging Face directory whose config.json nests 100000 levels deep (200 KB) is refused
+    // with a message, not a stack overflow, and the model loaded before stays.
+    void deeplyNestedConfigFailsCleanly()
+    {
+        reset();
+        QTemporaryDir dir;
+        const QString hf = QStringLiteral(LONGSCOPE_TEST_DATA "/stories260K/hf");
+        for (const QString name : {QStringLiteral("model.safetensors"), QStringLiteral("tokenizer.model")})
+            QVERIFY(QFile::copy(hf + QLatin1Char('/') + name, dir.filePath(name)));
+        {
+            QFile f(dir.filePath(QStringLiteral("config.json")));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("{\"model_type\": \"llama\", \"hidden_size\": " + QByteArray(100000, '[') + QByteArray(100000, ']') +
+                    "}");
+        }
+        Events ev(w());
+        EngineWorker *worker = w();
+        const QString path = dir.path();
+        post([worker, path] { worker->loadModel(path); });
+        QVERIFY(Events::waitFor(ev.loadFailed));
+        QCOMPARE(ev.loaded.size(), 0);
+        const QString message = ev.loadFailed.first().second;
+        QVERIFY2(message.contains(QLatin1String("config.json")) && message.contains(QLatin1String("nested deeper")),
+                 qPrintable(message));
+        const GenerationSummary s = chat(userSays(QStringLiteral("Once upon a time"), greedy(10)));
+        QCOMPARE(s.reason, FinishReason::MaxTokens);
+    }
+
     void cancelledLoadKeepsOldModel()
     {
         Events ev(w());

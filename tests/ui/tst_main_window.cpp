@@ -90,7 +90,9 @@ class TestMainWindow : public QObject {
 
 private:
     // `modelPath` empty: the window picks the model itself (the last one, else the bundled).
-    std::unique_ptr<TestWindow> makeWindow(const QString &modelPath = QStringLiteral(LONGSCOPE_BUNDLED_MODEL));
+    // `settingsFile` empty: a fresh settings file of its own.
+    std::unique_ptr<TestWindow> makeWindow(const QString &modelPath = QStringLiteral(LONGSCOPE_BUNDLED_MODEL),
+                                           const QString &settingsFile = QString());
     void sendAndWait(TestWindow &w, const QString &text);
     // Makes every step recompute the whole sequence, so a generation lasts long enough to
     // be interrupted.
@@ -115,6 +117,8 @@ private slots:
     void regenerateReplacesTheReply();
     void conversationsAreSavedReopenedAndDeleted();
     void closingMidGenerationIsClean();
+    void hugeSystemPromptShowsQuickly();
+    void dataProblemsSaidAndSettingsBackedUp();
 };
 
 void TestMainWindow::initTestCase()
@@ -125,11 +129,12 @@ void TestMainWindow::initTestCase()
     QVERIFY2(QFile::exists(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)), LONGSCOPE_BUNDLED_MODEL);
 }
 
-std::unique_ptr<TestWindow> TestMainWindow::makeWindow(const QString &modelPath)
+std::unique_ptr<TestWindow> TestMainWindow::makeWindow(const QString &modelPath, const QString &settingsFile)
 {
     // A settings file of its own per window, so one test's choices do not leak into the next
     // (and the user's settings are never touched).
-    auto *settings = new QSettings(m_dir.filePath(QStringLiteral("settings-%1.ini").arg(++m_windows)),
+    auto *settings = new QSettings(settingsFile.isEmpty() ? m_dir.filePath(QStringLiteral("settings-%1.ini").arg(++m_windows))
+                                                          : settingsFile,
                                   QSettings::IniFormat, this);
     MainWindowOptions options;
     options.modelPath = modelPath;
@@ -493,6 +498,74 @@ void TestMainWindow::closingMidGenerationIsClean()
     QCoreApplication::processEvents(); // late queued signals must find nothing to do
     w.reset();
     QCoreApplication::sendPostedEvents(nullptr, QEvent::DeferredDelete);
+}
+
+// A 1 MB system prompt without a space or a line break in the settings (one line for a text
+// layout): the window shows and paints within seconds, and the prompt is kept.
+void TestMainWindow::hugeSystemPromptShowsQuickly()
+{
+    const QString file = m_dir.filePath(QStringLiteral("settings-huge-prompt.ini"));
+    const QString prompt = QString(1 << 20, QLatin1Char('x'));
+    {
+        QSettings qs(file, QSettings::IniFormat);
+        qs.setValue(QStringLiteral("chat/systemPrompt"), prompt);
+    }
+    QElapsedTimer timer;
+    timer.start();
+    auto w = makeWindow(QStringLiteral(LONGSCOPE_BUNDLED_MODEL), file);
+    QVERIFY(QTest::qWaitForWindowExposed(w.get()));
+    (void)w->grab(); // paints every visible widget, the prompt's field among them
+    const qint64 shown = timer.elapsed();
+    qInfo("window with a 1 MB one-line system prompt shown and painted in %lld ms", shown);
+    QVERIFY2(shown < 10000, qPrintable(QString::number(shown)));
+    QCOMPARE(w->chatPanel()->systemPrompt(), prompt);
+    // Set again while shown (as opening a conversation does), and typed into.
+    timer.restart();
+    w->chatPanel()->setSystemPrompt(prompt + QLatin1Char('y'));
+    (void)w->grab();
+    QVERIFY2(timer.elapsed() < 10000, qPrintable(QString::number(timer.elapsed())));
+    QCOMPARE(w->chatPanel()->systemPrompt().size(), prompt.size() + 1);
+}
+
+// A settings value that is not valid and a conversations folder that cannot be created are
+// said in the status bar at start; at close, the settings file is rewritten only after a copy
+// of it as it was is kept beside it.
+void TestMainWindow::dataProblemsSaidAndSettingsBackedUp()
+{
+    const QString file = m_dir.filePath(QStringLiteral("settings-problems.ini"));
+    {
+        QSettings qs(file, QSettings::IniFormat);
+        qs.setValue(QStringLiteral("generation/temperature"), QStringLiteral("hot"));
+    }
+    QFile original(file);
+    QVERIFY(original.open(QIODevice::ReadOnly));
+    const QByteArray before = original.readAll();
+    original.close();
+    const QString blocker = m_dir.filePath(QStringLiteral("blocker"));
+    {
+        QFile f(blocker);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+    }
+    auto *settings = new QSettings(file, QSettings::IniFormat, this);
+    MainWindowOptions options;
+    options.loadModelOnStart = false;
+    options.conversationDirectory = blocker + QStringLiteral("/conversations");
+    options.runsDirectory = m_dir.filePath(QStringLiteral("runs"));
+    options.settings = settings;
+    auto w = std::make_unique<TestWindow>(options);
+    w->show();
+    auto *notice = w->statusBar()->findChild<QLabel *>(QStringLiteral("statusNotice"));
+    QVERIFY(notice);
+    QVERIFY(notice->isVisible());
+    const QString said = notice->toolTip();
+    QVERIFY2(said.contains(QLatin1String("generation/temperature: \"hot\" is not valid")), qPrintable(said));
+    QVERIFY2(said.contains(options.conversationDirectory + QStringLiteral(" is not a writable folder")), qPrintable(said));
+    QVERIFY(!said.contains(QLatin1String("Saved runs")));
+    QVERIFY(w->close());
+    QFile bak(file + QStringLiteral(".bak"));
+    QVERIFY(bak.open(QIODevice::ReadOnly));
+    QCOMPARE(bak.readAll(), before);
+    QVERIFY(!settings->value(QStringLiteral("generation/temperature")).toString().contains(QLatin1String("hot")));
 }
 
 QTEST_MAIN(TestMainWindow)

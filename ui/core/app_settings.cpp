@@ -1,10 +1,14 @@
 #include "core/app_settings.h"
 
+#include "core/read_file.h"
 #include "core/settings_json.h"
+#include "core/store_files.h"
 
+#include <QCoreApplication>
 #include <QFileInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QStandardPaths>
 
 #include <cmath>
 
@@ -58,24 +62,146 @@ QJsonObject legacyEngineJson(const QSettings &s)
     return json;
 }
 
-// Each field that is valid on its own; a bad one falls back to its default without taking
-// the others with it.
-longscope::Settings validFields(const QJsonObject &json)
+// A value as a message shows it: quoted, cut short.
+QString quoted(const QVariant &v)
 {
-    QJsonObject valid;
-    for (auto it = json.begin(); it != json.end(); ++it)
-        if (settingsFromJson(QJsonObject{{it.key(), it.value()}}))
-            valid.insert(it.key(), it.value());
-    return settingsFromJson(valid).value_or(longscope::Settings{});
+    QString text = v.toString();
+    if (text.isEmpty() && !v.canConvert<QString>())
+        return QStringLiteral("a %1").arg(QString::fromLatin1(v.typeName()));
+    if (text.size() > 60)
+        text = text.left(60) + QStringLiteral("… (%1 characters)").arg(text.size());
+    return QLatin1Char('"') + text + QLatin1Char('"');
 }
+
+std::optional<bool> boolFrom(const QVariant &v)
+{
+    if (v.typeId() == QMetaType::Bool)
+        return v.toBool();
+    const QString t = v.toString().trimmed().toLower();
+    if (t == QLatin1String("true"))
+        return true;
+    if (t == QLatin1String("false"))
+        return false;
+    return std::nullopt;
+}
+
+auto intAtLeast(int min)
+{
+    return [min](const QVariant &v) -> std::optional<int> {
+        bool ok = false;
+        const int i = v.toInt(&ok);
+        return ok && i >= min ? std::optional<int>(i) : std::nullopt;
+    };
+}
+
+template <typename Valid>
+auto finiteFloat(Valid valid)
+{
+    return [valid](const QVariant &v) -> std::optional<float> {
+        bool ok = false;
+        const float f = v.toFloat(&ok);
+        return ok && std::isfinite(f) && valid(f) ? std::optional<float>(f) : std::nullopt;
+    };
+}
+
+std::optional<quint64> seedFrom(const QVariant &v)
+{
+    bool ok = false;
+    const quint64 seed = v.toULongLong(&ok);
+    return ok ? std::optional<quint64>(seed) : std::nullopt;
+}
+
+QString number(double v) { return QString::number(v); }
 
 } // namespace
 
-AppSettings::AppSettings() : m_owned(std::make_unique<QSettings>()), m_settings(m_owned.get()) {}
+AppSettings::AppSettings()
+{
+    readOriginal(defaultFilePath());
+    if (m_unusable.isEmpty()) {
+        m_owned = std::make_unique<QSettings>();
+    } else {
+        m_scratch = std::make_unique<QTemporaryDir>();
+        m_owned = std::make_unique<QSettings>(m_scratch->filePath(QStringLiteral("settings.conf")), QSettings::IniFormat);
+    }
+    m_settings = m_owned.get();
+}
 
-AppSettings::AppSettings(QSettings *settings) : m_settings(settings) {}
+AppSettings::AppSettings(QSettings *settings) : m_settings(settings)
+{
+    readOriginal(settings->fileName());
+}
 
 AppSettings::~AppSettings() = default;
+
+QString AppSettings::defaultFilePath()
+{
+    // QSettings' own rule on Unix: the XDG configuration folder, the organisation, the
+    // application with ".conf".
+    QString org = QCoreApplication::organizationName();
+    if (org.isEmpty())
+        org = QStringLiteral("Unknown Organization");
+    return QStandardPaths::writableLocation(QStandardPaths::GenericConfigLocation) + QLatin1Char('/') + org +
+           QLatin1Char('/') + QCoreApplication::applicationName() + QStringLiteral(".conf");
+}
+
+void AppSettings::readOriginal(const QString &path)
+{
+    const QFileInfo fi(path);
+    if (!fi.exists() && !fi.isSymLink())
+        return; // no settings yet
+    QString error;
+    m_original = readRegularFile(path, kMaxFileBytes, &error);
+    if (!m_original) {
+        m_unusable = error;
+        report(QStringLiteral("%1; the settings are neither read nor saved").arg(error));
+    }
+}
+
+void AppSettings::report(const QString &problem) const
+{
+    if (m_problems.contains(problem))
+        return;
+    m_problems << problem;
+    qWarning("settings: %s", qPrintable(problem));
+}
+
+bool AppSettings::backUpOnce()
+{
+    if (!m_unusable.isEmpty())
+        return m_scratch != nullptr; // the stand-in may be written, never the file
+    if (!m_backupTried) {
+        m_backupTried = true;
+        QString error;
+        if (m_original && !writeFileAtomically(m_settings->fileName() + QStringLiteral(".bak"), *m_original, &error)) {
+            m_backupFailed = true;
+            report(QStringLiteral("%1; the settings are not saved, so that the file is not rewritten without a copy")
+                       .arg(error));
+        }
+    }
+    return !m_backupFailed;
+}
+
+QString AppSettings::unwritableReason() const
+{
+    if (!m_unusable.isEmpty())
+        return QStringLiteral("Settings are not saved: %1").arg(m_unusable);
+    if (m_backupFailed || !m_settings->isWritable())
+        return QStringLiteral("Settings are not saved: %1 is not writable").arg(m_settings->fileName());
+    return {};
+}
+
+template <typename T, typename Parse>
+T AppSettings::checked(const QString &key, T fallback, const QString &fallbackText, Parse parse) const
+{
+    if (!m_settings->contains(key))
+        return fallback;
+    const QVariant v = m_settings->value(key);
+    if (const std::optional<T> got = parse(v))
+        return *got;
+    report(QStringLiteral("%1: %2 is not valid; the default %3 is used").arg(key, quoted(v), fallbackText));
+    return fallback;
+}
 
 void AppSettings::sync() { m_settings->sync(); }
 
@@ -83,29 +209,23 @@ GenerationParams AppSettings::loadGenerationParams() const
 {
     const GenerationParams d;
     GenerationParams p;
-    const QSettings &s = *m_settings;
-    p.max_new_tokens = s.value(k_gen + "maxNewTokens", d.max_new_tokens).toInt();
-    if (p.max_new_tokens < 1)
-        p.max_new_tokens = d.max_new_tokens;
-    p.temperature = s.value(k_gen + "temperature", d.temperature).toFloat();
-    if (!std::isfinite(p.temperature) || p.temperature < 0)
-        p.temperature = d.temperature;
-    p.top_p = s.value(k_gen + "topP", d.top_p).toFloat();
-    if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1)
-        p.top_p = d.top_p;
-    p.top_k = s.value(k_gen + "topK", d.top_k).toInt();
-    if (p.top_k < 0)
-        p.top_k = d.top_k;
-    p.do_sample = s.value(k_gen + "doSample", d.do_sample).toBool();
-    p.repetition_penalty = s.value(k_gen + "repetitionPenalty", d.repetition_penalty).toFloat();
-    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0)
-        p.repetition_penalty = d.repetition_penalty;
-    p.seed = s.value(k_gen + "seed", QVariant::fromValue<quint64>(d.seed)).toULongLong();
+    p.max_new_tokens = checked(k_gen + "maxNewTokens", d.max_new_tokens, number(d.max_new_tokens), intAtLeast(1));
+    p.temperature = checked(k_gen + "temperature", d.temperature, number(d.temperature),
+                            finiteFloat([](float f) { return f >= 0; }));
+    p.top_p = checked(k_gen + "topP", d.top_p, number(d.top_p), finiteFloat([](float f) { return f > 0 && f <= 1; }));
+    p.top_k = checked(k_gen + "topK", d.top_k, number(d.top_k), intAtLeast(0));
+    p.do_sample = checked(k_gen + "doSample", d.do_sample, d.do_sample ? QStringLiteral("true") : QStringLiteral("false"),
+                          boolFrom);
+    p.repetition_penalty = checked(k_gen + "repetitionPenalty", d.repetition_penalty, number(d.repetition_penalty),
+                                   finiteFloat([](float f) { return f > 0; }));
+    p.seed = checked(k_gen + "seed", d.seed, QString::number(d.seed), seedFrom);
     return p;
 }
 
 void AppSettings::saveGenerationParams(const GenerationParams &p)
 {
+    if (!backUpOnce())
+        return;
     QSettings &s = *m_settings;
     s.setValue(k_gen + "maxNewTokens", p.max_new_tokens);
     s.setValue(k_gen + "temperature", double(p.temperature));
@@ -116,17 +236,46 @@ void AppSettings::saveGenerationParams(const GenerationParams &p)
     s.setValue(k_gen + "seed", QVariant::fromValue<quint64>(p.seed));
 }
 
+// Each field that is valid on its own; a bad one falls back to its default without taking
+// the others with it, and is reported under `key`.
+longscope::Settings AppSettings::validFields(const QString &key, const QJsonObject &json) const
+{
+    const QJsonObject defaults = settingsToJson(longscope::Settings{});
+    QJsonObject valid;
+    for (auto it = json.begin(); it != json.end(); ++it) {
+        QString why;
+        if (settingsFromJson(QJsonObject{{it.key(), it.value()}}, &why)) {
+            valid.insert(it.key(), it.value());
+            continue;
+        }
+        const QJsonValue d = defaults.value(it.key());
+        report(QStringLiteral("%1: %2 is not valid (%3); %4")
+                   .arg(key, quoted(it.value().toVariant()), why,
+                        d.isUndefined() ? QStringLiteral("it is ignored")
+                                        : QStringLiteral("the default %1 is used").arg(quoted(d.toVariant()))));
+    }
+    return settingsFromJson(valid).value_or(longscope::Settings{});
+}
+
 longscope::Settings AppSettings::loadEngineSettings() const
 {
     const QSettings &s = *m_settings;
     if (!s.contains(k_engineJson))
-        return validFields(legacyEngineJson(s));
-    const QJsonDocument doc = QJsonDocument::fromJson(s.value(k_engineJson).toString().toUtf8());
-    return validFields(doc.object());
+        return validFields(k_eng + QStringLiteral("*"), legacyEngineJson(s));
+    QJsonParseError error{};
+    const QJsonDocument doc = QJsonDocument::fromJson(s.value(k_engineJson).toString().toUtf8(), &error);
+    if (error.error != QJsonParseError::NoError || !doc.isObject()) {
+        report(QStringLiteral("%1: %2 is not a JSON object; the defaults are used")
+                   .arg(k_engineJson, quoted(s.value(k_engineJson))));
+        return longscope::Settings{};
+    }
+    return validFields(k_engineJson, doc.object());
 }
 
 void AppSettings::saveEngineSettings(const longscope::Settings &e)
 {
+    if (!backUpOnce())
+        return;
     QSettings &s = *m_settings;
     s.setValue(k_engineJson, QString::fromUtf8(QJsonDocument(settingsToJson(e)).toJson(QJsonDocument::Compact)));
     for (const LegacyKey &k : k_legacyKeys)
@@ -135,12 +284,21 @@ void AppSettings::saveEngineSettings(const longscope::Settings &e)
 
 QString AppSettings::loadSystemPrompt() const
 {
-    return m_settings->value(QStringLiteral("chat/systemPrompt")).toString();
+    const QString key = QStringLiteral("chat/systemPrompt");
+    const QString prompt = m_settings->value(key).toString();
+    if (prompt.size() <= kMaxSystemPromptChars)
+        return prompt;
+    report(QStringLiteral("%1: %2 characters, more than the %3 kept; the first %3 are used")
+               .arg(key)
+               .arg(prompt.size())
+               .arg(kMaxSystemPromptChars));
+    return prompt.left(kMaxSystemPromptChars);
 }
 
 void AppSettings::saveSystemPrompt(const QString &prompt)
 {
-    m_settings->setValue(QStringLiteral("chat/systemPrompt"), prompt);
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("chat/systemPrompt"), prompt);
 }
 
 static QStringList normaliseRecent(const QStringList &paths, bool dropMissing)
@@ -165,7 +323,8 @@ QStringList AppSettings::loadRecentModels() const
 
 void AppSettings::saveRecentModels(const QStringList &paths)
 {
-    m_settings->setValue(QStringLiteral("models/recent"), normaliseRecent(paths, false));
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("models/recent"), normaliseRecent(paths, false));
 }
 
 void AppSettings::addRecentModel(const QString &path)
@@ -180,7 +339,11 @@ void AppSettings::addRecentModel(const QString &path)
 
 QString AppSettings::loadLastModel() const { return m_settings->value(QStringLiteral("models/last")).toString(); }
 
-void AppSettings::saveLastModel(const QString &path) { m_settings->setValue(QStringLiteral("models/last"), path); }
+void AppSettings::saveLastModel(const QString &path)
+{
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("models/last"), path);
+}
 
 QByteArray AppSettings::loadWindowGeometry() const
 {
@@ -189,7 +352,8 @@ QByteArray AppSettings::loadWindowGeometry() const
 
 void AppSettings::saveWindowGeometry(const QByteArray &geometry)
 {
-    m_settings->setValue(QStringLiteral("window/geometry"), geometry);
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("window/geometry"), geometry);
 }
 
 QByteArray AppSettings::loadWindowState() const
@@ -199,7 +363,8 @@ QByteArray AppSettings::loadWindowState() const
 
 void AppSettings::saveWindowState(const QByteArray &state)
 {
-    m_settings->setValue(QStringLiteral("window/state"), state);
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("window/state"), state);
 }
 
 } // namespace longscope::ui

@@ -1,31 +1,54 @@
 // The app's persistent settings over QSettings: generation parameters, long-context
 // settings, the system prompt, recent and last models, window geometry and state.
+//
+// Nothing is lost silently: a value on disk that is not valid is reported (problems(): which
+// key, what value, what default is used instead), and before the first write of a run the file
+// as it was is copied to FILE.bak, since the window's saves at exit rewrite the whole file.
+// The settings file is read only if it is a regular file no larger than kMaxFileBytes.
 #pragma once
 
 #include "core/engine_worker.h"
 #include "longscope/settings.h"
 
 #include <QByteArray>
+#include <QJsonObject>
 #include <QSettings>
 #include <QString>
 #include <QStringList>
+#include <QTemporaryDir>
 
 #include <memory>
+#include <optional>
 
 namespace longscope::ui {
 
 class AppSettings {
 public:
     static constexpr int kMaxRecentModels = 8;
+    static constexpr qint64 kMaxFileBytes = 64LL * 1024 * 1024;
+    // A longer system prompt on disk is cut to this many characters (and reported).
+    static constexpr qsizetype kMaxSystemPromptChars = 1 << 20;
 
-    AppSettings();                             // the application's QSettings
+    // The application's settings file (defaultFilePath()). One that is not a regular file or
+    // is too large is neither read nor written: the settings live in memory for this run.
+    AppSettings();
     explicit AppSettings(QSettings *settings); // not owned (tests: an ini file)
     ~AppSettings();
     AppSettings(const AppSettings &) = delete;
     AppSettings &operator=(const AppSettings &) = delete;
 
+    // Where QSettings keeps this application's settings.
+    static QString defaultFilePath();
+
     QSettings *settings() const { return m_settings; }
     void sync();
+
+    // What loading found wrong, one line each, in the order found ("generation/topP: "7" is
+    // not valid; the default 0.95 is used"), and a settings file that could not be read or
+    // backed up.
+    QStringList problems() const { return m_problems; }
+    // Empty when changes reach the settings file; else why they cannot (one line).
+    QString unwritableReason() const;
 
     GenerationParams loadGenerationParams() const;
     void saveGenerationParams(const GenerationParams &p);
@@ -54,8 +77,23 @@ public:
     void saveWindowState(const QByteArray &state);
 
 private:
+    void report(const QString &problem) const;
+    // Before the first write: the file as it was to FILE.bak. False (reported) when the copy
+    // failed: nothing is written then.
+    bool backUpOnce();
+    void readOriginal(const QString &path);
+    template <typename T, typename Parse>
+    T checked(const QString &key, T fallback, const QString &fallbackText, Parse parse) const;
+    longscope::Settings validFields(const QString &key, const QJsonObject &json) const;
+
+    std::unique_ptr<QTemporaryDir> m_scratch; // the in-memory stand-in for an unusable file
     std::unique_ptr<QSettings> m_owned;
     QSettings *m_settings = nullptr;
+    std::optional<QByteArray> m_original; // the file's bytes when opened; nullopt: no file
+    QString m_unusable;                   // why the file is neither read nor written
+    bool m_backupTried = false;
+    bool m_backupFailed = false;
+    mutable QStringList m_problems;
 };
 
 } // namespace longscope::ui

@@ -1,6 +1,7 @@
 #include "core/book.h"
 
-#include <QFile>
+#include "core/read_file.h"
+
 #include <QFileInfo>
 #include <QRegularExpression>
 #include <QStringDecoder>
@@ -183,18 +184,10 @@ std::optional<Book> loadBook(const QString &path, QString *error)
                                    .arg(path)
                                    .arg(double(fi.size()) / (1024.0 * 1024.0), 0, 'f', 1)
                                    .arg(kMaxBookBytes / (1024 * 1024)));
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly))
-        return fail(error, QStringLiteral("%1: cannot open: %2").arg(path, f.errorString()));
-    // Read at most one byte past the limit: the size may have changed since the check.
-    const QByteArray bytes = f.read(kMaxBookBytes + 1);
-    if (bytes.size() > kMaxBookBytes)
-        return fail(error, QStringLiteral("%1 is too large (the limit is %2 MiB)")
-                                   .arg(path)
-                                   .arg(kMaxBookBytes / (1024 * 1024)));
-    if (f.error() != QFileDevice::NoError)
-        return fail(error, QStringLiteral("%1: read failed: %2").arg(path, f.errorString()));
-    std::optional<Book> book = parseBook(bytes, fi.completeBaseName(), error);
+    const std::optional<QByteArray> bytes = readRegularFile(path, kMaxBookBytes, error);
+    if (!bytes)
+        return std::nullopt;
+    std::optional<Book> book = parseBook(*bytes, fi.completeBaseName(), error);
     if (book)
         book->path = path;
     return book;

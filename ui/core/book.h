@@ -20,7 +20,8 @@ struct Book {
 
 inline constexpr qint64 kMaxBookBytes = 64LL * 1024 * 1024;
 
-// nullopt with `error` set for a directory, a missing or unreadable file, a file over
+// nullopt with `error` set for a directory, a missing or unreadable file, anything not a
+// regular file (a FIFO, a device: "... not a regular file ..."), a file over
 // kMaxBookBytes ("... too large ..."), or a binary file ("... not a text file"). An empty
 // file gives an empty book.
 std::optional<Book> loadBook(const QString &path, QString *error = nullptr);

@@ -1,9 +1,9 @@
 #include "core/conversation_store.h"
 
+#include "core/read_file.h"
 #include "core/store_files.h"
 
 #include <QDir>
-#include <QFile>
 #include <QFileInfo>
 #include <QSaveFile>
 #include <QStandardPaths>
@@ -46,18 +46,11 @@ bool ConversationStore::contains(const QString &id) const
 
 static std::optional<Conversation> readConversationFile(const QString &path, QString *error)
 {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) {
-        setError(error, QStringLiteral("%1: cannot open: %2").arg(path, f.errorString()));
+    const std::optional<QByteArray> bytes = readRegularFile(path, k_max_file_bytes, error);
+    if (!bytes)
         return std::nullopt;
-    }
-    if (f.size() > k_max_file_bytes) {
-        setError(error, QStringLiteral("%1: file too large (%2 bytes)").arg(path).arg(f.size()));
-        return std::nullopt;
-    }
-    const QByteArray bytes = f.readAll();
     QString why;
-    std::optional<Conversation> c = Conversation::fromJsonBytes(bytes, &why);
+    std::optional<Conversation> c = Conversation::fromJsonBytes(*bytes, &why);
     if (!c) {
         setError(error, QStringLiteral("%1: %2").arg(path, why));
         return std::nullopt;

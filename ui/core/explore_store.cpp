@@ -1,12 +1,12 @@
 #include "core/explore_store.h"
 
+#include "core/read_file.h"
 #include "core/store_files.h"
 
 #include "core/conversation_store.h"
 
 #include <QDateTime>
 #include <QDir>
-#include <QFile>
 #include <QFileInfo>
 #include <QRandomGenerator>
 #include <QRegularExpression>
@@ -56,17 +56,11 @@ QString ExploreStore::filePath(const QString &id) const
 
 std::optional<PerplexityRunResult> ExploreStore::readFile(const QString &path, QString *error) const
 {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) {
-        setError(error, QStringLiteral("%1: cannot open: %2").arg(path, f.errorString()));
+    const std::optional<QByteArray> bytes = readRegularFile(path, k_max_file_bytes, error);
+    if (!bytes)
         return std::nullopt;
-    }
-    if (f.size() > k_max_file_bytes) {
-        setError(error, QStringLiteral("%1: file too large (%2 bytes)").arg(path).arg(f.size()));
-        return std::nullopt;
-    }
     QString why;
-    std::optional<PerplexityRunResult> run = PerplexityRunResult::fromJsonBytes(f.readAll(), &why);
+    std::optional<PerplexityRunResult> run = PerplexityRunResult::fromJsonBytes(*bytes, &why);
     if (!run) {
         setError(error, QStringLiteral("%1: %2").arg(path, why));
         return std::nullopt;

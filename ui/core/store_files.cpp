@@ -31,6 +31,14 @@ bool writeFileAtomically(const QString &path, const QByteArray &bytes, QString *
     return true;
 }
 
+QString unwritableDirectory(const QString &dir, const QString &what)
+{
+    const QFileInfo fi(dir);
+    if (fi.isDir() && fi.isWritable())
+        return {};
+    return QStringLiteral("%1 are not saved: %2 is not a writable folder").arg(what, dir);
+}
+
 QString removeStoredFile(const QString &path, bool valid_id, const QString &what, const QString &id)
 {
     if (!valid_id)

@@ -6,7 +6,7 @@
 
 namespace longscope::ui {
 
-ChatInput::ChatInput(QWidget *parent) : QPlainTextEdit(parent)
+ChatInput::ChatInput(QWidget *parent) : PlainTextField(parent)
 {
     setPlaceholderText(tr("Type a message — Enter sends, Shift+Enter starts a new line"));
     setTabChangesFocus(true);
@@ -56,7 +56,7 @@ void ChatInput::insertFromMimeData(const QMimeData *source)
         emit filesDropped(paths);
         return;
     }
-    QPlainTextEdit::insertFromMimeData(source);
+    PlainTextField::insertFromMimeData(source);
 }
 
 } // namespace longscope::ui

@@ -1,11 +1,11 @@
 // The message box under the conversation: Enter sends, Shift+Enter starts a new line.
 #pragma once
 
-#include <QPlainTextEdit>
+#include "widgets/plain_text_field.h"
 
 namespace longscope::ui {
 
-class ChatInput : public QPlainTextEdit {
+class ChatInput : public PlainTextField {
     Q_OBJECT
 
 public:

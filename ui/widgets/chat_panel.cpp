@@ -2,10 +2,10 @@
 
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
+#include "widgets/plain_text_field.h"
 
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QVBoxLayout>
 
@@ -16,7 +16,7 @@ ChatPanel::ChatPanel(ChatModel *model, QWidget *parent) : QWidget(parent)
     m_chatView = new ChatView(this);
     m_chatView->setModel(model);
 
-    m_systemPrompt = new QPlainTextEdit(this);
+    m_systemPrompt = new PlainTextField(this);
     m_systemPrompt->setPlaceholderText(tr("System prompt (optional): how the model should behave"));
     m_systemPrompt->setTabChangesFocus(true);
     m_systemPrompt->setAccessibleName(tr("System prompt"));
@@ -67,7 +67,7 @@ ChatPanel::ChatPanel(ChatModel *model, QWidget *parent) : QWidget(parent)
 
 QString ChatPanel::systemPrompt() const { return m_systemPrompt->toPlainText(); }
 
-void ChatPanel::setSystemPrompt(const QString &prompt) { m_systemPrompt->setPlainText(prompt); }
+void ChatPanel::setSystemPrompt(const QString &prompt) { m_systemPrompt->setText(prompt); }
 
 void ChatPanel::setActionsEnabled(bool send, bool stop, bool regenerate, bool clear)
 {

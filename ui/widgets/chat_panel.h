@@ -3,6 +3,8 @@
 // and the ChatController runs the turn.
 #pragma once
 
+#include "widgets/plain_text_field.h"
+
 #include <QWidget>
 
 class QPlainTextEdit;
@@ -42,7 +44,7 @@ signals:
 
 private:
     ChatView *m_chatView = nullptr;
-    QPlainTextEdit *m_systemPrompt = nullptr;
+    PlainTextField *m_systemPrompt = nullptr;
     ChatInput *m_input = nullptr;
     QPushButton *m_send = nullptr;
     QPushButton *m_stop = nullptr;

@@ -8,6 +8,7 @@
 #include "core/conversation_store.h"
 #include "core/explore_store.h"
 #include "core/model_paths.h"
+#include "core/store_files.h"
 #include "widgets/book_panel.h"
 #include "widgets/chat_panel.h"
 #include "widgets/chat_input.h"
@@ -225,6 +226,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_chatPanel->setSystemPrompt(m_appSettings->loadSystemPrompt());
     restoreGeometry(m_appSettings->loadWindowGeometry());
     restoreState(m_appSettings->loadWindowState());
+    showDataNotices();
 
     connect(m_generation, &GenerationPanel::paramsChanged, this, &MainWindow::onGenerationParamsChanged);
     connect(m_longContext, &LongContextPanel::settingsChanged, this, &MainWindow::onLongContextChanged);
@@ -414,6 +416,29 @@ void MainWindow::createMenus()
     about->setMenuRole(QAction::AboutRole);
 }
 
+// Once, at start, in the status bar: settings values that were not valid (and the defaults
+// used), and settings, conversations or runs that cannot be saved. The whole list is the
+// label's tooltip; stderr has each line too.
+void MainWindow::showDataNotices()
+{
+    QStringList notes = m_appSettings->problems();
+    const QString unwritable[] = {m_appSettings->unwritableReason(),
+                                  unwritableDirectory(m_store->directory(), tr("Conversations")),
+                                  unwritableDirectory(m_exploreStore->directory(), tr("Saved runs"))};
+    for (const QString &why : unwritable) {
+        if (!why.isEmpty()) {
+            notes << why;
+            qWarning("%s", qPrintable(why));
+        }
+    }
+    if (notes.isEmpty())
+        return;
+    const QString text = notes.size() == 1 ? notes.first() : tr("%1 (and %2 more)").arg(notes.first()).arg(notes.size() - 1);
+    m_statusNotice->setText(m_statusNotice->fontMetrics().elidedText(text, Qt::ElideMiddle, 640));
+    m_statusNotice->setToolTip(notes.join(QLatin1Char('\n')));
+    m_statusNotice->show();
+}
+
 void MainWindow::createStatusBar()
 {
     m_statusModel = new QLabel(this);
@@ -421,6 +446,11 @@ void MainWindow::createStatusBar()
     m_statusSpeed = new QLabel(this);
     for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed})
         l->setContentsMargins(8, 0, 8, 0);
+    m_statusNotice = new QLabel(this);
+    m_statusNotice->setObjectName(QStringLiteral("statusNotice"));
+    m_statusNotice->setContentsMargins(8, 0, 8, 0);
+    m_statusNotice->hide();
+    statusBar()->addPermanentWidget(m_statusNotice);
     statusBar()->addPermanentWidget(m_statusModel);
     statusBar()->addPermanentWidget(m_statusContext);
     statusBar()->addPermanentWidget(m_statusSpeed);

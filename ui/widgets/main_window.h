@@ -172,6 +172,7 @@ private:
     void connectExplore();
     void createMenus();
     void createStatusBar();
+    void showDataNotices();
     void connectWorker();
     void rebuildRecentMenu();
     void setActivity(Activity activity);
@@ -208,6 +209,7 @@ private:
     ExploreView *m_explore = nullptr;
     ExploreStore *m_exploreStore = nullptr;
     QPointer<QProgressDialog> m_loadDialog;
+    QLabel *m_statusNotice = nullptr; // problems with the app's data, shown once at start
     QLabel *m_statusModel = nullptr;
     QLabel *m_statusContext = nullptr;
     QLabel *m_statusSpeed = nullptr;

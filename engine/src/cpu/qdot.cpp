@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
+#include <limits>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduce
 // intrinsics; the values are defined.
@@ -36,25 +37,60 @@ inline uint16_t load_u16(const uint8_t *p)
 // ---- activations --------------------------------------------------------------------------------
 
 // One block of 32: d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|). The vector
-// version below computes exactly the same values (same float operations, same rounding).
+// versions below compute exactly the same values (same float operations, same rounding).
+//
+// Blocks the rule cannot take have one defined result on every path: a block holding a NaN or
+// an infinity (a damaged norm weight, an overflow upstream) gets q = 0 and d = NaN, so every
+// product with it is NaN as in float arithmetic; a block whose max|x| is 0, or so small that
+// 127 / max|x| is not finite, gets q = 0 and d = 0 (its values are below 4e-37).
+struct BlockScale {
+    float d;  // the scale stored
+    float id; // 127 / max|x|; 0 for a block that quantizes to zeros
+};
+
+inline BlockScale block_scale(float amax, bool finite)
+{
+    if (!finite)
+        return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (!std::isfinite(id) || id == 0.0f)
+        return {0.0f, 0.0f};
+    return {amax / 127.0f, id};
+}
+
+// The outputs of a block that quantizes to zeros with scale d.
+inline void store_zero_block(float d, int8_t *q, float *dl, float *db, float *ds)
+{
+    std::memset(q, 0, qk);
+    for (int j = 0; j < qk / 4; ++j)
+        dl[j] = d;
+    *db = d;
+    *ds = d * 0.0f;
+}
+
 void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
     float amax = 0;
-    for (int j = 0; j < qk; ++j)
+    bool finite = true;
+    for (int j = 0; j < qk; ++j) {
+        finite = finite && std::isfinite(x[j]);
         amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    }
+    const BlockScale s = block_scale(amax, finite);
+    if (s.id == 0.0f) {
+        store_zero_block(s.d, q, dl, db, ds);
+        return;
+    }
     int sum = 0;
     for (int j = 0; j < qk; ++j) {
-        const float v = std::nearbyint(x[j] * id);
-        const int qi = std::isnan(v) ? -128 : int(std::clamp(v, -128.0f, 127.0f));
+        const int qi = int(std::clamp(std::nearbyint(x[j] * s.id), -127.0f, 127.0f));
         q[j] = int8_t(qi);
         sum += qi;
     }
     for (int j = 0; j < qk / 4; ++j)
-        dl[j] = d;
-    *db = d;
-    *ds = d * float(sum);
+        dl[j] = s.d;
+    *db = s.d;
+    *ds = s.d * float(sum);
 }
 
 #define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -63,36 +99,50 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
 LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float d = amax / 127.0f;
-    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+    // |x| <= the largest float is false for NaN and infinities alike.
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    const bool finite = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
+    const BlockScale s = block_scale(finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f, finite);
+    if (s.id == 0.0f) {
+        store_zero_block(s.d, q, dl, db, ds);
+        return;
+    }
+    const __m512 id = _mm512_set1_ps(s.id);
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
     const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
-    *db = d;
-    *ds = d * float(sum);
+    _mm256_storeu_ps(dl, _mm256_set1_ps(s.d));
+    *db = s.d;
+    *ds = s.d * float(sum);
 }
 
 // The same values again, eight lanes at a time: conversions round to nearest even as
 // nearbyint does, and the two saturating packs saturate as one conversion to int8 would.
 LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     __m256 v[4];
     __m256 m = _mm256_setzero_ps();
+    int finite_lanes = 0xFF;
     for (int k = 0; k < 4; ++k) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
-        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        const __m256 a = _mm256_andnot_ps(sign, v[k]);
+        finite_lanes &= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_LE_OQ));
+        m = _mm256_max_ps(m, a);
     }
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const float amax = _mm_cvtss_f32(h);
-    const float d = amax / 127.0f;
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const bool finite = finite_lanes == 0xFF;
+    const BlockScale s = block_scale(finite ? _mm_cvtss_f32(h) : 0.0f, finite);
+    if (s.id == 0.0f) {
+        store_zero_block(s.d, q, dl, db, ds);
+        return;
+    }
+    const __m256 id = _mm256_set1_ps(s.id);
     __m256i qi[4];
     for (int k = 0; k < 4; ++k)
         qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
@@ -101,14 +151,14 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(q),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
     const int sum = _mm_cvtsi128_si32(s4);
-    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
-    *db = d;
-    *ds = d * float(sum);
+    _mm256_storeu_ps(dl, _mm256_set1_ps(s.d));
+    *db = s.d;
+    *ds = s.d * float(sum);
 }
 
 void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)

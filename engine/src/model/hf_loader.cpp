@@ -4,6 +4,7 @@
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
 #include "model/arch_tensors.h"
+#include "model/json_input.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 
@@ -26,11 +27,11 @@ namespace {
 json read_json(const fs::path &p)
 {
     const std::string text = read_regular_file(p.string(), 64ull << 20, "JSON file");
-    try {
-        return json::parse(text);
-    } catch (const json::exception &e) {
-        throw ConfigError(p.string() + ": not valid JSON: " + e.what());
-    }
+    json out;
+    std::string why;
+    if (!parse_json_bounded(text.data(), text.data() + text.size(), out, why))
+        throw ConfigError(p.string() + ": " + why);
+    return out;
 }
 
 int config_int(const json &c, const std::string &src, const char *key, std::optional<int> fallback)
@@ -42,9 +43,9 @@ int config_int(const json &c, const std::string &src, const char *key, std::opti
     }
     const json &v = c[key];
     if (!v.is_number_integer())
-        throw ConfigError(src + ": field \"" + key + "\" must be an integer, got " + v.dump());
+        throw ConfigError(src + ": field \"" + key + "\" must be an integer, got " + describe_json(v));
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
-        throw ConfigError(src + ": field \"" + key + "\" is too large: " + v.dump());
+        throw ConfigError(src + ": field \"" + key + "\" is too large: " + describe_json(v));
     int64_t i = v.get<int64_t>();
     if (i <= 0 || i > std::numeric_limits<int>::max())
         throw ConfigError(src + ": field \"" + key + "\" must be a positive integer, got " +
@@ -57,7 +58,7 @@ double config_float(const json &c, const std::string &src, const char *key, doub
     if (!c.contains(key) || c[key].is_null())
         return fallback;
     if (!c[key].is_number())
-        throw ConfigError(src + ": field \"" + key + "\" must be a number, got " + c[key].dump());
+        throw ConfigError(src + ": field \"" + key + "\" must be a number, got " + describe_json(c[key]));
     return c[key].get<double>();
 }
 
@@ -100,7 +101,7 @@ std::string config_string(const json &c, const std::string &src, const char *key
     if (!c.contains(key) || c[key].is_null())
         return fallback;
     if (!c[key].is_string())
-        throw ConfigError(src + ": field \"" + key + "\" must be a string, got " + c[key].dump());
+        throw ConfigError(src + ": field \"" + key + "\" must be a string, got " + describe_json(c[key]));
     return c[key].get<std::string>();
 }
 
@@ -113,7 +114,7 @@ std::vector<float> config_floats(const json &c, const std::string &src, const ch
         throw ConfigError(src + ": field \"" + key + "\" must be a list of numbers");
     for (const json &x : c[key]) {
         if (!x.is_number())
-            throw ConfigError(src + ": field \"" + key + "\" must be a list of numbers, has " + x.dump());
+            throw ConfigError(src + ": field \"" + key + "\" must be a list of numbers, has " + describe_json(x));
         v.push_back(x.get<float>());
     }
     return v;
@@ -216,7 +217,7 @@ void read_gemma(const json &cfg, const std::string &src, HParams &hp)
                               std::to_string(hp.n_layer) + " layers");
         for (size_t i = 0; i < lt.size(); ++i) {
             if (!lt[i].is_string() || (lt[i] != "sliding_attention" && lt[i] != "full_attention"))
-                throw ConfigError(src + ": layer_types entry " + lt[i].dump() +
+                throw ConfigError(src + ": layer_types entry " + describe_json(lt[i]) +
                                   " is not sliding_attention or full_attention");
             hp.swa_layers[i] = lt[i] == "sliding_attention" ? 1 : 0;
         }

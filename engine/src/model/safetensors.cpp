@@ -2,6 +2,7 @@
 
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
+#include "model/json_input.h"
 
 #include <algorithm>
 #include <cstring>
@@ -42,11 +43,10 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string &path)
     const uint64_t data_size = size - data_start;
 
     nlohmann::json header;
-    try {
-        header = nlohmann::json::parse(st->m_file->data() + 8, st->m_file->data() + data_start);
-    } catch (const nlohmann::json::exception &e) {
-        fail(std::string("header is not valid JSON: ") + e.what());
-    }
+    std::string why;
+    const char *text = reinterpret_cast<const char *>(st->m_file->data());
+    if (!parse_json_bounded(text + 8, text + data_start, header, why))
+        fail("header: " + why);
     if (!header.is_object())
         fail("header is not a JSON object");
 
