@@ -104,13 +104,19 @@ std::string byte_level_decode(std::string_view text)
     return out;
 }
 
-BpeMerger::BpeMerger(const std::vector<std::string> &pieces,
+BpeMerger::BpeMerger(const std::vector<std::string> &pieces, const std::vector<bool> &mergeable,
                      const std::vector<std::pair<std::string, std::string>> &merges, bool ignore_merges)
-    : m_n_vocab(uint32_t(pieces.size())), m_ignore_merges(ignore_merges)
+    : m_n_vocab(uint32_t(pieces.size())), m_next_symbol(uint32_t(pieces.size())), m_ignore_merges(ignore_merges)
 {
     m_symbols.reserve(pieces.size() + merges.size() / 4);
+    // Symbols past the vocabulary start at m_n_vocab whatever is left out here.
     for (uint32_t id = 0; id < m_n_vocab; ++id)
-        m_symbols[pieces[id]] = id; // a repeated text means its last id, as the vocabularies do
+        if (id < mergeable.size() && mergeable[id])
+            m_symbols[pieces[id]] = id; // a repeated text means its last id, as the vocabularies do
+    // A byte character only an added token spells (DeepSeek's) is still that byte's token.
+    for (uint32_t id = 0; id < m_n_vocab; ++id)
+        if (id >= mergeable.size() || !mergeable[id])
+            m_symbols.emplace(pieces[id], id);
     for (uint32_t b = 0; b < 256; ++b)
         m_byte_symbol[b] = intern(byte_level_char(uint8_t(b)));
     m_merges.reserve(merges.size());
@@ -126,8 +132,9 @@ BpeMerger::BpeMerger(const std::vector<std::string> &pieces,
 
 uint32_t BpeMerger::intern(const std::string &text)
 {
-    const auto [it, added] = m_symbols.emplace(text, uint32_t(m_symbols.size()));
-    (void)added;
+    const auto [it, added] = m_symbols.emplace(text, m_next_symbol);
+    if (added)
+        ++m_next_symbol;
     return it->second;
 }
 

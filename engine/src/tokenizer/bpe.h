@@ -24,10 +24,12 @@ std::string byte_level_encode(std::string_view bytes);
 
 class BpeMerger {
 public:
-    // pieces: the vocabulary in byte-level text, indexed by id. merges: the pairs in rank
+    // pieces: the vocabulary in byte-level text, indexed by id; merges only produce the
+    // pieces whose `mergeable` flag is set (not the added, user-defined or control tokens,
+    // whose text may repeat a byte's character, as DeepSeek's do). merges: the pairs in rank
     // order (rank = index). A merge whose parts or result the vocabulary lacks is kept: it
     // only matters as an intermediate step, as in the reference tokenizers.
-    BpeMerger(const std::vector<std::string> &pieces,
+    BpeMerger(const std::vector<std::string> &pieces, const std::vector<bool> &mergeable,
               const std::vector<std::pair<std::string, std::string>> &merges, bool ignore_merges);
 
     // Appends the ids of one pre-tokenized word (raw bytes). unk_id (or -1: none) stands for
@@ -46,6 +48,7 @@ private:
     static uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
 
     uint32_t m_n_vocab = 0;
+    uint32_t m_next_symbol = 0;
     // Vocabulary texts and the extra texts merges name, all as symbols: ids below m_n_vocab
     // are the tokens themselves.
     std::unordered_map<std::string, uint32_t> m_symbols;

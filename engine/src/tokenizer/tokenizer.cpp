@@ -164,10 +164,13 @@ std::unique_ptr<Tokenizer> TokenizerBuilder::bpe(BpeSpec spec)
     std::unique_ptr<Tokenizer> tok(new Tokenizer());
     TokenizerState &st = *tok->m_state;
     st.pre = std::make_unique<PreTokenizer>(std::move(spec.expressions), spec.source);
-    st.merger = std::make_unique<BpeMerger>(spec.pieces, spec.merges, spec.ignore_merges);
-    st.unk = spec.unk.value_or(-1);
     tok->m_types = std::move(spec.types);
     tok->m_types.resize(n, kTypeNormal);
+    std::vector<bool> mergeable(n);
+    for (size_t id = 0; id < n; ++id)
+        mergeable[id] = tok->m_types[id] != kTypeControl && tok->m_types[id] != kTypeUserDefined;
+    st.merger = std::make_unique<BpeMerger>(spec.pieces, mergeable, spec.merges, spec.ignore_merges);
+    st.unk = spec.unk.value_or(-1);
     tok->m_token_bytes.resize(n);
     for (size_t id = 0; id < n; ++id)
         tok->m_token_bytes[id] = bpe_token_bytes(spec.pieces[id], tok->m_types[id]);

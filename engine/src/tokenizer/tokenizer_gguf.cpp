@@ -174,6 +174,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &gguf)
 
     SpModelSpec spec;
     spec.pieces.resize(n);
+    std::vector<size_t> user_defined; // sentencepiece does not say which pieces are
     for (size_t i = 0; i < n; ++i) {
         SpPiece &p = spec.pieces[i];
         p.piece = std::move(v.tokens[i]);
@@ -185,6 +186,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &gguf)
         }
         if (!v.types.empty())
             p.type = static_cast<SpPieceType>(v.types[i]);
+        if (p.type == SpPieceType::UserDefined)
+            user_defined.push_back(i);
         spec.byte_fallback = spec.byte_fallback || p.type == SpPieceType::Byte;
     }
     // sentencepiece needs exactly one piece typed UNKNOWN; read_vocab left at most one, and a
@@ -203,6 +206,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &gguf)
         throw FormatError(path + ": sentencepiece rejects the tokenizer vocabulary (" +
                           std::string(status.message()) + ")");
     tok->init_from_processor(path);
+    for (size_t i : user_defined)
+        tok->m_types[i] = kTypeUserDefined;
     tok->m_bos = v.bos ? *v.bos : tok->m_sp->bos_id();
     tok->m_eos = v.eos ? *v.eos : tok->m_sp->eos_id();
     tok->m_add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
