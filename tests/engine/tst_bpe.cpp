@@ -2,7 +2,8 @@
 // llama.cpp's vocabulary files and their test vectors (tests/data/vocab/, ids written by the
 // models' own Hugging Face tokenizers), a tokenizer.json built with the `tokenizers` package
 // and that package's ids (scripts/gen_hf_bpe_fixture.py), and ids published for the chat
-// formats (Llama 3, Qwen 2).
+// formats (Llama 3, Qwen 2); and the `tokenizers` package's ids for a whole book with the
+// Llama 3 and Qwen 2 vocabularies (scripts/gen_bpe_book_ids.py).
 #include "support/vocab_files.h"
 
 #include "longscope/errors.h"
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 
 using namespace longscope;
 
@@ -82,6 +84,8 @@ private slots:
     void llama_cpp_vectors();
     void decode_round_trip_data();
     void decode_round_trip();
+    void whole_book_matches_tokenizers_data();
+    void whole_book_matches_tokenizers();
 
     void special_tokens_on_request();
     void special_tokens_sentencepiece();
@@ -163,6 +167,32 @@ void TestBpe::decode_round_trip()
     // The reference ids decode back to the text, byte for byte. sentencepiece drops the one
     // leading space it added itself (the dummy prefix), so its decode is the text exactly too.
     QCOMPARE(QByteArray::fromStdString(t.decode(v)), text);
+}
+
+void TestBpe::whole_book_matches_tokenizers_data()
+{
+    QTest::addColumn<QString>("name");
+    QTest::newRow("llama-bpe") << QString("llama-bpe");
+    QTest::newRow("qwen2") << QString("qwen2");
+}
+
+void TestBpe::whole_book_matches_tokenizers()
+{
+    // All of Alice in Wonderland (CRLF line ends, 167 kB): the ids of the `tokenizers`
+    // package with the same vocabulary and merges (scripts/gen_bpe_book_ids.py).
+    QFETCH(QString, name);
+    const std::string book = read_file(kDataDir + "/books/pg11-alice-in-wonderland.txt");
+    std::istringstream in(test::read_gz(kDataDir + "/vocab/alice-" + name.toStdString() + ".ids.gz"));
+    std::vector<int32_t> want;
+    for (int32_t id = 0; in >> id;)
+        want.push_back(id);
+    QVERIFY(want.size() > 40000);
+    const Tokenizer &t = tok(name.toStdString());
+    const std::vector<int32_t> got = t.encode(book, false);
+    QCOMPARE(got.size(), want.size());
+    const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+    QVERIFY2(diff.first == got.end(), qPrintable(QString("first difference at token %1").arg(diff.first - got.begin())));
+    QCOMPARE(t.decode(got), book);
 }
 
 void TestBpe::special_tokens_on_request()

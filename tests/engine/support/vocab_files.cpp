@@ -23,9 +23,8 @@ std::string read_all(const std::string &path)
 
 } // namespace
 
-std::string unpack_vocab(const std::string &name, const std::string &dir)
+std::string read_gz(const std::string &gz)
 {
-    const std::string gz = kVocabDir + "ggml-vocab-" + name + ".gguf.gz";
     gzFile f = gzopen(gz.c_str(), "rb");
     if (f == nullptr)
         throw std::runtime_error(gz + ": cannot open");
@@ -38,6 +37,12 @@ std::string unpack_vocab(const std::string &name, const std::string &dir)
     gzclose(f);
     if (!ok)
         throw std::runtime_error(gz + ": not valid gzip");
+    return bytes;
+}
+
+std::string unpack_vocab(const std::string &name, const std::string &dir)
+{
+    const std::string bytes = read_gz(kVocabDir + "ggml-vocab-" + name + ".gguf.gz");
     const std::string out = dir + "/ggml-vocab-" + name + ".gguf";
     std::ofstream o(out, std::ios::binary);
     o.write(bytes.data(), std::streamsize(bytes.size()));

@@ -10,6 +10,9 @@
 
 namespace longscope::test {
 
+// The decompressed bytes of a gzip file. Throws std::runtime_error when it cannot be read.
+std::string read_gz(const std::string &path);
+
 // Decompresses tests/data/vocab/ggml-vocab-NAME.gguf.gz into dir and returns the file's path.
 // Throws std::runtime_error when the fixture cannot be read or written.
 std::string unpack_vocab(const std::string &name, const std::string &dir);
