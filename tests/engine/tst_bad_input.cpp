@@ -1025,6 +1025,11 @@ std::vector<TokenizerCase> hf_tokenizer_json_cases()
     edit("not byte-level", [](ojson &j) { j["pre_tokenizer"] = nullptr; j["decoder"] = nullptr; }, "byte-level");
     edit("normalizer Lowercase", [](ojson &j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer;Lowercase");
     edit("added token without id", [](ojson &j) { j["added_tokens"][0].erase("id"); }, "added_tokens[0]");
+    edit("model type a number", [](ojson &j) { j["model"]["type"] = 3; }, "tokenizer;type");
+    edit("pre_tokenizer a string", [](ojson &j) { j["pre_tokenizer"] = "ByteLevel"; }, "tokenizer;type");
+    edit("add_prefix_space a string", [](ojson &j) { j["pre_tokenizer"]["add_prefix_space"] = "no"; },
+         "tokenizer;type");
+    edit("added_tokens special a string", [](ojson &j) { j["added_tokens"][0]["special"] = "yes"; }, "tokenizer;type");
     edit("added token content a number", [](ojson &j) { j["added_tokens"][0]["content"] = 5; }, "added_tokens[0]");
     return c;
 }

@@ -240,6 +240,17 @@ std::unique_ptr<Tokenizer> bpe_from_tokenizer_json(const fs::path &file, const j
 
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_directory(const std::string &dir_str)
 {
+    try {
+        return TokenizerBuilder::hf_directory(dir_str);
+    } catch (const json::exception &e) {
+        // A value of the wrong JSON type somewhere the reader looked (a number for a string,
+        // a string for an object, ...).
+        throw FormatError(dir_str + ": tokenizer files hold a value of the wrong type (" + e.what() + ")");
+    }
+}
+
+std::unique_ptr<Tokenizer> TokenizerBuilder::hf_directory(const std::string &dir_str)
+{
     const fs::path dir(dir_str);
     const std::optional<json> tc = read_optional_json(dir / "tokenizer_config.json");
     const std::optional<json> gen = read_optional_json(dir / "generation_config.json");
@@ -255,7 +266,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_directory(const std::string &dir_s
         const json j = read_json_file(tj);
         tok = bpe_from_tokenizer_json(tj, j);
     } else if (fs::exists(tm, ec)) {
-        tok = from_sentencepiece_file(tm.string());
+        tok = Tokenizer::from_sentencepiece_file(tm.string());
     } else {
         throw FormatError(dir_str + ": no tokenizer.json or tokenizer.model");
     }

@@ -57,6 +57,8 @@ namespace longscope {
 
 struct TokenizerBuilder {
     static std::unique_ptr<Tokenizer> bpe(detail::BpeSpec spec);
+    // Tokenizer::from_hf_directory without its translation of JSON type errors.
+    static std::unique_ptr<Tokenizer> hf_directory(const std::string &dir);
     // The special tokens matched in text by token type: control (on request) and user-defined
     // (always).
     static std::vector<detail::SpecialToken> special_by_type(const std::vector<std::string> &texts,
