@@ -215,8 +215,10 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
         if (tc.is_object() && tc.contains("chat_template") && tc["chat_template"].is_string())
             chat_template = tc["chat_template"].get<std::string>();
     }
+    // The file the tokenizer came from (tokenizer.model wins where both are present).
+    const fs::path tok_file = dir / (fs::exists(dir / "tokenizer.model") ? "tokenizer.model" : "tokenizer.json");
     if (tok->n_vocab() > hp.n_vocab)
-        throw FormatError(dir_str + ": the tokenizer has " + std::to_string(tok->n_vocab()) +
+        throw FormatError(tok_file.string() + ": the tokenizer has " + std::to_string(tok->n_vocab()) +
                           " tokens but the model only " + std::to_string(hp.n_vocab));
     tokenizer(*model) = std::move(tok);
 
