@@ -7,8 +7,11 @@
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "longscope/generator.h"
+#include "longscope/gguf.h"
+#include "longscope/tokenizer.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,13 +34,81 @@ std::string read_text_file(const std::string &path)
     return ss.str();
 }
 
-// for_cpu: prepare the weights for the CPU kernels (false when the session runs on CUDA).
-std::unique_ptr<Model> load_model(const Args &a, const char *argv0, bool for_cpu = true)
+std::string model_path(const Args &a, const char *argv0)
 {
     std::string path = a.value("--model").value_or("");
     if (path.empty())
         path = default_model_path(argv0);
-    return Model::load(path, {}, for_cpu);
+    return path;
+}
+
+// for_cpu: prepare the weights for the CPU kernels (false when the session runs on CUDA).
+std::unique_ptr<Model> load_model(const Args &a, const char *argv0, bool for_cpu = true)
+{
+    return Model::load(model_path(a, argv0), {}, for_cpu);
+}
+
+// A GGUF file with a vocabulary and no tensors (as llama.cpp ships for its tokenizer tests).
+bool is_vocabulary_only(const std::string &path)
+{
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        return false;
+    const auto g = GgufFile::open(path);
+    return g->tensors().empty() && g->find("tokenizer.ggml.tokens") != nullptr;
+}
+
+// The tokenizer's part of `info`: kind, pre-tokenizer, BOS/EOS and the end-of-generation set.
+void add_tokenizer_info(const Tokenizer &tok, nlohmann::json &j)
+{
+    j["tokenizer_kind"] = std::string(tok.kind_name());
+    j["tokenizer_vocab_size"] = tok.n_vocab();
+    if (!tok.pre_tokenizer().empty())
+        j["pre_tokenizer"] = tok.pre_tokenizer();
+    j["bos_token_id"] = tok.bos_id();
+    j["eos_token_id"] = tok.eos_id();
+    j["add_bos"] = tok.add_bos_default();
+    nlohmann::json eog = nlohmann::json::array();
+    for (int32_t id : tok.end_of_generation_ids())
+        eog.push_back({{"id", id}, {"text", tok.piece(id)}});
+    j["end_of_generation"] = eog;
+}
+
+std::string token_label(const Tokenizer &tok, int32_t id)
+{
+    return id < 0 ? std::string("none") : std::to_string(id) + " " + tok.piece(id);
+}
+
+std::string tokenizer_lines(const Tokenizer &tok)
+{
+    std::ostringstream o;
+    o << "tokenizer:        " << tok.kind_name();
+    if (!tok.pre_tokenizer().empty())
+        o << " (pre-tokenizer " << tok.pre_tokenizer() << ")";
+    o << ", " << tok.n_vocab() << " tokens, bos " << token_label(tok, tok.bos_id()) << ", eos "
+      << token_label(tok, tok.eos_id()) << (tok.add_bos_default() ? ", BOS added to prompts" : "") << "\n"
+      << "end of generation:";
+    for (int32_t id : tok.end_of_generation_ids())
+        o << " " << token_label(tok, id);
+    o << "\n";
+    return o.str();
+}
+
+int print_vocabulary_only_info(const std::string &path, bool as_json)
+{
+    const auto tok = Tokenizer::load(path);
+    nlohmann::json j;
+    j["path"] = path;
+    j["format"] = "gguf";
+    j["vocabulary_only"] = true;
+    add_tokenizer_info(*tok, j);
+    if (as_json)
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    else
+        std::cout << "path:             " << path << "\n"
+                  << "format:           gguf, vocabulary only (no tensors)\n"
+                  << tokenizer_lines(*tok);
+    return 0;
 }
 
 std::string prompt_text(const Args &a, bool allow_positional)
@@ -276,10 +347,11 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
 
 int cmd_tokenize(const std::vector<std::string> &argv, const char *argv0)
 {
-    Args a(argv, {{{"-m", "--model"}}, {{"-f", "--file"}}, {{"--bos"}, false}});
+    Args a(argv, {{{"-m", "--model"}}, {{"-f", "--file"}}, {{"--bos"}, false}, {{"--special"}, false}});
     const std::string text = prompt_text(a, true);
-    auto model = load_model(a, argv0);
-    auto ids = model->tokenizer().encode(text, a.flag("--bos"));
+    // Only the tokenizer: a vocabulary-only GGUF is enough.
+    const auto tok = Tokenizer::load(model_path(a, argv0));
+    auto ids = tok->encode(text, a.flag("--bos"), a.flag("--special"));
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) {
         if (i)
@@ -316,6 +388,8 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
         }
         return 0;
     }
+    if (const std::string path = model_path(a, argv0); is_vocabulary_only(path))
+        return print_vocabulary_only_info(path, a.flag("--json"));
     auto model = load_model(a, argv0);
     const HParams &hp = model->hparams();
     const ModelInfo &in = model->info();
@@ -334,9 +408,7 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
     j["cpu_copy_bytes"] = in.cpu_copy_bytes;
     j["packed_matrices"] = in.packed_matrices;
     j["vocab_size"] = hp.n_vocab;
-    j["tokenizer_vocab_size"] = tok.n_vocab();
-    j["bos_token_id"] = tok.bos_id();
-    j["eos_token_id"] = tok.eos_id();
+    add_tokenizer_info(tok, j);
     j["embedding_length"] = hp.n_embd;
     j["block_count"] = hp.n_layer;
     j["feed_forward_length"] = hp.n_ff;
@@ -389,6 +461,7 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
     o << ")\n"
       << "vocabulary:       " << hp.n_vocab << " (tokenizer " << tok.n_vocab() << ", bos "
       << tok.bos_id() << ", eos " << tok.eos_id() << ")\n"
+      << tokenizer_lines(tok)
       << "context (trained): " << hp.n_ctx_train << "\n"
       << "embedding:        " << hp.n_embd << "\n"
       << "layers:           " << hp.n_layer << "\n"

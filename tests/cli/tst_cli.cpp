@@ -7,6 +7,7 @@
 #include <QtTest>
 
 #include "cli_runner.h"
+#include "support/vocab_files.h"
 #include "longscope/backend.h"
 
 namespace {
@@ -144,6 +145,34 @@ private slots:
         QCOMPARE(og["gguf_version"].toInt(), 3);
         QCOMPARE(og["file_bytes"].toInteger(), QFileInfo(bundled()).size());
         QCOMPARE(og["tensor_types"].toObject()["F32"].toInt(), og["tensor_count"].toInt());
+    }
+
+    void vocabulary_only_gguf()
+    {
+        // llama.cpp's Qwen 2 vocabulary file: no tensors, a byte-level BPE. Ids as Qwen's own
+        // tokenizer gives them (<|im_start|> 151644, "user" 872, "\n" 198, "Hello world"
+        // 9707 1879 as in the file's test vectors, <|im_end|> 151645).
+        QTemporaryDir dir;
+        const QString path = QString::fromStdString(longscope::test::unpack_vocab("qwen2", dir.path().toStdString()));
+        Run t = run_cli({"tokenize", "-m", path, "--special", "<|im_start|>user\nHello world<|im_end|>"});
+        QCOMPARE(t.code, 0);
+        QCOMPARE(t.out, QByteArray("151644 872 198 9707 1879 151645\n"));
+        Run plain = run_cli({"tokenize", "-m", path, "<|im_end|>"});
+        QVERIFY(!plain.out.contains("151645"));
+        Run j = run_cli({"info", "-m", path, "--json"});
+        QCOMPARE(j.code, 0);
+        const QJsonObject o = QJsonDocument::fromJson(j.out).object();
+        QCOMPARE(o["tokenizer_kind"].toString(), QString("bpe"));
+        QCOMPARE(o["pre_tokenizer"].toString(), QString("qwen2"));
+        QCOMPARE(o["eos_token_id"].toInt(), 151643);
+        const QJsonArray eog = o["end_of_generation"].toArray();
+        QCOMPARE(eog.size(), 2);
+        QCOMPARE(eog[1].toObject()["text"].toString(), QString("<|im_end|>"));
+        Run text = run_cli({"info", "-m", path});
+        QCOMPARE(text.code, 0);
+        QVERIFY(text.out.contains("151645 <|im_end|>"));
+        Run m = run_cli({"info", "-m", bundled()});
+        QVERIFY(m.out.contains("tokenizer:        sentencepiece"));
     }
 
     void failures_data()

@@ -552,14 +552,9 @@ struct DirCase {
     std::string words;
 };
 
-void add_rows(const std::vector<FileCase> &cases)
-{
-    QTest::addColumn<int>("index");
-    for (size_t i = 0; i < cases.size(); ++i)
-        QTest::addRow("%s", cases[i].name.c_str()) << int(i);
-}
-
-void add_rows(const std::vector<DirCase> &cases)
+// One row per case, named by it (FileCase, DirCase, TokenizerCase).
+template <typename Case>
+void add_rows(const std::vector<Case> &cases)
 {
     QTest::addColumn<int>("index");
     for (size_t i = 0; i < cases.size(); ++i)
@@ -865,8 +860,11 @@ std::vector<FileCase> gguf_model_cases()
     m("vocab_size 0", [](GgufSpec &s) { s.set("llama.vocab_size", v_u32(0)); }, C, "vocab");
     // The embedded tokenizer.
     m("tokenizer.ggml.model missing", [](GgufSpec &s) { s.drop_kv("tokenizer.ggml.model"); }, F, "tokenizer");
+    // A BPE vocabulary needs its merges, which this sentencepiece one lacks.
     m("tokenizer.ggml.model gpt2", [](GgufSpec &s) { s.set("tokenizer.ggml.model", v_str("gpt2")); }, F,
-      "tokenizer;gpt2");
+      "tokenizer.ggml.merges");
+    m("tokenizer.ggml.model bert", [](GgufSpec &s) { s.set("tokenizer.ggml.model", v_str("bert")); }, F,
+      "tokenizer;bert");
     m("tokenizer.ggml.tokens missing", [](GgufSpec &s) { s.drop_kv("tokenizer.ggml.tokens"); }, F,
       "tokenizer.ggml.tokens");
     m("tokenizer.ggml.tokens not an array", [](GgufSpec &s) { s.set("tokenizer.ggml.tokens", v_str("a b c")); }, F,
@@ -903,14 +901,164 @@ std::vector<FileCase> gguf_model_cases()
     }, F, "tokenizer|sentencepiece");
     m("tokenizer empty piece", [](GgufSpec &s) { s.array("tokenizer.ggml.tokens").items[300] = v_str(""); }, F,
       "tokenizer|sentencepiece|piece");
-    m("tokenizer two unknown tokens", [](GgufSpec &s) { s.array("tokenizer.ggml.token_type").items[300] = v_i32(2); },
-      F, "tokenizer|sentencepiece|unk");
     m("tokenizer byte token not <0xNN>", [](GgufSpec &s) { s.array("tokenizer.ggml.tokens").items[3] = v_str("abc"); },
       F, "byte|tokenizer|sentencepiece");
     // (This file does carry general.architecture "llama" and LLaMA-7B hyperparameters, just
     // no tensors.)
     c.push_back({"vocab-only GGUF loaded as a model", [] { return read_file(kVocabOnlyGguf); }, F,
                  "missing|vocab;token_embd|tensor|general.architecture", OpenExpect::Accepts});
+    return c;
+}
+
+// Byte-level BPE vocabularies (GGUF metadata only) and tokenizer.json files, loaded with
+// Tokenizer::load. The base of each table loads (bpeVocabulary checks it first).
+struct BpeVocabSpec {
+    std::string model = "gpt2";
+    std::optional<std::string> pre = "gpt-2";
+    std::vector<std::string> tokens;
+    std::optional<std::vector<int32_t>> types;
+    std::optional<std::vector<std::string>> merges = std::vector<std::string>{"h e", "l l", "he ll", "hell o"};
+    bool merges_as_ints = false;
+    std::optional<uint32_t> eos, eot;
+    BpeVocabSpec()
+    {
+        // GPT-2's byte alphabet, written out here from its definition (bytes_to_unicode).
+        int next = 256;
+        for (int b = 0; b < 256; ++b) {
+            const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+            const int cp = printable ? b : next++;
+            std::string u;
+            if (cp < 0x80) {
+                u.push_back(char(cp));
+            } else {
+                u.push_back(char(0xC0 | (cp >> 6)));
+                u.push_back(char(0x80 | (cp & 0x3F)));
+            }
+            tokens.push_back(u);
+        }
+        for (const char *t : {"he", "ll", "hell", "hello", "<|endoftext|>"})
+            tokens.push_back(t);
+        types = std::vector<int32_t>(tokens.size(), 1);
+        types->back() = 3;
+    }
+    std::string bytes() const
+    {
+        GgufWriter w;
+        w.add_string("general.architecture", "llama");
+        w.add_string("tokenizer.ggml.model", model);
+        if (pre)
+            w.add_string("tokenizer.ggml.pre", *pre);
+        w.add_string_array("tokenizer.ggml.tokens", tokens);
+        if (types)
+            w.add_i32_array("tokenizer.ggml.token_type", *types);
+        if (merges && merges_as_ints)
+            w.add_i32_array("tokenizer.ggml.merges", std::vector<int32_t>(merges->size(), 1));
+        else if (merges)
+            w.add_string_array("tokenizer.ggml.merges", *merges);
+        if (eos)
+            w.add_u32("tokenizer.ggml.eos_token_id", *eos);
+        if (eot)
+            w.add_u32("tokenizer.ggml.eot_token_id", *eot);
+        return w.bytes();
+    }
+};
+
+struct TokenizerCase {
+    std::string name;
+    std::function<std::string()> build; // the path to load
+    int kinds;
+    std::string words;
+};
+
+std::vector<TokenizerCase> bpe_gguf_cases()
+{
+    std::vector<TokenizerCase> c;
+    auto m = [&c](std::string name, std::function<void(BpeVocabSpec &)> f, std::string words) {
+        c.push_back({std::move(name), [f] {
+                         BpeVocabSpec s; f(s);
+                         const std::string path = tmp_path("bpe-" + std::to_string(++g.counter) + ".gguf");
+                         write_file(path, s.bytes());
+                         return path;
+                     }, kFormat, std::move(words)});
+    };
+    m("merges missing", [](BpeVocabSpec &s) { s.merges.reset(); }, "tokenizer.ggml.merges;missing");
+    m("merges of integers", [](BpeVocabSpec &s) { s.merges_as_ints = true; }, "tokenizer.ggml.merges;strings");
+    m("merge without a space", [](BpeVocabSpec &s) { (*s.merges)[1] = "ll"; }, "tokenizer.ggml.merges[1]");
+    m("merge with nothing after the space", [](BpeVocabSpec &s) { (*s.merges)[2] = "hell "; },
+      "tokenizer.ggml.merges[2]");
+    m("merge empty", [](BpeVocabSpec &s) { (*s.merges)[0] = ""; }, "tokenizer.ggml.merges[0]");
+    m("merge one space", [](BpeVocabSpec &s) { (*s.merges)[3] = " "; }, "tokenizer.ggml.merges[3]");
+    m("unknown pre-tokenizer", [](BpeVocabSpec &s) { s.pre = "my-own-regex"; }, "tokenizer.ggml.pre;my-own-regex");
+    m("tokens missing", [](BpeVocabSpec &s) { s.tokens.clear(); s.types.reset(); }, "tokenizer.ggml.tokens");
+    m("token_type shorter", [](BpeVocabSpec &s) { s.types->pop_back(); }, "tokenizer.ggml.token_type");
+    m("token_type 7", [](BpeVocabSpec &s) { (*s.types)[40] = 7; }, "tokenizer.ggml.token_type[40]");
+    m("eos id past the vocabulary", [](BpeVocabSpec &s) { s.eos = 100000; }, "eos_token_id;100000");
+    m("eot id past the vocabulary", [](BpeVocabSpec &s) { s.eot = 261; }, "eot_token_id;261");
+    m("model bert", [](BpeVocabSpec &s) { s.model = "bert"; }, "tokenizer.ggml.model|tokenizer model;bert");
+    return c;
+}
+
+using ojson_t = nlohmann::ordered_json;
+
+// A directory with a small valid byte-level BPE tokenizer.json, edited by `f`.
+std::string hf_tokenizer_dir(const std::function<void(ojson_t &)> &f)
+{
+    ojson_t vocab = ojson_t::object();
+    const BpeVocabSpec base;
+    for (size_t i = 0; i + 1 < base.tokens.size(); ++i)
+        vocab[base.tokens[i]] = i;
+    ojson_t j = {
+        {"added_tokens", ojson_t::array({{{"id", 260}, {"content", "<|endoftext|>"}, {"special", true}}})},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", *base.merges}}},
+    };
+    f(j);
+    const std::string d = tmp_path("hf-tok-" + std::to_string(++g.counter));
+    fs::create_directories(d);
+    write_file(d + "/tokenizer.json", j.is_string() ? j.get<std::string>() : j.dump());
+    return d;
+}
+
+std::vector<TokenizerCase> hf_tokenizer_json_cases()
+{
+    using ojson = ojson_t;
+    std::vector<TokenizerCase> c;
+    auto edit = [&c](std::string name, std::function<void(ojson &)> f, std::string words, int kinds = kFormat) {
+        c.push_back({std::move(name), [f] { return hf_tokenizer_dir(f); }, kinds, std::move(words)});
+    };
+    edit("not JSON", [](ojson &j) { j = "{\"model\": "; }, "tokenizer.json;JSON", kConfig);
+    edit("model Unigram", [](ojson &j) { j["model"]["type"] = "Unigram"; }, "tokenizer.json;Unigram");
+    edit("model missing", [](ojson &j) { j.erase("model"); }, "tokenizer.json;model");
+    edit("vocab an array", [](ojson &j) { j["model"]["vocab"] = ojson::array(); }, "model.vocab");
+    edit("vocab id negative", [](ojson &j) { j["model"]["vocab"]["he"] = -5; }, "model.vocab;he");
+    edit("vocab id huge", [](ojson &j) { j["model"]["vocab"]["he"] = 1ll << 40; }, "model.vocab;he");
+    edit("merges missing", [](ojson &j) { j["model"].erase("merges"); }, "model.merges");
+    edit("merge not two tokens", [](ojson &j) { j["model"]["merges"][1] = "ll"; }, "model.merges[1]");
+    edit("merge a number", [](ojson &j) { j["model"]["merges"][0] = 7; }, "model.merges[0]");
+    edit("merge pair of three", [](ojson &j) { j["model"]["merges"][2] = {"a", "b", "c"}; }, "model.merges[2]");
+    edit("pre_tokenizer Whitespace", [](ojson &j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+         "pre_tokenizer;Whitespace");
+    edit("Split removed", [](ojson &j) {
+        j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}};
+    }, "Split;Isolated");
+    edit("Split regex does not compile", [](ojson &j) {
+        j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", ojson::array({
+            {{"type", "Split"}, {"pattern", {{"Regex", "(\\p{L}+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+    }, "expression;compile");
+    edit("ByteLevel with a prefix space", [](ojson &j) { j["pre_tokenizer"]["add_prefix_space"] = true; },
+         "add_prefix_space");
+    edit("not byte-level", [](ojson &j) { j["pre_tokenizer"] = nullptr; j["decoder"] = nullptr; }, "byte-level");
+    edit("normalizer Lowercase", [](ojson &j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer;Lowercase");
+    edit("added token without id", [](ojson &j) { j["added_tokens"][0].erase("id"); }, "added_tokens[0]");
+    edit("model type a number", [](ojson &j) { j["model"]["type"] = 3; }, "tokenizer;type");
+    edit("pre_tokenizer a string", [](ojson &j) { j["pre_tokenizer"] = "ByteLevel"; }, "tokenizer;type");
+    edit("add_prefix_space a string", [](ojson &j) { j["pre_tokenizer"]["add_prefix_space"] = "no"; },
+         "tokenizer;type");
+    edit("added_tokens special a string", [](ojson &j) { j["added_tokens"][0]["special"] = "yes"; }, "tokenizer;type");
+    edit("added token content a number", [](ojson &j) { j["added_tokens"][0]["content"] = 5; }, "added_tokens[0]");
     return c;
 }
 
@@ -1336,6 +1484,7 @@ private:
     std::unique_ptr<QTemporaryDir> m_tmp;
     std::unique_ptr<longscope::Model> m_model;
     std::vector<FileCase> m_header_cases, m_tensor_cases, m_model_cases;
+    std::vector<TokenizerCase> m_tokenizer_cases;
     std::vector<DirCase> m_config_cases, m_weight_cases, m_path_cases;
     std::vector<Region> m_regions;
     int m_fuzz_loaded = 0, m_fuzz_rejected = 0;
@@ -1353,6 +1502,7 @@ private:
     }
 
     void check_file_case(const FileCase &fc);
+    void check_tokenizer_case(const TokenizerCase &tc);
     void check_dir_case(const DirCase &dc);
     void load_mutated(const std::string &bytes, const std::string &what);
 
@@ -1382,6 +1532,13 @@ private slots:
     void hfHeadDimOverflow();
     void unalignedWeights_data();
     void unalignedWeights();
+
+    void bpeVocabulary_data();
+    void bpeVocabulary();
+    void hfTokenizerJson_data();
+    void hfTokenizerJson();
+
+    void bpeFuzzedVocabularies();
 
     void badPaths_data();
     void badPaths();
@@ -1721,6 +1878,109 @@ void TestBadInput::unalignedWeights()
         return; // rejected cleanly
     }
     QCOMPARE(greedy(*m, 20), want);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizers: byte-level BPE metadata and tokenizer.json
+
+void TestBadInput::check_tokenizer_case(const TokenizerCase &tc)
+{
+    const std::string path = tc.build();
+    const std::string why = expect_error([&] { longscope::Tokenizer::load(path); }, tc.kinds, tc.words, path);
+    if (!why.empty())
+        QFAIL(why.c_str());
+    try {
+        longscope::Tokenizer::load(path);
+    } catch (const longscope::Error &e) {
+        QVERIFY2(std::string(e.what()).find('\n') == std::string::npos, e.what()); // one line
+    }
+}
+
+void TestBadInput::bpeVocabulary_data()
+{
+    // The untouched bases load and tokenize: the rows below fail for their one change.
+    BpeVocabSpec s;
+    s.eos = 260;
+    const std::string path = tmp_path("bpe-base.gguf");
+    write_file(path, s.bytes());
+    const auto tok = longscope::Tokenizer::load(path);
+    QCOMPARE(tok->encode("hello", false), std::vector<int32_t>({259}));
+    QCOMPARE(tok->encode("<|endoftext|>hello", false, true), std::vector<int32_t>({260, 259}));
+    QCOMPARE(tok->end_of_generation_ids().size(), size_t(1));
+    m_tokenizer_cases = bpe_gguf_cases();
+    add_rows(m_tokenizer_cases);
+}
+
+void TestBadInput::bpeVocabulary()
+{
+    QFETCH(int, index);
+    check_tokenizer_case(m_tokenizer_cases[size_t(index)]);
+}
+
+void TestBadInput::hfTokenizerJson_data()
+{
+    const auto tok = longscope::Tokenizer::load(hf_tokenizer_dir([](ojson_t &) {}));
+    QCOMPARE(tok->encode("<|endoftext|>hello", false, true), std::vector<int32_t>({260, 259}));
+    m_tokenizer_cases = hf_tokenizer_json_cases();
+    add_rows(m_tokenizer_cases);
+}
+
+void TestBadInput::hfTokenizerJson()
+{
+    QFETCH(int, index);
+    check_tokenizer_case(m_tokenizer_cases[size_t(index)]);
+}
+
+void TestBadInput::bpeFuzzedVocabularies()
+{
+    // Random vocabularies and merges (arbitrary bytes, invalid UTF-8, merges of unknown or
+    // absent tokens, random types and pre-tokenizers): each load gives a usable tokenizer or
+    // a one-line longscope::Error, never a crash; a loaded one encodes and decodes any text.
+    std::mt19937 rng(2024);
+    const char *pres[] = {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon", "starcoder", "mpt"};
+    auto random_text = [&](size_t max_len) {
+        std::string t(rng() % (max_len + 1), '\0');
+        for (char &c : t)
+            c = rng() % 4 == 0 ? char(rng()) : "ab <|>\n'1"[rng() % 10];
+        return t;
+    };
+    int loaded = 0;
+    for (int round = 0; round < 300; ++round) {
+        BpeVocabSpec s;
+        s.pre = pres[rng() % 8];
+        if (rng() % 2)
+            for (int k = 0; k < 20; ++k)
+                s.tokens.push_back(random_text(6));
+        s.types = std::vector<int32_t>(s.tokens.size());
+        for (int32_t &t : *s.types)
+            t = int32_t(rng() % 7);
+        if (rng() % 3 == 0)
+            s.types.reset();
+        const bool garbage_merges = rng() % 4 == 0;
+        for (int k = 0; k < 30; ++k) {
+            if (garbage_merges && rng() % 5 == 0)
+                s.merges->push_back(random_text(5));
+            else
+                s.merges->push_back(s.tokens[rng() % s.tokens.size()] + " " + s.tokens[rng() % s.tokens.size()]);
+        }
+        const std::string path = tmp_path("bpe-fuzz.gguf");
+        write_file(path, s.bytes());
+        std::unique_ptr<longscope::Tokenizer> tok;
+        try {
+            tok = longscope::Tokenizer::load(path);
+        } catch (const longscope::Error &e) {
+            QVERIFY2(std::string(e.what()).find('\n') == std::string::npos, e.what());
+            continue;
+        }
+        ++loaded;
+        for (int k = 0; k < 5; ++k) {
+            const auto ids = tok->encode(random_text(64), k % 2 == 0, k % 3 == 0);
+            for (int32_t id : ids)
+                QVERIFY(id >= 0 && id < tok->n_vocab());
+            (void)tok->decode(ids);
+        }
+    }
+    QVERIFY(loaded > 100); // the variations mostly load: the encode paths were exercised
 }
 
 void TestBadInput::badPaths_data()

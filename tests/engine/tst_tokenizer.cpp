@@ -787,8 +787,11 @@ void TestTokenizer::gguf_errors_data()
 {
     QTest::addColumn<QByteArray>("file");
     QTest::addColumn<QString>("message");
-    QTest::newRow("gpt2_model") << vocab_with([](VocabFile &f) { f.model = "gpt2"; }).bytes()
-                                << QStringLiteral("unsupported tokenizer model 'gpt2'");
+    QTest::newRow("bert_model") << vocab_with([](VocabFile &f) { f.model = "bert"; }).bytes()
+                                << QStringLiteral("unsupported tokenizer model 'bert'");
+    // A BPE vocabulary needs merges (tst_bpe tests real ones).
+    QTest::newRow("gpt2_model_without_merges") << vocab_with([](VocabFile &f) { f.model = "gpt2"; }).bytes()
+                                               << QStringLiteral("tokenizer.ggml.merges is missing");
     QTest::newRow("no_tokenizer_model") << vocab_with([](VocabFile &f) { f.model.reset(); }).bytes()
                                         << QStringLiteral("tokenizer.ggml.model is missing");
     QTest::newRow("no_tokens") << vocab_with([](VocabFile &f) { f.tokens.reset(); }).bytes()

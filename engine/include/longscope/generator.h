@@ -42,9 +42,10 @@ struct GenerateRequest {
     std::vector<int32_t> prompt; // token ids, BOS included when wanted
     int max_new_tokens = 128;
     SamplingParams sampling;
-    bool stop_at_eos = true;     // stop at EOS, or at a generated BOS (a new document)
-    // The ids that end generation (not included in the result). Unset: the tokenizer's EOS
-    // and BOS when stop_at_eos, none otherwise. Set: exactly these, whatever stop_at_eos.
+    bool stop_at_eos = true;     // stop at an end-of-generation token, or a generated BOS (a new document)
+    // The ids that end generation (not included in the result). Unset: the tokenizer's
+    // end-of-generation set (Tokenizer::end_of_generation_ids: EOS, <|eot_id|>, <|im_end|>,
+    // ...) and BOS when stop_at_eos, none otherwise. Set: exactly these, whatever stop_at_eos.
     std::optional<std::vector<int32_t>> end_tokens;
     // Generation ends when the text contains one of these; the returned and streamed text
     // stops just before it (the token that completed it is counted in `tokens`).

@@ -351,24 +351,18 @@ std::unique_ptr<Model> ModelBuilder::from_hf_dir(const std::string &dir_str)
     tl.require_all_used(hp.architecture);
     check_weights(*model, dir_str);
 
-    const fs::path tok_path = dir / "tokenizer.model";
-    if (!fs::exists(tok_path))
-        throw FormatError(dir_str + ": no tokenizer.model (only sentencepiece tokenizers are supported)");
-    auto tok = Tokenizer::from_sentencepiece_file(tok_path.string());
+    auto tok = Tokenizer::from_hf_directory(dir_str);
     std::string chat_template;
     const fs::path tok_cfg = dir / "tokenizer_config.json";
     if (fs::exists(tok_cfg)) {
         json tc = read_json(tok_cfg);
-        if (tc.is_object() && tc.contains("add_bos_token") && !tc["add_bos_token"].is_null()) {
-            if (!tc["add_bos_token"].is_boolean())
-                throw ConfigError(tok_cfg.string() + ": add_bos_token must be true or false");
-            tok->set_add_bos_default(tc["add_bos_token"].get<bool>());
-        }
         if (tc.is_object() && tc.contains("chat_template") && tc["chat_template"].is_string())
             chat_template = tc["chat_template"].get<std::string>();
     }
+    // The file the tokenizer came from (tokenizer.model wins where both are present).
+    const fs::path tok_file = dir / (fs::exists(dir / "tokenizer.model") ? "tokenizer.model" : "tokenizer.json");
     if (tok->n_vocab() > hp.n_vocab)
-        throw FormatError(tok_path.string() + ": the tokenizer has " + std::to_string(tok->n_vocab()) +
+        throw FormatError(tok_file.string() + ": the tokenizer has " + std::to_string(tok->n_vocab()) +
                           " tokens but the model only " + std::to_string(hp.n_vocab));
     tokenizer(*model) = std::move(tok);
 

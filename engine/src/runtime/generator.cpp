@@ -32,11 +32,13 @@ SequenceDecoder::SequenceDecoder(const Tokenizer &tokenizer, const GenerateReque
     if (request.end_tokens) {
         m_end_tokens = *request.end_tokens;
     } else if (request.stop_at_eos) {
-        // A generated BOS ends the text too: models trained on concatenated documents (such
-        // as the llama2.c stories) mark the start of the next document with BOS, never EOS.
-        for (int32_t id : {tokenizer.eos_id(), tokenizer.bos_id()})
-            if (id >= 0)
-                m_end_tokens.push_back(id);
+        // The tokenizer's end-of-generation set (EOS, end of turn, ...). A generated BOS ends
+        // the text too: models trained on concatenated documents (such as the llama2.c
+        // stories) mark the start of the next document with BOS, never EOS.
+        const auto eog = tokenizer.end_of_generation_ids();
+        m_end_tokens.assign(eog.begin(), eog.end());
+        if (tokenizer.bos_id() >= 0)
+            m_end_tokens.push_back(tokenizer.bos_id());
     }
     m_done = m_max_new_tokens <= 0;
 }

@@ -2,29 +2,32 @@
 
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
-#include "longscope/gguf.h"
 #include "tokenizer/sp_model_proto.h"
+#include "tokenizer/tokenizer_state.h"
 
 #include <sentencepiece_processor.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <limits>
-#include <optional>
+#include <algorithm>
+#include <array>
 
 namespace longscope {
 
 namespace {
 
-using detail::SpPieceType;
+using namespace detail;
 
 constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81"; // "▁", sentencepiece's escaped space
 // sentencepiece's default unk_surface: what Decode prints for the unknown token. GGUF carries
 // no surface of its own, so both load paths use this default.
 constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";
+
+// Token texts that end a turn or a document in the chat formats models use; a token with one
+// of these texts joins the end-of-generation set whatever its type.
+constexpr std::array<std::string_view, 16> kEndTexts{
+    "<|eot_id|>",      "<|eom_id|>",   "<|im_end|>", "<end_of_turn>", "<|end|>",   "<|endoftext|>",
+    "<|end_of_text|>", "<|return|>",   "<|call|>",   "<EOT>",         "_<EOT>",    "<|END_OF_TURN_TOKEN|>",
+    "<end_of_utterance>", "<eos>",     "</s>",       "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+};
 
 // The byte of a byte-fallback piece "<0xNN>", or -1.
 int parse_byte_piece(std::string_view piece)
@@ -65,30 +68,6 @@ std::string unescape_spaces(std::string_view piece)
     return out;
 }
 
-const GgufArray *find_array(const GgufFile &gguf, const std::string &key)
-{
-    const GgufValue *v = gguf.find(key);
-    if (v == nullptr)
-        return nullptr;
-    const GgufArray *a = v->as_array();
-    if (a == nullptr)
-        throw FormatError(gguf.path() + ": metadata key '" + key + "' is not an array");
-    return a;
-}
-
-// A special token id from the metadata: absent or negative (some converters write -1 for
-// "none") gives nullopt; an id past the vocabulary is an error.
-std::optional<int32_t> special_id(const GgufFile &gguf, const std::string &key, size_t n_vocab)
-{
-    const std::optional<int64_t> id = gguf.get_int(key);
-    if (!id || *id < 0)
-        return std::nullopt;
-    if (static_cast<uint64_t>(*id) >= n_vocab)
-        throw FormatError(gguf.path() + ": " + key + " is " + std::to_string(*id) +
-                          " but the vocabulary has only " + std::to_string(n_vocab) + " tokens");
-    return static_cast<int32_t>(*id);
-}
-
 void require_in_range(int32_t id, int n_vocab)
 {
     if (id < 0 || id >= n_vocab)
@@ -97,15 +76,24 @@ void require_in_range(int32_t id, int n_vocab)
                               " tokens");
 }
 
-std::string length_mismatch(const GgufFile &gguf, const char *key, size_t got, size_t want)
+// What a byte-level BPE token contributes to decoded text.
+std::string bpe_token_bytes(const std::string &piece, uint8_t type)
 {
-    return gguf.path() + ": " + key + " has " + std::to_string(got) +
-           " entries but tokenizer.ggml.tokens has " + std::to_string(want);
+    switch (type) {
+    case kTypeControl:
+    case kTypeUnknown:
+        return {}; // invisible, as control tokens are in sentencepiece
+    case kTypeUserDefined:
+    case kTypeUnused:
+        return piece; // stored as written, not in the byte alphabet
+    default:
+        return byte_level_decode(piece);
+    }
 }
 
 } // namespace
 
-Tokenizer::Tokenizer() = default;
+Tokenizer::Tokenizer() : m_state(std::make_unique<TokenizerState>()) {}
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_sentencepiece_file(const std::string &path)
@@ -125,92 +113,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_sentencepiece_file(const std::string 
     // LoadFromSerializedProto succeeded, so the bytes are well-formed; the fallback is only
     // sentencepiece's own default.
     tok->m_add_dummy_prefix = detail::read_add_dummy_prefix(bytes).value_or(true);
-    return tok;
-}
-
-std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &gguf)
-{
-    const std::string &path = gguf.path();
-
-    const std::optional<std::string> model = gguf.get_string("tokenizer.ggml.model");
-    if (!model)
-        throw FormatError(path + ": no tokenizer (tokenizer.ggml.model is missing)");
-    if (*model != "llama")
-        throw FormatError(path + ": unsupported tokenizer model '" + *model +
-                          "' (only 'llama', i.e. sentencepiece, is supported)");
-
-    const GgufArray *tokens = find_array(gguf, "tokenizer.ggml.tokens");
-    if (tokens == nullptr)
-        throw FormatError(path + ": tokenizer.ggml.tokens is missing");
-    if (tokens->elem_type != GgufValueType::String)
-        throw FormatError(path + ": tokenizer.ggml.tokens is not an array of strings");
-    const size_t n = tokens->items.size();
-    if (n == 0)
-        throw FormatError(path + ": tokenizer.ggml.tokens is empty");
-    if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-        throw FormatError(path + ": tokenizer.ggml.tokens has too many entries (" +
-                          std::to_string(n) + ")");
-
-    const GgufArray *scores = find_array(gguf, "tokenizer.ggml.scores");
-    if (scores != nullptr && scores->items.size() != n)
-        throw FormatError(length_mismatch(gguf, "tokenizer.ggml.scores", scores->items.size(), n));
-    const GgufArray *types = find_array(gguf, "tokenizer.ggml.token_type");
-    if (types != nullptr && types->items.size() != n)
-        throw FormatError(
-            length_mismatch(gguf, "tokenizer.ggml.token_type", types->items.size(), n));
-
-    detail::SpModelSpec spec;
-    spec.pieces.resize(n);
-    bool has_unknown = false;
-    for (size_t i = 0; i < n; ++i) {
-        detail::SpPiece &p = spec.pieces[i];
-        const std::string *text = tokens->items[i].as_string();
-        if (text == nullptr)
-            throw FormatError(path + ": tokenizer.ggml.tokens[" + std::to_string(i) +
-                              "] is not a string");
-        p.piece = *text;
-        if (scores != nullptr) {
-            const std::optional<double> score = scores->items[i].as_float();
-            if (!score)
-                throw FormatError(path + ": tokenizer.ggml.scores[" + std::to_string(i) +
-                                  "] is not a number");
-            p.score = static_cast<float>(*score);
-        }
-        if (types != nullptr) {
-            const std::optional<int64_t> type = types->items[i].as_int();
-            if (!type || *type < 0 || *type > static_cast<int64_t>(SpPieceType::Byte))
-                throw FormatError(path + ": tokenizer.ggml.token_type[" + std::to_string(i) +
-                                  "] is not a known token type (0..6)");
-            // GGUF's 0 is "undefined"; sentencepiece has no such type, a plain piece is meant.
-            p.type = *type == 0 ? SpPieceType::Normal : static_cast<SpPieceType>(*type);
-        }
-        has_unknown = has_unknown || p.type == SpPieceType::Unknown;
-        spec.byte_fallback = spec.byte_fallback || p.type == SpPieceType::Byte;
-    }
-
-    const std::optional<int32_t> bos = special_id(gguf, "tokenizer.ggml.bos_token_id", n);
-    const std::optional<int32_t> eos = special_id(gguf, "tokenizer.ggml.eos_token_id", n);
-    const std::optional<int32_t> unk = special_id(gguf, "tokenizer.ggml.unknown_token_id", n);
-    // sentencepiece needs exactly one piece typed UNKNOWN; a file that names its unknown token
-    // without typing it (no token_type array, say) still describes a usable vocabulary.
-    if (unk && !has_unknown)
-        spec.pieces[static_cast<size_t>(*unk)].type = SpPieceType::Unknown;
-    spec.unk_id = unk.value_or(-1);
-    spec.bos_id = bos.value_or(-1);
-    spec.eos_id = eos.value_or(-1);
-    spec.add_dummy_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-
-    std::unique_ptr<Tokenizer> tok(new Tokenizer());
-    tok->m_sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const auto status = tok->m_sp->LoadFromSerializedProto(detail::serialize_sp_model(spec));
-    if (!status.ok())
-        throw FormatError(path + ": sentencepiece rejects the tokenizer vocabulary (" +
-                          std::string(status.message()) + ")");
-    tok->init_from_processor(path);
-    tok->m_bos = bos ? *bos : tok->m_sp->bos_id();
-    tok->m_eos = eos ? *eos : tok->m_sp->eos_id();
-    tok->m_add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
-    tok->m_add_dummy_prefix = spec.add_dummy_prefix;
+    tok->finish({});
     return tok;
 }
 
@@ -220,13 +123,17 @@ void Tokenizer::init_from_processor(const std::string &source)
     if (n <= 0)
         throw FormatError(source + ": the tokenizer vocabulary is empty");
     m_token_bytes.assign(static_cast<size_t>(n), std::string());
+    m_types.assign(static_cast<size_t>(n), kTypeNormal);
     for (int id = 0; id < n; ++id) {
         std::string &out = m_token_bytes[static_cast<size_t>(id)];
+        uint8_t &type = m_types[static_cast<size_t>(id)];
         if (m_sp->IsControl(id)) {
-            continue; // invisible, as in sentencepiece's Decode
+            type = kTypeControl; // invisible, as in sentencepiece's Decode
         } else if (m_sp->IsUnknown(id)) {
+            type = kTypeUnknown;
             out = kUnknownSurface;
         } else if (m_sp->IsByte(id)) {
+            type = kTypeByte;
             const int byte = parse_byte_piece(m_sp->IdToPiece(id));
             if (byte < 0)
                 throw FormatError(source + ": byte token " + std::to_string(id) + " '" +
@@ -234,23 +141,128 @@ void Tokenizer::init_from_processor(const std::string &source)
             out.assign(1, static_cast<char>(byte));
         } else {
             // Normal, user-defined and unused pieces all decode to their text.
+            if (m_sp->IsUnused(id))
+                type = kTypeUnused;
             out = unescape_spaces(m_sp->IdToPiece(id));
         }
     }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const
+std::vector<SpecialToken> TokenizerBuilder::special_by_type(const std::vector<std::string> &texts,
+                                                            const std::vector<uint8_t> &types)
 {
-    std::vector<int> ids;
-    const auto status = m_sp->Encode(text, &ids);
-    if (!status.ok())
-        throw Error("tokenizer: cannot encode text (" + std::string(status.message()) + ")");
+    std::vector<SpecialToken> out;
+    for (size_t id = 0; id < texts.size() && id < types.size(); ++id)
+        if (types[id] == kTypeControl || types[id] == kTypeUserDefined)
+            out.push_back(SpecialToken{texts[id], int32_t(id), types[id] == kTypeUserDefined, false, false});
+    return out;
+}
+
+std::unique_ptr<Tokenizer> TokenizerBuilder::bpe(BpeSpec spec)
+{
+    const size_t n = spec.pieces.size();
+    std::unique_ptr<Tokenizer> tok(new Tokenizer());
+    TokenizerState &st = *tok->m_state;
+    st.pre = std::make_unique<PreTokenizer>(std::move(spec.expressions), spec.source);
+    tok->m_types = std::move(spec.types);
+    tok->m_types.resize(n, kTypeNormal);
+    std::vector<bool> mergeable(n);
+    for (size_t id = 0; id < n; ++id)
+        mergeable[id] = tok->m_types[id] != kTypeControl && tok->m_types[id] != kTypeUserDefined;
+    st.merger = std::make_unique<BpeMerger>(spec.pieces, mergeable, spec.merges, spec.ignore_merges);
+    st.unk = spec.unk.value_or(-1);
+    tok->m_token_bytes.resize(n);
+    for (size_t id = 0; id < n; ++id)
+        tok->m_token_bytes[id] = bpe_token_bytes(spec.pieces[id], tok->m_types[id]);
+    st.special = SpecialMatcher(spec.added.empty() ? special_by_type(spec.pieces, tok->m_types)
+                                                   : std::move(spec.added));
+    st.pieces = std::move(spec.pieces);
+    tok->m_pre = std::move(spec.pre_name);
+    tok->m_bos = spec.bos.value_or(-1);
+    tok->m_eos = spec.eos.value_or(-1);
+    tok->m_add_bos = spec.add_bos;
+    tok->m_add_dummy_prefix = false;
+    tok->finish(spec.end_ids);
+    return tok;
+}
+
+void Tokenizer::finish(const std::vector<int32_t> &extra_end_ids)
+{
+    if (!m_state->pre) {
+        // sentencepiece matches its user-defined pieces itself; control tokens on request.
+        std::vector<std::string> texts(m_token_bytes.size());
+        for (size_t id = 0; id < texts.size(); ++id)
+            if (m_types[id] == kTypeControl)
+                texts[id] = m_sp->IdToPiece(int(id));
+        m_state->special = SpecialMatcher(TokenizerBuilder::special_by_type(texts, m_types));
+    }
+    m_eog.clear();
+    auto add = [&](int32_t id) {
+        if (id >= 0 && id < n_vocab())
+            m_eog.push_back(id);
+    };
+    add(m_eos);
+    for (int32_t id : extra_end_ids)
+        add(id);
+    for (int32_t id = 0; id < n_vocab(); ++id) {
+        // Only tokens that cannot be ordinary text: a normal piece spelled "</s>" stays text.
+        const uint8_t t = m_types[size_t(id)];
+        if (t != kTypeControl && t != kTypeUserDefined && t != kTypeUnknown && t != kTypeUnused)
+            continue;
+        const std::string &text = m_state->pre ? m_state->pieces[size_t(id)] : m_sp->IdToPiece(int(id));
+        if (std::find(kEndTexts.begin(), kEndTexts.end(), text) != kEndTexts.end())
+            add(id);
+    }
+    std::sort(m_eog.begin(), m_eog.end());
+    m_eog.erase(std::unique(m_eog.begin(), m_eog.end()), m_eog.end());
+}
+
+TokenizerKind Tokenizer::kind() const
+{
+    return m_state->pre ? TokenizerKind::Bpe : TokenizerKind::SentencePiece;
+}
+
+std::string_view Tokenizer::kind_name() const
+{
+    return kind() == TokenizerKind::Bpe ? "bpe" : "sentencepiece";
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const
+{
+    return std::binary_search(m_eog.begin(), m_eog.end(), id);
+}
+
+void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t> &out) const
+{
+    if (m_sp) {
+        std::vector<int> ids;
+        const auto status = m_sp->Encode(text, &ids);
+        if (!status.ok())
+            throw Error("tokenizer: cannot encode text (" + std::string(status.message()) + ")");
+        out.insert(out.end(), ids.begin(), ids.end());
+        return;
+    }
+    for (std::string_view word : m_state->pre->split(text))
+        m_state->merger->encode_word(word, m_state->unk, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const
+{
     std::vector<int32_t> out;
-    const bool with_bos = add_bos && m_bos >= 0;
-    out.reserve(ids.size() + (with_bos ? 1 : 0));
-    if (with_bos)
+    if (add_bos && m_bos >= 0)
         out.push_back(m_bos);
-    out.insert(out.end(), ids.begin(), ids.end());
+    // sentencepiece finds its user-defined pieces itself, so without parse_special it takes the
+    // whole text (and adds its dummy prefix once, as it always has).
+    if (m_sp && !parse_special) {
+        encode_plain(text, out);
+        return out;
+    }
+    for (const Fragment &f : m_state->special.split(text, parse_special)) {
+        if (f.token >= 0)
+            out.push_back(f.token);
+        else
+            encode_plain(f.text, out);
+    }
     return out;
 }
 
@@ -259,6 +271,12 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const
     // sentencepiece would fail (or in some versions abort) on an unknown id; refuse it first.
     for (int32_t id : ids)
         require_in_range(id, n_vocab());
+    if (!m_sp) {
+        std::string text;
+        for (int32_t id : ids)
+            text += m_token_bytes[static_cast<size_t>(id)];
+        return text;
+    }
     const std::vector<int> as_int(ids.begin(), ids.end());
     std::string text;
     const auto status = m_sp->Decode(as_int, &text);
@@ -276,17 +294,17 @@ const std::string &Tokenizer::token_bytes(int32_t id) const
 const std::string &Tokenizer::piece(int32_t id) const
 {
     require_in_range(id, n_vocab());
-    return m_sp->IdToPiece(id);
+    return m_sp ? m_sp->IdToPiece(id) : m_state->pieces[static_cast<size_t>(id)];
 }
 
 bool Tokenizer::is_control(int32_t id) const
 {
-    return id >= 0 && id < n_vocab() && m_sp->IsControl(id);
+    return id >= 0 && id < n_vocab() && m_types[static_cast<size_t>(id)] == kTypeControl;
 }
 
 bool Tokenizer::is_byte(int32_t id) const
 {
-    return id >= 0 && id < n_vocab() && m_sp->IsByte(id);
+    return id >= 0 && id < n_vocab() && m_types[static_cast<size_t>(id)] == kTypeByte;
 }
 
 } // namespace longscope

@@ -95,7 +95,9 @@ std::string Utf8Stream::flush()
 std::string TokenTextStream::push(int32_t id)
 {
     const std::string &bytes = m_tok.token_bytes(id);
-    if (m_tok.is_byte(id))
+    // Byte-level BPE tokens are byte strings that may end or start inside a character: the
+    // text is assembled across tokens.
+    if (m_tok.is_byte(id) || m_tok.kind() == TokenizerKind::Bpe)
         return m_utf8.push(bytes);
     // sentencepiece assembles each run of byte tokens on its own: any token that is not a
     // byte token (a control token with no text included) ends the run, and a character left
