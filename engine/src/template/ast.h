@@ -36,6 +36,7 @@ struct Value {
     int64_t i = 0;
     double f = 0;
     std::string s;                  // String; for Undefined, the name that was looked up
+    bool safe = false;              // String: markupsafe's Markup (from `safe`, `escape`, Markup + str)
     std::shared_ptr<List> list;     // List
     enum class Seq { List, Tuple, Generator } seq = Seq::List; // what Python would have: list, tuple, generator
     std::shared_ptr<Dict> dict;     // Dict, Namespace
@@ -151,6 +152,8 @@ std::string to_json(const Value &v, int indent, bool ensure_ascii, bool sort_key
 
 // UTF-8 helpers: strings index and measure by code point, as Python's do.
 std::vector<std::string> code_points(const std::string &s);
+// markupsafe's escape: & < > " ' as entities.
+std::string html_escape(const std::string &s);
 size_t code_point_count(const std::string &s);
 
 // Tokens.

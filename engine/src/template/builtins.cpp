@@ -445,13 +445,13 @@ Value Interpreter::filter(const std::string &name, const Value &v, CallArgs &a)
         return done(Value::string(strip(to_str(v), a.take(0, "chars"), true, true)));
     if (name == "length" || name == "count")
         return done(Value::integer(length(v, at)));
-    if (name == "string" || name == "safe")
-        return done(Value::string(to_str(v)));
-    if (name == "e" || name == "escape") {
-        std::string out;
-        for (char c : to_str(v))
-            out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : std::string(1, c);
-        return done(Value::string(out));
+    if (name == "string")
+        return done(v.kind == Value::Kind::String ? v : Value::string(to_str(v)));
+    if (name == "safe" || name == "e" || name == "escape") {
+        const bool escape = name != "safe" && !(v.kind == Value::Kind::String && v.safe);
+        Value r = Value::string(escape ? html_escape(to_str(v)) : to_str(v));
+        r.safe = true;
+        return done(r);
     }
     if (name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
         const std::string s = to_str(v);

@@ -477,7 +477,13 @@ Value Interpreter::arithmetic(const std::string &op, const Value &a, const Value
     }
     if (op == "+" && a.kind == Value::Kind::String && b.kind == Value::Kind::String) {
         check_size(a.s.size() + b.s.size(), at);
-        return Value::string(a.s + b.s);
+        if (!a.safe && !b.safe)
+            return Value::string(a.s + b.s);
+        // Markup + str escapes the str, as markupsafe does.
+        Value r = Value::string((a.safe ? a.s : html_escape(a.s)) + (b.safe ? b.s : html_escape(b.s)));
+        check_size(r.s.size(), at);
+        r.safe = true;
+        return r;
     }
     if (op == "+" && a.kind == Value::Kind::List && b.kind == Value::Kind::List) {
         check_size(a.list->size() + b.list->size(), at);

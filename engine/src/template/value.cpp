@@ -429,6 +429,19 @@ std::vector<std::string> code_points(const std::string &s)
     return out;
 }
 
+std::string html_escape(const std::string &s)
+{
+    std::string out;
+    for (char c : s)
+        out += c == '&'    ? "&amp;"
+               : c == '<'  ? "&lt;"
+               : c == '>'  ? "&gt;"
+               : c == '"'  ? "&#34;"
+               : c == '\'' ? "&#39;"
+                           : std::string(1, c);
+    return out;
+}
+
 size_t code_point_count(const std::string &s)
 {
     size_t n = 0;
