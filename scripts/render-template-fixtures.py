@@ -161,7 +161,7 @@ def c_strings(path):
     for block in re.split(r"\n        \{\n", text):
         fields = {}
         for key in ("name", "template_str", "expected_output", "bos_token", "eos_token"):
-            m = re.search(r"/\* \." + key + r"= \*/ " + lit, block)
+            m = re.search(r"/\* \." + key + r"= \*/\s+" + lit, block)
             if m:
                 fields[key] = ast.literal_eval(m.group(1).removeprefix("u8"))
         if "name" in fields and "template_str" in fields:
@@ -178,7 +178,9 @@ def builtin_formats():
     if not path.exists():
         return {}
     src = path.read_text()
-    return {m.group(1): m.group(2) for m in re.finditer(r'\{"([a-z0-9.-]+)",\s*R"jinja\((.*?)\)jinja"', src, re.S)}
+    prelude = re.search(r'k_prelude = R"jinja\((.*?)\)jinja"', src, re.S).group(1)
+    return {m.group(1): prelude + m.group(2)
+            for m in re.finditer(r'\{"([a-z0-9.-]+)",\s*R"jinja\((.*?)\)jinja"', src, re.S)}
 
 
 FEATURES = [
