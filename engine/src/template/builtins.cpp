@@ -797,12 +797,14 @@ void Interpreter::install_globals(Scope &g)
             d.set(k, v);
         return d;
     };
-    g.vars["namespace"] = Value::function("namespace", [dict_of](CallArgs &a) {
+    g.vars["namespace"] = Value::function("namespace", [this, dict_of](CallArgs &a) {
         Dict d = dict_of(a, "namespace");
         for (const auto &kv : d.items)
             if (!kv.first.empty() && kv.first[0] == '_')
                 throw TemplateError(a.where + ": namespace: attributes may not start with '_'");
-        return Value::of_dict(std::move(d), Value::Kind::Namespace);
+        Value ns = Value::of_dict(std::move(d), Value::Kind::Namespace);
+        m_namespaces.push_back(ns.dict);
+        return ns;
     });
     g.vars["dict"] = Value::function("dict", [dict_of](CallArgs &a) { return Value::of_dict(dict_of(a, "dict")); });
     g.vars["raise_exception"] = Value::function("raise_exception", [](CallArgs &a) -> Value {

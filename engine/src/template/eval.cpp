@@ -5,6 +5,14 @@
 
 namespace longscope::jinja {
 
+Interpreter::~Interpreter()
+{
+    for (const ScopePtr &s : m_macro_scopes)
+        s->vars.clear();
+    for (const auto &d : m_namespaces)
+        d->items.clear();
+}
+
 Interpreter::Deeper::Deeper(Interpreter &i, int line, int col) : in(i)
 {
     if (++in.m_depth > in.limits().max_depth)
@@ -196,6 +204,7 @@ void Interpreter::exec_set(const Node &n, const ScopePtr &scope, std::string &ou
 
 Value Interpreter::make_macro(const std::shared_ptr<Macro> &m, const ScopePtr &scope)
 {
+    m_macro_scopes.push_back(scope);
     return Value::function(m->name, [this, m, scope](CallArgs &args) {
         Deeper d(*this, 0, 0);
         auto s = std::make_shared<Scope>(Scope{{}, scope});

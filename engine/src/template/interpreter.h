@@ -24,6 +24,11 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Interpreter {
 public:
     explicit Interpreter(const RenderOptions &options) : m_options(options) {}
+    // Empties the scopes that hold macros and the namespaces: a macro holds the scope it was
+    // defined in and a namespace may hold itself, cycles that would otherwise never be freed.
+    ~Interpreter();
+    Interpreter(const Interpreter &) = delete;
+    Interpreter &operator=(const Interpreter &) = delete;
 
     enum class Flow { Normal, Break, Continue };
     Flow exec(const Body &body, const ScopePtr &scope, std::string &out);
@@ -48,6 +53,8 @@ public:
 private:
     const RenderOptions &m_options;
     long m_iterations = 0;
+    std::vector<ScopePtr> m_macro_scopes;
+    std::vector<std::shared_ptr<Dict>> m_namespaces;
     int m_depth = 0;
 
     struct Deeper {
