@@ -150,7 +150,7 @@ std::string py_float(double d);
 std::string to_json(const Value &v, int indent, bool ensure_ascii, bool sort_keys, const std::string &item_sep,
                     const std::string &key_sep, size_t limit);
 
-// UTF-8 helpers: strings index and measure by code point, as Python's do.
+// UTF-8: strings index and measure by code point, as Python's do.
 std::vector<std::string> code_points(const std::string &s);
 // markupsafe's escape: & < > " ' as entities.
 std::string html_escape(const std::string &s);
