@@ -4,12 +4,14 @@
 #include "model_path.h"
 
 #include "longscope/backend.h"
+#include "longscope/chat.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "longscope/generator.h"
 #include "longscope/gguf.h"
 #include "longscope/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -211,6 +213,69 @@ const char *stop_name(StopReason r)
 
 } // namespace
 
+namespace {
+
+// The chat options shared by `template` and `generate --chat`.
+ChatRenderOptions chat_options(const Args &a)
+{
+    ChatRenderOptions o;
+    o.add_generation_prompt = !a.flag("--no-generation-prompt");
+    if (auto t = a.value("--template"))
+        o.template_text = read_text_file(*t);
+    if (auto t = a.value("--tools"))
+        o.tools_json = read_text_file(*t);
+    if (auto f = a.value("--format")) {
+        const auto names = builtin_chat_formats();
+        if (std::find(names.begin(), names.end(), *f) == names.end()) {
+            std::string all;
+            for (const auto &n : names)
+                all += (all.empty() ? "" : ", ") + n;
+            throw UsageError("--format: unknown chat format '" + *f + "' (one of " + all + ")");
+        }
+        o.format = *f;
+    }
+    return o;
+}
+
+std::vector<ChatMessage> chat_messages(const std::string &path)
+{
+    try {
+        return parse_chat_messages(read_text_file(path));
+    } catch (const InvalidArgument &e) {
+        throw InvalidArgument(path + ": " + e.what());
+    }
+}
+
+const std::vector<OptionSpec> chat_specs{
+    {{"--template"}}, {{"--tools"}}, {{"--format"}}, {{"--no-generation-prompt"}, false}};
+
+void print_chat_note(const std::string &format, const std::string &note)
+{
+    std::fprintf(stderr, "[longscope] chat format: %s%s%s\n", format == "model" ? "the model's own template" : format.c_str(),
+                 note.empty() ? "" : " - ", note.c_str());
+}
+
+} // namespace
+
+int cmd_template(const std::vector<std::string> &argv, const char *argv0)
+{
+    std::vector<OptionSpec> specs{{{"-m", "--model"}}, {{"--messages"}}};
+    specs.insert(specs.end(), chat_specs.begin(), chat_specs.end());
+    Args a(argv, specs);
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    const auto path = a.value("--messages");
+    if (!path)
+        throw UsageError("template needs --messages FILE.json");
+    const std::vector<ChatMessage> messages = chat_messages(*path);
+    const ChatRenderOptions options = chat_options(a);
+    auto model = load_model(a, argv0);
+    const RenderedChat r = render_chat(*model, messages, options);
+    print_chat_note(r.format, r.note);
+    std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    return 0;
+}
+
 int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
 {
     Args a(argv, with_settings({{{"-m", "--model"}},
@@ -226,9 +291,19 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
                                 {{"-t", "--threads"}},
                                 {{"-c", "--ctx"}},
                                 {{"--metrics"}},
+                                {{"--chat"}},
+                                {{"--template"}},
+                                {{"--tools"}},
+                                {{"--format"}},
+                                {{"--no-generation-prompt"}, false},
                                 {{"--json"}, false}}));
     std::vector<std::string> texts;
-    if (auto bf = a.value("--batch-file")) {
+    std::vector<ChatMessage> chat;
+    if (auto cf = a.value("--chat")) {
+        if (a.value("--prompt") || a.value("--file") || a.value("--batch-file") || !a.positional().empty())
+            throw UsageError("--chat replaces -p, -f and --batch-file");
+        chat = chat_messages(*cf);
+    } else if (auto bf = a.value("--batch-file")) {
         if (a.value("--prompt") || a.value("--file") || !a.positional().empty())
             throw UsageError("--batch-file replaces -p and -f");
         std::istringstream lines(read_text_file(*bf));
@@ -275,6 +350,18 @@ int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
         session.set_metrics_callback([&](const StepMetrics &m) { *metrics << metrics_csv_row(m) << "\n"; });
 
     std::vector<GenerateRequest> reqs;
+    if (!chat.empty()) {
+        GenerateRequest r = base_req;
+        const int reserve = std::min(r.max_new_tokens, session.n_ctx() / 2);
+        const ChatPrompt p = build_chat_prompt(*model, chat, session.n_ctx(), reserve, so.settings.overflow, true,
+                                               chat_options(a));
+        print_chat_note(p.format, p.note);
+        if (p.dropped_turns || p.truncated)
+            std::fprintf(stderr, "[longscope] chat cut to fit: %d oldest messages dropped%s\n", p.dropped_turns,
+                         p.truncated ? ", then head-tail" : "");
+        r.prompt = p.tokens;
+        reqs.push_back(std::move(r));
+    }
     for (const std::string &text : texts) {
         GenerateRequest r = base_req;
         auto ids = model->tokenizer().encode(text, model->tokenizer().add_bos_default());

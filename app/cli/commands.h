@@ -18,6 +18,7 @@ Settings settings_from_args(const Args &a);
 // Each returns the process exit status; they throw UsageError or longscope::Error.
 int cmd_generate(const std::vector<std::string> &args, const char *argv0);
 int cmd_tokenize(const std::vector<std::string> &args, const char *argv0);
+int cmd_template(const std::vector<std::string> &args, const char *argv0);
 int cmd_info(const std::vector<std::string> &args, const char *argv0);
 int cmd_bench(const std::vector<std::string> &args, const char *argv0);
 int cmd_perplexity(const std::vector<std::string> &args, const char *argv0);

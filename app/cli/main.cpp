@@ -23,6 +23,8 @@ const char *usage =
     "  generate -m MODEL (-p TEXT | -f FILE | --batch-file FILE) [-n N] [--temp T]\n"
     "           [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--threads N]\n"
     "           [--ctx N] [--json] [--metrics FILE] [long-context options]\n"
+    "  generate -m MODEL --chat FILE.json [--template FILE.jinja] [--format NAME] [--tools FILE.json]\n"
+    "           [generate options]\n"
     "      Generate text. stdout carries only the generated text (or one JSON object with\n"
     "      --json); statistics go to stderr. --temp 0 is greedy. Defaults: -n 128, --temp 0.8,\n"
     "      --top-k 40, --top-p 0.95, --repeat-penalty 1 (off), a random seed (printed),\n"
@@ -57,6 +59,13 @@ const char *usage =
     "      'Authorization: Bearer KEY'. The Host header must name the bound address (or\n"
     "      localhost on loopback) unless --allow-host names it; POST bodies must be JSON\n"
     "      (Content-Type: application/json). SIGINT/SIGTERM stop it. See docs/serve.md.\n"
+    "  template -m MODEL --messages FILE.json [--template FILE.jinja] [--format NAME]\n"
+    "           [--tools FILE.json] [--no-generation-prompt]\n"
+    "      Print the conversation rendered with the model's chat template exactly as it is\n"
+    "      tokenized (nothing else on stdout); which template or built-in format was used, and\n"
+    "      why, goes to stderr. FILE.json: OpenAI/Hugging Face messages (role, content as text\n"
+    "      or parts, tool_calls, reasoning_content). --template renders FILE.jinja instead;\n"
+    "      --format uses a built-in format (chatml, llama-2, llama-3, mistral-v7, gemma, ...).\n"
     "  tokenize -m MODEL [--bos] [--special] (TEXT | -f FILE)\n"
     "      Print the token ids, space separated, on one line. --special: text such as\n"
     "      <|im_start|> becomes its special token. MODEL may be a vocabulary-only GGUF.\n"
@@ -134,6 +143,8 @@ int main(int argc, char **argv)
     try {
         if (cmd == "generate")
             return longscope::cli::cmd_generate(args, argv[0]);
+        if (cmd == "template")
+            return longscope::cli::cmd_template(args, argv[0]);
         if (cmd == "tokenize")
             return longscope::cli::cmd_tokenize(args, argv[0]);
         if (cmd == "info")

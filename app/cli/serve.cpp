@@ -390,7 +390,7 @@ void prepare_prompt(const Model &model, int n_ctx, Job &job)
         try {
             job.prompt = build_chat_prompt(model, r.messages, n_ctx, fit_reserve, policy).tokens;
         } catch (const ContextOverflow &) {
-            const auto ids = tok.encode(format_chat(chat_template_of(model), r.messages), tok.add_bos_default());
+            const auto ids = tokenize_chat(model, render_chat(model, r.messages).text, true);
             throw context_error(n_ctx, int(ids.size()), r.max_tokens, r.endpoint);
         }
     } else {

@@ -82,6 +82,8 @@ public:
         connect(w, &EngineWorker::generationStarted, this, [this] { ++generationStarted; });
         connect(w, &EngineWorker::promptFitted, this,
                 [this](int n, int dropped, bool truncated) { fitted << std::make_tuple(n, dropped, truncated); });
+        connect(w, &EngineWorker::chatFormatUsed, this,
+                [this](const QString &f, const QString &note) { formats << qMakePair(f, note); });
         connect(w, &EngineWorker::tokenStreamed, this, [this](const QString &t) { tokens << t; });
         connect(w, &EngineWorker::generationFinished, this, [this](const GenerationSummary &s) { finished << s; });
         connect(w, &EngineWorker::streamProgress, this,
@@ -106,6 +108,7 @@ public:
     QList<QPair<QString, QString>> loadFailed;
     int generationStarted = 0;
     QList<std::tuple<int, int, bool>> fitted;
+    QList<QPair<QString, QString>> formats;
     QStringList tokens;
     QList<GenerationSummary> finished;
     QList<QPair<int, int>> streamProgress;
@@ -508,6 +511,10 @@ private slots:
         QVERIFY(g.dropped_turns > 0);
         QCOMPARE(std::get<1>(ev.fitted.first()), g.dropped_turns);
         QVERIFY(g.prompt_tokens <= 64 - 8);
+        // stories260K has no chat template: the built-in plain format, and the note says why.
+        QCOMPARE(ev.formats.size(), 1);
+        QCOMPARE(ev.formats.first().first, QStringLiteral("plain"));
+        QVERIFY(ev.formats.first().second.contains(QStringLiteral("no chat template")));
     }
 
     void chatOverflowWithErrorPolicy()

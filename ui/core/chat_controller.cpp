@@ -53,6 +53,7 @@ void ChatController::setWorker(EngineWorker *worker)
     if (!worker)
         return;
     connect(worker, &EngineWorker::promptFitted, this, &ChatController::onPromptFitted);
+    connect(worker, &EngineWorker::chatFormatUsed, this, &ChatController::onChatFormatUsed);
     connect(worker, &EngineWorker::tokenStreamed, this, &ChatController::onTokenStreamed);
     connect(worker, &EngineWorker::generationFinished, this, &ChatController::onGenerationFinished);
 }
@@ -185,6 +186,17 @@ void ChatController::addErrorNote(const QString &message)
     msgs.insert(replyLast ? msgs.size() - 1 : msgs.size(), stamped(Message::Role::SystemNote, text));
     m_conversation.setMessages(msgs);
     m_model->setMessages(msgs);
+}
+
+void ChatController::onChatFormatUsed(const QString &format, const QString &note)
+{
+    const QString text = format == QLatin1String("model") ? tr("Chat template: the model's own")
+                                                           : tr("Chat template: built-in %1 (%2)").arg(format, note);
+    if (text == m_chatFormat)
+        return;
+    m_chatFormat = text;
+    emit chatFormatChanged(text);
+    emit statusMessage(text, 0);
 }
 
 void ChatController::onPromptFitted(int promptTokens, int droppedTurns, bool truncated)

@@ -84,11 +84,15 @@ signals:
     void saved(const QString &id, const QString &title);
     void saveFailed(const QString &error);
     void statusMessage(const QString &text, int timeoutMs);
+    // Which chat template the prompt is rendered with (the model's own, or which built-in
+    // format and why), sent when it changes.
+    void chatFormatChanged(const QString &text);
 
 private:
     bool startChat();
     void setConversation(const Conversation &conversation);
     void onPromptFitted(int promptTokens, int droppedTurns, bool truncated);
+    void onChatFormatUsed(const QString &format, const QString &note);
     void onTokenStreamed(const QString &text);
     void onGenerationFinished(const GenerationSummary &summary);
     Inputs inputs() const { return m_inputs ? m_inputs() : Inputs{}; }
@@ -99,6 +103,7 @@ private:
     InputsSource m_inputs;
     Conversation m_conversation;
     State m_state = State::Idle;
+    QString m_chatFormat; // the last chat-template text sent
     GenerationSummary m_lastSummary;
 };
 

@@ -450,6 +450,7 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
             prompt.tokens.insert(prompt.tokens.begin(), m_document.begin(), m_document.end());
         summary.prompt_tokens = int(prompt.tokens.size());
         summary.dropped_turns = prompt.dropped_turns;
+        emit chatFormatUsed(qs(prompt.format), qs(prompt.note));
         emit promptFitted(summary.prompt_tokens, prompt.dropped_turns, prompt.truncated);
 
         // Reuse the cache when the context holds a prefix of this prompt (the previous turns

@@ -149,6 +149,9 @@ signals:
     // generationFinished (reason Error after an errorOccurred, "no model" included).
     void generationStarted();
     void promptFitted(int prompt_tokens, int dropped_turns, bool truncated);
+    // The chat format the prompt was rendered with: "model" for the model's own template, else
+    // a built-in format's name, with the reason in `note`.
+    void chatFormatUsed(const QString &format, const QString &note);
     // Whole UTF-8 characters only; a chat reply's leading whitespace is left out. The pieces
     // concatenated equal GenerationSummary::text.
     void tokenStreamed(const QString &text);

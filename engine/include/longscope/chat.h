@@ -1,49 +1,92 @@
-// Chat prompts: turns formatted with the model's chat template and fitted into the context.
+// Chat prompts: the conversation rendered with the model's own Jinja chat template (or a named
+// built-in format when it has none or it fails), tokenized and fitted into the context.
 #pragma once
 
 #include "longscope/model.h"
 #include "longscope/settings.h"
 
 #include <cstdint>
+#include <ctime>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace longscope {
 
 struct ChatMessage {
-    enum class Role { System, User, Assistant };
+    enum class Role { System, User, Assistant, Tool };
     Role role = Role::User;
     std::string content;
+    std::string reasoning_content; // the assistant's reasoning, when it gave one apart
+    // The message as a JSON object when it came as one (a messages file, a request): content
+    // parts, tool_calls, tool_call_id, name, ... The template sees this object as it is; role
+    // and content above then only serve to fit the conversation. Empty: role and content.
+    std::string json;
 };
 
-enum class ChatTemplate {
-    Plain,  // base models: "System prompt\n\nUser: ...\nAssistant: ..." turns
-    Llama2, // [INST] <<SYS>> ... <</SYS>> ... [/INST] (Llama-2-chat, Chinese-Alpaca-2)
-    ChatML, // <|im_start|>role ... <|im_end|>
+std::string_view to_string(ChatMessage::Role role);
+
+// Reads messages in the OpenAI / Hugging Face form: a JSON array of {"role", "content", ...}
+// objects, or an object holding one under "messages". Roles: system, developer (as system),
+// user, assistant, tool; content a string, a list of parts, or null. Throws InvalidArgument
+// naming the message and what is wrong.
+std::vector<ChatMessage> parse_chat_messages(std::string_view json_text);
+
+// The built-in formats (chatml, llama-2, mistral-v1/v3/v3-tekken/v7, llama-3, phi-3, phi-4,
+// zephyr, monarch, gemma, vicuna, vicuna-orca, deepseek, command-r, plain).
+std::vector<std::string> builtin_chat_formats();
+
+// The built-in format a template's markers point to, as llama.cpp's detection reads them; ""
+// when none does.
+std::string detect_chat_format(std::string_view template_text);
+
+struct ChatRenderOptions {
+    bool add_generation_prompt = true;
+    std::string tools_json;        // a JSON array of tool definitions; empty: none
+    std::string template_text;     // Jinja text used instead of the model's; an error in it throws
+    std::string format;            // a built-in format used instead of the model's template
+    std::optional<std::tm> now;    // what strftime_now formats; the current local time when unset
 };
 
-std::string_view to_string(ChatTemplate t);
+struct RenderedChat {
+    std::string text;   // the prompt exactly as it is tokenized
+    std::string format; // "model", "custom" (template_text) or the built-in format's name
+    std::string note;   // why a built-in format is used (empty for the model's own template)
+};
 
-// The template the model carries (GGUF tokenizer.chat_template, HF tokenizer_config.json
-// chat_template), recognised by its markers; Plain when it has none or an unknown one.
-ChatTemplate chat_template_of(const Model &model);
+// Renders the conversation. The model's template (GGUF tokenizer.chat_template, HF
+// tokenizer_config.json chat_template) when it has one and it renders; else a built-in format
+// chosen as llama.cpp chooses it (the template's markers; without a template the markers in the
+// vocabulary, else plain), with the reason in `note`. Throws InvalidArgument for bad options,
+// FormatError when `template_text` fails.
+RenderedChat render_chat(const Model &model, const std::vector<ChatMessage> &messages,
+                         const ChatRenderOptions &options = {});
 
-// The prompt text of the conversation, ending where the assistant's reply begins.
-std::string format_chat(ChatTemplate t, const std::vector<ChatMessage> &messages);
+// A built-in format by name over the messages, with bos_token "<s>" and eos_token "</s>"
+// (InvalidArgument for an unknown name).
+std::string format_chat(std::string_view format, const std::vector<ChatMessage> &messages,
+                        bool add_generation_prompt = true);
+
+// The one place chat text becomes tokens. A leading BOS written by the template as text is
+// replaced by the BOS token; `add_bos` false adds none (text continuing the context).
+std::vector<int32_t> tokenize_chat(const Model &model, std::string_view text, bool add_bos);
 
 struct ChatPrompt {
     std::vector<int32_t> tokens;
     int dropped_turns = 0; // oldest user/assistant messages left out
     bool truncated = false; // head-tail cut applied
+    std::string format;     // as RenderedChat
+    std::string note;
 };
 
-// Tokenizes the conversation (BOS per the model) so that it fits in `limit` tokens with
-// `reserve` left for the reply. DropOldestTurns drops the oldest messages after the system
-// prompt (never the last user message) until it fits; HeadTail keeps the head and tail
-// halves; Error throws ContextOverflow. Falls back to head-tail when even the last message
-// alone does not fit under DropOldestTurns.
-// `add_bos` false for a conversation that continues text already in the context.
+// Renders and tokenizes the conversation so that it fits in `limit` tokens with `reserve` left
+// for the reply. DropOldestTurns drops the oldest messages after the system prompt (never the
+// last message) until it fits; HeadTail keeps the head and tail halves; Error throws
+// ContextOverflow. Falls back to head-tail when even the last message alone does not fit under
+// DropOldestTurns. `add_bos` false for a conversation that continues text already in the context.
 ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit,
-                             int reserve, OverflowPolicy policy, bool add_bos = true);
+                             int reserve, OverflowPolicy policy, bool add_bos = true,
+                             const ChatRenderOptions &options = {});
 
 } // namespace longscope

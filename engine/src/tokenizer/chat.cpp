@@ -2,92 +2,224 @@
 
 #include "longscope/errors.h"
 #include "longscope/prompt_fit.h"
+#include "longscope/tokenizer.h"
+#include "template/jinja.h"
+#include "tokenizer/chat_formats.h"
+
+#include <nlohmann/json.hpp>
 
 namespace longscope {
 
-std::string_view to_string(ChatTemplate t)
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string token_text(const Tokenizer &tok, int32_t id)
 {
-    switch (t) {
-    case ChatTemplate::Plain: return "plain";
-    case ChatTemplate::Llama2: return "llama-2";
-    case ChatTemplate::ChatML: return "chatml";
+    return id >= 0 && id < tok.n_vocab() ? tok.piece(id) : std::string();
+}
+
+json message_json(const ChatMessage &m)
+{
+    if (!m.json.empty())
+        return json::parse(m.json);
+    json j = {{"role", std::string(to_string(m.role))}, {"content", m.content}};
+    if (!m.reasoning_content.empty())
+        j["reasoning_content"] = m.reasoning_content;
+    return j;
+}
+
+json context_of(const Model &model, const std::vector<ChatMessage> &messages, const ChatRenderOptions &o)
+{
+    json ctx = json::object();
+    ctx["messages"] = json::array();
+    for (const ChatMessage &m : messages)
+        ctx["messages"].push_back(message_json(m));
+    json tools = nullptr;
+    if (!o.tools_json.empty()) {
+        tools = json::parse(o.tools_json, nullptr, false);
+        if (tools.is_discarded() || !tools.is_array())
+            throw InvalidArgument("the tools must be a JSON array of tool definitions");
+    }
+    ctx["tools"] = tools;
+    ctx["documents"] = nullptr;
+    ctx["add_generation_prompt"] = o.add_generation_prompt;
+    const Tokenizer &tok = model.tokenizer();
+    ctx["bos_token"] = token_text(tok, tok.bos_id());
+    ctx["eos_token"] = token_text(tok, tok.eos_id());
+    return ctx;
+}
+
+jinja::RenderOptions render_options(const ChatRenderOptions &o)
+{
+    jinja::RenderOptions r;
+    r.now = o.now;
+    return r;
+}
+
+std::string render_builtin(const std::string &name, const json &ctx, const ChatRenderOptions &o)
+{
+    const std::string source = builtin_format_source(name);
+    if (source.empty())
+        throw InvalidArgument("unknown chat format '" + name + "'");
+    return jinja::render(source, ctx, render_options(o));
+}
+
+// The built-in format used when the model's template cannot be, and why.
+std::pair<std::string, std::string> fallback_of(const Model &model, const std::string &failure)
+{
+    const std::string &t = model.info().chat_template;
+    if (!failure.empty()) {
+        std::string name = detect_format(t);
+        const bool detected = !name.empty();
+        if (!detected)
+            name = "chatml";
+        return {name, "the model's chat template failed (" + failure + "); using the built-in " + name + " format" +
+                          (detected ? ", chosen from the template's markers" : ", llama.cpp's default")};
+    }
+    std::string name = format_from_vocabulary(model.tokenizer());
+    if (name.empty())
+        return {"plain", "the model carries no chat template and its vocabulary has no chat markers; using the "
+                         "built-in plain format"};
+    return {name, "the model carries no chat template; using the built-in " + name +
+                      " format, chosen from the markers in its vocabulary"};
+}
+
+} // namespace
+
+std::string_view to_string(ChatMessage::Role role)
+{
+    switch (role) {
+    case ChatMessage::Role::System: return "system";
+    case ChatMessage::Role::User: return "user";
+    case ChatMessage::Role::Assistant: return "assistant";
+    case ChatMessage::Role::Tool: return "tool";
     }
     return "?";
 }
 
-ChatTemplate chat_template_of(const Model &model)
+std::vector<ChatMessage> parse_chat_messages(std::string_view json_text)
 {
-    const std::string &t = model.info().chat_template;
-    if (t.find("<|im_start|>") != std::string::npos)
-        return ChatTemplate::ChatML;
-    if (t.find("[INST]") != std::string::npos)
-        return ChatTemplate::Llama2;
-    return ChatTemplate::Plain;
+    json doc = json::parse(json_text, nullptr, false);
+    if (doc.is_discarded())
+        throw InvalidArgument("the messages are not valid JSON");
+    if (doc.is_object() && doc.contains("messages"))
+        doc = doc["messages"];
+    if (!doc.is_array() || doc.empty())
+        throw InvalidArgument("the messages must be a non-empty JSON array (or an object with one under \"messages\")");
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < doc.size(); ++i) {
+        const std::string name = "messages[" + std::to_string(i) + "]";
+        json &m = doc[i];
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            throw InvalidArgument(name + " must be an object with a string \"role\"");
+        const std::string role = m["role"].get<std::string>();
+        ChatMessage msg;
+        if (role == "system" || role == "developer")
+            msg.role = ChatMessage::Role::System;
+        else if (role == "user")
+            msg.role = ChatMessage::Role::User;
+        else if (role == "assistant")
+            msg.role = ChatMessage::Role::Assistant;
+        else if (role == "tool")
+            msg.role = ChatMessage::Role::Tool;
+        else
+            throw InvalidArgument(name + ".role must be system, developer, user, assistant or tool, got '" + role + "'");
+        const json content = m.contains("content") ? m["content"] : json();
+        if (content.is_string()) {
+            msg.content = content.get<std::string>();
+        } else if (content.is_array()) {
+            for (const json &part : content)
+                if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+                    part["text"].is_string())
+                    msg.content += part["text"].get<std::string>();
+        } else if (!content.is_null()) {
+            throw InvalidArgument(name + ".content must be a string, a list of parts or null");
+        }
+        if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
+            msg.reasoning_content = m["reasoning_content"].get<std::string>();
+        msg.json = m.dump();
+        out.push_back(std::move(msg));
+    }
+    return out;
 }
 
-std::string format_chat(ChatTemplate t, const std::vector<ChatMessage> &messages)
+std::vector<std::string> builtin_chat_formats() { return builtin_format_names(); }
+
+std::string detect_chat_format(std::string_view template_text) { return detect_format(template_text); }
+
+RenderedChat render_chat(const Model &model, const std::vector<ChatMessage> &messages, const ChatRenderOptions &o)
 {
-    std::string system;
-    size_t first = 0;
-    if (!messages.empty() && messages.front().role == ChatMessage::Role::System) {
-        system = messages.front().content;
-        first = 1;
-    }
-    std::string out;
-    switch (t) {
-    case ChatTemplate::Llama2: {
-        // Each user turn opens [INST]; the system prompt sits inside the first one. BOS is
-        // added by the tokenizer for the first turn only (later turns are separated by </s>
-        // in the original format; plain text keeps this simple and model-agnostic).
-        bool first_user = true;
-        for (size_t i = first; i < messages.size(); ++i) {
-            const ChatMessage &m = messages[i];
-            if (m.role == ChatMessage::Role::User) {
-                out += "[INST] ";
-                if (first_user && !system.empty())
-                    out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
-                out += m.content + " [/INST]";
-                first_user = false;
-            } else if (m.role == ChatMessage::Role::Assistant) {
-                out += " " + m.content + " ";
-            }
-        }
+    const json ctx = context_of(model, messages, o);
+    RenderedChat out;
+    if (!o.format.empty()) {
+        out.format = o.format;
+        out.text = render_builtin(o.format, ctx, o);
+        out.note = "the built-in " + o.format + " format was chosen instead of the model's template";
         return out;
     }
-    case ChatTemplate::ChatML: {
-        if (!system.empty())
-            out += "<|im_start|>system\n" + system + "<|im_end|>\n";
-        for (size_t i = first; i < messages.size(); ++i) {
-            const ChatMessage &m = messages[i];
-            out += std::string("<|im_start|>") + (m.role == ChatMessage::Role::User ? "user" : "assistant") +
-                   "\n" + m.content + "<|im_end|>\n";
+    if (!o.template_text.empty()) {
+        out.format = "custom";
+        out.text = jinja::render(o.template_text, ctx, render_options(o));
+        return out;
+    }
+    std::string failure;
+    if (const std::string &t = model.info().chat_template; !t.empty()) {
+        try {
+            out.text = jinja::render(t, ctx, render_options(o));
+            out.format = "model";
+            return out;
+        } catch (const jinja::TemplateError &e) {
+            failure = e.what();
         }
-        return out + "<|im_start|>assistant\n";
     }
-    case ChatTemplate::Plain:
-        break;
-    }
-    if (!system.empty())
-        out += system + "\n\n";
-    for (size_t i = first; i < messages.size(); ++i) {
-        const ChatMessage &m = messages[i];
-        out += (m.role == ChatMessage::Role::User ? "User: " : "Assistant: ") + m.content + "\n";
-    }
-    return out + "Assistant:";
+    std::tie(out.format, out.note) = fallback_of(model, failure);
+    out.text = render_builtin(out.format, ctx, o);
+    return out;
 }
 
-ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit,
-                             int reserve, OverflowPolicy policy, bool add_bos)
+std::string format_chat(std::string_view format, const std::vector<ChatMessage> &messages, bool add_generation_prompt)
+{
+    json ctx = json::object();
+    ctx["messages"] = json::array();
+    for (const ChatMessage &m : messages)
+        ctx["messages"].push_back(message_json(m));
+    ctx["tools"] = nullptr;
+    ctx["documents"] = nullptr;
+    ctx["add_generation_prompt"] = add_generation_prompt;
+    ctx["bos_token"] = "<s>";
+    ctx["eos_token"] = "</s>";
+    ChatRenderOptions o;
+    return render_builtin(std::string(format), ctx, o);
+}
+
+std::vector<int32_t> tokenize_chat(const Model &model, std::string_view text, bool add_bos)
+{
+    const Tokenizer &tok = model.tokenizer();
+    const std::string bos = token_text(tok, tok.bos_id());
+    const bool bos_written = !bos.empty() && text.substr(0, bos.size()) == bos;
+    if (bos_written)
+        text.remove_prefix(bos.size());
+    // Special tokens written by the template (<|im_start|>, </s>, ...) are encoded as text
+    // until the tokenizer recognises them.
+    return tok.encode(text, add_bos && (bos_written || tok.add_bos_default()));
+}
+
+ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit, int reserve,
+                             OverflowPolicy policy, bool add_bos, const ChatRenderOptions &options)
 {
     if (messages.empty())
         throw InvalidArgument("the conversation is empty");
-    const ChatTemplate t = chat_template_of(model);
-    const Tokenizer &tok = model.tokenizer();
     const int budget = std::max(1, limit - std::max(0, reserve));
     std::vector<ChatMessage> kept = messages;
     const size_t system_count = kept.front().role == ChatMessage::Role::System ? 1 : 0;
     ChatPrompt out;
-    auto encode = [&] { return tok.encode(format_chat(t, kept), add_bos && tok.add_bos_default()); };
+    auto encode = [&] {
+        RenderedChat r = render_chat(model, kept, options);
+        out.format = std::move(r.format);
+        out.note = std::move(r.note);
+        return tokenize_chat(model, r.text, add_bos);
+    };
     out.tokens = encode();
     if (policy == OverflowPolicy::DropOldestTurns) {
         // Drop whole messages from the oldest on, keeping the system prompt and the last one.
