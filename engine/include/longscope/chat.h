@@ -70,6 +70,7 @@ std::string format_chat(std::string_view format, const std::vector<ChatMessage> 
 
 // The one place chat text becomes tokens. A leading BOS written by the template as text is
 // replaced by the BOS token; `add_bos` false adds none (text continuing the context).
+// Special and control tokens written in the text become their tokens.
 std::vector<int32_t> tokenize_chat(const Model &model, std::string_view text, bool add_bos);
 
 struct ChatPrompt {

@@ -200,9 +200,8 @@ std::vector<int32_t> tokenize_chat(const Model &model, std::string_view text, bo
     const bool bos_written = !bos.empty() && text.substr(0, bos.size()) == bos;
     if (bos_written)
         text.remove_prefix(bos.size());
-    // Special tokens written by the template (<|im_start|>, </s>, ...) are encoded as text
-    // until the tokenizer recognises them.
-    return tok.encode(text, add_bos && (bos_written || tok.add_bos_default()));
+    // Special tokens written by the template (<|im_start|>, </s>, ...) become their tokens.
+    return tok.encode(text, add_bos && (bos_written || tok.add_bos_default()), /*parse_special=*/true);
 }
 
 ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit, int reserve,
