@@ -1,6 +1,6 @@
 #include "support.h"
 
-#include "model_files.h" // tests/engine/support: safetensors_bytes
+#include "support/model_files.h" // tests/engine/support: safetensors_bytes
 
 #include <cstdio>
 #include <cstdlib>
@@ -35,16 +35,17 @@ std::string f32_matrix(int64_t rows, int64_t cols, float seed)
 
 const std::string &scratch_dir()
 {
-    static const std::string dir = [] {
-        std::string tmpl = (fs::temp_directory_path() / "longscope-fuzz-XXXXXX").string();
-        check(mkdtemp(tmpl.data()) != nullptr, "cannot create a scratch folder");
+    // Never destroyed: the exit handler that removes the folder runs after static destructors.
+    static const std::string *dir = [] {
+        auto *path = new std::string((fs::temp_directory_path() / "longscope-fuzz-XXXXXX").string());
+        check(mkdtemp(path->data()) != nullptr, "cannot create a scratch folder");
         std::atexit([] {
             std::error_code ec;
             fs::remove_all(scratch_dir(), ec);
         });
-        return tmpl;
+        return path;
     }();
-    return dir;
+    return *dir;
 }
 
 std::string write_scratch(const std::string &name, const uint8_t *data, size_t size)
