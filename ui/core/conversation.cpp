@@ -6,6 +6,8 @@
 #include <QRegularExpression>
 #include <QUuid>
 
+#include <cmath>
+
 namespace longscope::ui {
 
 namespace {
@@ -198,8 +200,8 @@ std::optional<Conversation> Conversation::fromJson(const QJsonObject &json, QStr
     const QJsonValue version = json.value(QStringLiteral("version"));
     if (!version.isDouble())
         return bad(QStringLiteral("no format version"));
-    const double v = version.toDouble();
-    if (v != double(int(v)) || int(v) < 1 || int(v) > kFormatVersion)
+    const double v = version.toDouble(); // compared as a double: int(v) is undefined out of range
+    if (!(v >= 1 && v <= kFormatVersion) || v != std::floor(v))
         return bad(QStringLiteral("unsupported format version %1").arg(v));
 
     Conversation c;

@@ -103,6 +103,20 @@ __attribute__((always_inline)) inline V16 load16(const float *p)
 }
 __attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
 typedef int32_t V16i __attribute__((vector_size(64)));
+// Lanes of a and b (b's numbered 16..31) picked by m: GCC's two-source __builtin_shuffle.
+// Clang (the fuzz build) has only __builtin_shufflevector with literal indices; it gets the
+// same selection lane by lane.
+__attribute__((always_inline)) inline V16 shuffle2(V16 a, V16 b, V16i m)
+{
+#if defined(__clang__)
+    V16 r;
+    for (int i = 0; i < 16; ++i)
+        r[i] = m[i] < 16 ? a[m[i]] : b[m[i] - 16];
+    return r;
+#else
+    return __builtin_shuffle(a, b, m);
+#endif
+}
 
 // Swaps bit b of the row and column index of a 16 x 16 block held as 16 rows: the off-diagonal
 // b x b sub-blocks of every 2b x 2b block trade places. Done for b = 8, 4, 2, 1 (in any order:
@@ -126,8 +140,8 @@ __attribute__((always_inline)) inline void swap_index_bit(V16 r[16])
     for (int i = 0; i < 16; ++i)
         if (!(i & b)) {
             const V16 lo = r[i], hi = r[i + b];
-            r[i] = __builtin_shuffle(lo, hi, keep);
-            r[i + b] = __builtin_shuffle(lo, hi, take);
+            r[i] = shuffle2(lo, hi, keep);
+            r[i + b] = shuffle2(lo, hi, take);
         }
 }
 
@@ -455,18 +469,18 @@ __attribute__((always_inline)) inline V16 sum_lanes16(V16 x[16])
     V16 t[8];
     #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i)
-        t[i] = __builtin_shuffle(x[i], x[i + 8], lo8) + __builtin_shuffle(x[i], x[i + 8], hi8);
+        t[i] = shuffle2(x[i], x[i + 8], lo8) + shuffle2(x[i], x[i + 8], hi8);
     // u_i: keys i, i + 4, i + 8, i + 12, four lanes each.
     V16 u[4];
     #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
-        u[i] = __builtin_shuffle(t[i], t[i + 4], lo4) + __builtin_shuffle(t[i], t[i + 4], hi4);
+        u[i] = shuffle2(t[i], t[i + 4], lo4) + shuffle2(t[i], t[i + 4], hi4);
     // v_i: keys i, i + 2, ..., i + 14, two lanes each.
     V16 v[2];
     #pragma GCC unroll 2
     for (int i = 0; i < 2; ++i)
-        v[i] = __builtin_shuffle(u[i], u[i + 2], lo2) + __builtin_shuffle(u[i], u[i + 2], hi2);
-    return __builtin_shuffle(v[0], v[1], lo1) + __builtin_shuffle(v[0], v[1], hi1);
+        v[i] = shuffle2(u[i], u[i + 2], lo2) + shuffle2(u[i], u[i + 2], hi2);
+    return shuffle2(v[0], v[1], lo1) + shuffle2(v[0], v[1], hi1);
 }
 
 // Scores from keys in rows (key c at kr + c * kr_stride): per key the dims go sixteen at a

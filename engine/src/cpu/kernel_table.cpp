@@ -1,8 +1,39 @@
 #include "cpu/kernel_table.h"
 
+#if defined(__clang__)
+#include <cpuid.h>
+#endif
+
 namespace longscope {
 
 namespace {
+
+#if defined(__clang__)
+// Clang's __builtin_cpu_supports (the fuzz build's compiler) knows neither "f16c" nor the
+// x86-64 levels: those bits come from cpuid, and the levels from their definitions.
+bool cpuid_bit(unsigned leaf, bool in_ecx, unsigned bit)
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(leaf, &a, &b, &c, &d) && ((in_ecx ? c : d) & bit) != 0;
+}
+bool has_f16c() { return cpuid_bit(1, true, bit_F16C); }
+bool is_x86_64_v3()
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+           cpuid_bit(1, true, bit_MOVBE) && cpuid_bit(0x80000001, true, bit_LZCNT);
+}
+bool is_x86_64_v4()
+{
+    return is_x86_64_v3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+}
+#else
+bool has_f16c() { return __builtin_cpu_supports("f16c"); }
+bool is_x86_64_v3() { return __builtin_cpu_supports("x86-64-v3"); }
+bool is_x86_64_v4() { return __builtin_cpu_supports("x86-64-v4"); }
+#endif
 
 CpuFeatures detect()
 {
@@ -10,13 +41,13 @@ CpuFeatures detect()
     // read cpuid.
     __builtin_cpu_init();
     CpuFeatures f;
-    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
     f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-    f.x86_64_v3 = __builtin_cpu_supports("x86-64-v3");
-    f.x86_64_v4 = __builtin_cpu_supports("x86-64-v4");
+    f.x86_64_v3 = is_x86_64_v3();
+    f.x86_64_v4 = is_x86_64_v4();
     return f;
 }
 
