@@ -4,7 +4,7 @@
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
 #include "model/arch_tensors.h"
-#include "model/json_input.h"
+#include "core/json_input.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 

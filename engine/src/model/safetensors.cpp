@@ -2,7 +2,7 @@
 
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
-#include "model/json_input.h"
+#include "core/json_input.h"
 
 #include <algorithm>
 #include <cstring>

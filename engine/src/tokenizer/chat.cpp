@@ -1,5 +1,6 @@
 #include "longscope/chat.h"
 
+#include "core/json_input.h"
 #include "longscope/errors.h"
 #include "longscope/prompt_fit.h"
 #include "longscope/tokenizer.h"
@@ -37,8 +38,9 @@ json context_of(const Model &model, const std::vector<ChatMessage> &messages, co
         ctx["messages"].push_back(message_json(m));
     json tools = nullptr;
     if (!o.tools_json.empty()) {
-        tools = json::parse(o.tools_json, nullptr, false);
-        if (tools.is_discarded() || !tools.is_array())
+        std::string why;
+        if (!parse_json_bounded(o.tools_json.data(), o.tools_json.data() + o.tools_json.size(), tools, why) ||
+            !tools.is_array())
             throw InvalidArgument("the tools must be a JSON array of tool definitions");
     }
     ctx["tools"] = tools;
@@ -100,9 +102,10 @@ std::string_view to_string(ChatMessage::Role role)
 
 std::vector<ChatMessage> parse_chat_messages(std::string_view json_text)
 {
-    json doc = json::parse(json_text, nullptr, false);
-    if (doc.is_discarded())
-        throw InvalidArgument("the messages are not valid JSON");
+    json doc;
+    std::string why;
+    if (!parse_json_bounded(json_text.data(), json_text.data() + json_text.size(), doc, why))
+        throw InvalidArgument("the messages: " + why);
     if (doc.is_object() && doc.contains("messages"))
         doc = doc["messages"];
     if (!doc.is_array() || doc.empty())

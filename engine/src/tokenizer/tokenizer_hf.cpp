@@ -1,6 +1,7 @@
 // Tokenizers from a Hugging Face directory: tokenizer.json with a byte-level BPE model, or
 // sentencepiece's tokenizer.model; tokenizer_config.json, generation_config.json and
 // config.json for BOS, EOS and the end-of-generation ids.
+#include "core/json_input.h"
 #include "longscope/errors.h"
 #include "longscope/mapped_file.h"
 #include "longscope/tokenizer.h"
@@ -23,11 +24,11 @@ json read_json_file(const fs::path &p)
 {
     // Large vocabularies (Llama 3, Gemma) have tokenizer.json files of 10-35 MB.
     const std::string text = read_regular_file(p.string(), 256ull << 20, "JSON file");
-    try {
-        return json::parse(text);
-    } catch (const json::exception &e) {
-        throw ConfigError(p.string() + ": not valid JSON: " + e.what());
-    }
+    json out;
+    std::string why;
+    if (!parse_json_bounded(text.data(), text.data() + text.size(), out, why))
+        throw ConfigError(p.string() + ": " + why);
+    return out;
 }
 
 std::optional<json> read_optional_json(const fs::path &p)

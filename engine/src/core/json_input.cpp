@@ -1,4 +1,4 @@
-#include "model/json_input.h"
+#include "core/json_input.h"
 
 namespace longscope {
 
@@ -19,24 +19,39 @@ std::string cut(std::string s, size_t max_chars)
 
 } // namespace
 
-bool parse_json_bounded(const char *begin, const char *end, json &out, std::string &why)
+namespace {
+
+template <class Json>
+bool parse_bounded(const char *begin, const char *end, Json &out, std::string &why)
 {
     // The callback sees each container open with the depth of its parent: the top level is 0.
-    const json::parser_callback_t bound = [](int depth, json::parse_event_t event, json &) {
-        if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+    const typename Json::parser_callback_t bound = [](int depth, typename Json::parse_event_t event, Json &) {
+        if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
             depth >= kMaxJsonDepth)
             throw TooDeep{};
         return true;
     };
     try {
-        out = json::parse(begin, end, bound);
+        out = Json::parse(begin, end, bound);
         return true;
     } catch (const TooDeep &) {
         why = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
-    } catch (const json::exception &e) {
+    } catch (const typename Json::exception &e) {
         why = "not valid JSON: " + cut(e.what(), 200);
     }
     return false;
+}
+
+} // namespace
+
+bool parse_json_bounded(const char *begin, const char *end, json &out, std::string &why)
+{
+    return parse_bounded(begin, end, out, why);
+}
+
+bool parse_json_bounded(const char *begin, const char *end, nlohmann::ordered_json &out, std::string &why)
+{
+    return parse_bounded(begin, end, out, why);
 }
 
 std::string describe_json(const json &v, size_t max_chars)
