@@ -1239,21 +1239,8 @@ void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8])
 
 bool is_quantized(DType type)
 {
-    switch (type) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-    case DType::IQ4_NL:
-    case DType::IQ4_XS: return true;
-    default: return false;
-    }
+    // Every type the engine computes with, but the float ones (the one list is dtype_supported).
+    return dtype_supported(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16;
 }
 
 int64_t block_elems(DType type)
