@@ -425,7 +425,7 @@ private slots:
         reset();
         QTemporaryDir dir;
         const QString hf = QStringLiteral(LONGSCOPE_TEST_DATA "/stories260K/hf");
-        for (const QString name : {QStringLiteral("model.safetensors"), QStringLiteral("tokenizer.model")})
+        for (const QString &name : {QStringLiteral("model.safetensors"), QStringLiteral("tokenizer.model")})
             QVERIFY(QFile::copy(hf + QLatin1Char('/') + name, dir.filePath(name)));
         {
             QFile f(dir.filePath(QStringLiteral("config.json")));
