@@ -163,15 +163,18 @@ void TestMetricsPlots::markersAreNumberedAtTheirLines()
 {
     auto plots = makePlots();
     plots->setModel(QStringLiteral("tiny"));
-    feed(*plots, 0, 512, 1000);
     // 480 and 500 are close; 990 is at the right edge, where a label used to jump to the left
     // of its line, beside another marker.
     const int positions[] = {100, 480, 500, 990};
     const char *labels[] = {"α 2", "causal flash on", "KV vmm", "mem-eff on"};
-    for (int i = 0; i < 4; ++i)
-        plots->addMarker(positions[i], QString::fromUtf8(labels[i]));
+    feed(*plots, 0, 64, 100);
+    for (int i = 0; i < 4; ++i) {
+        plots->addMarker(positions[i], QString::fromUtf8(labels[i])); // between two steps
+        feed(*plots, positions[i], positions[i], i < 3 ? positions[i + 1] : 1000);
+    }
     plots->replotNow();
     QCOMPARE(plots->markerCount(), 4);
+    QCOMPARE(plots->stepCount(), 1 + 36 + 900); // one prefill chunk, then decode to 1000
 
     for (QCustomPlot *plot : {plots->memoryPlot(), plots->speedPlot()}) {
         const QRect axisRect = plot->axisRect()->rect();
@@ -197,9 +200,11 @@ void TestMetricsPlots::markersAreNumberedAtTheirLines()
 void TestMetricsPlots::markerTooltipsAndList()
 {
     auto plots = makePlots();
-    feed(*plots, 0, 256, 600);
+    feed(*plots, 0, 256, 300);
     plots->addMarker(300, QStringLiteral("causal flash on"));
+    feed(*plots, 300, 300, 450);
     plots->addMarker(450, QStringLiteral("KV vmm"));
+    feed(*plots, 450, 450, 600);
     plots->replotNow();
 
     QCOMPARE(plots->markerList()->count(), 2);
@@ -290,8 +295,9 @@ void TestMetricsPlots::pngIsTwiceTheSizeWithACaption()
 {
     auto plots = makePlots();
     plots->setModel(QStringLiteral("tiny"));
-    feed(*plots, 0, 256, 400);
-    plots->addMarker(300, QStringLiteral("causal flash on"));
+    feed(*plots, 0, 256, 300);
+    plots->addMarker(300, QStringLiteral("causal flash on")); // between two steps, as the worker applies it
+    feed(*plots, 300, 300, 400);
     const QString path = m_dir.filePath(QStringLiteral("plots.png"));
     QVERIFY(plots->exportPng(path));
     const QImage image(path);
@@ -321,7 +327,7 @@ void TestMetricsPlots::newModelAndNewChatStartFresh()
     auto plots = makePlots();
     plots->setModel(QStringLiteral("first"));
     feed(*plots, 0, 256, 300);
-    plots->addMarker(280, QStringLiteral("KV vmm"));
+    plots->addMarker(300, QStringLiteral("KV vmm"));
     plots->flush();
     QVERIFY(plots->plottedPointCount() > 0);
 
@@ -387,7 +393,7 @@ void TestMetricsPlots::historyRoundTripsThroughAConversation()
     plots->restoreHistory(restored);
     QCOMPARE(plots->stepCount(), int(shown.steps.size()));
     QCOMPARE(plots->markerCount(), 1);
-    QTRY_COMPARE(plots->plottedPointCount(), 3 + 30);
+    QTRY_COMPARE(plots->plottedPointCount(), 3 + 38 + 30); // prefill chunks, decode before and after
     QCOMPARE(plots->markerList()->item(0)->text(), QStringLiteral("1 at token 230: causal flash on, α auto"));
     plots->addMetrics(step(300, StepPhase::Prefill, 1000));
     QCOMPARE(plots->stepCount(), 1);

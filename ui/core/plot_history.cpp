@@ -15,8 +15,6 @@ namespace {
 
 constexpr int kStepFields = 23;
 
-QString qs(std::string_view s) { return QString::fromUtf8(s.data(), qsizetype(s.size())); }
-
 QString number(double v) { return QString::number(v, 'g', QLocale::FloatingPointShortest); }
 
 QString stepLine(const StepMetrics &m, int settingsIndex)

@@ -2,6 +2,7 @@
 
 #include "core/settings_json.h"
 
+#include <QFontMetrics>
 #include <QPainter>
 #include <QPixmap>
 #include <QSaveFile>

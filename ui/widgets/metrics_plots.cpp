@@ -141,7 +141,7 @@ void MetricsPlots::setUpPlot(QCustomPlot *plot, const QString &title, const QStr
     connect(plot, &QCustomPlot::beforeReplot, this, [this, plot] { layOutMarkerNumbers(plot); });
     plot->setMouseTracking(true);
     connect(plot, &QCustomPlot::mouseMove, this, [this, plot](QMouseEvent *event) {
-        const QString tip = markerToolTip(plot, event->pos());
+        const QString tip = markerToolTip(plot, event->position().toPoint());
         if (tip.isEmpty())
             QToolTip::hideText();
         else
