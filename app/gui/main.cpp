@@ -2,6 +2,8 @@
 // for automation, streams a book, sends a prompt, explores a book's perplexity by position
 // and renders the window to a PNG.
 #include "core/chat_model.h"
+#include "widgets/chat_panel.h"
+#include "widgets/chat_view.h"
 #include "widgets/explore_plot.h"
 #include "widgets/explore_settings_list.h"
 #include "widgets/explore_view.h"
@@ -54,6 +56,9 @@ constexpr const char *kUsage =
     "                         reply to the prompt sent once the book is in.\n"
     "  --screenshot-at N      With --screenshot: save it while the reply is being\n"
     "                         written, once it has N characters.\n"
+    "  --export-plots FILE    With --screenshot: also export the live plots (with\n"
+    "                         --explore: the perplexity plot) as PNG, as File > Export\n"
+    "                         does.\n"
     "  --window-size WxH      The window's size (default 1600x1000 with --screenshot).\n";
 
 // --version and --help must work without a display, so they are answered before
@@ -76,7 +81,7 @@ int answerWithoutDisplay(int argc, char **argv)
         if (std::strcmp(a, "--model") == 0 || std::strcmp(a, "--book") == 0 ||
             std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0 ||
             std::strcmp(a, "--explore") == 0 || std::strcmp(a, "--explore-ctx") == 0 ||
-            std::strcmp(a, "--explore-windows") == 0 || std::strcmp(a, "--screenshot-at") == 0 ||
+            std::strcmp(a, "--explore-windows") == 0 || std::strcmp(a, "--screenshot-at") == 0 || std::strcmp(a, "--export-plots") == 0 ||
             std::strcmp(a, "--window-size") == 0)
             ++i;
     }
@@ -131,8 +136,11 @@ int main(int argc, char **argv)
                                                 QStringLiteral("N"));
     const QCommandLineOption windowSizeOption(QStringLiteral("window-size"), QStringLiteral("The window's size."),
                                               QStringLiteral("WxH"));
+    const QCommandLineOption exportPlotsOption(QStringLiteral("export-plots"),
+                                               QStringLiteral("With --screenshot: also export the plots as PNG."),
+                                               QStringLiteral("FILE"));
     parser.addOptions({modelOption, bookOption, promptOption, screenshotOption, exploreOption, exploreCtxOption,
-                       exploreWindowsOption, screenshotAtOption, windowSizeOption});
+                       exploreWindowsOption, screenshotAtOption, windowSizeOption, exportPlotsOption});
     parser.process(app);
 
     const QString explore = parser.value(exploreOption);
@@ -176,6 +184,11 @@ int main(int argc, char **argv)
     }
 
     const QString screenshot = parser.value(screenshotOption);
+    const QString exportPlots = parser.value(exportPlotsOption);
+    if (!exportPlots.isEmpty() && screenshot.isEmpty()) {
+        std::fprintf(stderr, "longscope: --export-plots goes with --screenshot\n");
+        return 2;
+    }
     const QString book = parser.value(bookOption);
     QString prompt = parser.value(promptOption);
     if (!screenshot.isEmpty() && prompt.isEmpty() && book.isEmpty() && explore.isEmpty())
@@ -202,9 +215,17 @@ int main(int argc, char **argv)
         shotTaken = true;
         exitCode = code;
         QTimer::singleShot(delayMs, &window, [&, code] {
+            window.chatPanel()->chatView()->flush();
             window.metricsPlots()->replotNow();
             window.exploreView()->plot()->replotNow();
             const QPixmap pixmap = window.grab();
+            QString error;
+            if (!exportPlots.isEmpty() &&
+                !(explore.isEmpty() ? window.metricsPlots()->exportPng(exportPlots, &error)
+                                    : window.exploreView()->exportPng(exportPlots, &error))) {
+                std::fprintf(stderr, "longscope: %s\n", qPrintable(error));
+                exitCode = 1;
+            }
             if (!pixmap.save(screenshot, "PNG")) {
                 std::fprintf(stderr, "longscope: cannot write %s\n", qPrintable(screenshot));
                 exitCode = 1;

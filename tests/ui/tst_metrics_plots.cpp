@@ -2,11 +2,13 @@
 // tooltips), decode and prefill on axes of their own, exports of exactly the run shown (CSV
 // columns, PNG at twice the size with its caption), and the run following the context (a new
 // model, a new chat, a reopened conversation), on the widget alone and in the window with the
-// bundled model.
+// bundled model; and the Explore plot's PNG, which cuts off nothing.
 #include "core/chat_model.h"
 #include "core/conversation.h"
 #include "core/conversation_store.h"
 #include "core/plot_history.h"
+#include "core/settings_json.h"
+#include "widgets/explore_plot.h"
 #include "widgets/generation_panel.h"
 #include "widgets/main_window.h"
 #include "widgets/metrics_plots.h"
@@ -142,6 +144,8 @@ private slots:
     void historyRoundTripsThroughAConversation();
     void badPlotHistoryIsRefused();
     void windowKeepsEachConversationsPlots();
+    void explorePngCutsNothing_data();
+    void explorePngCutsNothing();
 };
 
 void TestMetricsPlots::initTestCase()
@@ -497,6 +501,76 @@ void TestMetricsPlots::windowKeepsEachConversationsPlots()
     QCOMPARE(plots->stepCount(), 0);
     QCOMPARE(plots->plottedPointCount(), 0);
     QVERIFY(w->errors.isEmpty());
+}
+
+void TestMetricsPlots::explorePngCutsNothing_data()
+{
+    QTest::addColumn<int>("ctx");
+    QTest::addColumn<int>("width");
+    QTest::newRow("trained context mid-plot, 960 wide") << 1024 << 960;
+    QTest::newRow("trained context near the right edge, 960 wide") << 600 << 960;
+    QTest::newRow("trained context mid-plot, 1400 wide") << 2048 << 1400;
+}
+
+void TestMetricsPlots::explorePngCutsNothing()
+{
+    QFETCH(int, ctx);
+    QFETCH(int, width);
+    // The eight preset runs of a book with a long title, as the Explore tab shows them.
+    QVector<PerplexityRunResult> runs;
+    for (const float alpha : {1.0f, 2.0f, 4.0f, 0.0f}) {
+        for (const bool beforeRope : {false, true}) {
+            PerplexityRunResult r;
+            r.settings.rope.ntk_auto = alpha == 0.0f;
+            r.settings.rope.ntk_alpha = alpha == 0.0f ? 1.0f : alpha;
+            r.settings.rope.store_kv_before_rope = beforeRope;
+            r.label = describeSettings(r.settings);
+            r.ctx = ctx;
+            r.bucket = 64;
+            r.n_ctx_train = 512;
+            r.model_name = QStringLiteral("stories260K");
+            r.book_title = QStringLiteral("Alice’s Adventures in Wonderland, with a long subtitle for good measure");
+            for (int b = 0; b + 64 <= ctx; b += 64)
+                r.curve.push_back(PerplexityPoint{b, b + 64, 64, 3.0 + 0.001 * b});
+            r.n_scored = 64 * r.curve.size();
+            runs.push_back(r);
+        }
+    }
+    ExplorePlot plot;
+    plot.resize(720, 420); // smaller on screen than the export
+    plot.show();
+    plot.setRuns(runs);
+    const QImage image = plot.renderImage(width, 540);
+    QCOMPARE(image.size(), QSize(2 * width, 2 * 540));
+
+    // The layout the export was drawn with stays until the next replot.
+    QCustomPlot *p = plot.plot();
+    auto *subtitle = qobject_cast<QCPTextElement *>(p->plotLayout()->element(1, 0));
+    QVERIFY(subtitle);
+    const QFontMetrics subtitleFm(subtitle->font());
+    for (const QString &line : subtitle->text().split(QLatin1Char('\n')))
+        QVERIFY2(subtitleFm.horizontalAdvance(line) <= subtitle->rect().width(),
+                 qPrintable(QStringLiteral("subtitle line '%1' is wider than %2").arg(line).arg(subtitle->rect().width())));
+    QVERIFY(subtitle->text().contains(QStringLiteral("stories260K")));
+    QVERIFY(subtitle->outerRect().bottom() <= p->axisRect()->outerRect().top() + 1);
+
+    const QRect legend = p->legend->outerRect();
+    QVERIFY2(legend.right() <= width && legend.left() >= 0, qPrintable(QString::number(legend.right())));
+    QVERIFY2(legend.width() >= p->legend->minimumOuterSizeHint().width(),
+             qPrintable(QStringLiteral("legend %1 wide, needs %2").arg(legend.width()).arg(p->legend->minimumOuterSizeHint().width())));
+
+    QCPItemText *trained = nullptr;
+    for (int i = 0; i < p->itemCount(); ++i)
+        if (p->item(i)->objectName() == QStringLiteral("trainedContextLabel"))
+            trained = qobject_cast<QCPItemText *>(p->item(i));
+    QVERIFY(trained);
+    const QRectF label(trained->topLeft->pixelPosition(), trained->bottomRight->pixelPosition());
+    const QRect axes = p->axisRect()->rect();
+    QVERIFY2(label.left() >= axes.left() && label.right() <= axes.right() + 1,
+             qPrintable(QStringLiteral("label %1-%2, axes %3-%4").arg(label.left()).arg(label.right()).arg(axes.left()).arg(axes.right())));
+    // Beside its own line: one edge of the label box sits at the line.
+    const double lineX = p->xAxis->coordToPixel(512);
+    QVERIFY(std::min(std::abs(label.left() - lineX), std::abs(label.right() - lineX)) <= 1.5);
 }
 
 QTEST_MAIN(TestMetricsPlots)

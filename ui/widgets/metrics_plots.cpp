@@ -87,8 +87,8 @@ MetricsPlots::MetricsPlots(QWidget *parent) : QWidget(parent)
     m_markerList->setToolTip(tr("The setting changes marked on the plots, by number"));
     m_markerList->setWordWrap(true);
     m_markerList->setFont(smallFont(font(), 0.9));
-    m_markerList->setMinimumWidth(120);
-    m_markerList->setMaximumWidth(220);
+    m_markerList->setMinimumWidth(110);
+    m_markerList->setMaximumWidth(170);
     m_markerList->setSelectionMode(QAbstractItemView::NoSelection);
 
     auto *layout = new QHBoxLayout(this);
@@ -156,6 +156,7 @@ void MetricsPlots::setUpPlot(QCustomPlot *plot, const QString &title, const QStr
     plot->legend->setVisible(true);
     legendGrid->addElement(0, 0, plot->legend);
     plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    plot->legend->setWrap(3); // rows of three: a narrow plot still shows every name
     plot->legend->setBorderPen(Qt::NoPen);
     plot->legend->setBrush(Qt::NoBrush);
     plot->legend->setFont(axisFont);
