@@ -246,6 +246,16 @@ void TestMetricsPlots::decodeAndPrefillHaveTheirOwnAxes()
              qPrintable(QString::number(decodeAxis->range().upper)));
     const QRect r = plot->axisRect()->rect();
     QVERIFY(r.bottom() - decodeAxis->coordToPixel(16) > 0.5 * r.height());
+
+    // Narrow, the legends take more rows rather than cutting names off.
+    plots->resize(640, 360);
+    QCoreApplication::processEvents();
+    plots->replotNow();
+    for (QCustomPlot *p : {plots->memoryPlot(), plots->speedPlot()}) {
+        const QRect legend = p->legend->outerRect();
+        QVERIFY2(legend.width() >= p->legend->minimumOuterSizeHint().width() && legend.right() <= p->width(),
+                 qPrintable(QStringLiteral("%1: legend %2 wide, needs %3").arg(p->objectName()).arg(legend.width()).arg(p->legend->minimumOuterSizeHint().width())));
+    }
 }
 
 void TestMetricsPlots::csvHoldsTheShownRunWithItsColumns()

@@ -25,6 +25,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kNumberRows = 3;   // rows of marker numbers above a plot, for close markers
 constexpr int kHitPixels = 5;    // how near the pointer must be to a marker line for its tooltip
 constexpr double kExportScale = 2.0;
+constexpr int kBandPadding = 4;  // above the axes without marker numbers
 
 const QColor kWeights(0x4e, 0x79, 0xa7);
 const QColor kKvReserved(0xf2, 0x8e, 0x2b);
@@ -39,6 +40,13 @@ QFont smallFont(const QFont &base, double factor)
 {
     QFont f = base;
     f.setPointSizeF(std::max(7.0, f.pointSizeF() * factor));
+    return f;
+}
+
+QFont markerNumberFont(const QFont &base)
+{
+    QFont f = smallFont(base, 0.9);
+    f.setBold(true);
     return f;
 }
 
@@ -132,13 +140,14 @@ void MetricsPlots::setUpPlot(QCustomPlot *plot, const QString &title, const QStr
     plot->yAxis->setLabel(yLabel);
     plot->xAxis->ticker()->setTickCount(6);
 
-    // The marker numbers sit in a band above the axes, so they never hide a curve.
-    QFont numberFont = axisFont;
-    numberFont.setBold(true);
-    const int band = kNumberRows * (QFontMetrics(numberFont).height() + 1) + 2;
+    // The marker numbers sit in a band above the axes (as many rows high as they need), so
+    // they never hide a curve.
     plot->axisRect()->setAutoMargins(QCP::msLeft | QCP::msRight | QCP::msBottom);
-    plot->axisRect()->setMargins(QMargins(0, band, 0, 0));
-    connect(plot, &QCustomPlot::beforeReplot, this, [this, plot] { layOutMarkerNumbers(plot); });
+    plot->axisRect()->setMargins(QMargins(0, kBandPadding, 0, 0));
+    connect(plot, &QCustomPlot::beforeReplot, this, [this, plot] {
+        fitLegend(plot);
+        layOutMarkerNumbers(plot);
+    });
     plot->setMouseTracking(true);
     connect(plot, &QCustomPlot::mouseMove, this, [this, plot](QMouseEvent *event) {
         const QString tip = markerToolTip(plot, event->position().toPoint());
@@ -156,7 +165,6 @@ void MetricsPlots::setUpPlot(QCustomPlot *plot, const QString &title, const QStr
     plot->legend->setVisible(true);
     legendGrid->addElement(0, 0, plot->legend);
     plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    plot->legend->setWrap(3); // rows of three: a narrow plot still shows every name
     plot->legend->setBorderPen(Qt::NoPen);
     plot->legend->setBrush(Qt::NoBrush);
     plot->legend->setFont(axisFont);
@@ -283,8 +291,7 @@ const QVector<MetricsPlots::MarkerItems> &MetricsPlots::itemsOf(QCustomPlot *plo
 void MetricsPlots::drawMarker(int number)
 {
     const PlotMarker &marker = m_run.markers[number - 1];
-    QFont numberFont = smallFont(font(), 0.9);
-    numberFont.setBold(true);
+    const QFont numberFont = markerNumberFont(font());
     for (QCustomPlot *plot : {m_memory, m_speed}) {
         MarkerItems items;
         items.line = new QCPItemStraightLine(plot);
@@ -311,13 +318,27 @@ void MetricsPlots::drawMarker(int number)
     }
 }
 
+void MetricsPlots::fitLegend(QCustomPlot *plot)
+{
+    // As many entries a row as the width takes, so no name is cut off.
+    QCPLegend *legend = plot->legend;
+    const int available = plot->width() - 12;
+    for (int wrap = legend->itemCount(); wrap >= 1; --wrap) {
+        if (legend->wrap() != wrap) {
+            legend->setWrap(wrap);
+            legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+        }
+        if (legend->minimumOuterSizeHint().width() <= available)
+            break;
+    }
+}
+
 void MetricsPlots::layOutMarkerNumbers(QCustomPlot *plot)
 {
     const QVector<MarkerItems> &items = itemsOf(plot);
-    if (items.isEmpty())
-        return;
-    const QFontMetrics fm(items.first().number->font());
+    const QFontMetrics fm(markerNumberFont(font()));
     const int rowHeight = fm.height() + 1;
+    int rowsUsed = 0;
     double rowEnd[kNumberRows];
     std::fill(std::begin(rowEnd), std::end(rowEnd), -1e9);
     const QCPRange range = plot->xAxis->range();
@@ -336,8 +357,10 @@ void MetricsPlots::layOutMarkerNumbers(QCustomPlot *plot)
         if (row == kNumberRows) // crowded: the row whose last number ends first
             row = int(std::min_element(std::begin(rowEnd), std::end(rowEnd)) - std::begin(rowEnd));
         rowEnd[row] = x + half;
+        rowsUsed = std::max(rowsUsed, row + 1);
         items[i].number->setPadding(QMargins(3, 0, 3, 1 + row * rowHeight));
     }
+    plot->axisRect()->setMargins(QMargins(0, rowsUsed * rowHeight + kBandPadding, 0, 0));
 }
 
 void MetricsPlots::updateMarkerList()

@@ -90,6 +90,7 @@ private:
     void numberRun();
     void clearCurves();
     void drawMarker(int number);
+    void fitLegend(QCustomPlot *plot);
     void layOutMarkerNumbers(QCustomPlot *plot);
     void updateMarkerList();
     void rescale();
