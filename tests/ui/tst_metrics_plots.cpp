@@ -13,6 +13,7 @@
 #include "widgets/main_window.h"
 #include "widgets/metrics_plots.h"
 
+#include <QAction>
 #include <QFile>
 #include <QImage>
 #include <QJsonArray>
@@ -115,13 +116,19 @@ class TestWindow : public MainWindow {
 public:
     using MainWindow::MainWindow;
     QStringList errors;
+    QString saveDirectory;  // where the save dialog answers
+    QString suggestedName; // what it was offered
 
 protected:
     void showError(const QString &title, const QString &text) override { errors << title + QStringLiteral(": ") + text; }
     bool askConfirmation(const QString &, const QString &) override { return true; }
     QString chooseOpenFile(const QString &, const QString &) override { return {}; }
     QString chooseDirectory(const QString &) override { return {}; }
-    QString chooseSaveFile(const QString &, const QString &, const QString &) override { return {}; }
+    QString chooseSaveFile(const QString &, const QString &suggested, const QString &) override
+    {
+        suggestedName = suggested;
+        return saveDirectory.isEmpty() ? QString() : saveDirectory + QLatin1Char('/') + suggested;
+    }
 };
 
 } // namespace
@@ -503,6 +510,20 @@ void TestMetricsPlots::windowKeepsEachConversationsPlots()
     const std::optional<Conversation> saved = w->conversationStore()->load(first);
     QVERIFY(saved.has_value());
     QCOMPARE(saved->plotHistory().toCsv(), firstCsv);
+
+    // File > Export Plots as CSV: named after the run, holding it alone.
+    w->saveDirectory = m_dir.path();
+    QAction *exportCsv = nullptr;
+    for (QAction *a : w->findChildren<QAction *>())
+        if (a->text().contains(QStringLiteral("Plots as &CSV")))
+            exportCsv = a;
+    QVERIFY(exportCsv);
+    exportCsv->trigger();
+    QCOMPARE(w->suggestedName, QStringLiteral("longscope-stories260K-run%1.csv").arg(plots->history().run));
+    const QStringList lines = readLines(m_dir.filePath(w->suggestedName));
+    QCOMPARE(lines.size(), plots->stepCount() + 1);
+    for (int i = 1; i < lines.size(); ++i)
+        QCOMPARE(csvCells(lines[i]).mid(0, 2), (QStringList{QString::number(plots->history().run), QStringLiteral("stories260K")}));
 
     // Another model (the same file again: a new session) starts fresh curves.
     QSignalSpy ready(w.get(), &MainWindow::modelReady);
