@@ -494,19 +494,28 @@ void TestMetricsPlots::windowKeepsEachConversationsPlots()
     QCOMPARE(plots->stepCount(), 0);
     QCOMPARE(plots->markerCount(), 0);
     QCOMPARE(plots->plottedPointCount(), 0);
-    w->generationPanel()->maxNewTokensBox()->setValue(20);
-    sendAndWait(QStringLiteral("The cat sat"));
+    // The second conversation holds a book, streamed chunk by chunk.
+    QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+    QVERIFY(w->openBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    w->streamBook();
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
     const QString second = w->chatController()->conversation().id();
     QVERIFY(second != first);
     const QByteArray secondCsv = plots->history().toCsv();
+    QVERIFY(plots->stepCount() >= 8);
     QVERIFY(secondCsv != firstCsv);
+    w->clearConversation(); // saves the book's conversation
 
-    // Reopening shows each conversation's own plots, saved with it.
+    // Reopening shows each conversation's own plots, saved with it: never the book's in
+    // the first one.
     w->openConversation(first);
     QCOMPARE(plots->history().toCsv(), firstCsv);
     QTRY_VERIFY(plots->plottedPointCount() > 0);
     w->openConversation(second);
     QCOMPARE(plots->history().toCsv(), secondCsv);
+    w->openConversation(first);
+    QCOMPARE(plots->history().toCsv(), firstCsv);
     const std::optional<Conversation> saved = w->conversationStore()->load(first);
     QVERIFY(saved.has_value());
     QCOMPARE(saved->plotHistory().toCsv(), firstCsv);
