@@ -1,6 +1,9 @@
 // The Longscope desktop application: parses the command line, builds the main window and,
 // for automation, streams a book, sends a prompt, explores a book's perplexity by position
 // and renders the window to a PNG.
+#include "core/chat_model.h"
+#include "widgets/chat_panel.h"
+#include "widgets/chat_view.h"
 #include "widgets/explore_plot.h"
 #include "widgets/explore_settings_list.h"
 #include "widgets/explore_view.h"
@@ -15,6 +18,8 @@
 #include <QFileInfo>
 #include <QIcon>
 #include <QPixmap>
+#include <QRegularExpression>
+#include <QSize>
 #include <QTimer>
 
 #include <cstdio>
@@ -47,7 +52,14 @@ constexpr const char *kUsage =
     "  --screenshot FILE      After the first reply (or once the book is streamed, or\n"
     "                         the exploration is done), save the window as a PNG and\n"
     "                         quit. Without --prompt, --book or --explore it sends\n"
-    "                         \"Once upon a time\".\n";
+    "                         \"Once upon a time\". With --book and --prompt: after the\n"
+    "                         reply to the prompt sent once the book is in.\n"
+    "  --screenshot-at N      With --screenshot: save it while the reply is being\n"
+    "                         written, once it has N characters.\n"
+    "  --export-plots FILE    With --screenshot: also export the live plots (with\n"
+    "                         --explore: the perplexity plot) as PNG, as File > Export\n"
+    "                         does.\n"
+    "  --window-size WxH      The window's size (default 1600x1000 with --screenshot).\n";
 
 // --version and --help must work without a display, so they are answered before
 // QApplication (which needs a platform plugin) is constructed.
@@ -69,7 +81,8 @@ int answerWithoutDisplay(int argc, char **argv)
         if (std::strcmp(a, "--model") == 0 || std::strcmp(a, "--book") == 0 ||
             std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0 ||
             std::strcmp(a, "--explore") == 0 || std::strcmp(a, "--explore-ctx") == 0 ||
-            std::strcmp(a, "--explore-windows") == 0)
+            std::strcmp(a, "--explore-windows") == 0 || std::strcmp(a, "--screenshot-at") == 0 || std::strcmp(a, "--export-plots") == 0 ||
+            std::strcmp(a, "--window-size") == 0)
             ++i;
     }
     return -1;
@@ -118,8 +131,16 @@ int main(int argc, char **argv)
     const QCommandLineOption exploreWindowsOption(QStringLiteral("explore-windows"),
                                                   QStringLiteral("With --explore: windows scored per setting."),
                                                   QStringLiteral("N"));
+    const QCommandLineOption screenshotAtOption(QStringLiteral("screenshot-at"),
+                                                QStringLiteral("With --screenshot: save it during the reply, at N characters."),
+                                                QStringLiteral("N"));
+    const QCommandLineOption windowSizeOption(QStringLiteral("window-size"), QStringLiteral("The window's size."),
+                                              QStringLiteral("WxH"));
+    const QCommandLineOption exportPlotsOption(QStringLiteral("export-plots"),
+                                               QStringLiteral("With --screenshot: also export the plots as PNG."),
+                                               QStringLiteral("FILE"));
     parser.addOptions({modelOption, bookOption, promptOption, screenshotOption, exploreOption, exploreCtxOption,
-                       exploreWindowsOption});
+                       exploreWindowsOption, screenshotAtOption, windowSizeOption, exportPlotsOption});
     parser.process(app);
 
     const QString explore = parser.value(exploreOption);
@@ -142,7 +163,32 @@ int main(int argc, char **argv)
         }
     }
 
+    QSize windowSize(1600, 1000);
+    if (parser.isSet(windowSizeOption)) {
+        const QRegularExpressionMatch m =
+            QRegularExpression(QStringLiteral("^(\\d{3,5})x(\\d{3,5})$")).match(parser.value(windowSizeOption));
+        if (!m.hasMatch()) {
+            std::fprintf(stderr, "longscope: --window-size takes WIDTHxHEIGHT, e.g. 1366x768\n");
+            return 2;
+        }
+        windowSize = QSize(m.captured(1).toInt(), m.captured(2).toInt());
+    }
+    int screenshotAt = 0;
+    if (parser.isSet(screenshotAtOption)) {
+        bool ok = false;
+        screenshotAt = parser.value(screenshotAtOption).toInt(&ok);
+        if (!ok || screenshotAt < 1 || screenshotAt > 1000000 || !parser.isSet(screenshotOption)) {
+            std::fprintf(stderr, "longscope: --screenshot-at takes a whole number from 1 to 1000000 and goes with --screenshot\n");
+            return 2;
+        }
+    }
+
     const QString screenshot = parser.value(screenshotOption);
+    const QString exportPlots = parser.value(exportPlotsOption);
+    if (!exportPlots.isEmpty() && screenshot.isEmpty()) {
+        std::fprintf(stderr, "longscope: --export-plots goes with --screenshot\n");
+        return 2;
+    }
     const QString book = parser.value(bookOption);
     QString prompt = parser.value(promptOption);
     if (!screenshot.isEmpty() && prompt.isEmpty() && book.isEmpty() && explore.isEmpty())
@@ -155,22 +201,31 @@ int main(int argc, char **argv)
     options.interactive = screenshot.isEmpty(); // automation never blocks on a message box
 
     longscope::ui::MainWindow window(options);
-    if (!screenshot.isEmpty())
-        window.resize(1600, 1000);
+    if (!screenshot.isEmpty() || parser.isSet(windowSizeOption))
+        window.resize(windowSize);
     window.show();
 
     int exitCode = 0;
     bool shotTaken = false;
-    auto takeScreenshot = [&](int code) {
+    // `delayMs`: let the plots' queued replot and the chat's coalesced render land first (0:
+    // now, while a reply is still being written).
+    auto takeScreenshot = [&](int code, int delayMs = 400) {
         if (shotTaken)
             return;
         shotTaken = true;
         exitCode = code;
-        // Let the plots' queued replot and the chat's coalesced render land first.
-        QTimer::singleShot(400, &window, [&, code] {
+        QTimer::singleShot(delayMs, &window, [&, code] {
+            window.chatPanel()->chatView()->flush();
             window.metricsPlots()->replotNow();
             window.exploreView()->plot()->replotNow();
             const QPixmap pixmap = window.grab();
+            QString error;
+            if (!exportPlots.isEmpty() &&
+                !(explore.isEmpty() ? window.metricsPlots()->exportPng(exportPlots, &error)
+                                    : window.exploreView()->exportPng(exportPlots, &error))) {
+                std::fprintf(stderr, "longscope: %s\n", qPrintable(error));
+                exitCode = 1;
+            }
             if (!pixmap.save(screenshot, "PNG")) {
                 std::fprintf(stderr, "longscope: cannot write %s\n", qPrintable(screenshot));
                 exitCode = 1;
@@ -217,11 +272,36 @@ int main(int argc, char **argv)
         if (!explore.isEmpty())
             QObject::connect(window.exploreView(), &longscope::ui::ExploreView::explorationFinished, &window,
                              [&] { takeScreenshot(window.exploreView()->lastError().isEmpty() ? 0 : 1); });
-        else if (!book.isEmpty())
+        else if (!book.isEmpty() && prompt.isEmpty())
             QObject::connect(&window, &longscope::ui::MainWindow::bookStreamFinished, &window,
                              [&](bool stopped, int) { takeScreenshot(stopped ? 1 : 0); });
         else
             QObject::connect(&window, &longscope::ui::MainWindow::replyFinished, &window, [&] { takeScreenshot(0); });
+        if (!book.isEmpty() && !prompt.isEmpty())
+            QObject::connect(&window, &longscope::ui::MainWindow::bookStreamFinished, &window,
+                             [&](bool stopped, int) {
+                                 if (stopped) {
+                                     takeScreenshot(1);
+                                     return;
+                                 }
+                                 window.sendMessage(prompt);
+                                 // A question refused before it starts ends no reply: the
+                                 // window shows why.
+                                 QTimer::singleShot(3000, &window, [&] {
+                                     if (!window.isBusy())
+                                         takeScreenshot(0);
+                                 });
+                             });
+        if (screenshotAt > 0) {
+            // Mid-reply: as soon as the streamed reply is long enough, while it still runs.
+            longscope::ui::ChatModel *chat = window.chatController()->model();
+            QObject::connect(chat, &QAbstractItemModel::dataChanged, &window, [&, chat] {
+                const longscope::ui::Message last = chat->at(chat->count() - 1);
+                if (window.isBusy() && last.role == longscope::ui::Message::Role::Assistant &&
+                    last.text.size() >= screenshotAt)
+                    takeScreenshot(0, 0);
+            });
+        }
         QObject::connect(&window, &longscope::ui::MainWindow::modelLoadFailed, &window, [&] {
             // A failed --model falls back to the bundled model; only give up with nothing loaded.
             QTimer::singleShot(2000, &window, [&] {

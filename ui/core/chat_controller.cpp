@@ -152,6 +152,7 @@ void ChatController::save()
     if (!in.modelPath.isEmpty())
         m_conversation.setModelPath(in.modelPath);
     m_conversation.setSettingsSnapshot(snapshot(in.params, in.settings));
+    m_conversation.setPlotHistory(in.plots);
     m_conversation.touch();
     QString error;
     if (!m_store->save(m_conversation, &error)) {

@@ -35,6 +35,7 @@ public:
         longscope::Settings settings;
         QString modelPath;    // empty: no model loaded (the saved path is kept)
         int contextLimit = 0; // for the "context full" note
+        PlotHistory plots;    // what the live plots show, saved with the conversation
     };
     using InputsSource = std::function<Inputs()>;
 

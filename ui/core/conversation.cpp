@@ -183,6 +183,8 @@ QJsonObject Conversation::toJson() const
         messages.append(mo);
     }
     o[QStringLiteral("messages")] = messages;
+    if (!m_plots.isEmpty())
+        o[QStringLiteral("plots")] = m_plots.toJson();
     return o;
 }
 
@@ -268,6 +270,14 @@ std::optional<Conversation> Conversation::fromJson(const QJsonObject &json, QStr
             !parseDate(ts, &m.timestamp))
             return bad(QStringLiteral("message %1 has an invalid timestamp").arg(i + 1));
         c.m_messages.push_back(m);
+    }
+    const QJsonValue plots = json.value(QStringLiteral("plots"));
+    if (!plots.isUndefined() && !plots.isNull()) {
+        QString why;
+        std::optional<PlotHistory> h = plots.isObject() ? PlotHistory::fromJson(plots.toObject(), &why) : std::nullopt;
+        if (!h)
+            return bad(why.isEmpty() ? QStringLiteral("plots: not an object") : why);
+        c.m_plots = std::move(*h);
     }
     if (error)
         error->clear();

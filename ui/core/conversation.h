@@ -1,9 +1,10 @@
 // A chat conversation as the app keeps it: the turns, the system prompt, the model it was
-// held with and a snapshot of the settings; serialised to versioned JSON (what the store
+// held with, a snapshot of the settings and its plots; serialised to versioned JSON (what the store
 // writes) and exported as readable Markdown.
 #pragma once
 
 #include "core/engine_worker.h"
+#include "core/plot_history.h"
 
 #include <QDateTime>
 #include <QJsonObject>
@@ -68,6 +69,10 @@ public:
     QJsonObject settingsSnapshot() const { return m_settings; }
     void setSettingsSnapshot(const QJsonObject &s) { m_settings = s; }
 
+    // The live plots of the conversation's last run, shown again when it is reopened.
+    const PlotHistory &plotHistory() const { return m_plots; }
+    void setPlotHistory(const PlotHistory &plots) { m_plots = plots; }
+
     // The user/assistant turns for a ChatRequest (system notes left out).
     QVector<ChatTurn> chatTurns() const;
 
@@ -96,6 +101,7 @@ private:
     QVector<Message> m_messages;
     QString m_model_path;
     QJsonObject m_settings;
+    PlotHistory m_plots;
 };
 
 } // namespace longscope::ui

@@ -2,6 +2,7 @@
 
 #include "core/settings_json.h"
 
+#include <QFontMetrics>
 #include <QPainter>
 #include <QPixmap>
 #include <QSaveFile>
@@ -95,6 +96,7 @@ ExplorePlot::ExplorePlot(QWidget *parent) : QWidget(parent)
     m_plot->yAxis->setLabel(tr("perplexity"));
 
     auto *legendColumn = new QCPLayoutGrid;
+    m_legendColumn = legendColumn;
     m_plot->plotLayout()->addElement(2, 1, legendColumn);
     auto *legendTitle = new QCPTextElement(m_plot, tr("setting — perplexity"), smallFont);
     legendTitle->setTextColor(QColor(0x6b, 0x72, 0x7a));
@@ -117,7 +119,14 @@ ExplorePlot::ExplorePlot(QWidget *parent) : QWidget(parent)
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_plot);
+    // The subtitle wraps to the width the legend leaves it, on screen and in exports.
+    connect(m_plot, &QCustomPlot::beforeReplot, this, [this] { fitSubtitle(m_plot->width()); });
     rebuild();
+}
+
+QString ExplorePlot::subtitle() const
+{
+    return m_subtitle->text();
 }
 
 QColor ExplorePlot::colorFor(int index)
@@ -224,7 +233,7 @@ void ExplorePlot::rebuild()
         text->position->setTypeX(QCPItemPosition::ptPlotCoords);
         text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
         text->position->setCoords(position, 0.015 + 0.07 * m_trainedLines);
-        text->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+        text->setObjectName(QStringLiteral("trainedContextLabel"));
         text->setText(tr("trained context (%L1)").arg(position));
         text->setFont(labelFont);
         text->setColor(k_trained);
@@ -253,10 +262,11 @@ void ExplorePlot::rebuild()
         if (bucket > 0)
             about << tr("buckets of %L1 positions").arg(bucket);
         about << tr("%L1 tokens scored per run").arg(scored);
-        m_subtitle->setText(about.join(QStringLiteral("  ·  ")));
+        m_subtitleParts = about;
     } else {
-        m_subtitle->setText(tr("Choose a book and the settings to compare, then press Run"));
+        m_subtitleParts = QStringList{tr("Choose a book and the settings to compare, then press Run")};
     }
+    fitSubtitle(m_plot->width());
     rescale();
 }
 
@@ -281,6 +291,13 @@ void ExplorePlot::rescale()
         if (auto *text = qobject_cast<QCPItemText *>(m_plot->item(i)))
             right = std::max(right, text->position->key() * 1.1);
     m_plot->xAxis->setRange(0, right > 0 ? right : 2048);
+    // A trained-context label reads to the right of its line where the right has room, else
+    // to its left: never cut off by the axis rect's edge.
+    const double shown = m_plot->xAxis->range().upper;
+    for (int i = 0; i < m_plot->itemCount(); ++i)
+        if (auto *text = qobject_cast<QCPItemText *>(m_plot->item(i)))
+            text->setPositionAlignment((text->position->key() > 0.55 * shown ? Qt::AlignRight : Qt::AlignLeft) |
+                                       Qt::AlignTop);
 
     if (m_logScale) {
         if (!found) {
@@ -310,11 +327,37 @@ void ExplorePlot::replotNow()
     m_plot->replot(QCustomPlot::rpImmediateRefresh);
 }
 
-bool ExplorePlot::exportPng(const QString &path, QString *error, int width, int height)
+void ExplorePlot::fitSubtitle(int plotWidth)
+{
+    // What the legend column leaves of the width, less the subtitle's own margins.
+    const int available = std::max(160, plotWidth - m_legendColumn->minimumOuterSizeHint().width() - 24);
+    const QFontMetrics fm(m_subtitle->font());
+    const QString separator = QStringLiteral("  ·  ");
+    QStringList lines;
+    for (const QString &part : m_subtitleParts) {
+        if (!lines.isEmpty() && fm.horizontalAdvance(lines.last() + separator + part) <= available)
+            lines.last() += separator + part;
+        else
+            lines << part;
+    }
+    const QString text = lines.join(QLatin1Char('\n'));
+    if (text != m_subtitle->text())
+        m_subtitle->setText(text);
+}
+
+QImage ExplorePlot::renderImage(int width, int height)
 {
     const int w = width > 0 ? width : std::max(m_plot->width(), 960);
     const int h = height > 0 ? height : std::max(m_plot->height(), 540);
-    const QPixmap pixmap = m_plot->toPixmap(w, h);
+    fitSubtitle(w);
+    const QImage image = m_plot->toPixmap(w, h, kExportScale).toImage();
+    fitSubtitle(m_plot->width());
+    return image;
+}
+
+bool ExplorePlot::exportPng(const QString &path, QString *error, int width, int height)
+{
+    const QImage pixmap = renderImage(width, height);
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly) || !pixmap.save(&file, "PNG") || !file.commit()) {
         if (error)

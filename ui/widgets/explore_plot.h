@@ -9,10 +9,13 @@
 #include <QByteArray>
 #include <QColor>
 #include <QIcon>
+#include <QImage>
+#include <QStringList>
 #include <QVector>
 #include <QWidget>
 
 class QCustomPlot;
+class QCPLayoutGrid;
 class QCPTextElement;
 
 namespace longscope::ui {
@@ -40,11 +43,16 @@ public:
     QCustomPlot *plot() const { return m_plot; }
 
     void replotNow();
-    // The plot alone; width and height 0: its size on screen (at least 960 x 540).
+    // The plot alone at twice the size of `width` x `height`; 0: its size on screen (at least
+    // 960 x 540). The subtitle is wrapped to that width, so nothing is cut off.
+    QImage renderImage(int width = 0, int height = 0);
     bool exportPng(const QString &path, QString *error = nullptr, int width = 0, int height = 0);
     bool exportCsv(const QString &path, QString *error = nullptr) const;
     // "label,settings,bucket_begin,bucket_end,count,mean_nll,perplexity" and one row per
     // curve point of every run.
+    // The subtitle as drawn (lines wrapped to the width the legend leaves).
+    QString subtitle() const;
+    static constexpr double kExportScale = 2.0;
     static QByteArray csv(const QVector<PerplexityRunResult> &runs);
 
 signals:
@@ -53,9 +61,12 @@ signals:
 private:
     void rebuild();
     void rescale();
+    void fitSubtitle(int plotWidth);
 
     QCustomPlot *m_plot = nullptr;
     QCPTextElement *m_subtitle = nullptr;
+    QCPLayoutGrid *m_legendColumn = nullptr;
+    QStringList m_subtitleParts;
     QVector<PerplexityRunResult> m_runs;
     bool m_logScale = true;
     int m_trainedLines = 0;

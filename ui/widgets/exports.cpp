@@ -50,15 +50,23 @@ void Exports::addMenuActions(QMenu *file)
                     tr("JSON (*.json)"), [this](const QString &path) { return conversationJson(path); });
     });
     file->addAction(tr("Export Plots as &PNG…"), this, [this] {
-        askAndWrite(tr("Export Plots"), QStringLiteral("longscope-plots.png"), tr("PNG images (*.png)"),
+        askAndWrite(tr("Export Plots"), plotsFileName(QStringLiteral("png")), tr("PNG images (*.png)"),
                     [this](const QString &path) { return plotsPng(path); });
     });
     file->addAction(tr("Export Plots as &CSV…"), this, [this] {
-        askAndWrite(tr("Export Metrics"), QStringLiteral("longscope-metrics.csv"), tr("CSV files (*.csv)"),
+        askAndWrite(tr("Export Metrics"), plotsFileName(QStringLiteral("csv")), tr("CSV files (*.csv)"),
                     [this](const QString &path) { return plotsCsv(path); });
     });
     file->addAction(tr("Export E&xploration as PNG…"), m_explore, &ExploreView::exportPngRequested);
     file->addAction(tr("Export Exp&loration as CSV…"), m_explore, &ExploreView::exportCsvRequested);
+}
+
+QString Exports::plotsFileName(const QString &suffix) const
+{
+    const PlotHistory &run = m_plots->history();
+    if (run.run == 0)
+        return QStringLiteral("longscope-plots.") + suffix;
+    return QStringLiteral("longscope-%1-run%2.%3").arg(safeFileName(run.model)).arg(run.run).arg(suffix);
 }
 
 void Exports::askAndWrite(const QString &caption, const QString &suggestedName, const QString &filter,

@@ -1,5 +1,6 @@
 // Everything the window exports: the conversation (Markdown, JSON; the current one or a
-// saved one from the sidebar), the live plots (PNG, CSV) and the exploration (PNG, CSV).
+// saved one from the sidebar), the live plots (PNG, CSV: the run shown, named after its model
+// and number) and the exploration (PNG, CSV).
 // Each asks where to write through the window's dialogs, writes, and reports.
 #pragma once
 
@@ -56,6 +57,8 @@ private:
                      const std::function<bool(const QString &)> &write);
     bool reportFailure(bool ok, const QString &error);
     QString savedTitle(const QString &id) const;
+    // "longscope-stories260K-run3.png": the run the plots show.
+    QString plotsFileName(const QString &suffix) const;
 
     ChatController *m_chat;
     ConversationStore *m_store;

@@ -121,6 +121,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         if (m_models->isLoaded())
             in.modelPath = m_models->summary().path;
         in.contextLimit = contextLimit();
+        in.plots = m_plots->history();
         return in;
     });
     m_books = new BookController(this);
@@ -579,6 +580,7 @@ void MainWindow::newConversation()
 {
     m_chat->newConversation();
     m_stats.clearContext();
+    m_plots->resetForContext();
     m_sidebar->setCurrentId(QString());
     setWindowTitle(tr("Longscope"));
     updateActions();
@@ -636,6 +638,7 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
         m_loadDialog->deleteLater();
     }
     m_stats.reset();
+    m_plots->setModel(summary.name); // fresh curves for the new model
     m_appliedSettings = m_longContext->settings();
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
@@ -760,6 +763,7 @@ void MainWindow::openConversation(const QString &id)
     }
     m_chatPanel->setSystemPrompt(m_chat->conversation().systemPrompt());
     m_stats.clearContext();
+    m_plots->restoreHistory(m_chat->conversation().plotHistory()); // its own plots, not the last ones
     m_sidebar->setCurrentId(id);
     setWindowTitle(tr("%1 — Longscope").arg(m_chat->conversation().title()));
     updateActions();
