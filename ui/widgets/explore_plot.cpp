@@ -1,5 +1,6 @@
 #include "widgets/explore_plot.h"
 
+#include "core/explore_format.h"
 #include "core/settings_json.h"
 
 #include <QPainter>
@@ -27,16 +28,6 @@ const QColor k_trained(0x55, 0x5b, 0x63);
 const QColor k_beyond(0xf3, 0xf1, 0xee);
 const QColor k_grid(0xe3, 0xe5, 0xe8);
 const QColor k_axis(0x9a, 0xa0, 0xa6);
-
-QByteArray csvField(const QString &s)
-{
-    QByteArray b = s.toUtf8();
-    if (b.contains(',') || b.contains('"') || b.contains('\n') || b.contains('\r')) {
-        b.replace("\"", "\"\"");
-        b = '"' + b + '"';
-    }
-    return b;
-}
 
 // Tick labels for a log axis over [lo, hi]: 1-2-5 per decade, or every integer mantissa
 // when the range spans less than a decade.
