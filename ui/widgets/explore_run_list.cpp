@@ -57,8 +57,7 @@ QListWidgetItem *ExploreRunList::makeItem(const NeedleRunResult &run, bool check
         title += tr(" (cancelled)");
     const QString when = run.created.toLocalTime().toString(QStringLiteral("d MMM HH:mm"));
     const QString task = run.task == longscope::NeedleTask::Book ? tr("fact in a book") : tr("passkey");
-    it->setText(tr("%1  ·  mean P %L2
-%3 · %4 × %5 cells · %6")
+    it->setText(tr("%1  ·  mean P %L2\n%3 · %4 × %5 cells · %6")
                     .arg(title)
                     .arg(run.meanProbability(), 0, 'f', 2)
                     .arg(task)
@@ -68,10 +67,7 @@ QListWidgetItem *ExploreRunList::makeItem(const NeedleRunResult &run, bool check
     QStringList lengths;
     for (int l : run.lengths)
         lengths << QString::number(l);
-    it->setToolTip(tr("%1
-%2
-%3, model %4
-lengths %5 · %L6 trial(s) per cell · %L7 of %L8 cells retrieved")
+    it->setToolTip(tr("%1\n%2\n%3, model %4\nlengths %5 · %L6 trial(s) per cell · %L7 of %L8 cells retrieved")
                        .arg(run.label, describeSettings(run.settings),
                             run.task == longscope::NeedleTask::Book ? tr("fact in “%1”").arg(run.book_title) : task,
                             run.model_name, lengths.join(QStringLiteral(", ")))
