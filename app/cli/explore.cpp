@@ -141,6 +141,9 @@ int cmd_passkey(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--trials"}},
                                 {{"--seed"}},
                                 {{"--book"}},
+                                {{"--needle"}},
+                                {{"--question"}},
+                                {{"--answer"}},
                                 {{"--batch"}},
                                 {{"-t", "--threads"}},
                                 {{"--csv"}, false},
@@ -167,6 +170,12 @@ int cmd_passkey(const std::vector<std::string> &argv, const char *argv0)
     if (auto book = a.value("--book")) {
         o.task = NeedleTask::Book;
         o.book = model->tokenizer().encode(read_file(*book), false);
+    }
+    const auto needle = a.value("--needle"), question = a.value("--question"), answer = a.value("--answer");
+    if (needle || question || answer) {
+        if (!needle || !question || !answer || answer->empty())
+            throw UsageError("--needle, --question and --answer go together (the answer not empty)");
+        o.text = NeedleText{*needle, *question, *answer};
     }
     const int n_ctx_train = model->hparams().n_ctx_train;
     o.progress = [](int64_t done, int64_t total) {

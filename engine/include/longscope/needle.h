@@ -30,6 +30,13 @@ std::optional<NeedleTask> parse_needle_task(std::string_view s);
 // The most cells (lengths x depths) one grid may have.
 inline constexpr int k_max_needle_cells = 4096;
 
+// The text of one needle: the sentence hidden, the question at the end, the answer expected.
+struct NeedleText {
+    std::string needle;
+    std::string question;
+    std::string answer; // what follows the question: " 48271", " Juniper"
+};
+
 struct NeedleOptions {
     NeedleTask task = NeedleTask::Passkey;
     // Prompt lengths in tokens: BOS, haystack, needle, question and the answer together.
@@ -39,9 +46,13 @@ struct NeedleOptions {
     // within 64 tokens).
     std::vector<double> depths;
     int trials = 1;      // needles per cell, each with its own answer
-    uint64_t seed = 1;   // the answers are a function of the seed, length, depth and trial
+    uint64_t seed = 1;   // the needle of trial t is a function of the seed and t: every cell of
+                         // one trial hides the same needle
     // NeedleTask::Book: the book's tokens (no BOS); the haystack is its first tokens.
     std::vector<int32_t> book;
+    // A needle of one's own instead of the task's (the same in every trial); its answer must
+    // not be empty.
+    std::optional<NeedleText> text;
     int batch = 256;     // prompt tokens per evaluation step
     int n_threads = 0;
     Settings settings;   // context_limit is set to the longest length
@@ -49,13 +60,6 @@ struct NeedleOptions {
     // result then holds the trials finished).
     std::function<bool(int64_t done, int64_t total)> progress;
     MetricsCallback metrics;
-};
-
-// The text of one needle: the sentence hidden, the question at the end, the answer expected.
-struct NeedleText {
-    std::string needle;
-    std::string question;
-    std::string answer; // what follows the question: " 48271", " Juniper"
 };
 
 // The needle for `key` (any number: the passkey is 10000 + key % 90000; the book's fact names

@@ -55,10 +55,11 @@ struct NeedleParts {
     int fixed() const { return int(head.size() + needle.size() + question.size() + answer.size()); }
 };
 
-NeedleParts needle_parts(const Tokenizer &tok, NeedleTask task, uint64_t key)
+NeedleParts needle_parts(const Tokenizer &tok, const NeedleOptions &o, int trial)
 {
+    const NeedleTask task = o.task;
     NeedleParts p;
-    p.text = needle_text(task, key);
+    p.text = o.text ? *o.text : needle_text(task, trial_key(o.seed, trial));
     if (tok.add_bos_default() && tok.bos_id() >= 0)
         p.head.push_back(tok.bos_id());
     if (task == NeedleTask::Passkey) {
@@ -125,7 +126,7 @@ NeedlePrompt build_needle_prompt(const Tokenizer &tok, const NeedleOptions &o, i
 {
     if (!(depth >= 0.0 && depth <= 1.0))
         throw InvalidArgument(outside(depth));
-    const NeedleParts p = needle_parts(tok, o.task, trial_key(o.seed, trial));
+    const NeedleParts p = needle_parts(tok, o, trial);
     const int hay = length - p.fixed();
     if (hay < 1)
         throw InvalidArgument(too_short(length, p.fixed()));
@@ -207,7 +208,7 @@ void validate_needle_options(const Model &model, const NeedleOptions &o)
                               std::to_string(*shortest < 1 ? *shortest : *longest));
     const Tokenizer &tok = model.tokenizer();
     for (int t = 0; t < o.trials; ++t) {
-        const NeedleParts p = needle_parts(tok, o.task, trial_key(o.seed, t));
+        const NeedleParts p = needle_parts(tok, o, t);
         if (*shortest - p.fixed() < 1)
             throw InvalidArgument(too_short(*shortest, p.fixed()));
         if (o.task == NeedleTask::Book && int(o.book.size()) < *longest - p.fixed())
