@@ -108,7 +108,7 @@ void TestNeedle::cellsMatchThePerplexityPath()
         QCOMPARE(int(p.prompt.size() + p.answer.size()), c.length);
         QCOMPARE(c.answer_tokens, double(p.answer.size()));
         const double expected = perplexityLogProb(*m_model, p);
-        QVERIFY2(std::abs(c.log_prob - expected) < 1e-3 * std::max(1.0, std::abs(expected)),
+        QVERIFY2(std::abs(c.log_prob - expected) < 1e-5 * std::max(1.0, std::abs(expected)),
                  qPrintable(QStringLiteral("cell %1: %2 vs perplexity %3").arg(i).arg(c.log_prob).arg(expected)));
         QVERIFY(c.probability >= 0 && c.probability <= 1);
         QVERIFY(std::abs(c.probability - std::exp(expected)) <= 1e-3 * std::exp(expected) + 1e-300);
