@@ -742,6 +742,21 @@ void TestExplore::viewRunsNeedleGridsAsHeatmaps()
     for (const NeedleRunResult &run : runs)
         for (const NeedleGridCell &c : run.cells)
             QVERIFY(colours.contains(ExploreHeatmaps::colorFor(c.probability).rgb() & 0xffffff));
+    // On the log scale: the colours of log10 p from -30 to 0.
+    view->needleLogScaleBox()->setChecked(true);
+    QVERIFY(maps->isLogScale());
+    const QString logPng = m_dir.filePath(QStringLiteral("needle-log.png"));
+    QVERIFY(view->exportPng(logPng));
+    const QImage logImage(logPng);
+    QSet<QRgb> logColours;
+    for (int y = 0; y < logImage.height(); ++y)
+        for (int x = 0; x < logImage.width(); ++x)
+            logColours.insert(logImage.pixel(x, y) & 0xffffff);
+    for (const NeedleRunResult &run : runs)
+        for (const NeedleGridCell &c : run.cells) {
+            const double at = c.probability > 0 ? (std::log10(c.probability) + 30) / 30 : 0;
+            QVERIFY(logColours.contains(ExploreHeatmaps::colorFor(std::clamp(at, 0.0, 1.0)).rgb() & 0xffffff));
+        }
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QList<QByteArray> lines = f.readAll().trimmed().split('\n');

@@ -32,6 +32,12 @@ QString lengthText(int length)
     return length >= 1024 && length % 1024 == 0 ? QStringLiteral("%1k").arg(length / 1024) : QString::number(length);
 }
 
+// "0.42"; below 0.01 in powers of ten ("3e-22"), so a weak model's cells still read apart.
+QString probabilityText(double p)
+{
+    return p >= 0.01 || p == 0 ? QString::number(p, 'f', 2) : QString::number(p, 'e', 0);
+}
+
 // Whether the colour is light enough for dark text and marks on it.
 bool isLight(const QColor &c) { return 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue() > 150; }
 
@@ -60,6 +66,21 @@ QColor ExploreHeatmaps::colorFor(double p)
     return QColor(int(std::lround(a.red() + t * (b.red() - a.red()))),
                   int(std::lround(a.green() + t * (b.green() - a.green()))),
                   int(std::lround(a.blue() + t * (b.blue() - a.blue()))));
+}
+
+double ExploreHeatmaps::scalePosition(double probability) const
+{
+    if (!m_logScale)
+        return probability;
+    if (!(probability > 0))
+        return 0;
+    return std::clamp((std::log10(probability) - kLogFloor) / -kLogFloor, 0.0, 1.0);
+}
+
+void ExploreHeatmaps::setLogScale(bool on)
+{
+    m_logScale = on;
+    update();
 }
 
 int ExploreHeatmaps::retrievedMarkCount() const
@@ -149,7 +170,7 @@ void ExploreHeatmaps::paintRun(QPainter &p, const NeedleRunResult &run, const QR
                 p.fillRect(r, QBrush(k_missing, Qt::BDiagPattern));
                 continue;
             }
-            const QColor fill = colorFor(c->probability);
+            const QColor fill = colorFor(scalePosition(c->probability));
             p.fillRect(r, fill);
             const QColor ink = isLight(fill) ? QColor(0x20, 0x20, 0x20) : QColor(0xff, 0xff, 0xff);
             const double radius = std::min(cw, ch) * 0.16;
@@ -162,7 +183,7 @@ void ExploreHeatmaps::paintRun(QPainter &p, const NeedleRunResult &run, const QR
             }
             if (showNumbers) {
                 p.setPen(ink);
-                p.drawText(r, Qt::AlignCenter, QString::number(c->probability, 'f', 2));
+                p.drawText(r, Qt::AlignCenter, probabilityText(c->probability));
             }
         }
     p.setPen(QPen(QColor(0xff, 0xff, 0xff), 1));
@@ -205,12 +226,13 @@ void ExploreHeatmaps::paintScale(QPainter &p, const QRect &rect) const
     }
     p.setPen(k_text);
     p.drawText(QRect(rect.left(), bar.top() - 2, kAxisLeft - 6, 16), Qt::AlignRight | Qt::AlignVCenter,
-               QStringLiteral("0"));
+               m_logScale ? QStringLiteral("1e%1").arg(kLogFloor) : QStringLiteral("0"));
     p.drawText(QRect(bar.right() + 6, bar.top() - 2, 20, 16), Qt::AlignLeft | Qt::AlignVCenter, QStringLiteral("1"));
     p.setPen(k_hint);
-    p.drawText(QRect(bar.left(), bar.bottom() + 2, bar.width(), 16), Qt::AlignLeft | Qt::AlignTop,
-               tr("P(answer): its tokens' probabilities multiplied (teacher-forced)"));
-    const int keyLeft = bar.right() + 40;
+    const int keyLeft = std::max(bar.right() + 40, rect.left() + rect.width() / 2 + 40);
+    p.drawText(QRect(bar.left(), bar.bottom() + 2, keyLeft - bar.left() - 8, 16), Qt::AlignLeft | Qt::AlignTop,
+               m_logScale ? tr("P(answer), log scale: its tokens' probabilities multiplied (teacher-forced)")
+                          : tr("P(answer): its tokens' probabilities multiplied (teacher-forced)"));
     p.setPen(QPen(k_text, 1.5));
     p.setBrush(k_text);
     p.drawEllipse(QPointF(keyLeft + 5, bar.center().y()), 4, 4);

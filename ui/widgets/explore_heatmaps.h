@@ -1,6 +1,6 @@
 // Needle-in-a-haystack grids side by side, one heatmap per run: prompt length across, needle
 // depth down (0 at the top), each cell coloured by the probability of the answer (one colour
-// scale for all, 0 to 1, shown as a bar), a dot where greedy decoding retrieved the needle in
+// scale for all, 0 to 1 or logarithmic from 1e-30, shown as a bar), a dot where greedy decoding retrieved the needle in
 // every trial (a ring where in some), the cells a cancelled run did not reach hatched, and a
 // dashed line where the lengths pass the model's trained context. Exports PNG and CSV.
 #pragma once
@@ -24,8 +24,14 @@ public:
     void setRuns(const QVector<NeedleRunResult> &runs);
     const QVector<NeedleRunResult> &runs() const { return m_runs; }
 
-    // The colour of a probability in [0, 1] (a perceptually ordered scale, dark to light).
-    static QColor colorFor(double probability);
+    // The colour of a position in [0, 1] on the scale (perceptually ordered, dark to light).
+    static QColor colorFor(double position);
+    // Where a probability sits on the scale: itself, or on the log scale log10(p) from
+    // kLogFloor (0) to 0 (1), so a weak model's tiny probabilities still read apart.
+    static constexpr double kLogFloor = -30;
+    double scalePosition(double probability) const;
+    void setLogScale(bool on);
+    bool isLogScale() const { return m_logScale; }
     // Heatmaps drawn, and cells marked as retrieved (every trial) over all of them.
     int heatmapCount() const { return int(m_runs.size()); }
     int retrievedMarkCount() const;
@@ -48,6 +54,7 @@ private:
     void paintScale(QPainter &painter, const QRect &rect) const;
 
     QVector<NeedleRunResult> m_runs;
+    bool m_logScale = false;
 };
 
 } // namespace longscope::ui

@@ -268,9 +268,13 @@ QWidget *ExploreView::createResults()
 QWidget *ExploreView::createNeedlePage()
 {
     auto *area = new QWidget(this);
+    m_needleLog = new QCheckBox(tr("Log scale"), area);
+    m_needleLog->setToolTip(tr("Colour by log10 of the probability, from 1e-30 to 1 (a weak model's cells read apart)"));
     m_needlePng = new QPushButton(tr("Export PNG…"), area);
     m_needleCsv = new QPushButton(tr("Export CSV…"), area);
     auto *toolbar = new QHBoxLayout;
+    toolbar->addWidget(m_needleLog);
+    toolbar->addSpacing(12);
     toolbar->addWidget(hintLabel(tr("Colour: the probability of the answer · dot: greedy decoding retrieves it · "
                                     "dashed: the trained context"),
                                  area),
@@ -283,6 +287,7 @@ QWidget *ExploreView::createNeedlePage()
     v->setSpacing(6);
     v->addLayout(toolbar);
     v->addWidget(m_heatmaps, 1);
+    connect(m_needleLog, &QCheckBox::toggled, m_heatmaps, &ExploreHeatmaps::setLogScale);
     connect(m_needlePng, &QPushButton::clicked, this, &ExploreView::exportPngRequested);
     connect(m_needleCsv, &QPushButton::clicked, this, &ExploreView::exportCsvRequested);
     return area;

@@ -98,6 +98,7 @@ public:
     ExploreNeedleControls *needleControls() const { return m_needle; }
     ExploreHeatmaps *heatmaps() const { return m_heatmaps; }
     ExploreRunList *needleRunList() const { return m_needleList; }
+    QCheckBox *needleLogScaleBox() const { return m_needleLog; }
     // The preset groups' menu entries load a group into the compare list.
     void loadPresetGroup(const QString &name);
 
@@ -192,6 +193,7 @@ private:
     QStackedWidget *m_runLists = nullptr;
     ExploreHeatmaps *m_heatmaps = nullptr;
     ExploreRunList *m_needleList = nullptr;
+    QCheckBox *m_needleLog = nullptr;
     QPushButton *m_needlePng = nullptr;
     QPushButton *m_needleCsv = nullptr;
     QLabel *m_bookTitle = nullptr;
