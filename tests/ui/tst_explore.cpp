@@ -811,6 +811,14 @@ void TestExplore::needleGridsRoundTripAndReopen()
     QCOMPARE(back->cells.size(), 6);
     QCOMPARE(back->cell(1, 1)->probability, run.cell(1, 1)->probability);
     QCOMPARE(back->retrievedCells(), 3);
+    // The fuzz harness's seed is a grid (its last cell not reached).
+    QFile seed(QStringLiteral(LONGSCOPE_TEST_DATA "/../fuzz/corpus/needle_run/grid.json"));
+    QVERIFY(seed.open(QIODevice::ReadOnly));
+    QString seedError;
+    const std::optional<NeedleRunResult> seeded = NeedleRunResult::fromJsonBytes(seed.readAll(), &seedError);
+    QVERIFY2(seeded, qPrintable(seedError));
+    QCOMPARE(seeded->cells.size(), 4);
+    QCOMPARE(seeded->cell(1, 1)->trials, 0);
     // Not a perplexity run, and the other way round.
     QVERIFY(!PerplexityRunResult::fromJsonBytes(run.toJsonBytes()));
     QVERIFY(!NeedleRunResult::fromJsonBytes(sampleRun(QStringLiteral("α 1"), 4, run.created).toJsonBytes()));

@@ -32,12 +32,6 @@ QString lengthText(int length)
     return length >= 1024 && length % 1024 == 0 ? QStringLiteral("%1k").arg(length / 1024) : QString::number(length);
 }
 
-// "0.42"; below 0.01 in powers of ten ("3e-22"), so a weak model's cells still read apart.
-QString probabilityText(double p)
-{
-    return p >= 0.01 || p == 0 ? QString::number(p, 'f', 2) : QString::number(p, 'e', 0);
-}
-
 // Whether the colour is light enough for dark text and marks on it.
 bool isLight(const QColor &c) { return 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue() > 150; }
 
@@ -66,6 +60,11 @@ QColor ExploreHeatmaps::colorFor(double p)
     return QColor(int(std::lround(a.red() + t * (b.red() - a.red()))),
                   int(std::lround(a.green() + t * (b.green() - a.green()))),
                   int(std::lround(a.blue() + t * (b.blue() - a.blue()))));
+}
+
+QString ExploreHeatmaps::probabilityText(double p)
+{
+    return p >= 0.01 || p == 0 ? QString::number(p, 'f', 2) : QString::number(p, 'e', 0);
 }
 
 double ExploreHeatmaps::scalePosition(double probability) const
@@ -148,7 +147,7 @@ void ExploreHeatmaps::paintRun(QPainter &p, const NeedleRunResult &run, const QR
                                                    .arg(task)
                                                    .arg(run.retrievedCells())
                                                    .arg(run.cells.size())
-                                                   .arg(run.meanProbability(), 0, 'f', 2),
+                                                   .arg(probabilityText(run.meanProbability())),
                                                Qt::ElideRight, titleRect.width()));
 
     const int nx = int(run.lengths.size());

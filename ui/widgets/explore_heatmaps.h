@@ -29,6 +29,8 @@ public:
     // Where a probability sits on the scale: itself, or on the log scale log10(p) from
     // kLogFloor (0) to 0 (1), so a weak model's tiny probabilities still read apart.
     static constexpr double kLogFloor = -30;
+    // "0.42"; below 0.01 in powers of ten ("3e-22").
+    static QString probabilityText(double probability);
     double scalePosition(double probability) const;
     void setLogScale(bool on);
     bool isLogScale() const { return m_logScale; }

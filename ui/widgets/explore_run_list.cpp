@@ -1,6 +1,7 @@
 #include "widgets/explore_run_list.h"
 
 #include "core/settings_json.h"
+#include "widgets/explore_heatmaps.h"
 #include "widgets/explore_plot.h"
 
 namespace longscope::ui {
@@ -57,9 +58,9 @@ QListWidgetItem *ExploreRunList::makeItem(const NeedleRunResult &run, bool check
         title += tr(" (cancelled)");
     const QString when = run.created.toLocalTime().toString(QStringLiteral("d MMM HH:mm"));
     const QString task = run.task == longscope::NeedleTask::Book ? tr("fact in a book") : tr("passkey");
-    it->setText(tr("%1  ·  mean P %L2\n%3 · %4 × %5 cells · %6")
+    it->setText(tr("%1  ·  mean P %2\n%3 · %4 × %5 cells · %6")
                     .arg(title)
-                    .arg(run.meanProbability(), 0, 'f', 2)
+                    .arg(ExploreHeatmaps::probabilityText(run.meanProbability()))
                     .arg(task)
                     .arg(run.lengths.size())
                     .arg(run.depths.size())
