@@ -4,7 +4,7 @@
 
 namespace longscope::ui {
 
-QByteArray csvField(const QString &s)
+QByteArray exploreCsvField(const QString &s)
 {
     QByteArray b = s.toUtf8();
     if (b.contains(',') || b.contains('"') || b.contains('\n') || b.contains('\r')) {

@@ -9,7 +9,7 @@
 namespace longscope::ui {
 
 // One CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180), UTF-8.
-QByteArray csvField(const QString &s);
+QByteArray exploreCsvField(const QString &s);
 
 // A JSON number that is a whole number in [lo, hi].
 bool jsonWholeNumber(const QJsonValue &v, double lo, double hi, qint64 &out);

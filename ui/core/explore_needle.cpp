@@ -233,8 +233,8 @@ QByteArray needleCsv(const QVector<NeedleRunResult> &runs)
                      "mean_token_log_prob,retrieved,beyond_trained\n";
     const auto num = [](double v) { return QByteArray::number(v, 'g', 10); };
     for (const NeedleRunResult &run : runs) {
-        const QByteArray head = csvField(run.label) + ',' + csvField(describeSettings(run.settings)) + ',' +
-                                csvField(qs(to_string(run.task)));
+        const QByteArray head = exploreCsvField(run.label) + ',' + exploreCsvField(describeSettings(run.settings)) + ',' +
+                                exploreCsvField(qs(to_string(run.task)));
         for (const NeedleGridCell &c : run.cells)
             out += head + ',' + QByteArray::number(c.length) + ',' + num(c.depth) + ',' + num(c.actual_depth) + ',' +
                    QByteArray::number(c.trials) + ',' + num(c.answer_tokens) + ',' + num(c.log_prob) + ',' +

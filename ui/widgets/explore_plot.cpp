@@ -319,8 +319,8 @@ QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs)
 {
     QByteArray out = "label,settings,bucket_begin,bucket_end,count,mean_nll,perplexity\n";
     for (const PerplexityRunResult &run : runs) {
-        const QByteArray label = csvField(run.label);
-        const QByteArray settings = csvField(describeSettings(run.settings));
+        const QByteArray label = exploreCsvField(run.label);
+        const QByteArray settings = exploreCsvField(describeSettings(run.settings));
         for (const PerplexityPoint &p : run.curve) {
             out += label + ',' + settings + ',' + QByteArray::number(p.begin) + ',' + QByteArray::number(p.end) + ',' +
                    QByteArray::number(p.count) + ',' + QByteArray::number(p.mean_nll, 'g', 10) + ',' +
