@@ -111,6 +111,7 @@ FILES = {
     "engine/include/longscope/metrics.h": "runtime",
     "engine/include/longscope/sampler.h": "runtime",
     "engine/include/longscope/perplexity.h": "runtime",
+    "engine/include/longscope/needle.h": "runtime",
     # What each backend is and why it can or cannot be used; the CPU's kernels and bandwidth.
     # Declared at the backend level, which cpu/ and cuda_host/ fill in; the runtime probes.
     "engine/include/longscope/backend.h": "backend",

@@ -1,10 +1,12 @@
-// longscope-cli perplexity and passkey: where a setting stops understanding long text.
+// longscope-cli perplexity and passkey: where a setting stops understanding long text, and
+// whether it still finds a needle hidden in it.
 #include "args.h"
 #include "commands.h"
 #include "model_path.h"
 
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/needle.h"
 #include "longscope/perplexity.h"
 
 #include <cmath>
@@ -12,7 +14,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 namespace longscope::cli {
@@ -37,7 +38,8 @@ std::vector<double> double_list(const std::string &s, const std::string &name, d
         char *end = nullptr;
         double v = std::strtod(item.c_str(), &end);
         if (item.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
-            throw UsageError(name + " takes numbers between " + std::to_string(lo) + " and " + std::to_string(hi) +
+            throw UsageError(name + " takes numbers" +
+                             (std::isfinite(lo) ? " from " + std::to_string(int64_t(lo)) + " to " + std::to_string(int64_t(hi)) : "") +
                              " separated by commas, got '" + item + "'");
         out.push_back(v);
     }
@@ -138,71 +140,92 @@ int cmd_passkey(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--depths"}},
                                 {{"--trials"}},
                                 {{"--seed"}},
+                                {{"--book"}},
+                                {{"--needle"}},
+                                {{"--question"}},
+                                {{"--answer"}},
+                                {{"--batch"}},
                                 {{"-t", "--threads"}},
+                                {{"--csv"}, false},
                                 {{"--json"}, false}}));
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
-    const Settings settings = settings_from_args(a);
-    auto model = load(a, argv0, settings);
-    const int ctx = a.get_int("--ctx", 64, 1 << 24).value_or(std::min(model->hparams().n_ctx_train, k_default_ctx_cap));
-    std::vector<int> lengths;
-    for (double v : double_list(a.value("--lengths").value_or(std::to_string(ctx)), "--lengths", 64, ctx))
-        lengths.push_back(int(v));
-    const std::vector<double> depths = double_list(a.value("--depths").value_or("0,0.25,0.5,0.75,1"), "--depths", 0, 1);
-    const int trials = a.get_int("--trials", 1, 1000).value_or(5);
-    std::mt19937_64 rng(a.get_u64("--seed").value_or(1));
-    SessionOptions so;
-    so.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
-    so.settings = settings;
-    so.settings.context_limit = ctx;
-    Session session(*model, so);
-    const Tokenizer &tok = model->tokenizer();
+    if (a.flag("--csv") && a.flag("--json"))
+        throw UsageError("--csv and --json are exclusive");
+    NeedleOptions o;
+    o.settings = settings_from_args(a);
+    auto model = load(a, argv0, o.settings);
+    const int ctx = a.get_int("--ctx", 2, 1 << 24).value_or(std::min(model->hparams().n_ctx_train, k_default_ctx_cap));
+    for (double v : double_list(a.value("--lengths").value_or(std::to_string(ctx)), "--lengths", 1, 1 << 24)) {
+        if (v != std::floor(v))
+            throw UsageError("--lengths takes whole numbers of tokens, got '" + (std::ostringstream() << v).str() + "'");
+        o.lengths.push_back(int(v));
+    }
+    // Depths are checked by the engine, which names the one outside 0..1.
+    o.depths = double_list(a.value("--depths").value_or("0,0.25,0.5,0.75,1"), "--depths", -HUGE_VAL, HUGE_VAL);
+    o.trials = a.get_int("--trials", 1, 1000).value_or(1);
+    o.seed = a.get_u64("--seed").value_or(1);
+    o.batch = a.get_int("--batch", 1, 1 << 20).value_or(256);
+    o.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
+    if (auto book = a.value("--book")) {
+        o.task = NeedleTask::Book;
+        o.book = model->tokenizer().encode(read_file(*book), false);
+    }
+    const auto needle = a.value("--needle"), question = a.value("--question"), answer = a.value("--answer");
+    if (needle || question || answer) {
+        if (!needle || !question || !answer || answer->empty())
+            throw UsageError("--needle, --question and --answer go together (the answer not empty)");
+        o.text = NeedleText{*needle, *question, *answer};
+    }
+    const int n_ctx_train = model->hparams().n_ctx_train;
+    o.progress = [](int64_t done, int64_t total) {
+        std::fprintf(stderr, "\r[longscope] evaluated %lld of %lld tokens", (long long)done, (long long)total);
+        return true;
+    };
+    const NeedleResult r = needle_grid(*model, o);
+    std::fprintf(stderr, "\n");
 
-    // llama.cpp's passkey layout: an instruction, filler, the key at a depth, more filler,
-    // then the question; the answer is read greedily.
-    const std::string intro = "There is an important info hidden inside a lot of irrelevant text. Find it and "
-                              "memorize it. I will quiz you about the important information there.\n";
-    const std::string filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
-    const std::string question = "What is the pass key? The pass key is";
-    const auto filler_ids = tok.encode(filler, false);
-
-    nlohmann::json rows = nlohmann::json::array();
-    std::printf("| length | depth | correct | accuracy |\n|---|---|---|---|\n");
-    for (int len : lengths)
-        for (double depth : depths) {
-            int correct = 0;
-            for (int t = 0; t < trials; ++t) {
-                const int key = int(rng() % 90000) + 10000;
-                const std::string key_text = "The pass key is " + std::to_string(key) + ". Remember it. " +
-                                             std::to_string(key) + " is the pass key.\n";
-                const auto head = tok.encode(intro, tok.add_bos_default());
-                const auto key_ids = tok.encode(key_text, false);
-                const auto q_ids = tok.encode(question, false);
-                const int room = len - int(head.size() + key_ids.size() + q_ids.size()) - 8;
-                const int n_fill = std::max(0, room / int(std::max<size_t>(1, filler_ids.size())));
-                const int before = int(std::lround(depth * n_fill));
-                std::vector<int32_t> prompt = head;
-                for (int i = 0; i < n_fill; ++i) {
-                    if (i == before)
-                        prompt.insert(prompt.end(), key_ids.begin(), key_ids.end());
-                    prompt.insert(prompt.end(), filler_ids.begin(), filler_ids.end());
-                }
-                if (before >= n_fill)
-                    prompt.insert(prompt.end(), key_ids.begin(), key_ids.end());
-                prompt.insert(prompt.end(), q_ids.begin(), q_ids.end());
-                GenerateRequest req;
-                req.prompt = prompt;
-                req.max_new_tokens = 8;
-                req.sampling.temperature = 0;
-                GenerateResult res = generate(session, req);
-                if (res.text.find(std::to_string(key)) != std::string::npos)
-                    ++correct;
-            }
-            std::printf("| %d | %.2f | %d/%d | %.0f%% |\n", len, depth, correct, trials, 100.0 * correct / trials);
-            rows.push_back({{"length", len}, {"depth", depth}, {"correct", correct}, {"trials", trials}});
+    const char *task = to_string(o.task).data();
+    if (a.flag("--csv")) {
+        std::printf("task,length,depth,actual_depth,trials,answer_tokens,log_prob,probability,mean_token_log_prob,"
+                    "retrieved,beyond_trained\n");
+        for (const NeedleCell &c : r.cells)
+            std::printf("%s,%d,%g,%.6f,%d,%g,%.6f,%.6g,%.6f,%d,%d\n", task, c.length, c.depth, c.actual_depth, c.trials,
+                        c.answer_tokens, c.log_prob, c.probability, c.mean_token_log_prob, c.retrieved,
+                        c.length > n_ctx_train ? 1 : 0);
+        return 0;
+    }
+    if (a.flag("--json")) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const NeedleCell &c : r.cells)
+            rows.push_back({{"task", task}, {"length", c.length}, {"depth", c.depth},
+                            {"actual_depth", c.actual_depth}, {"trials", c.trials},
+                            {"answer_tokens", c.answer_tokens}, {"log_prob", c.log_prob},
+                            {"probability", c.probability}, {"mean_token_log_prob", c.mean_token_log_prob},
+                            {"retrieved", c.retrieved}});
+        std::cout << nlohmann::json{{"n_ctx_train", n_ctx_train}, {"cells", rows}}.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("%s needle, %d trial%s per cell (trained context %d). Each cell: the probability of the answer "
+                "(the product of its tokens' probabilities, teacher-forced after the question; mean over the "
+                "trials), then how many trials greedy decoding retrieved.\n",
+                task, o.trials, o.trials == 1 ? "" : "s", n_ctx_train);
+    std::printf("| length |");
+    for (double d : o.depths)
+        std::printf(" depth %g |", d);
+    std::printf("\n|---|");
+    for (size_t j = 0; j < o.depths.size(); ++j)
+        std::printf("---|");
+    std::printf("\n");
+    for (size_t i = 0; i < o.lengths.size(); ++i) {
+        // * marks lengths past the trained context.
+        std::printf("| %d%s |", o.lengths[i], o.lengths[i] > n_ctx_train ? " *" : "");
+        for (size_t j = 0; j < o.depths.size(); ++j) {
+            const NeedleCell &c = r.cells[i * o.depths.size() + j];
+            std::printf(" %.3g (%d/%d) |", c.probability, c.retrieved, c.trials);
         }
-    if (a.flag("--json"))
-        std::cout << rows.dump(2) << "\n";
+        std::printf("\n");
+    }
     return 0;
 }
 

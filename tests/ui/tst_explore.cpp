@@ -2,12 +2,18 @@
 // worker's runPerplexity against longscope::perplexity() called directly on the same tokens
 // (the engine API the CLI uses), cancelling, the chat's context left alone; the view running
 // two presets onto one plot with the trained-context line, its PNG and CSV exports, saved runs
-// round-tripping through the store and reopening, corrupt run files skipped.
+// round-tripping through the store and reopening, corrupt run files skipped. The needle grid:
+// a 2x3 grid run by the view for two settings, each cell's probability against exp of the
+// log-probability perplexity() gives the answer's tokens, the heatmaps and their PNG and CSV,
+// saving and reopening, bad input named; the preset groups covering every setting.
 #include "core/book.h"
 #include "core/engine_worker.h"
 #include "core/explore_presets.h"
 #include "core/explore_store.h"
+#include "core/settings_json.h"
 #include "widgets/chat_panel.h"
+#include "widgets/explore_heatmaps.h"
+#include "widgets/explore_needle_controls.h"
 #include "widgets/explore_plot.h"
 #include "widgets/explore_run_list.h"
 #include "widgets/explore_run_table.h"
@@ -16,12 +22,14 @@
 #include "widgets/main_window.h"
 
 #include "longscope/model.h"
+#include "longscope/needle.h"
 #include "longscope/perplexity.h"
 #include "longscope/tokenizer.h"
 
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
+#include <QLineEdit>
 #include <QProgressBar>
 #include <QSettings>
 #include <QStandardPaths>
@@ -164,6 +172,10 @@ private slots:
     void runsRoundTripThroughTheStore();
     void savedRunsReopenInTheView();
     void corruptRunFilesAreSkipped();
+    void viewRunsNeedleGridsAsHeatmaps();
+    void needleGridsRoundTripAndReopen();
+    void badNeedleInputIsNamed();
+    void presetGroupsCoverEverySetting();
 };
 
 void TestExplore::initTestCase()
@@ -633,6 +645,349 @@ void TestExplore::corruptRunFilesAreSkipped()
 
     ExploreView view(&store);
     QCOMPARE(view.runList()->count(), 1);
+}
+
+void TestExplore::viewRunsNeedleGridsAsHeatmaps()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    ExploreView *view = w->exploreView();
+    view->setRunKind(ExploreView::RunKind::Needle);
+    QVERIFY(view->needleControls()->isVisibleTo(view));
+    QVERIFY(view->heatmaps()->isVisibleTo(view));
+    QVERIFY(view->runButton()->isEnabled()); // the passkey needs no book
+    view->needleControls()->setLengths({200, 600}); // within and past the trained 512
+    view->needleControls()->setDepths({0, 0.5, 1});
+    view->settingsList()->checkOnly({QStringLiteral("α 1"), QStringLiteral("α 4")});
+
+    QSignalSpy finished(view, &ExploreView::explorationFinished);
+    QVERIFY(view->run());
+    QCOMPARE(w->activity(), MainWindow::Activity::Exploring);
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY2(view->lastError().isEmpty(), qPrintable(view->lastError()));
+    QVERIFY(w->errors.isEmpty());
+    const QVector<NeedleRunResult> runs = view->shownNeedleRuns();
+    QCOMPARE(runs.size(), 2);
+    QCOMPARE(runs[0].label, QStringLiteral("α 1"));
+    QCOMPARE(runs[1].label, QStringLiteral("α 4"));
+    QCOMPARE(runs[1].settings.rope.ntk_alpha, 4.0f);
+
+    // The grid's shape, and each probability against the perplexity code on the same tokens:
+    // log p(answer) = -(sum of the answer tokens' NLL), exp of it the probability.
+    NeedleOptions o; // the prompts the view's grid used: passkey, seed 1, trial 0
+    for (const NeedleRunResult &run : runs) {
+        QCOMPARE(run.lengths, QVector<int>({200, 600}));
+        QCOMPARE(run.depths, QVector<double>({0, 0.5, 1}));
+        QCOMPARE(run.cells.size(), 6);
+        QCOMPARE(run.n_ctx_train, 512);
+        QCOMPARE(run.model_name, QStringLiteral("stories260K"));
+        QVERIFY(!run.cancelled);
+        QVERIFY(!run.id.isEmpty());
+        for (int row = 0; row < 2; ++row)
+            for (int col = 0; col < 3; ++col) {
+                const NeedleGridCell *c = run.cell(row, col);
+                QVERIFY(c);
+                QCOMPARE(c->length, run.lengths[row]);
+                QCOMPARE(c->depth, run.depths[col]);
+                QCOMPARE(c->trials, 1);
+                QVERIFY(c->probability >= 0 && c->probability <= 1);
+                const NeedlePrompt p = build_needle_prompt(m_model->tokenizer(), o, c->length, c->depth, 0);
+                std::vector<int32_t> text(p.prompt.begin() + 1, p.prompt.end());
+                text.insert(text.end(), p.answer.begin(), p.answer.end());
+                PerplexityOptions po;
+                po.ctx = int(text.size()) + 1;
+                po.n_threads = 2;
+                po.settings = run.settings;
+                const PerplexityResult r = perplexity(*m_model, text, po);
+                double logProb = 0;
+                for (size_t i = r.nll.size() - p.answer.size(); i < r.nll.size(); ++i)
+                    logProb -= r.nll[i];
+                QVERIFY2(std::abs(c->probability - std::exp(logProb)) <= 1e-3 * std::exp(logProb),
+                         qPrintable(QStringLiteral("%1 cell %2,%3: %4 vs exp(%5)")
+                                        .arg(run.label)
+                                        .arg(row)
+                                        .arg(col)
+                                        .arg(c->probability)
+                                        .arg(logProb)));
+            }
+    }
+    // Past the trained context alpha 4 sees the prompt differently from alpha 1.
+    QVERIFY(runs[0].cell(1, 1)->log_prob != runs[1].cell(1, 1)->log_prob);
+
+    // Side by side, the trained context marked in both.
+    ExploreHeatmaps *maps = view->heatmaps();
+    QCOMPARE(maps->heatmapCount(), 2);
+    QCOMPARE(maps->trainedContextLineCount(), 2);
+    QCOMPARE(maps->retrievedMarkCount(), runs[0].retrievedCells() + runs[1].retrievedCells());
+    QCOMPARE(w->exploreStore()->listNeedleRuns().size(), 2);
+    QCOMPARE(w->exploreStore()->list().size(), 0);
+    QVERIFY(w->exploreStore()->lastErrors().isEmpty()); // needle files are not perplexity errors
+
+    // Exports through the window's path.
+    const QString png = m_dir.filePath(QStringLiteral("needle.png"));
+    const QString csv = m_dir.filePath(QStringLiteral("needle.csv"));
+    w->saveAnswer = png;
+    emit view->exportPngRequested();
+    w->saveAnswer = csv;
+    emit view->exportCsvRequested();
+    QVERIFY2(w->errors.isEmpty(), qPrintable(w->errors.join(QLatin1Char('\n'))));
+    const QImage image(png);
+    QVERIFY(!image.isNull());
+    QVERIFY(image.width() >= 960 && image.height() >= 540);
+    // Every cell's colour is in the picture.
+    QSet<QRgb> colours;
+    for (int y = 0; y < image.height(); ++y)
+        for (int x = 0; x < image.width(); ++x)
+            colours.insert(image.pixel(x, y) & 0xffffff);
+    for (const NeedleRunResult &run : runs)
+        for (const NeedleGridCell &c : run.cells)
+            QVERIFY(colours.contains(ExploreHeatmaps::colorFor(c.probability).rgb() & 0xffffff));
+    // On the log scale: the colours of log10 p from -30 to 0.
+    view->needleLogScaleBox()->setChecked(true);
+    QVERIFY(maps->isLogScale());
+    const QString logPng = m_dir.filePath(QStringLiteral("needle-log.png"));
+    QVERIFY(view->exportPng(logPng));
+    const QImage logImage(logPng);
+    QSet<QRgb> logColours;
+    for (int y = 0; y < logImage.height(); ++y)
+        for (int x = 0; x < logImage.width(); ++x)
+            logColours.insert(logImage.pixel(x, y) & 0xffffff);
+    for (const NeedleRunResult &run : runs)
+        for (const NeedleGridCell &c : run.cells) {
+            const double at = c.probability > 0 ? (std::log10(c.probability) + 30) / 30 : 0;
+            QVERIFY(logColours.contains(ExploreHeatmaps::colorFor(std::clamp(at, 0.0, 1.0)).rgb() & 0xffffff));
+        }
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+    QCOMPARE(lines.size(), 1 + 2 * 6);
+    QCOMPARE(lines.first(), QByteArray("label,settings,task,length,depth,actual_depth,trials,answer_tokens,log_prob,"
+                                       "probability,mean_token_log_prob,retrieved,beyond_trained"));
+    for (int i = 1; i < lines.size(); ++i) {
+        const QList<QByteArray> cells = lines[i].split(',');
+        QCOMPARE(cells.size(), 13);
+        const NeedleRunResult &run = runs[(i - 1) / 6];
+        const NeedleGridCell &c = run.cells[(i - 1) % 6];
+        QCOMPARE(QString::fromUtf8(cells[0]), run.label);
+        QCOMPARE(cells[2], QByteArray("passkey"));
+        QCOMPARE(cells[3].toInt(), c.length);
+        QCOMPARE(cells[4].toDouble(), c.depth);
+        QVERIFY(std::abs(cells[9].toDouble() - c.probability) <= 1e-9 * c.probability);
+        QVERIFY(std::abs(cells[9].toDouble() - std::exp(cells[8].toDouble())) <= 1e-6 * cells[9].toDouble());
+        QCOMPARE(cells[11].toInt(), c.retrieved);
+        QCOMPARE(cells[12], QByteArray(c.length > 512 ? "1" : "0"));
+    }
+}
+
+void TestExplore::needleGridsRoundTripAndReopen()
+{
+    NeedleRunResult run;
+    run.label = QStringLiteral("RoPE linear ×4, \"quoted\"");
+    run.settings = explorePresetBase();
+    run.settings.rope.scaling = RopeScalingType::Linear;
+    run.settings.rope.scaling_factor = 4;
+    run.settings.overflow = OverflowPolicy::HeadTail;
+    run.task = NeedleTask::Book;
+    run.lengths = {256, 1024};
+    run.depths = {0, 0.3333333333333333, 1};
+    run.trials = 3;
+    run.seed = 18446744073709551615ULL; // needs all 64 bits
+    run.n_ctx_train = 512;
+    run.model_name = QStringLiteral("stories260K");
+    run.book_title = QStringLiteral("Alice");
+    run.created = QDateTime::currentDateTimeUtc();
+    run.seconds = 2.5;
+    run.peak_memory_bytes = 12345678;
+    run.steps = 40;
+    for (int l : run.lengths)
+        for (double d : run.depths)
+            run.cells.append(NeedleGridCell{l, d, d * 0.98, 3, 5.0 / 3, -12.5, std::exp(-12.5) + d * 1e-9, -12.5 / 5, l == 256 ? 3 : 1});
+
+    const std::optional<NeedleRunResult> back = NeedleRunResult::fromJsonBytes(run.toJsonBytes());
+    QVERIFY(back);
+    QCOMPARE(back->toJson(), run.toJson());
+    QCOMPARE(back->seed, run.seed);
+    QVERIFY(back->settings == run.settings);
+    QCOMPARE(back->cells.size(), 6);
+    QCOMPARE(back->cell(1, 1)->probability, run.cell(1, 1)->probability);
+    QCOMPARE(back->retrievedCells(), 3);
+    // The fuzz harness's seed is a grid (its last cell not reached).
+    QFile seed(QStringLiteral(LONGSCOPE_TEST_DATA "/../fuzz/corpus/needle_run/grid.json"));
+    QVERIFY(seed.open(QIODevice::ReadOnly));
+    QString seedError;
+    const std::optional<NeedleRunResult> seeded = NeedleRunResult::fromJsonBytes(seed.readAll(), &seedError);
+    QVERIFY2(seeded, qPrintable(seedError));
+    QCOMPARE(seeded->cells.size(), 4);
+    QCOMPARE(seeded->cell(1, 1)->trials, 0);
+    // Not a perplexity run, and the other way round.
+    QVERIFY(!PerplexityRunResult::fromJsonBytes(run.toJsonBytes()));
+    QVERIFY(!NeedleRunResult::fromJsonBytes(sampleRun(QStringLiteral("α 1"), 4, run.created).toJsonBytes()));
+
+    // Malformed grids are refused with a reason.
+    const auto refused = [&](QByteArray bytes, const QByteArray &from, const QByteArray &to) {
+        if (!bytes.contains(from))
+            return QStringLiteral("the file does not hold %1").arg(QString::fromUtf8(from));
+        bytes.replace(from, to);
+        QString why;
+        return NeedleRunResult::fromJsonBytes(bytes, &why) ? QString() : why;
+    };
+    QVERIFY(refused(run.toJsonBytes(), "\"probability\": ", "\"probability\": 1.5, \"x\": ").contains("malformed"));
+    QVERIFY(refused(run.toJsonBytes(), "\"task\": \"book\"", "\"task\": \"haystack\"").contains("unknown needle task"));
+    QVERIFY(refused(run.toJsonBytes(), "\"retrieved\": 3", "\"retrieved\": 4").contains("malformed"));
+
+    // Saved beside perplexity runs; a later session lists each kind in its own list.
+    const QString dir = m_dir.filePath(QStringLiteral("needles"));
+    {
+        ExploreStore store(dir);
+        QVERIFY(store.save(run));
+        PerplexityRunResult ppl = sampleRun(QStringLiteral("α 1"), 4.0, run.created.addSecs(-5));
+        QVERIFY(store.save(ppl));
+        QFile bad(QDir(dir).filePath(QStringLiteral("badgrid.json")));
+        QVERIFY(bad.open(QIODevice::WriteOnly));
+        QByteArray bytes = run.toJsonBytes();
+        bytes.replace("\"lengths\": [", "\"lengths\": [7, ");
+        bad.write(bytes);
+    }
+    ExploreStore store(dir);
+    const QVector<NeedleRunResult> listed = store.listNeedleRuns();
+    QCOMPARE(listed.size(), 1);
+    QCOMPARE(store.lastErrors().size(), 1); // the bad grid, named; the perplexity run is not an error
+    QVERIFY(store.lastErrors().first().contains(QLatin1String("badgrid.json")));
+    QCOMPARE(store.list().size(), 1);
+    QVERIFY(store.lastErrors().isEmpty()); // needle files, bad or not, are not perplexity runs
+    QVERIFY(store.loadNeedleRun(run.id));
+
+    ExploreView view(&store);
+    view.resize(1200, 800);
+    view.show();
+    view.setRunKind(ExploreView::RunKind::Needle);
+    QCOMPARE(view.needleRunList()->count(), 1);
+    QCOMPARE(view.runList()->count(), 1);
+    QVERIFY(view.needleRunList()->checkedIds().isEmpty());
+    QCOMPARE(view.heatmaps()->heatmapCount(), 0);
+    view.needleRunList()->setChecked(run.id, true);
+    QCOMPARE(view.heatmaps()->heatmapCount(), 1);
+    QCOMPARE(view.heatmaps()->trainedContextLineCount(), 1);
+    QCOMPARE(view.heatmaps()->retrievedMarkCount(), 3);
+    QCOMPARE(view.shownNeedleRuns().first().toJson(), run.toJson());
+    // The CSV of a reopened grid quotes the label.
+    QVERIFY(needleCsv(view.shownNeedleRuns()).contains("\"RoPE linear ×4, \"\"quoted\"\"\","));
+    QVERIFY(view.deleteRun(run.id));
+    QCOMPARE(view.heatmaps()->heatmapCount(), 0);
+    QCOMPARE(store.listNeedleRuns().size(), 0);
+}
+
+void TestExplore::badNeedleInputIsNamed()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    ExploreView *view = w->exploreView();
+    view->setRunKind(ExploreView::RunKind::Needle);
+    view->settingsList()->checkOnly({QStringLiteral("α 1")});
+    QSignalSpy status(view, &ExploreView::statusMessage);
+    const auto refused = [&](const QString &lengths, const QString &depths) {
+        view->needleControls()->lengthsEdit()->setText(lengths);
+        view->needleControls()->depthsEdit()->setText(depths);
+        status.clear();
+        if (view->run() || status.isEmpty())
+            return QString();
+        return status.last().first().toString();
+    };
+    QCOMPARE(refused(QStringLiteral("300"), QStringLiteral("0, 1.5")),
+             QStringLiteral("Depths: 1.5 is outside 0..1 (0 is the haystack's start, 1 its end)."));
+    QCOMPARE(refused(QStringLiteral("300"), QStringLiteral("-0.5")),
+             QStringLiteral("Depths: -0.5 is outside 0..1 (0 is the haystack's start, 1 its end)."));
+    QCOMPARE(refused(QStringLiteral("3k"), QStringLiteral("0.5")),
+             QStringLiteral("Lengths: “3k” is not a whole number of tokens from 1 to 16,777,216."));
+    QCOMPARE(refused(QString(), QStringLiteral("0.5")), QStringLiteral("Lengths: give at least one prompt length."));
+    QCOMPARE(refused(QStringLiteral("300,") + QStringLiteral("300,").repeated(99), QStringLiteral("0,").repeated(41) + QStringLiteral("1")),
+             QStringLiteral("The grid has 4,200 cells, more than 4,096."));
+    // The fact-in-a-book needs a book.
+    view->needleControls()->setTask(NeedleTask::Book);
+    QCOMPARE(refused(QStringLiteral("300"), QStringLiteral("0.5")), QStringLiteral("Open a book first."));
+    QVERIFY(!view->runButton()->isEnabled());
+    view->needleControls()->setTask(NeedleTask::Passkey);
+
+    // A length too short for the needle reaches the engine, which names it; nothing is saved.
+    view->needleControls()->setLengths({100});
+    view->needleControls()->setDepths({0.5});
+    QSignalSpy finished(view, &ExploreView::explorationFinished);
+    QVERIFY(view->run());
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY2(view->lastError().startsWith(QStringLiteral("the length 100 is too short: the needle, question and answer take ")),
+             qPrintable(view->lastError()));
+    QCOMPARE(w->exploreStore()->listNeedleRuns().size(), 0);
+    QCOMPARE(view->heatmaps()->heatmapCount(), 0);
+}
+
+void TestExplore::presetGroupsCoverEverySetting()
+{
+    const QVector<ExplorePresetGroup> groups = explorePresetGroups();
+    QStringList names;
+    QStringList labels;
+    QVector<longscope::Settings> all;
+    for (const ExplorePresetGroup &g : groups) {
+        names << g.name;
+        QVERIFY(!g.presets.isEmpty());
+        for (const ExplorePreset &p : g.presets) {
+            QCOMPARE(p.label, exploreLabel(p.settings));
+            // Saved with a run, the settings come back whole.
+            const std::optional<longscope::Settings> back = settingsFromJson(settingsToJson(p.settings));
+            QVERIFY(back && *back == p.settings);
+            bool known = false;
+            for (int i = 0; i < all.size(); ++i)
+                if (sameExploreSettings(all[i], p.settings)) {
+                    known = true;
+                    QCOMPARE(labels[i], p.label); // the same settings in two groups, one label
+                }
+            if (!known) {
+                QVERIFY2(!labels.contains(p.label), qPrintable(p.label)); // different settings, different labels
+                labels << p.label;
+                all << p.settings;
+            }
+        }
+    }
+    QCOMPARE(names.first(), QStringLiteral("NTK alpha and key placement"));
+    QCOMPARE(groups.first().presets.size(), 8);
+    for (const QString &n : {QStringLiteral("RoPE scaling methods"), QStringLiteral("Attention kernels"),
+                             QStringLiteral("KV cache layouts"), QStringLiteral("Sinks vs truncation")})
+        QVERIFY2(names.contains(n), qPrintable(n));
+    // Entries the settings cannot hold yet are left out, not listed as duplicates of the base:
+    // the KV precision group appears once the settings have KV types, the shift entry once the
+    // overflow policy exists.
+    const QJsonObject json = settingsToJson(longscope::Settings{});
+    QCOMPARE(names.contains(QStringLiteral("KV cache precision")), json.contains(QStringLiteral("kv_type_k")));
+    const ExplorePresetGroup &overflow = groups[int(names.indexOf(QStringLiteral("Sinks vs truncation")))];
+    QCOMPARE(overflow.presets.size(), parse_overflow("shift") ? 3 : 2);
+    QCOMPARE(overflow.presets[1].settings.overflow, OverflowPolicy::HeadTail);
+    QCOMPARE(overflow.presets[1].label, QStringLiteral("α 1 · overflow head-tail"));
+    const ExplorePresetGroup &scaling = groups[int(names.indexOf(QStringLiteral("RoPE scaling methods")))];
+    QCOMPARE(scaling.presets[2].settings.rope.scaling, std::optional<RopeScalingType>(RopeScalingType::Linear));
+    QCOMPARE(scaling.presets[2].settings.rope.scaling_factor, 4.0f);
+    QCOMPARE(scaling.presets[2].label, QStringLiteral("α 1 · RoPE linear ×4"));
+
+    // The compare list takes any settings, and tells apart what a run would measure apart.
+    ExploreSettingsList list;
+    list.setPresets({});
+    longscope::Settings a = explorePresetBase();
+    longscope::Settings b = a;
+    b.overflow = OverflowPolicy::HeadTail;
+    longscope::Settings c = a;
+    c.context_limit = 4096; // a run sets its own: the same entry as a
+    longscope::Settings d = a;
+    d.backend = ComputeBackend::Cuda;
+    QCOMPARE(list.addSettings(exploreLabel(a), a), 0);
+    QCOMPARE(list.addSettings(exploreLabel(b), b), 1);
+    QCOMPARE(list.addSettings(exploreLabel(c), c), 0);
+    QCOMPARE(list.addSettings(exploreLabel(d), d), 2);
+    QCOMPARE(list.settingsAt(2).label, QStringLiteral("α 1 · CUDA"));
+    QCOMPARE(list.count(), 3);
+
+    // The view's preset menu loads a group.
+    ExploreView view(nullptr);
+    view.loadPresetGroup(QStringLiteral("KV cache layouts"));
+    QCOMPARE(view.settingsList()->count(), 4);
+    QCOMPARE(view.settingsList()->settingsAt(3).settings.kv_mode, KvMode::None);
 }
 
 QTEST_MAIN(TestExplore)

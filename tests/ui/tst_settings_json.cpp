@@ -28,6 +28,9 @@ const std::vector<std::pair<const char *, std::function<void(Settings &)>>> &fie
         {"ntk_alpha", [](Settings &s) { s.rope.ntk_alpha = 2.5f; }},
         {"ntk_auto", [](Settings &s) { s.rope.ntk_auto = true; }},
         {"store_kv_before_rope", [](Settings &s) { s.rope.store_kv_before_rope = true; }},
+        {"rope_scaling", [](Settings &s) { s.rope.scaling = longscope::RopeScalingType::Yarn; }},
+        {"rope_factor", [](Settings &s) { s.rope.scaling_factor = 8.0f; }},
+        {"rope_orig_ctx", [](Settings &s) { s.rope.scaling_orig_ctx = 1024; }},
         {"memory_efficient", [](Settings &s) { s.attention.memory_efficient = true; }},
         {"causal_flash", [](Settings &s) { s.attention.causal_flash = true; }},
         {"reproduce_padding_bug", [](Settings &s) { s.attention.reproduce_padding_bug = true; }},
@@ -67,6 +70,21 @@ private slots:
         QCOMPARE(settingsToJson(all).value(QStringLiteral("backend")).toString(), QStringLiteral("cuda"));
         // Every key the JSON holds is one of the fields above.
         QCOMPARE(qsizetype(settingsToJson(all).size()), qsizetype(fieldChanges().size()));
+    }
+
+    void badValuesAreNamed()
+    {
+        const auto why = [](const char *key, const QJsonValue &v) {
+            QString error;
+            return settingsFromJson(QJsonObject{{QLatin1String(key), v}}, &error) ? QString() : error;
+        };
+        QCOMPARE(why("rope_scaling", QStringLiteral("sideways")), QStringLiteral("settings: unknown rope_scaling \"sideways\""));
+        QCOMPARE(why("rope_factor", -1.0), QStringLiteral("settings: rope_factor must be a number from 0 (the file's) up"));
+        QCOMPARE(why("rope_factor", QStringLiteral("4")), QStringLiteral("settings: rope_factor must be a number from 0 (the file's) up"));
+        QCOMPARE(why("rope_orig_ctx", 10.5), QStringLiteral("settings: rope_orig_ctx must be a whole number of tokens"));
+        // null: the model file's own scaling.
+        QCOMPARE(why("rope_scaling", QJsonValue(QJsonValue::Null)), QString());
+        QVERIFY(!settingsFromJson(QJsonObject{{QStringLiteral("rope_scaling"), QJsonValue(QJsonValue::Null)}})->rope.scaling);
     }
 
     void absentFieldsTakeDefaults()

@@ -83,6 +83,8 @@ void registerMetaTypes()
     qRegisterMetaType<longscope::StepMetrics>("longscope::StepMetrics");
     qRegisterMetaType<longscope::Settings>("longscope::Settings");
     qRegisterMetaType<longscope::ui::PerplexityRunResult>("longscope::ui::PerplexityRunResult");
+    qRegisterMetaType<longscope::ui::NeedleRequest>("longscope::ui::NeedleRequest");
+    qRegisterMetaType<longscope::ui::NeedleRunResult>("longscope::ui::NeedleRunResult");
 }
 
 EngineWorker::EngineWorker(int n_threads, QObject *parent)
@@ -139,6 +141,14 @@ quint64 EngineWorker::queuePerplexity(const QString &text, const longscope::Sett
             run_perplexity(job, text, settings, ctx, bucket, label, maxTokens);
         },
         Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineWorker::queueNeedle(const NeedleRequest &request, const QString &bookText)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(
+        this, [this, job, request, bookText] { run_needle(job, request, bookText); }, Qt::QueuedConnection);
     return job;
 }
 
@@ -678,6 +688,43 @@ void EngineWorker::run_perplexity(quint64 job, const QString &text, const longsc
     if (run.failed())
         emit errorOccurred(run.error);
     emit perplexityFinished(label, run);
+}
+
+void EngineWorker::runNeedle(const NeedleRequest &request, const QString &bookText)
+{
+    run_needle(next_job(), request, bookText);
+}
+
+void EngineWorker::run_needle(quint64 job, const NeedleRequest &request, const QString &bookText)
+{
+    m_job = job;
+    NeedleRunResult run;
+    if (!m_model) {
+        run.label = request.label;
+        run.settings = request.settings;
+        run.error = QStringLiteral("no model is loaded");
+    } else if (stop_requested()) {
+        run.label = request.label;
+        run.cancelled = true;
+    } else {
+        std::span<const int32_t> book;
+        try {
+            if (request.task == NeedleTask::Book)
+                book = perplexity_tokens(bookText);
+        } catch (const std::exception &e) {
+            run.error = QString::fromUtf8(e.what());
+        }
+        if (!run.failed()) {
+            run = runNeedleGrid(*m_model, request, book, m_n_threads, [&](qint64 done, qint64 total) {
+                emit needleProgress(request.label, done, total);
+                return !stop_requested();
+            });
+            run.model_name = m_summary.name;
+        }
+    }
+    if (run.failed())
+        emit errorOccurred(run.error);
+    emit needleFinished(request.label, run);
 }
 
 void EngineWorker::resetContext()

@@ -11,6 +11,7 @@
 // they queue it; a job started through its slot directly is numbered when it starts.
 #pragma once
 
+#include "core/explore_needle.h"
 #include "core/perplexity_run.h"
 
 #include "longscope/engine.h"
@@ -114,6 +115,7 @@ public:
     quint64 queueStream(const QString &text, int chunk_tokens);
     quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                             const QString &label, qint64 maxTokens = 0);
+    quint64 queueNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString());
 
 public slots:
     void loadModel(const QString &path);
@@ -136,6 +138,11 @@ public slots:
     // perplexityFinished, after an errorOccurred when it failed (the result's error set).
     void runPerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                        const QString &label, qint64 maxTokens = 0);
+    // A needle-in-a-haystack grid (runNeedleGrid) on a session of its own, the book's text
+    // (NeedleTask::Book) tokenized as for perplexity. Progress after every step;
+    // requestStop() cancels. Ends with exactly one needleFinished, after an errorOccurred
+    // when it failed (the result's error set).
+    void runNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString());
 
 signals:
     // The backend in use changed (a switch took effect, or CUDA failed and the CPU took over).
@@ -164,6 +171,8 @@ signals:
 
     void perplexityProgress(const QString &label, qint64 done, qint64 total);
     void perplexityFinished(const QString &label, const longscope::ui::PerplexityRunResult &result);
+    void needleProgress(const QString &label, qint64 done, qint64 total);
+    void needleFinished(const QString &label, const longscope::ui::NeedleRunResult &result);
 
     void stepMetrics(const longscope::StepMetrics &metrics);
     // New settings took effect at this step (the first step that ran with them).
@@ -200,6 +209,7 @@ private:
     void run_stream(quint64 job, const QString &text, int chunk_tokens);
     void run_perplexity(quint64 job, const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                         const QString &label, qint64 maxTokens);
+    void run_needle(quint64 job, const NeedleRequest &request, const QString &bookText);
     quint64 next_job() { return ++m_last_job; }
     // Whether the job running now was cancelled (worker thread).
     bool stop_requested() const { return m_job <= m_cancelled_through.load(); }

@@ -2,44 +2,139 @@
 
 #include "core/settings_json.h"
 
+#include <QJsonDocument>
+#include <QJsonObject>
+
+#include <functional>
+
 namespace longscope::ui {
+
+namespace {
+
+QString qs(std::string_view s) { return QString::fromUtf8(s.data(), qsizetype(s.size())); }
+
+// What the legend says about one field when it differs from the base; one line per field of
+// longscope::Settings that changes a measurement.
+const std::function<QString(const longscope::Settings &, const longscope::Settings &)> k_labelParts[] = {
+    [](const auto &s, const auto &) { return ropeScalingText(s); },
+    [](const auto &s, const auto &) { return s.rope.store_kv_before_rope ? QStringLiteral("keys before RoPE") : QString(); },
+    [](const auto &s, const auto &b) {
+        return s.attention.memory_efficient == b.attention.memory_efficient ? QString()
+               : s.attention.memory_efficient ? QStringLiteral("mem-efficient")
+                                              : QStringLiteral("naive attention");
+    },
+    [](const auto &s, const auto &b) {
+        return s.attention.causal_flash == b.attention.causal_flash ? QString()
+               : s.attention.causal_flash ? QStringLiteral("causal flash")
+                                          : QStringLiteral("no causal flash");
+    },
+    [](const auto &s, const auto &b) {
+        return s.attention.reproduce_padding_bug == b.attention.reproduce_padding_bug ? QString()
+                                                                                      : QStringLiteral("padding bug");
+    },
+    [](const auto &s, const auto &b) {
+        return s.kv_mode == b.kv_mode ? QString() : QStringLiteral("KV %1").arg(qs(to_string(s.kv_mode)));
+    },
+    [](const auto &s, const auto &b) {
+        return s.overflow == b.overflow ? QString() : QStringLiteral("overflow %1").arg(qs(to_string(s.overflow)));
+    },
+    [](const auto &s, const auto &b) {
+        return s.backend == b.backend ? QString() : QString(qs(to_string(s.backend))).toUpper();
+    },
+};
+
+// The groups, as settings JSON over the base.
+struct GroupData {
+    const char *name;
+    const char *description;
+    std::initializer_list<const char *> entries;
+};
+
+const GroupData k_groups[] = {
+    {"NTK alpha and key placement", "NTK alpha 1, 2, 4 and auto, keys cached after and before RoPE",
+     {R"({"ntk_alpha": 1})", R"({"ntk_alpha": 1, "store_kv_before_rope": true})", R"({"ntk_alpha": 2})",
+      R"({"ntk_alpha": 2, "store_kv_before_rope": true})", R"({"ntk_alpha": 4})",
+      R"({"ntk_alpha": 4, "store_kv_before_rope": true})", R"({"ntk_auto": true})",
+      R"({"ntk_auto": true, "store_kv_before_rope": true})"}},
+    {"RoPE scaling methods", "The model's own RoPE, and linear, dynamic, NTK and YaRN scaling by 4",
+     {R"({})", R"({"rope_scaling": "none"})", R"({"rope_scaling": "linear", "rope_factor": 4})",
+      R"({"rope_scaling": "dynamic", "rope_factor": 4})", R"({"rope_scaling": "ntk", "rope_factor": 4})",
+      R"({"rope_scaling": "yarn", "rope_factor": 4})"}},
+    {"Attention kernels", "Naive attention, memory-efficient, memory-efficient with causal flash",
+     {R"({"memory_efficient": false, "causal_flash": false})", R"({"causal_flash": false})", R"({})"}},
+    {"KV cache layouts", "No cache, grown by copying, static, reserved virtual memory",
+     {R"({"kv_mode": "static"})", R"({"kv_mode": "vmm"})", R"({"kv_mode": "concat"})", R"({"kv_mode": "none"})"}},
+    {"KV cache precision", "Keys and values stored as F16, Q8_0 or Q4_0",
+     {R"({"kv_type_k": "f16", "kv_type_v": "f16"})", R"({"kv_type_k": "q8_0", "kv_type_v": "q8_0"})",
+      R"({"kv_type_k": "q8_0", "kv_type_v": "q4_0"})", R"({"kv_type_k": "q4_0", "kv_type_v": "q4_0"})"}},
+    {"Sinks vs truncation", "What happens past the context limit: an error, head and tail kept, sinks and a window",
+     {R"({"overflow": "error"})", R"({"overflow": "head-tail"})", R"({"overflow": "shift"})"}},
+};
+
+// The entry's settings, or nullopt when the settings cannot hold it (a field or value that
+// does not exist yet): every field it names must read back as written.
+std::optional<longscope::Settings> presetSettings(const char *entry)
+{
+    const QJsonObject fragment = QJsonDocument::fromJson(QByteArray(entry)).object();
+    QJsonObject json = settingsToJson(explorePresetBase());
+    for (auto it = fragment.begin(); it != fragment.end(); ++it)
+        json.insert(it.key(), it.value());
+    const std::optional<longscope::Settings> s = settingsFromJson(json);
+    if (!s)
+        return std::nullopt;
+    const QJsonObject back = settingsToJson(*s);
+    for (auto it = fragment.begin(); it != fragment.end(); ++it)
+        if (!back.contains(it.key()) || back.value(it.key()) != it.value())
+            return std::nullopt;
+    return s;
+}
+
+} // namespace
+
+longscope::Settings explorePresetBase()
+{
+    longscope::Settings s;
+    s.attention.memory_efficient = true;
+    s.attention.causal_flash = true;
+    s.kv_mode = KvMode::Static;
+    return s;
+}
 
 QString exploreLabel(const longscope::Settings &s)
 {
-    // What differs from the presets' base (memory-efficient causal attention, static KV) is
-    // named too, so different settings never share a label.
+    const longscope::Settings base = explorePresetBase();
     QString label = alphaText(s);
-    if (s.rope.store_kv_before_rope)
-        label += QStringLiteral(" · keys before RoPE");
-    if (!s.attention.memory_efficient)
-        label += QStringLiteral(" · naive attention");
-    if (!s.attention.causal_flash)
-        label += QStringLiteral(" · no causal flash");
-    if (s.kv_mode != KvMode::Static)
-        label += QStringLiteral(" · KV %1").arg(QString::fromUtf8(to_string(s.kv_mode).data(), qsizetype(to_string(s.kv_mode).size())));
+    for (const auto &part : k_labelParts)
+        if (const QString text = part(s, base); !text.isEmpty())
+            label += QStringLiteral(" · ") + text;
     return label;
 }
 
-QVector<ExplorePreset> explorePresets()
+bool sameExploreSettings(const longscope::Settings &a, const longscope::Settings &b)
 {
-    QVector<ExplorePreset> out;
-    const struct {
-        float alpha;
-        bool automatic;
-    } alphas[] = {{1.0f, false}, {2.0f, false}, {4.0f, false}, {1.0f, true}};
-    for (const auto &a : alphas) {
-        for (const bool before : {false, true}) {
-            longscope::Settings s;
-            s.rope.ntk_alpha = a.alpha;
-            s.rope.ntk_auto = a.automatic;
-            s.rope.store_kv_before_rope = before;
-            s.attention.memory_efficient = true;
-            s.attention.causal_flash = true;
-            s.kv_mode = KvMode::Static;
-            out.append({exploreLabel(s), s});
-        }
+    const auto entry = [](longscope::Settings s) {
+        s.context_limit = 0;
+        if (s.rope.ntk_auto)
+            s.rope.ntk_alpha = 1.0f;
+        return s;
+    };
+    return entry(a) == entry(b);
+}
+
+QVector<ExplorePresetGroup> explorePresetGroups()
+{
+    QVector<ExplorePresetGroup> out;
+    for (const GroupData &g : k_groups) {
+        ExplorePresetGroup group{QString::fromUtf8(g.name), QString::fromUtf8(g.description), {}};
+        for (const char *entry : g.entries)
+            if (const std::optional<longscope::Settings> s = presetSettings(entry))
+                group.presets.append({exploreLabel(*s), *s});
+        if (!group.presets.isEmpty())
+            out.append(group);
     }
     return out;
 }
+
+QVector<ExplorePreset> explorePresets() { return explorePresetGroups().front().presets; }
 
 } // namespace longscope::ui

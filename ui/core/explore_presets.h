@@ -1,6 +1,8 @@
-// The settings the Explore tab offers to compare: NTK alpha 1, 2, 4 and auto, each with keys
-// cached after RoPE and before it, on memory-efficient causal attention (the configuration
-// docs/long-context.md measures).
+// The settings the Explore tab offers to compare. Any longscope::Settings can be in the
+// compare list; the presets are groups of them, written as data: each entry is a settings
+// JSON fragment (settings_json.h) over one base, memory-efficient causal attention with a
+// static KV cache (the configuration docs/long-context.md measures). An entry naming a field
+// or value the settings do not hold yet is left out, so a group can list what arrives later.
 #pragma once
 
 #include "longscope/settings.h"
@@ -15,10 +17,25 @@ struct ExplorePreset {
     longscope::Settings settings;
 };
 
+struct ExplorePresetGroup {
+    QString name;        // "RoPE scaling methods"
+    QString description; // one line for the tooltip
+    QVector<ExplorePreset> presets;
+};
+
+// Memory-efficient causal attention, static KV, alpha 1, keys after RoPE.
+longscope::Settings explorePresetBase();
+// Every group, the default one (NTK alpha 1, 2, 4 and auto, keys after and before RoPE) first.
+QVector<ExplorePresetGroup> explorePresetGroups();
+// The default group's presets.
 QVector<ExplorePreset> explorePresets();
 
-// The label a setting gets in the legend: the alpha, the keys when cached before RoPE, and
-// anything else that differs from the presets ("α 1.5 · naive attention").
+// The label a setting gets in the legend: the alpha, then every field that differs from the
+// presets' base ("α 1.5 · keys before RoPE · naive attention · overflow head-tail").
 QString exploreLabel(const longscope::Settings &settings);
+
+// Whether two settings are the same entry of the compare list: equal in every field but the
+// context limit (each run sets its own) and the alpha when it is automatic.
+bool sameExploreSettings(const longscope::Settings &a, const longscope::Settings &b);
 
 } // namespace longscope::ui

@@ -8,6 +8,8 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QRandomGenerator>
 #include <QRegularExpression>
 #include <QStandardPaths>
@@ -23,6 +25,18 @@ constexpr qint64 k_max_file_bytes = 16LL * 1024 * 1024;
 const QString k_suffix = QStringLiteral(".json");
 
 void setError(QString *error, const QString &message) { setStoreError(error, message); }
+
+// The format a run file names ("longscope-perplexity-run", ...), or empty.
+QString fileFormat(const QByteArray &bytes)
+{
+    const QJsonDocument doc = QJsonDocument::fromJson(bytes);
+    return doc.isObject() ? doc.object().value(QStringLiteral("format")).toString() : QString();
+}
+
+bool isRunFormat(const QString &format)
+{
+    return format == PerplexityRunResult::format() || format == NeedleRunResult::format();
+}
 
 } // namespace
 
@@ -54,14 +68,18 @@ QString ExploreStore::filePath(const QString &id) const
     return QDir(m_dir).filePath(id + k_suffix);
 }
 
-std::optional<PerplexityRunResult> ExploreStore::readFile(const QString &path, QString *error) const
+template <class Run>
+std::optional<Run> ExploreStore::readFile(const QString &path, QString *error, bool *otherKind) const
 {
     const std::optional<QByteArray> bytes = readRegularFile(path, k_max_file_bytes, error);
     if (!bytes)
         return std::nullopt;
     QString why;
-    std::optional<PerplexityRunResult> run = PerplexityRunResult::fromJsonBytes(*bytes, &why);
+    std::optional<Run> run = Run::fromJsonBytes(*bytes, &why);
     if (!run) {
+        const QString format = fileFormat(*bytes);
+        if (otherKind)
+            *otherKind = format != Run::format() && isRunFormat(format);
         setError(error, QStringLiteral("%1: %2").arg(path, why));
         return std::nullopt;
     }
@@ -70,10 +88,11 @@ std::optional<PerplexityRunResult> ExploreStore::readFile(const QString &path, Q
     return run;
 }
 
-QVector<PerplexityRunResult> ExploreStore::list()
+template <class Run>
+QVector<Run> ExploreStore::listRuns()
 {
     m_errors.clear();
-    QVector<PerplexityRunResult> out;
+    QVector<Run> out;
     const QFileInfoList files = QDir(m_dir).entryInfoList(QStringList{QStringLiteral("*.json")},
                                                           QDir::Files | QDir::Readable, QDir::Name);
     for (const QFileInfo &fi : files) {
@@ -82,14 +101,16 @@ QVector<PerplexityRunResult> ExploreStore::list()
             continue;
         }
         QString error;
-        std::optional<PerplexityRunResult> run = readFile(fi.filePath(), &error);
+        bool otherKind = false;
+        std::optional<Run> run = readFile<Run>(fi.filePath(), &error, &otherKind);
         if (!run) {
-            m_errors << error;
+            if (!otherKind)
+                m_errors << error;
             continue;
         }
         out.push_back(std::move(*run));
     }
-    std::stable_sort(out.begin(), out.end(), [](const PerplexityRunResult &a, const PerplexityRunResult &b) {
+    std::stable_sort(out.begin(), out.end(), [](const Run &a, const Run &b) {
         if (a.created != b.created)
             return a.created > b.created;
         return a.id > b.id;
@@ -97,15 +118,16 @@ QVector<PerplexityRunResult> ExploreStore::list()
     return out;
 }
 
-std::optional<PerplexityRunResult> ExploreStore::load(const QString &id, QString *error)
+template <class Run>
+std::optional<Run> ExploreStore::loadRun(const QString &id, QString *error)
 {
     m_errors.clear();
     QString why;
-    std::optional<PerplexityRunResult> run;
+    std::optional<Run> run;
     if (!isValidId(id))
         why = QStringLiteral("invalid run id \"%1\"").arg(id);
     else
-        run = readFile(filePath(id), &why);
+        run = readFile<Run>(filePath(id), &why);
     if (!run) {
         m_errors << why;
         setError(error, why);
@@ -113,7 +135,8 @@ std::optional<PerplexityRunResult> ExploreStore::load(const QString &id, QString
     return run;
 }
 
-bool ExploreStore::save(PerplexityRunResult &run, QString *error)
+template <class Run>
+bool ExploreStore::saveRun(Run &run, QString *error)
 {
     m_errors.clear();
     if (run.id.isEmpty())
@@ -136,6 +159,24 @@ bool ExploreStore::save(PerplexityRunResult &run, QString *error)
     emit runSaved(run.id);
     return true;
 }
+
+QVector<PerplexityRunResult> ExploreStore::list() { return listRuns<PerplexityRunResult>(); }
+
+std::optional<PerplexityRunResult> ExploreStore::load(const QString &id, QString *error)
+{
+    return loadRun<PerplexityRunResult>(id, error);
+}
+
+bool ExploreStore::save(PerplexityRunResult &run, QString *error) { return saveRun(run, error); }
+
+QVector<NeedleRunResult> ExploreStore::listNeedleRuns() { return listRuns<NeedleRunResult>(); }
+
+std::optional<NeedleRunResult> ExploreStore::loadNeedleRun(const QString &id, QString *error)
+{
+    return loadRun<NeedleRunResult>(id, error);
+}
+
+bool ExploreStore::save(NeedleRunResult &run, QString *error) { return saveRun(run, error); }
 
 bool ExploreStore::remove(const QString &id, QString *error)
 {

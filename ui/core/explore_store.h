@@ -1,8 +1,11 @@
 // Saved exploration runs: one "<id>.json" per run in a directory (AppDataLocation/runs),
-// written atomically with QSaveFile. Listed newest first, reopened, deleted; corrupt or
-// foreign files are skipped and named in lastErrors(), never fatal.
+// written atomically with QSaveFile: perplexity runs and needle grids side by side, told
+// apart by their "format". Listed newest first, reopened, deleted; corrupt or foreign files
+// are skipped and named in lastErrors(), never fatal (a file of the other kind is skipped
+// silently).
 #pragma once
 
+#include "core/explore_needle.h"
 #include "core/perplexity_run.h"
 
 #include <QObject>
@@ -31,11 +34,15 @@ public:
     QString directory() const { return m_dir; }
     QString filePath(const QString &id) const;
 
-    // Every readable run, newest first.
+    // Every readable perplexity run, newest first.
     QVector<PerplexityRunResult> list();
     std::optional<PerplexityRunResult> load(const QString &id, QString *error = nullptr);
     // Gives `run` an id when it has none, then writes it.
     bool save(PerplexityRunResult &run, QString *error = nullptr);
+    // The same for needle grids.
+    QVector<NeedleRunResult> listNeedleRuns();
+    std::optional<NeedleRunResult> loadNeedleRun(const QString &id, QString *error = nullptr);
+    bool save(NeedleRunResult &run, QString *error = nullptr);
     bool remove(const QString &id, QString *error = nullptr);
 
     // Errors of the last call, one line each.
@@ -46,7 +53,14 @@ signals:
     void runRemoved(const QString &id);
 
 private:
-    std::optional<PerplexityRunResult> readFile(const QString &path, QString *error) const;
+    template <class Run>
+    std::optional<Run> readFile(const QString &path, QString *error, bool *otherKind = nullptr) const;
+    template <class Run>
+    QVector<Run> listRuns();
+    template <class Run>
+    std::optional<Run> loadRun(const QString &id, QString *error);
+    template <class Run>
+    bool saveRun(Run &run, QString *error);
 
     QString m_dir;
     QStringList m_errors;

@@ -1,5 +1,6 @@
 #include "core/perplexity_run.h"
 
+#include "core/explore_format.h"
 #include "core/settings_json.h"
 
 #include <QJsonArray>
@@ -12,36 +13,12 @@ namespace longscope::ui {
 
 namespace {
 
-const QString k_format = QStringLiteral("longscope-perplexity-run");
 constexpr int k_version = 1;
 
 void setError(QString *error, const QString &message)
 {
     if (error)
         *error = message;
-}
-
-// A JSON number that is a whole number in [lo, hi].
-bool wholeNumber(const QJsonValue &v, double lo, double hi, qint64 &out)
-{
-    if (!v.isDouble())
-        return false;
-    const double d = v.toDouble();
-    if (!std::isfinite(d) || d < lo || d > hi || d != std::floor(d))
-        return false;
-    out = qint64(d);
-    return true;
-}
-
-bool finiteNumber(const QJsonValue &v, double lo, double &out)
-{
-    if (!v.isDouble())
-        return false;
-    const double d = v.toDouble();
-    if (!std::isfinite(d) || d < lo)
-        return false;
-    out = d;
-    return true;
 }
 
 } // namespace
@@ -58,7 +35,7 @@ QJsonObject PerplexityRunResult::toJson() const
                                   {QStringLiteral("end"), p.end},
                                   {QStringLiteral("count"), double(p.count)},
                                   {QStringLiteral("mean_nll"), p.mean_nll}});
-    return QJsonObject{{QStringLiteral("format"), k_format},
+    return QJsonObject{{QStringLiteral("format"), format()},
                        {QStringLiteral("version"), k_version},
                        {QStringLiteral("id"), id},
                        {QStringLiteral("label"), label},
@@ -89,12 +66,12 @@ QByteArray PerplexityRunResult::toJsonBytes() const
 
 std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObject &j, QString *error)
 {
-    if (j.value(QStringLiteral("format")).toString() != k_format) {
+    if (j.value(QStringLiteral("format")).toString() != format()) {
         setError(error, QStringLiteral("not a Longscope perplexity run"));
         return std::nullopt;
     }
     qint64 version = 0;
-    if (!wholeNumber(j.value(QStringLiteral("version")), 1, k_version, version)) {
+    if (!jsonWholeNumber(j.value(QStringLiteral("version")), 1, k_version, version)) {
         setError(error, QStringLiteral("unsupported run file version"));
         return std::nullopt;
     }
@@ -116,17 +93,17 @@ std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObje
     constexpr double k_max_ctx = double(1 << 24);
     constexpr double k_max_count = 9e15;
     qint64 ctx = 0, bucket = 0, train = 0, windows = 0, steps = 0;
-    if (!wholeNumber(j.value(QStringLiteral("ctx")), 2, k_max_ctx, ctx) ||
-        !wholeNumber(j.value(QStringLiteral("bucket")), 1, k_max_ctx, bucket) ||
-        !wholeNumber(j.value(QStringLiteral("n_ctx_train")), 0, k_max_ctx, train) ||
-        !wholeNumber(j.value(QStringLiteral("windows")), 0, k_max_count, windows) ||
-        !wholeNumber(j.value(QStringLiteral("steps")), 0, k_max_count, steps) ||
-        !wholeNumber(j.value(QStringLiteral("n_scored")), 0, k_max_count, r.n_scored) ||
-        !wholeNumber(j.value(QStringLiteral("n_total")), 0, k_max_count, r.n_total) ||
-        !wholeNumber(j.value(QStringLiteral("peak_memory_bytes")), 0, k_max_count, r.peak_memory_bytes) ||
-        !finiteNumber(j.value(QStringLiteral("mean_nll")), 0, r.mean_nll) ||
-        !finiteNumber(j.value(QStringLiteral("seconds")), 0, r.seconds) ||
-        !finiteNumber(j.value(QStringLiteral("tokens_per_second")), 0, r.tokens_per_second)) {
+    if (!jsonWholeNumber(j.value(QStringLiteral("ctx")), 2, k_max_ctx, ctx) ||
+        !jsonWholeNumber(j.value(QStringLiteral("bucket")), 1, k_max_ctx, bucket) ||
+        !jsonWholeNumber(j.value(QStringLiteral("n_ctx_train")), 0, k_max_ctx, train) ||
+        !jsonWholeNumber(j.value(QStringLiteral("windows")), 0, k_max_count, windows) ||
+        !jsonWholeNumber(j.value(QStringLiteral("steps")), 0, k_max_count, steps) ||
+        !jsonWholeNumber(j.value(QStringLiteral("n_scored")), 0, k_max_count, r.n_scored) ||
+        !jsonWholeNumber(j.value(QStringLiteral("n_total")), 0, k_max_count, r.n_total) ||
+        !jsonWholeNumber(j.value(QStringLiteral("peak_memory_bytes")), 0, k_max_count, r.peak_memory_bytes) ||
+        !jsonFiniteNumber(j.value(QStringLiteral("mean_nll")), 0, r.mean_nll) ||
+        !jsonFiniteNumber(j.value(QStringLiteral("seconds")), 0, r.seconds) ||
+        !jsonFiniteNumber(j.value(QStringLiteral("tokens_per_second")), 0, r.tokens_per_second)) {
         setError(error, QStringLiteral("a number is missing or out of range"));
         return std::nullopt;
     }
@@ -145,10 +122,10 @@ std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObje
         const QJsonObject o = v.toObject();
         PerplexityPoint p;
         qint64 begin = 0, end = 0;
-        if (!wholeNumber(o.value(QStringLiteral("begin")), 0, k_max_ctx, begin) ||
-            !wholeNumber(o.value(QStringLiteral("end")), 1, k_max_ctx, end) || end <= begin ||
-            !wholeNumber(o.value(QStringLiteral("count")), 0, k_max_count, p.count) ||
-            !finiteNumber(o.value(QStringLiteral("mean_nll")), 0, p.mean_nll)) {
+        if (!jsonWholeNumber(o.value(QStringLiteral("begin")), 0, k_max_ctx, begin) ||
+            !jsonWholeNumber(o.value(QStringLiteral("end")), 1, k_max_ctx, end) || end <= begin ||
+            !jsonWholeNumber(o.value(QStringLiteral("count")), 0, k_max_count, p.count) ||
+            !jsonFiniteNumber(o.value(QStringLiteral("mean_nll")), 0, p.mean_nll)) {
             setError(error, QStringLiteral("a curve point is malformed"));
             return std::nullopt;
         }

@@ -50,6 +50,7 @@ struct PerplexityRunResult {
     double perplexity() const;
     bool failed() const { return !error.isEmpty(); }
 
+    static QString format() { return QStringLiteral("longscope-perplexity-run"); }
     QJsonObject toJson() const;
     QByteArray toJsonBytes() const;
     // nullopt with `error` set for anything that is not a well-formed run.

@@ -25,6 +25,10 @@ QJsonObject settingsToJson(const longscope::Settings &s)
     return QJsonObject{{QStringLiteral("ntk_alpha"), double(s.rope.ntk_alpha)},
                        {QStringLiteral("ntk_auto"), s.rope.ntk_auto},
                        {QStringLiteral("store_kv_before_rope"), s.rope.store_kv_before_rope},
+                       {QStringLiteral("rope_scaling"), s.rope.scaling ? QJsonValue(qs(to_string(*s.rope.scaling)))
+                                                                       : QJsonValue(QJsonValue::Null)},
+                       {QStringLiteral("rope_factor"), double(s.rope.scaling_factor)},
+                       {QStringLiteral("rope_orig_ctx"), s.rope.scaling_orig_ctx},
                        {QStringLiteral("memory_efficient"), s.attention.memory_efficient},
                        {QStringLiteral("causal_flash"), s.attention.causal_flash},
                        {QStringLiteral("reproduce_padding_bug"), s.attention.reproduce_padding_bug},
@@ -62,6 +66,30 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
         !boolean("causal_flash", s.attention.causal_flash) ||
         !boolean("reproduce_padding_bug", s.attention.reproduce_padding_bug))
         return std::nullopt;
+    if (const QJsonValue method = json.value(QStringLiteral("rope_scaling")); !method.isUndefined() && !method.isNull()) {
+        const auto type = parse_rope_scaling(method.toString().toStdString());
+        if (!type) {
+            setError(error, QStringLiteral("settings: unknown rope_scaling \"%1\"").arg(method.toString()));
+            return std::nullopt;
+        }
+        s.rope.scaling = *type;
+    }
+    if (const QJsonValue factor = json.value(QStringLiteral("rope_factor")); !factor.isUndefined()) {
+        const double f = factor.toDouble(-1);
+        if (!factor.isDouble() || !std::isfinite(f) || f < 0 || f > 1e6) {
+            setError(error, QStringLiteral("settings: rope_factor must be a number from 0 (the file's) up"));
+            return std::nullopt;
+        }
+        s.rope.scaling_factor = float(f);
+    }
+    if (const QJsonValue orig = json.value(QStringLiteral("rope_orig_ctx")); !orig.isUndefined()) {
+        const double o = orig.toDouble(-1);
+        if (!orig.isDouble() || o < 0 || o > double(1 << 24) || o != std::floor(o)) {
+            setError(error, QStringLiteral("settings: rope_orig_ctx must be a whole number of tokens"));
+            return std::nullopt;
+        }
+        s.rope.scaling_orig_ctx = int(o);
+    }
     if (const QJsonValue kv = json.value(QStringLiteral("kv_mode")); !kv.isUndefined()) {
         const auto mode = parse_kv_mode(kv.toString().toStdString());
         if (!mode) {
@@ -117,9 +145,23 @@ QString alphaText(const longscope::Settings &s)
     return s.rope.ntk_auto ? QStringLiteral("α auto") : QStringLiteral("α %1").arg(double(s.rope.ntk_alpha), 0, 'g', 4);
 }
 
+QString ropeScalingText(const longscope::Settings &s)
+{
+    if (!s.rope.scaling)
+        return {};
+    QString text = QStringLiteral("RoPE %1").arg(qs(to_string(*s.rope.scaling)));
+    if (s.rope.scaling_factor > 0)
+        text += QStringLiteral(" ×%1").arg(double(s.rope.scaling_factor), 0, 'g', 4);
+    if (s.rope.scaling_orig_ctx > 0)
+        text += QStringLiteral(" from %1").arg(s.rope.scaling_orig_ctx);
+    return text;
+}
+
 QString describeSettings(const longscope::Settings &s)
 {
     QStringList parts{alphaText(s)};
+    if (!ropeScalingText(s).isEmpty())
+        parts << ropeScalingText(s);
     parts << (s.rope.store_kv_before_rope ? QStringLiteral("keys before RoPE") : QStringLiteral("keys after RoPE"));
     parts << (s.attention.memory_efficient ? QStringLiteral("mem-efficient") : QStringLiteral("naive attention"));
     if (s.attention.causal_flash)

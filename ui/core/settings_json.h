@@ -26,6 +26,8 @@ bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b)
 
 // "α 2", "α auto", "α 1.5".
 QString alphaText(const longscope::Settings &settings);
+// "RoPE linear ×4", "RoPE yarn ×8 from 512"; empty when the model file's own scaling is used.
+QString ropeScalingText(const longscope::Settings &settings);
 // Every setting that changes what perplexity measures, in one line.
 QString describeSettings(const longscope::Settings &settings);
 

@@ -1,5 +1,6 @@
 #include "widgets/explore_plot.h"
 
+#include "core/explore_format.h"
 #include "core/settings_json.h"
 
 #include <QFontMetrics>
@@ -28,16 +29,6 @@ const QColor k_trained(0x55, 0x5b, 0x63);
 const QColor k_beyond(0xf3, 0xf1, 0xee);
 const QColor k_grid(0xe3, 0xe5, 0xe8);
 const QColor k_axis(0x9a, 0xa0, 0xa6);
-
-QByteArray csvField(const QString &s)
-{
-    QByteArray b = s.toUtf8();
-    if (b.contains(',') || b.contains('"') || b.contains('\n') || b.contains('\r')) {
-        b.replace("\"", "\"\"");
-        b = '"' + b + '"';
-    }
-    return b;
-}
 
 // Tick labels for a log axis over [lo, hi]: 1-2-5 per decade, or every integer mantissa
 // when the range spans less than a decade.
@@ -371,8 +362,8 @@ QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs)
 {
     QByteArray out = "label,settings,bucket_begin,bucket_end,count,mean_nll,perplexity\n";
     for (const PerplexityRunResult &run : runs) {
-        const QByteArray label = csvField(run.label);
-        const QByteArray settings = csvField(describeSettings(run.settings));
+        const QByteArray label = exploreCsvField(run.label);
+        const QByteArray settings = exploreCsvField(describeSettings(run.settings));
         for (const PerplexityPoint &p : run.curve) {
             out += label + ',' + settings + ',' + QByteArray::number(p.begin) + ',' + QByteArray::number(p.end) + ',' +
                    QByteArray::number(p.count) + ',' + QByteArray::number(p.mean_nll, 'g', 10) + ',' +

@@ -1,6 +1,7 @@
 #include "widgets/explore_run_list.h"
 
 #include "core/settings_json.h"
+#include "widgets/explore_heatmaps.h"
 #include "widgets/explore_plot.h"
 
 namespace longscope::ui {
@@ -46,31 +47,84 @@ QListWidgetItem *ExploreRunList::makeItem(const PerplexityRunResult &run, bool c
                        .arg(run.ctx)
                        .arg(run.bucket)
                        .arg(run.n_scored));
+    return finishItem(it, run.id, checked, run.settings.rope.store_kv_before_rope);
+}
+
+QListWidgetItem *ExploreRunList::makeItem(const NeedleRunResult &run, bool checked)
+{
+    auto *it = new QListWidgetItem;
+    QString title = run.label;
+    if (run.cancelled)
+        title += tr(" (cancelled)");
+    const QString when = run.created.toLocalTime().toString(QStringLiteral("d MMM HH:mm"));
+    const QString task = run.task == longscope::NeedleTask::Book ? tr("fact in a book") : tr("passkey");
+    it->setText(tr("%1  ·  mean P %2\n%3 · %4 × %5 cells · %6")
+                    .arg(title)
+                    .arg(ExploreHeatmaps::probabilityText(run.meanProbability()))
+                    .arg(task)
+                    .arg(run.lengths.size())
+                    .arg(run.depths.size())
+                    .arg(when));
+    QStringList lengths;
+    for (int l : run.lengths)
+        lengths << QString::number(l);
+    it->setToolTip(tr("%1\n%2\n%3, model %4\nlengths %5 · %L6 trial(s) per cell · %L7 of %L8 cells retrieved")
+                       .arg(run.label, describeSettings(run.settings),
+                            run.task == longscope::NeedleTask::Book ? tr("fact in “%1”").arg(run.book_title) : task,
+                            run.model_name, lengths.join(QStringLiteral(", ")))
+                       .arg(run.trials)
+                       .arg(run.retrievedCells())
+                       .arg(run.cells.size()));
+    return finishItem(it, run.id, checked, false);
+}
+
+QListWidgetItem *ExploreRunList::finishItem(QListWidgetItem *it, const QString &id, bool checked, bool dashed)
+{
     it->setFlags(Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemIsUserCheckable);
     it->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
-    it->setData(k_idRole, run.id);
-    it->setData(k_dashedRole, run.settings.rope.store_kv_before_rope);
+    it->setData(k_idRole, id);
+    it->setData(k_dashedRole, dashed);
     it->setIcon(ExplorePlot::lineIcon(QColor(), false));
     return it;
 }
 
-void ExploreRunList::setRuns(const QVector<PerplexityRunResult> &runs, const QStringList &checked)
+void ExploreRunList::setItems(const QVector<QListWidgetItem *> &items)
 {
     m_updating = true;
     clear();
-    for (const PerplexityRunResult &run : runs)
-        addItem(makeItem(run, checked.contains(run.id)));
+    for (QListWidgetItem *it : items)
+        addItem(it);
     m_updating = false;
     emit checkedChanged();
 }
 
-void ExploreRunList::addRun(const PerplexityRunResult &run, bool checked)
+void ExploreRunList::insertTop(QListWidgetItem *it)
 {
     m_updating = true;
-    insertItem(0, makeItem(run, checked));
+    insertItem(0, it);
     m_updating = false;
     emit checkedChanged();
 }
+
+void ExploreRunList::setRuns(const QVector<PerplexityRunResult> &runs, const QStringList &checked)
+{
+    QVector<QListWidgetItem *> items;
+    for (const PerplexityRunResult &run : runs)
+        items.append(makeItem(run, checked.contains(run.id)));
+    setItems(items);
+}
+
+void ExploreRunList::setRuns(const QVector<NeedleRunResult> &runs, const QStringList &checked)
+{
+    QVector<QListWidgetItem *> items;
+    for (const NeedleRunResult &run : runs)
+        items.append(makeItem(run, checked.contains(run.id)));
+    setItems(items);
+}
+
+void ExploreRunList::addRun(const PerplexityRunResult &run, bool checked) { insertTop(makeItem(run, checked)); }
+
+void ExploreRunList::addRun(const NeedleRunResult &run, bool checked) { insertTop(makeItem(run, checked)); }
 
 bool ExploreRunList::removeRun(const QString &id)
 {

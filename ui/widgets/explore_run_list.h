@@ -1,7 +1,9 @@
 // The runs there are to overlay: every saved run (and this session's), newest first, each
-// with a checkbox; checked runs are plotted and show their plot colour.
+// with a checkbox; checked runs are plotted and show their plot colour. One list holds one
+// kind: perplexity runs, or needle grids (checked: shown as heatmaps).
 #pragma once
 
+#include "core/explore_needle.h"
 #include "core/perplexity_run.h"
 
 #include <QHash>
@@ -17,8 +19,10 @@ public:
 
     // Replaces the list; `checked` ids stay checked.
     void setRuns(const QVector<PerplexityRunResult> &runs, const QStringList &checked = {});
+    void setRuns(const QVector<NeedleRunResult> &runs, const QStringList &checked = {});
     // Puts a run at the top.
     void addRun(const PerplexityRunResult &run, bool checked);
+    void addRun(const NeedleRunResult &run, bool checked);
     bool removeRun(const QString &id);
 
     QStringList ids() const;
@@ -36,6 +40,10 @@ signals:
 
 private:
     QListWidgetItem *makeItem(const PerplexityRunResult &run, bool checked);
+    QListWidgetItem *makeItem(const NeedleRunResult &run, bool checked);
+    QListWidgetItem *finishItem(QListWidgetItem *item, const QString &id, bool checked, bool dashed);
+    void setItems(const QVector<QListWidgetItem *> &items);
+    void insertTop(QListWidgetItem *item);
     bool m_updating = false;
 };
 

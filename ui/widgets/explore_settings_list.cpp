@@ -23,7 +23,7 @@ ExploreSettingsList::ExploreSettingsList(QWidget *parent) : QListWidget(parent)
 int ExploreSettingsList::addSettings(const QString &label, const longscope::Settings &settings)
 {
     for (int i = 0; i < count(); ++i) {
-        if (sameMeasurement(settingsAt(i).settings, settings)) {
+        if (sameExploreSettings(settingsAt(i).settings, settings)) {
             item(i)->setCheckState(Qt::Checked);
             return i;
         }
@@ -72,10 +72,12 @@ void ExploreSettingsList::removeCurrent()
     emit checkedChanged();
 }
 
-void ExploreSettingsList::resetToPresets()
+void ExploreSettingsList::resetToPresets() { setPresets(explorePresets()); }
+
+void ExploreSettingsList::setPresets(const QVector<ExplorePreset> &presets)
 {
     clear();
-    for (const ExplorePreset &p : explorePresets())
+    for (const ExplorePreset &p : presets)
         addSettings(p.label, p.settings);
 }
 

@@ -1,6 +1,6 @@
-// The settings to compare, as a checkable list: the presets (alpha 1, 2, 4, auto, each with
-// keys after and before RoPE), all checked, plus whatever was added from the long-context
-// panel. Each item carries its label and its Settings.
+// The settings to compare, as a checkable list: a preset group (at first alpha 1, 2, 4, auto,
+// each with keys after and before RoPE), all checked, plus whatever was added from the
+// long-context panel: any longscope::Settings. Each item carries its label and its Settings.
 #pragma once
 
 #include "core/explore_presets.h"
@@ -25,7 +25,10 @@ public:
     void setAllChecked(bool checked);
     // Removes the selected row (presets too: they come back with resetToPresets()).
     void removeCurrent();
+    // The default preset group.
     void resetToPresets();
+    // Replaces the list with `presets`, all checked.
+    void setPresets(const QVector<ExplorePreset> &presets);
 
 signals:
     void checkedChanged();

@@ -2,6 +2,8 @@
 
 #include "core/engine_worker.h"
 #include "core/explore_store.h"
+#include "widgets/explore_heatmaps.h"
+#include "widgets/explore_needle_controls.h"
 #include "widgets/explore_plot.h"
 #include "widgets/explore_run_list.h"
 #include "widgets/explore_run_table.h"
@@ -14,11 +16,13 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -75,6 +79,17 @@ QWidget *ExploreView::createControls()
         "#exploreControls QGroupBox::title { subcontrol-origin: margin; subcontrol-position: top left;"
         " left: 10px; padding: 0 4px; color: palette(highlight); }"));
 
+    // What to run.
+    m_kind = new QComboBox(content);
+    m_kind->setObjectName(QStringLiteral("exploreRunKind"));
+    m_kind->addItem(tr("Perplexity by position"), int(RunKind::Perplexity));
+    m_kind->addItem(tr("Needle in a haystack"), int(RunKind::Needle));
+    m_kind->setAccessibleName(tr("Run type"));
+    m_kind->setToolTip(tr("Perplexity of the book by position, or a grid of prompt lengths × needle depths: does "
+                          "the model find a fact hidden in a long prompt?"));
+    m_needle = new ExploreNeedleControls(content);
+    m_needle->hide();
+
     // The book.
     auto *bookBox = new QGroupBox(tr("Book"), content);
     m_bookTitle = new QLabel(bookBox);
@@ -95,6 +110,7 @@ QWidget *ExploreView::createControls()
 
     // What to score.
     auto *scoringBox = new QGroupBox(tr("Scoring"), content);
+    m_scoringBox = scoringBox;
     m_context = new QSpinBox(scoringBox);
     m_context->setRange(16, kMaxContext);
     m_context->setSingleStep(256);
@@ -134,7 +150,15 @@ QWidget *ExploreView::createControls()
     m_removeSetting = new QPushButton(tr("Remove"), settingsBox);
     m_removeSetting->setToolTip(tr("Remove the selected setting from the list"));
     auto *presets = new QPushButton(tr("Presets"), settingsBox);
-    presets->setToolTip(tr("Back to the presets: alpha 1, 2, 4 and auto, keys after and before RoPE"));
+    presets->setToolTip(tr("Replace the list with a preset group"));
+    auto *presetMenu = new QMenu(presets);
+    for (const ExplorePresetGroup &group : explorePresetGroups()) {
+        QAction *a = presetMenu->addAction(group.name);
+        a->setToolTip(group.description);
+        connect(a, &QAction::triggered, this, [this, name = group.name] { loadPresetGroup(name); });
+    }
+    presetMenu->setToolTipsVisible(true);
+    presets->setMenu(presetMenu);
     auto *settingsButtons = new QHBoxLayout;
     settingsButtons->addWidget(m_addCurrent, 1);
     settingsButtons->addWidget(m_removeSetting);
@@ -169,8 +193,13 @@ QWidget *ExploreView::createControls()
 
     // The runs to overlay.
     auto *runsBox = new QGroupBox(tr("Saved runs"), content);
-    m_runList = new ExploreRunList(runsBox);
-    m_runList->setMinimumHeight(90);
+    m_runLists = new QStackedWidget(runsBox);
+    m_runList = new ExploreRunList(m_runLists);
+    m_needleList = new ExploreRunList(m_runLists);
+    m_needleList->setObjectName(QStringLiteral("exploreNeedleRunList"));
+    m_runLists->addWidget(m_runList);
+    m_runLists->addWidget(m_needleList);
+    m_runLists->setMinimumHeight(90);
     m_deleteRun = new QPushButton(tr("Delete"), runsBox);
     m_deleteRun->setToolTip(tr("Delete the selected run"));
     m_uncheckRuns = new QPushButton(tr("Uncheck all"), runsBox);
@@ -181,14 +210,16 @@ QWidget *ExploreView::createControls()
     runsButtons->addWidget(m_deleteRun);
     auto *runsLayout = new QVBoxLayout(runsBox);
     runsLayout->setSpacing(4);
-    runsLayout->addWidget(m_runList, 1);
+    runsLayout->addWidget(m_runLists, 1);
     runsLayout->addLayout(runsButtons);
 
     auto *v = new QVBoxLayout(content);
     v->setContentsMargins(0, 0, 6, 0);
     v->setSpacing(6);
+    v->addWidget(m_kind);
     v->addWidget(bookBox);
     v->addWidget(scoringBox);
+    v->addWidget(m_needle);
     v->addWidget(settingsBox);
     v->addLayout(runRow);
     v->addWidget(m_runProgress);
@@ -209,21 +240,60 @@ QWidget *ExploreView::createControls()
         m_settingsList->scrollToItem(m_settingsList->item(row));
     });
     connect(m_removeSetting, &QPushButton::clicked, m_settingsList, &ExploreSettingsList::removeCurrent);
-    connect(presets, &QPushButton::clicked, m_settingsList, &ExploreSettingsList::resetToPresets);
+    connect(m_kind, &QComboBox::currentIndexChanged, this, [this] { setRunKind(RunKind(m_kind->currentData().toInt())); });
+    connect(m_needle, &ExploreNeedleControls::changed, this, [this] { updateEnabled(); });
     connect(m_run, &QPushButton::clicked, this, &ExploreView::run);
     connect(m_cancel, &QPushButton::clicked, this, &ExploreView::cancel);
     connect(m_runList, &ExploreRunList::checkedChanged, this, [this] { refreshPlot(); });
     connect(m_runList, &QListWidget::currentRowChanged, this, [this] { updateEnabled(); });
+    connect(m_needleList, &ExploreRunList::checkedChanged, this, [this] { refreshHeatmaps(); });
+    connect(m_needleList, &QListWidget::currentRowChanged, this, [this] { updateEnabled(); });
     connect(m_deleteRun, &QPushButton::clicked, this, [this] {
-        const QString id = m_runList->currentId();
+        const QString id = currentRunList()->currentId();
         if (!id.isEmpty())
             emit deleteRunRequested(id);
     });
-    connect(m_uncheckRuns, &QPushButton::clicked, this, [this] { m_runList->setAllChecked(false); });
+    connect(m_uncheckRuns, &QPushButton::clicked, this, [this] { currentRunList()->setAllChecked(false); });
     return scroll;
 }
 
 QWidget *ExploreView::createResults()
+{
+    m_results = new QStackedWidget(this);
+    m_results->addWidget(createPlotPage());
+    m_results->addWidget(createNeedlePage());
+    return m_results;
+}
+
+QWidget *ExploreView::createNeedlePage()
+{
+    auto *area = new QWidget(this);
+    m_needleLog = new QCheckBox(tr("Log scale"), area);
+    m_needleLog->setToolTip(tr("Colour by log10 of the probability, from 1e-30 to 1 (a weak model's cells read apart)"));
+    m_needlePng = new QPushButton(tr("Export PNG…"), area);
+    m_needleCsv = new QPushButton(tr("Export CSV…"), area);
+    auto *toolbar = new QHBoxLayout;
+    toolbar->addWidget(m_needleLog);
+    toolbar->addSpacing(12);
+    toolbar->addWidget(hintLabel(tr("Colour: the probability of the answer · dot: greedy decoding retrieves it · "
+                                    "dashed: the trained context"),
+                                 area),
+                       1);
+    toolbar->addWidget(m_needlePng);
+    toolbar->addWidget(m_needleCsv);
+    m_heatmaps = new ExploreHeatmaps(area);
+    auto *v = new QVBoxLayout(area);
+    v->setContentsMargins(6, 0, 0, 0);
+    v->setSpacing(6);
+    v->addLayout(toolbar);
+    v->addWidget(m_heatmaps, 1);
+    connect(m_needleLog, &QCheckBox::toggled, m_heatmaps, &ExploreHeatmaps::setLogScale);
+    connect(m_needlePng, &QPushButton::clicked, this, &ExploreView::exportPngRequested);
+    connect(m_needleCsv, &QPushButton::clicked, this, &ExploreView::exportCsvRequested);
+    return area;
+}
+
+QWidget *ExploreView::createPlotPage()
 {
     auto *area = new QWidget(this);
     m_logScale = new QCheckBox(tr("Log scale"), area);
@@ -273,6 +343,8 @@ void ExploreView::setWorker(EngineWorker *worker)
     if (worker) {
         connect(worker, &EngineWorker::perplexityProgress, this, &ExploreView::onPerplexityProgress);
         connect(worker, &EngineWorker::perplexityFinished, this, &ExploreView::onPerplexityFinished);
+        connect(worker, &EngineWorker::needleProgress, this, &ExploreView::onNeedleProgress);
+        connect(worker, &EngineWorker::needleFinished, this, &ExploreView::onNeedleFinished);
     }
     updateEnabled();
 }
@@ -287,6 +359,7 @@ void ExploreView::setModel(const QString &name, int nCtxTrain)
 {
     m_modelName = name;
     m_nCtxTrain = nCtxTrain;
+    m_needle->setTrainedContext(nCtxTrain);
     updateTokensLabel();
 }
 
@@ -360,26 +433,67 @@ void ExploreView::updateTokensLabel()
 void ExploreView::updateEnabled()
 {
     const bool idle = !m_running;
-    for (QWidget *w : {static_cast<QWidget *>(m_openBook), static_cast<QWidget *>(m_context),
-                       static_cast<QWidget *>(m_bucket), static_cast<QWidget *>(m_windows),
+    for (QWidget *w : {static_cast<QWidget *>(m_kind), static_cast<QWidget *>(m_openBook),
+                       static_cast<QWidget *>(m_context), static_cast<QWidget *>(m_bucket),
+                       static_cast<QWidget *>(m_windows), static_cast<QWidget *>(m_needle),
                        static_cast<QWidget *>(m_settingsList), static_cast<QWidget *>(m_addCurrent),
                        static_cast<QWidget *>(m_removeSetting)})
         w->setEnabled(idle);
     const bool anyChecked = !m_settingsList->checkedSettings().isEmpty();
-    m_run->setEnabled(idle && m_engineAvailable && m_worker && hasBook() && anyChecked);
+    const bool bookReady = hasBook() || !bookNeeded();
+    m_run->setEnabled(idle && m_engineAvailable && m_worker && bookReady && anyChecked);
     if (!m_engineAvailable)
         m_run->setToolTip(tr("Waiting for the model (or the chat) to finish"));
-    else if (!hasBook())
+    else if (!bookReady)
         m_run->setToolTip(tr("Open a book first"));
     else if (!anyChecked)
         m_run->setToolTip(tr("Check at least one setting to compare"));
     else
-        m_run->setToolTip(tr("Score the book with every checked setting, one after another"));
+        m_run->setToolTip(runKind() == RunKind::Needle ? tr("Run the needle grid with every checked setting")
+                                                       : tr("Score the book with every checked setting, one after another"));
     m_cancel->setEnabled(m_running && !m_cancelling);
-    m_deleteRun->setEnabled(idle && !m_runList->currentId().isEmpty());
+    m_deleteRun->setEnabled(idle && !currentRunList()->currentId().isEmpty());
     const bool plotted = !m_plot->runs().isEmpty();
     m_exportPng->setEnabled(plotted);
     m_exportCsv->setEnabled(plotted);
+    const bool shown = !m_heatmaps->runs().isEmpty();
+    m_needlePng->setEnabled(shown);
+    m_needleCsv->setEnabled(shown);
+}
+
+ExploreView::RunKind ExploreView::runKind() const { return RunKind(m_kind->currentData().toInt()); }
+
+void ExploreView::setRunKind(RunKind kind)
+{
+    if (m_running)
+        return;
+    m_kind->setCurrentIndex(m_kind->findData(int(kind)));
+    const bool needle = kind == RunKind::Needle;
+    m_scoringBox->setVisible(!needle);
+    m_needle->setVisible(needle);
+    m_results->setCurrentIndex(needle ? 1 : 0);
+    m_runLists->setCurrentIndex(needle ? 1 : 0);
+    updateEnabled();
+}
+
+bool ExploreView::bookNeeded() const
+{
+    return runKind() == RunKind::Perplexity || m_needle->task() == longscope::NeedleTask::Book;
+}
+
+ExploreRunList *ExploreView::currentRunList() const
+{
+    return runKind() == RunKind::Needle ? m_needleList : m_runList;
+}
+
+void ExploreView::loadPresetGroup(const QString &name)
+{
+    for (const ExplorePresetGroup &group : explorePresetGroups())
+        if (group.name == name) {
+            m_settingsList->setPresets(group.presets);
+            setStatus(tr("Comparing %1: %2").arg(group.name, group.description));
+            return;
+        }
 }
 
 void ExploreView::setStatus(const QString &text, bool error)
@@ -395,20 +509,31 @@ void ExploreView::setStatus(const QString &text, bool error)
 // ---------------------------------------------------------------------------------------
 // Runs
 
+QString ExploreView::checkRunnable(const QVector<ExplorePreset> &checked) const
+{
+    if (!m_engineAvailable || !m_worker)
+        return tr("No model is ready: load one, or wait for the chat to finish.");
+    if (bookNeeded() && !hasBook())
+        return tr("Open a book first.");
+    if (bookNeeded() && m_book.text.trimmed().isEmpty())
+        return tr("“%1” is empty.").arg(m_book.title);
+    if (checked.isEmpty())
+        return tr("Check at least one setting to compare.");
+    return {};
+}
+
 bool ExploreView::run()
 {
     if (m_running)
         return false;
     const QVector<ExplorePreset> checked = m_settingsList->checkedSettings();
-    QString why;
-    if (!m_engineAvailable || !m_worker)
-        why = tr("No model is ready: load one, or wait for the chat to finish.");
-    else if (!hasBook())
-        why = tr("Open a book first.");
-    else if (m_book.text.trimmed().isEmpty())
-        why = tr("“%1” is empty.").arg(m_book.title);
-    else if (checked.isEmpty())
-        why = tr("Check at least one setting to compare.");
+    QString why = checkRunnable(checked);
+    m_runKind = runKind();
+    if (why.isEmpty() && m_runKind == RunKind::Needle) {
+        const std::optional<NeedleRequest> request = m_needle->request(&why);
+        if (request)
+            m_needleRequest = *request;
+    }
     if (!why.isEmpty()) {
         setStatus(why, true);
         return false;
@@ -419,18 +544,29 @@ bool ExploreView::run()
     m_runCtx = contextLength();
     m_runBucket = bucketSize();
     m_runTokens = tokensPerRun();
-    m_runText = m_book.text;
-    m_runBookTitle = m_book.title;
+    m_runText = bookNeeded() ? m_book.text : QString();
+    m_runBookTitle = bookNeeded() ? m_book.title : QString();
+    m_needleRequest.bookTitle = m_runBookTitle;
     m_running = true;
     m_cancelling = false;
     m_lastError.clear();
 
-    // Runs that do not compare with these (another book, model, length or bucket) leave the plot.
-    for (const QString &id : m_runList->checkedIds()) {
-        const PerplexityRunResult r = m_runs.value(id);
-        if (r.book_title != m_runBookTitle || r.model_name != m_modelName || r.ctx != m_runCtx ||
-            r.bucket != m_runBucket)
-            m_runList->setChecked(id, false);
+    // Runs that do not compare with these (another book, model, length or bucket; another
+    // grid) leave the plot.
+    if (m_runKind == RunKind::Perplexity) {
+        for (const QString &id : m_runList->checkedIds()) {
+            const PerplexityRunResult r = m_runs.value(id);
+            if (r.book_title != m_runBookTitle || r.model_name != m_modelName || r.ctx != m_runCtx ||
+                r.bucket != m_runBucket)
+                m_runList->setChecked(id, false);
+        }
+    } else {
+        for (const QString &id : m_needleList->checkedIds()) {
+            const NeedleRunResult r = m_needleRuns.value(id);
+            if (r.task != m_needleRequest.task || r.model_name != m_modelName || r.lengths != m_needleRequest.lengths ||
+                r.depths != m_needleRequest.depths || r.book_title != m_runBookTitle)
+                m_needleList->setChecked(id, false);
+        }
     }
 
     m_overallProgress->setValue(0);
@@ -452,55 +588,102 @@ void ExploreView::startNext()
     m_runProgress->setValue(0);
     m_runProgress->setFormat(tr("%1: tokenizing…").arg(m_current.label));
     m_overallProgress->setFormat(tr("run %L1 of %L2").arg(m_queueDone + 1).arg(m_queueSize));
+    if (m_runKind == RunKind::Needle) {
+        setStatus(tr("Hiding needles with %1…").arg(m_current.label));
+        NeedleRequest request = m_needleRequest;
+        request.settings = m_current.settings;
+        request.label = m_current.label;
+        m_worker->queueNeedle(request, m_runText);
+        return;
+    }
     setStatus(tr("Scoring “%1” with %2…").arg(m_runBookTitle, m_current.label));
-    const QString text = m_runText;
-    const ExplorePreset preset = m_current;
-    const int ctx = m_runCtx;
-    const int bucket = m_runBucket;
-    const qint64 tokens = m_runTokens;
-    m_worker->queuePerplexity(text, preset.settings, ctx, bucket, preset.label, tokens);
+    m_worker->queuePerplexity(m_runText, m_current.settings, m_runCtx, m_runBucket, m_current.label, m_runTokens);
 }
 
-void ExploreView::onPerplexityProgress(const QString &label, qint64 done, qint64 total)
+void ExploreView::showProgress(const QString &label, qint64 done, qint64 total, const QString &unit)
 {
     if (!m_running || label != m_current.label || total <= 0)
         return;
     // Progress bars hold ints: scale to per-mille.
     m_runProgress->setRange(0, kOverallSteps);
     m_runProgress->setValue(int(kOverallSteps * done / total));
-    m_runProgress->setFormat(tr("%1: %L2 / %L3 tokens").arg(label).arg(done).arg(total));
+    m_runProgress->setFormat(tr("%1: %L2 / %L3 %4").arg(label).arg(done).arg(total).arg(unit));
     const double overall = (m_queueDone + double(done) / double(total)) / std::max(1, m_queueSize);
     m_overallProgress->setValue(int(kOverallSteps * overall));
 }
 
-void ExploreView::onPerplexityFinished(const QString &label, const PerplexityRunResult &result)
+void ExploreView::onPerplexityProgress(const QString &label, qint64 done, qint64 total)
+{
+    if (m_runKind == RunKind::Perplexity)
+        showProgress(label, done, total, tr("tokens"));
+}
+
+void ExploreView::onNeedleProgress(const QString &label, qint64 done, qint64 total)
+{
+    if (m_runKind == RunKind::Needle)
+        showProgress(label, done, total, tr("tokens evaluated"));
+}
+
+bool ExploreView::acceptFinished(const QString &label, const QString &error)
 {
     if (!m_running || label != m_current.label)
+        return false;
+    ++m_queueDone;
+    m_overallProgress->setValue(int(double(kOverallSteps) * m_queueDone / std::max(1, m_queueSize)));
+    if (!error.isEmpty()) {
+        m_lastError = error;
+        setStatus(tr("%1 failed: %2").arg(label, error), true);
+        m_cancelling = true;
+    }
+    return true;
+}
+
+template <class Run>
+void ExploreView::keepRun(Run &run, QHash<QString, Run> &runs, ExploreRunList *list)
+{
+    ++m_finishedRuns;
+    QString error;
+    if (!m_store || !m_store->save(run, &error)) {
+        if (run.id.isEmpty())
+            run.id = ExploreStore::newId();
+        setStatus(tr("The run could not be saved: %1").arg(error), true);
+    }
+    runs.insert(run.id, run);
+    list->addRun(run, true);
+    m_runProgress->setValue(m_runProgress->maximum());
+}
+
+void ExploreView::afterFinished(bool cancelled)
+{
+    if (cancelled)
+        m_cancelling = true;
+    startNext();
+}
+
+void ExploreView::onPerplexityFinished(const QString &label, const PerplexityRunResult &result)
+{
+    if (m_runKind != RunKind::Perplexity || !acceptFinished(label, result.error))
         return;
     PerplexityRunResult run = result;
     run.book_title = m_runBookTitle;
-    ++m_queueDone;
-    m_overallProgress->setValue(int(double(kOverallSteps) * m_queueDone / std::max(1, m_queueSize)));
-    if (run.failed()) {
-        m_lastError = run.error;
-        setStatus(tr("%1 failed: %2").arg(label, run.error), true);
-        m_cancelling = true;
-    } else if (run.n_scored > 0) {
-        ++m_finishedRuns;
-        QString error;
-        if (!m_store || !m_store->save(run, &error)) {
-            if (run.id.isEmpty())
-                run.id = ExploreStore::newId();
-            setStatus(tr("The run could not be saved: %1").arg(error), true);
-        }
-        m_runs.insert(run.id, run);
-        m_runList->addRun(run, true);
-        m_runProgress->setValue(m_runProgress->maximum());
+    if (!run.failed() && run.n_scored > 0) {
+        keepRun(run, m_runs, m_runList);
         m_runProgress->setFormat(tr("%1: perplexity %L2").arg(label).arg(run.perplexity(), 0, 'f', 1));
     }
-    if (run.cancelled)
-        m_cancelling = true;
-    startNext();
+    afterFinished(run.cancelled);
+}
+
+void ExploreView::onNeedleFinished(const QString &label, const NeedleRunResult &result)
+{
+    if (m_runKind != RunKind::Needle || !acceptFinished(label, result.error))
+        return;
+    NeedleRunResult run = result;
+    const bool reached = std::any_of(run.cells.cbegin(), run.cells.cend(), [](const NeedleGridCell &c) { return c.trials > 0; });
+    if (!run.failed() && reached) {
+        keepRun(run, m_needleRuns, m_needleList);
+        m_runProgress->setFormat(tr("%1: %L2 of %L3 cells retrieved").arg(label).arg(run.retrievedCells()).arg(run.cells.size()));
+    }
+    afterFinished(run.cancelled);
 }
 
 void ExploreView::finishQueue()
@@ -511,7 +694,11 @@ void ExploreView::finishQueue()
     m_queue.clear();
     if (m_lastError.isEmpty())
         setStatus(cancelled ? tr("Cancelled after %L1 of %L2 runs.").arg(m_queueDone).arg(m_queueSize)
-                            : tr("Done: %L1 runs of %L2 tokens each.").arg(m_queueDone).arg(m_runTokens));
+                  : m_runKind == RunKind::Needle
+                      ? tr("Done: %L1 needle grids of %L2 cells each.")
+                            .arg(m_queueDone)
+                            .arg(m_needleRequest.lengths.size() * m_needleRequest.depths.size())
+                      : tr("Done: %L1 runs of %L2 tokens each.").arg(m_queueDone).arg(m_runTokens));
     m_overallProgress->setFormat(cancelled ? tr("cancelled") : tr("%L1 runs done").arg(m_queueDone));
     updateEnabled();
     emit runningChanged(false);
@@ -533,19 +720,61 @@ void ExploreView::cancel()
 // ---------------------------------------------------------------------------------------
 // Saved runs and the plot
 
-QVector<PerplexityRunResult> ExploreView::plottedRuns() const
+namespace {
+
+// The checked runs of `list`, oldest first, so one batch keeps the order of its settings
+// (and their colours).
+template <class Run>
+QVector<Run> checkedRuns(const ExploreRunList *list, const QHash<QString, Run> &runs)
 {
-    QVector<PerplexityRunResult> out;
-    for (const QString &id : m_runList->checkedIds())
-        if (m_runs.contains(id))
-            out.append(m_runs.value(id));
-    // Oldest first, so one batch keeps the order of its settings (and their colours).
-    std::stable_sort(out.begin(), out.end(), [](const PerplexityRunResult &a, const PerplexityRunResult &b) {
+    QVector<Run> out;
+    for (const QString &id : list->checkedIds())
+        if (runs.contains(id))
+            out.append(runs.value(id));
+    std::stable_sort(out.begin(), out.end(), [](const Run &a, const Run &b) {
         if (a.created != b.created)
             return a.created < b.created;
         return a.id < b.id;
     });
     return out;
+}
+
+// Every run, newest first (the lists' order).
+template <class Run>
+QVector<Run> newestFirst(const QHash<QString, Run> &runs)
+{
+    QVector<Run> out(runs.cbegin(), runs.cend());
+    std::stable_sort(out.begin(), out.end(), [](const Run &a, const Run &b) {
+        if (a.created != b.created)
+            return a.created > b.created;
+        return a.id > b.id;
+    });
+    return out;
+}
+
+// The saved runs with the ones of this session that could not be saved.
+template <class Run>
+QHash<QString, Run> mergeSaved(const QVector<Run> &saved, const QHash<QString, Run> &session)
+{
+    QHash<QString, Run> runs;
+    for (const Run &r : saved)
+        runs.insert(r.id, r);
+    for (auto it = session.cbegin(); it != session.cend(); ++it)
+        if (!runs.contains(it.key()))
+            runs.insert(it.key(), it.value());
+    return runs;
+}
+
+} // namespace
+
+QVector<PerplexityRunResult> ExploreView::plottedRuns() const { return checkedRuns(m_runList, m_runs); }
+
+QVector<NeedleRunResult> ExploreView::shownNeedleRuns() const { return checkedRuns(m_needleList, m_needleRuns); }
+
+void ExploreView::refreshHeatmaps()
+{
+    m_heatmaps->setRuns(shownNeedleRuns());
+    updateEnabled();
 }
 
 void ExploreView::refreshPlot()
@@ -564,26 +793,12 @@ void ExploreView::reloadSavedRuns()
 {
     if (!m_store)
         return;
-    const QStringList checked = m_runList->checkedIds();
-    QHash<QString, PerplexityRunResult> runs;
-    QVector<PerplexityRunResult> saved = m_store->list();
-    for (const PerplexityRunResult &r : saved)
-        runs.insert(r.id, r);
-    // Runs that could not be saved stay for this session.
-    for (auto it = m_runs.cbegin(); it != m_runs.cend(); ++it) {
-        if (!runs.contains(it.key())) {
-            runs.insert(it.key(), it.value());
-            saved.append(it.value());
-        }
-    }
-    std::stable_sort(saved.begin(), saved.end(), [](const PerplexityRunResult &a, const PerplexityRunResult &b) {
-        if (a.created != b.created)
-            return a.created > b.created;
-        return a.id > b.id;
-    });
-    m_runs = runs;
-    const QStringList errors = m_store->lastErrors();
-    m_runList->setRuns(saved, checked);
+    m_runs = mergeSaved(m_store->list(), m_runs);
+    QStringList errors = m_store->lastErrors();
+    m_needleRuns = mergeSaved(m_store->listNeedleRuns(), m_needleRuns);
+    errors += m_store->lastErrors();
+    m_runList->setRuns(newestFirst(m_runs), m_runList->checkedIds());
+    m_needleList->setRuns(newestFirst(m_needleRuns), m_needleList->checkedIds());
     if (!errors.isEmpty()) {
         setStatus(tr("%Ln saved run file(s) could not be read and were skipped.", nullptr, int(errors.size())), true);
         m_status->setToolTip(errors.join(QLatin1Char('\n')));
@@ -597,28 +812,32 @@ bool ExploreView::deleteRun(const QString &id, QString *error)
     if (m_store && QFile::exists(m_store->filePath(id)) && !m_store->remove(id, error))
         return false;
     m_runs.remove(id);
+    m_needleRuns.remove(id);
     m_runList->removeRun(id);
+    m_needleList->removeRun(id);
     return true;
 }
 
 bool ExploreView::exportPng(const QString &path, QString *error)
 {
-    if (m_plot->runs().isEmpty()) {
+    const bool needle = runKind() == RunKind::Needle;
+    if (needle ? m_heatmaps->runs().isEmpty() : m_plot->runs().isEmpty()) {
         if (error)
             *error = tr("There is nothing to export: run or check a run first.");
         return false;
     }
-    return m_plot->exportPng(path, error);
+    return needle ? m_heatmaps->exportPng(path, error) : m_plot->exportPng(path, error);
 }
 
 bool ExploreView::exportCsv(const QString &path, QString *error)
 {
-    if (m_plot->runs().isEmpty()) {
+    const bool needle = runKind() == RunKind::Needle;
+    if (needle ? m_heatmaps->runs().isEmpty() : m_plot->runs().isEmpty()) {
         if (error)
             *error = tr("There is nothing to export: run or check a run first.");
         return false;
     }
-    return m_plot->exportCsv(path, error);
+    return needle ? m_heatmaps->exportCsv(path, error) : m_plot->exportCsv(path, error);
 }
 
 } // namespace longscope::ui

@@ -1,13 +1,17 @@
 // The Explore tab: "load a book and see, on one plot, where each setting stops understanding
-// it". Left: the book, the context length to score to (above the trained one is allowed),
-// the bucket size and windows per run, the settings to compare, Run / Cancel with progress
-// per run and overall, and the saved runs to overlay. Right: the perplexity-by-position plot
-// and a table of how each plotted run did and what it cost. Runs go to the worker one after another
-// (EngineWorker::runPerplexity, each on a session of its own, so the chat's context stays),
-// and each finished run is saved in the ExploreStore.
+// it", and whether it still finds a needle hidden in it. Left: the run type (perplexity by
+// position, or a needle-in-a-haystack grid), the book, what to score (the context length,
+// bucket size and windows; or the grid's lengths, depths and trials), the settings to compare
+// (any long-context settings; preset groups from a menu), Run / Cancel with progress per run
+// and overall, and the saved runs of that type to show. Right: the perplexity-by-position
+// plot and a table of how each plotted run did and what it cost; or the needle heatmaps side
+// by side. Runs go to the worker one after another (EngineWorker::runPerplexity / runNeedle,
+// each on a session of its own, so the chat's context stays), and each finished run is saved
+// in the ExploreStore.
 #pragma once
 
 #include "core/book.h"
+#include "core/explore_needle.h"
 #include "core/explore_presets.h"
 #include "core/perplexity_run.h"
 
@@ -22,11 +26,14 @@ class QLabel;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QStackedWidget;
 
 namespace longscope::ui {
 
 class EngineWorker;
 class ExplorePlot;
+class ExploreHeatmaps;
+class ExploreNeedleControls;
 class ExploreRunList;
 class ExploreRunTable;
 class ExploreSettingsList;
@@ -39,6 +46,8 @@ public:
     static constexpr int kDefaultContext = 2048;
     static constexpr int kDefaultBucket = 64;
     static constexpr int kDefaultWindows = 8;
+
+    enum class RunKind { Perplexity, Needle };
 
     // `store` is not owned; its saved runs are listed (none checked).
     explicit ExploreView(ExploreStore *store, QWidget *parent = nullptr);
@@ -64,10 +73,16 @@ public:
     // Text tokens each run scores: windows × (context length − 1 for BOS).
     qint64 tokensPerRun() const;
 
+    // What Run runs and what the results side shows.
+    void setRunKind(RunKind kind);
+    RunKind runKind() const;
+
     bool isRunning() const { return m_running; }
     // Runs that finished in this session (saved or not), oldest first.
     int finishedRunCount() const { return m_finishedRuns; }
     QVector<PerplexityRunResult> plottedRuns() const;
+    // The checked needle grids, oldest first (as the heatmaps show them).
+    QVector<NeedleRunResult> shownNeedleRuns() const;
     QString lastError() const { return m_lastError; }
 
     ExplorePlot *plot() const { return m_plot; }
@@ -79,7 +94,15 @@ public:
     QProgressBar *runProgress() const { return m_runProgress; }
     QProgressBar *overallProgress() const { return m_overallProgress; }
     QCheckBox *logScaleBox() const { return m_logScale; }
+    QComboBox *runKindBox() const { return m_kind; }
+    ExploreNeedleControls *needleControls() const { return m_needle; }
+    ExploreHeatmaps *heatmaps() const { return m_heatmaps; }
+    ExploreRunList *needleRunList() const { return m_needleList; }
+    QCheckBox *needleLogScaleBox() const { return m_needleLog; }
+    // The preset groups' menu entries load a group into the compare list.
+    void loadPresetGroup(const QString &name);
 
+    // The plot (perplexity) or the heatmaps (needle), whichever the run type shows.
     bool exportPng(const QString &path, QString *error = nullptr);
     bool exportCsv(const QString &path, QString *error = nullptr);
 
@@ -96,6 +119,8 @@ public slots:
 
     void onPerplexityProgress(const QString &label, qint64 done, qint64 total);
     void onPerplexityFinished(const QString &label, const longscope::ui::PerplexityRunResult &result);
+    void onNeedleProgress(const QString &label, qint64 done, qint64 total);
+    void onNeedleFinished(const QString &label, const longscope::ui::NeedleRunResult &result);
 
 signals:
     void runningChanged(bool running);
@@ -110,7 +135,20 @@ signals:
 private:
     QWidget *createControls();
     QWidget *createResults();
+    QWidget *createPlotPage();
+    QWidget *createNeedlePage();
     void startNext();
+    // A run of the queue ended: false (and nothing more to do) when it is not the current one.
+    bool acceptFinished(const QString &label, const QString &error);
+    // Saves a finished run, then lists it (checked); says so when it cannot be saved.
+    template <class Run>
+    void keepRun(Run &run, QHash<QString, Run> &runs, ExploreRunList *list);
+    void afterFinished(bool cancelled);
+    void showProgress(const QString &label, qint64 done, qint64 total, const QString &unit);
+    QString checkRunnable(const QVector<ExplorePreset> &checked) const;
+    void refreshHeatmaps();
+    bool bookNeeded() const;
+    ExploreRunList *currentRunList() const;
     void finishQueue();
     void updateEnabled();
     void updateBookLabel();
@@ -128,6 +166,7 @@ private:
 
     // Runs by id: the saved ones and this session's.
     QHash<QString, PerplexityRunResult> m_runs;
+    QHash<QString, NeedleRunResult> m_needleRuns;
 
     // The queue.
     QVector<ExplorePreset> m_queue;
@@ -139,12 +178,24 @@ private:
     qint64 m_runTokens = 0;
     QString m_runText;
     QString m_runBookTitle;
+    RunKind m_runKind = RunKind::Perplexity; // of the queue
+    NeedleRequest m_needleRequest;
     bool m_running = false;
     bool m_cancelling = false;
     int m_finishedRuns = 0;
     QString m_lastError;
 
     // Widgets.
+    QComboBox *m_kind = nullptr;
+    QWidget *m_scoringBox = nullptr;
+    ExploreNeedleControls *m_needle = nullptr;
+    QStackedWidget *m_results = nullptr;
+    QStackedWidget *m_runLists = nullptr;
+    ExploreHeatmaps *m_heatmaps = nullptr;
+    ExploreRunList *m_needleList = nullptr;
+    QCheckBox *m_needleLog = nullptr;
+    QPushButton *m_needlePng = nullptr;
+    QPushButton *m_needleCsv = nullptr;
     QLabel *m_bookTitle = nullptr;
     QLabel *m_bookDetails = nullptr;
     QPushButton *m_openBook = nullptr;

@@ -1,6 +1,7 @@
 #include "longscope/perplexity.h"
 
 #include "longscope/errors.h"
+#include "runtime/token_scores.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,22 +10,6 @@ namespace longscope {
 
 double PositionBucket::perplexity() const { return std::exp(mean_nll); }
 double PerplexityResult::perplexity() const { return std::exp(mean_nll); }
-
-namespace {
-
-// -log softmax(logits)[target], in double.
-double token_nll(std::span<const float> logits, int32_t target)
-{
-    double m = -INFINITY;
-    for (float x : logits)
-        m = std::max(m, double(x));
-    double sum = 0;
-    for (float x : logits)
-        sum += std::exp(double(x) - m);
-    return -(double(logits[size_t(target)]) - m - std::log(sum));
-}
-
-} // namespace
 
 PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &o)
 {
@@ -86,7 +71,7 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
                 const int64_t text_index = start + int64_t(j + 1) - offset;
                 if (text_index < first_new)
                     continue;
-                const double nll = token_nll(logits.subspan(k * v, v), window[j + 1]);
+                const double nll = -token_log_prob(logits.subspan(k * v, v), window[j + 1]);
                 r.positions.push_back(int(j + 1));
                 r.nll.push_back(float(nll));
                 sum += nll;
