@@ -5,6 +5,7 @@
 // them; it keeps what spans the whole app (which job is running, the status bar).
 #pragma once
 
+#include "core/chat_template_choice.h"
 #include "core/conversation.h"
 #include "core/engine_worker.h"
 
@@ -35,6 +36,7 @@ public:
         longscope::Settings settings;
         QString modelPath;    // empty: no model loaded (the saved path is kept)
         int contextLimit = 0; // for the "context full" note
+        ChatTemplateChoice chatTemplate; // chosen for this model (the model's own by default)
     };
     using InputsSource = std::function<Inputs()>;
 
