@@ -257,6 +257,16 @@ FEATURES = [
     ("strftime_now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %H:%M') }}", {}),
     ("raise_exception", "a{{ raise_exception('Bad role') }}", {}),
     ("specials", "{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ messages | length }}|{{ tools }}", {"bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": True, "messages": [{"role": "user", "content": "x"}], "tools": None}),
+    # printf-style '%' string formatting
+    ("percent_s_d", "{{ '%s and %d' % ('a', 3) }}|{{ '%s' % 'one' }}|{{ '%d%%' % 42.9 }}|{{ '%s' % [1, 'x'] }}|{{ '%r' % 'q' }}|{{ '%s' % none }}|{{ '%d' % true }}", {}),
+    ("percent_width_flags", "[{{ '%5s' % 'ab' }}][{{ '%-5s' % 'ab' }}][{{ '%.2s' % 'héllo' }}][{{ '%05d' % -42 }}][{{ '%+d' % 7 }}][{{ '% d' % 7 }}][{{ '%-6d' % 12 }}]", {}),
+    ("percent_numbers", "{{ '%.2f' % 3.14159 }} {{ '%f' % 2 }} {{ '%e' % 12345.678 }} {{ '%g' % 0.0001 }} {{ '%G' % 1e20 }} {{ '%x %X %o' % (255, 255, 8) }} {{ '%#x %#o' % (255, 8) }} {{ '%08.3f' % -3.5 }} {{ '%c%c' % (72, 'i') }} {{ '%.3d' % 5 }}", {}),
+    ("percent_mapping", "{{ '%(name)s is %(age)d' % {'name': 'Ann', 'age': 30} }}|{{ '%s' % {'k': 1} }}|{{ 'plain' % {} }}", {}),
+    ("percent_in_template", "{% for m in messages %}{{ '<%s>%s</%s>' % (m.role, m.content, m.role) }}{% endfor %}{% set n = '%03d' % messages | length %}[{{ n }}]", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}),
+    # recursive loops
+    ("loop_recursive", "{% for n in tree recursive %}<{{ n.name }}:{{ loop.depth }}/{{ loop.depth0 }}{% if n.children %}[{{ loop(n.children) }}]{% endif %}>{% endfor %}", {"tree": [{"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}, {"name": "e", "children": []}]}),
+    ("loop_recursive_index", "{% for x in items recursive %}{{ loop.index }}{% if x is iterable and x is not string %}({{ loop(x) }}){% else %}{{ x }}{% endif %};{% endfor %}", {"items": ["a", ["b", ["c", "d"]], "e"]}),
+    ("loop_recursive_filtered_else", "{% for n in tree if n.keep recursive %}{{ n.name }}{{ loop(n.kids) }}{% else %}-{% endfor %}", {"tree": [{"name": "a", "keep": True, "kids": [{"name": "x", "keep": False}]}, {"name": "b", "keep": True, "kids": [{"name": "y", "keep": True, "kids": []}]}]}),
     # errors jinja2 raises
     ("err_call_undefined", "{{ nothing() }}", {}),
     ("err_attr_of_undefined", "{{ nothing.attr }}", {}),
@@ -269,6 +279,11 @@ FEATURES = [
     ("err_syntax", "{{ (1 + }}", {}),
     ("err_append", "{% set l = [] %}{{ l.append(1) }}", {}),
     ("err_tojson_undefined", "{{ nothing | tojson }}", {}),
+    ("err_percent_type", "{{ '%d' % 'x' }}", {}),
+    ("err_percent_too_few", "{{ '%s %s' % ('a',) }}", {}),
+    ("err_percent_too_many", "{{ 'x' % 5 }}", {}),
+    ("err_percent_key", "{{ '%(a)s' % {'b': 1} }}", {}),
+    ("err_loop_not_recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}", {}),
 ]
 
 

@@ -22,8 +22,6 @@
 
 namespace longscope::cli {
 
-namespace {
-
 std::string read_text_file(const std::string &path)
 {
     std::ifstream in(path, std::ios::binary);
@@ -35,6 +33,8 @@ std::string read_text_file(const std::string &path)
         throw IoError(path + ": read error");
     return ss.str();
 }
+
+namespace {
 
 std::string model_path(const Args &a, const char *argv0)
 {

@@ -14,6 +14,9 @@ namespace longscope::cli {
 std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs);
 Settings settings_from_args(const Args &a);
 
+// A whole file's bytes; IoError naming the file when it cannot be read.
+std::string read_text_file(const std::string &path);
+
 
 // Each returns the process exit status; they throw UsageError or longscope::Error.
 int cmd_generate(const std::vector<std::string> &args, const char *argv0);

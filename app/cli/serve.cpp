@@ -64,6 +64,7 @@ struct Job {
     int completion_tokens = 0;
     std::string finish;
     std::optional<ApiError> error;   // when Failed
+    ReplyFormat reply_format;        // chat: how the reply splits into reasoning, content and tool calls
 
     void fail(ApiError e)
     {
@@ -375,7 +376,7 @@ ApiError context_error(int n_ctx, int prompt_tokens, std::optional<int> max_toke
 // Tokenizes the prompt and checks that it and max_tokens fit in the context (or cuts it
 // head-and-tail when the server runs with --overflow head-tail). Fills job.prompt and
 // job.max_tokens; throws ApiError.
-void prepare_prompt(const Model &model, int n_ctx, Job &job)
+void prepare_prompt(const Model &model, const std::string &template_text, int n_ctx, Job &job)
 {
     const CompletionRequest &r = job.req;
     const OverflowPolicy policy = r.settings.overflow == OverflowPolicy::HeadTail ? OverflowPolicy::HeadTail
@@ -388,10 +389,12 @@ void prepare_prompt(const Model &model, int n_ctx, Job &job)
     const int fit_reserve = policy == OverflowPolicy::HeadTail ? std::min(reserve, n_ctx / 2) : reserve;
     if (r.endpoint == Endpoint::Chat) {
         try {
-            job.prompt = build_chat_prompt(model, r.messages, n_ctx, fit_reserve, policy).tokens;
+            const ChatPrompt p = chat_prompt(model, r, template_text, n_ctx, fit_reserve, policy);
+            job.prompt = p.tokens;
+            job.reply_format = chat_reply_format(model, r, template_text, p);
         } catch (const ContextOverflow &) {
-            const auto ids = tokenize_chat(model, render_chat(model, r.messages).text, true);
-            throw context_error(n_ctx, int(ids.size()), r.max_tokens, r.endpoint);
+            const int whole = int(chat_prompt(model, r, template_text, 1 << 30, 0, policy).tokens.size());
+            throw context_error(n_ctx, whole, r.max_tokens, r.endpoint);
         }
     } else {
         std::vector<int32_t> ids;
@@ -490,7 +493,8 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--max-body"}},
                                 {{"--timeout"}},
                                 {{"--request-timeout"}},
-                                {{"--allow-host"}}}));
+                                {{"--allow-host"}},
+                                {{"--chat-template"}}}));
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
     ServeOptions o;
@@ -522,6 +526,12 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             throw UsageError("--allow-host takes a host name without a port (or '*' for any), got '" + h + "'");
         o.allow_hosts.push_back(*name);
     }
+    std::string chat_template; // --chat-template FILE: used instead of the model's own
+    if (auto file = a.value("--chat-template")) {
+        chat_template = read_text_file(*file);
+        if (chat_template.empty())
+            throw UsageError("--chat-template: " + *file + " is empty");
+    }
     SessionOptions so;
     so.n_ctx = a.get_int("--ctx", 1, 1 << 24).value_or(0);
     so.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
@@ -534,6 +544,16 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     if (path.empty())
         path = default_model_path(argv0);
     auto model = Model::load(path, {}, so.settings.backend != ComputeBackend::Cuda);
+    if (!chat_template.empty()) {
+        // A template that cannot render one user message is refused now, not at every request.
+        ChatRenderOptions check;
+        check.template_text = chat_template;
+        try {
+            render_chat(*model, {ChatMessage{ChatMessage::Role::User, "Hello", {}, {}}}, check);
+        } catch (const FormatError &e) {
+            throw FormatError("--chat-template " + *a.value("--chat-template") + ": " + e.what());
+        }
+    }
     std::string model_name = model->info().name;
     if (model_name.empty())
         model_name = std::filesystem::path(model->info().path).filename().string();
@@ -686,7 +706,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         job->req = parse_request(ep, body, defaults);
         if (!job->req.seed_given)
             job->req.sampling.seed = std::random_device{}();
-        prepare_prompt(*model, n_ctx, *job);
+        prepare_prompt(*model, chat_template, n_ctx, *job);
         job->id = new_id(ep);
         job->created = int64_t(std::time(nullptr));
         job->deadline = clock_type::now() + std::chrono::seconds(o.timeout_s);
@@ -710,7 +730,8 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
             const Usage usage{job->prompt_tokens, job->completion_tokens};
             send_json(res, 200,
                       ep == Endpoint::Chat
-                          ? chat_response(job->id, job->created, model_name, job->text, job->finish, usage)
+                          ? chat_response(job->id, job->created, model_name, split_reply(job->reply_format, job->text),
+                                          job->finish, usage)
                           : completion_response(job->id, job->created, model_name, job->text, job->finish, usage));
             return;
         }
@@ -720,8 +741,10 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         struct StreamState {
             bool started = false;
             clock_type::time_point last_write = clock_type::now();
+            ReplySplitter reply;   // chat: reasoning, content and tool calls apart
+            size_t calls_sent = 0; // tool calls streamed so far
         };
-        auto state = std::make_shared<StreamState>();
+        auto state = std::make_shared<StreamState>(StreamState{false, clock_type::now(), ReplySplitter(job->reply_format), 0});
         res.set_chunked_content_provider(
             "text/event-stream",
             [job, state, ep, &model_name, &engine](size_t, httplib::DataSink &sink) -> bool {
@@ -753,17 +776,30 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                     piece.swap(job->pending);
                     const Job::State st = job->state;
                     lk.unlock();
+                    // A chat piece goes through the splitter, which holds back a marker's start.
+                    auto send_reply = [&](const ReplySplitter::Delta &d) {
+                        if (d.empty())
+                            return true;
+                        const size_t first = state->calls_sent;
+                        state->calls_sent += d.tool_calls.size();
+                        return write(sse_event(chat_reply_chunk(job->id, job->created, model_name, d, first)));
+                    };
                     if (!piece.empty()) {
-                        const json chunk = ep == Endpoint::Chat
-                                               ? chat_chunk(job->id, job->created, model_name, piece, {})
-                                               : completion_chunk(job->id, job->created, model_name, piece, {});
-                        if (!write(sse_event(chunk)))
+                        const bool sent = ep == Endpoint::Chat
+                                              ? send_reply(state->reply.feed(piece))
+                                              : write(sse_event(completion_chunk(job->id, job->created, model_name,
+                                                                                 piece, {})));
+                        if (!sent)
                             return false;
                     }
                     if (st == Job::State::Done) {
-                        const json last = ep == Endpoint::Chat
-                                              ? chat_chunk(job->id, job->created, model_name, {}, job->finish)
-                                              : completion_chunk(job->id, job->created, model_name, "", job->finish);
+                        if (ep == Endpoint::Chat && !send_reply(state->reply.finish()))
+                            return false;
+                        const json last =
+                            ep == Endpoint::Chat
+                                ? chat_chunk(job->id, job->created, model_name, {},
+                                             chat_finish_reason(job->finish, state->calls_sent > 0))
+                                : completion_chunk(job->id, job->created, model_name, "", job->finish);
                         std::string tail = sse_event(last);
                         if (job->req.include_usage)
                             tail += sse_event(usage_chunk(ep, job->id, job->created, model_name,

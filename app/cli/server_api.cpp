@@ -96,32 +96,50 @@ const std::string &string_of(const json &v, const std::string &name)
 }
 
 // Message content: a string, or an array of {"type": "text", "text": ...} parts.
-std::string content_text(const json &v, const std::string &name)
+void check_content(const json &v, const std::string &name)
 {
-    if (v.is_null())
-        return {};
-    if (v.is_string())
-        return v.get<std::string>();
+    if (v.is_null() || v.is_string())
+        return;
     if (!v.is_array())
         bad(name, "'" + name + "' must be a string or an array of text parts, got " + type_name(v));
-    std::string out;
     for (size_t i = 0; i < v.size(); ++i) {
         const std::string pname = name + "[" + std::to_string(i) + "]";
         const json &part = v[i];
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text"))
             bad(pname, "'" + pname + "': only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        out += string_of(part["text"], pname + ".text");
+        string_of(part["text"], pname + ".text");
     }
-    return out;
 }
 
-std::vector<ChatMessage> parse_messages(const json &v)
+// An assistant message's tool calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+void check_tool_calls(const json &v, const std::string &name)
+{
+    if (!v.is_array())
+        bad(name, "'" + name + "' must be an array, got " + type_name(v));
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string cname = name + "[" + std::to_string(i) + "]";
+        const json &call = v[i];
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+            bad(cname, "'" + cname + "' must be an object with a \"function\" object");
+        const json &fn = call["function"];
+        if (!fn.contains("name"))
+            bad(cname + ".function.name", "'" + cname + ".function.name' is required");
+        string_of(fn["name"], cname + ".function.name");
+        if (fn.contains("arguments") && !fn["arguments"].is_string() && !fn["arguments"].is_object())
+            bad(cname + ".function.arguments",
+                "'" + cname + ".function.arguments' must be a JSON string or an object, got " + type_name(fn["arguments"]));
+    }
+}
+
+// The messages, checked for shape; the template decides what a conversation may hold (an
+// error it raises is answered by the caller). `in_order` is the same array with its keys in
+// the order the client wrote them, which the template sees (tojson keeps it, as Python does).
+std::vector<ChatMessage> parse_messages(const json &v, const nlohmann::ordered_json &in_order)
 {
     if (!v.is_array())
         bad("messages", std::string("'messages' must be an array, got ") + type_name(v));
     if (v.empty())
         bad("messages", "'messages' must hold at least one message");
-    std::vector<ChatMessage> out;
     for (size_t i = 0; i < v.size(); ++i) {
         const std::string name = "messages[" + std::to_string(i) + "]";
         const json &m = v[i];
@@ -130,29 +148,37 @@ std::vector<ChatMessage> parse_messages(const json &v)
         if (!m.contains("role"))
             bad(name + ".role", "'" + name + ".role' is required");
         const std::string &role = string_of(m["role"], name + ".role");
-        static const json null_content;
-        auto c = m.find("content");
-        const std::string content = content_text(c != m.end() ? *c : null_content, name + ".content");
-        if (role == "system" || role == "developer") {
-            // Leading system messages become the system prompt; the templates have no place
-            // for one later in the conversation.
-            if (!out.empty() && out.back().role != ChatMessage::Role::System)
-                bad(name + ".role", "'" + name + "': a system message is only supported at the start of the conversation");
-            if (!out.empty())
-                out.back().content += "\n" + content;
-            else
-                out.push_back({ChatMessage::Role::System, content});
-        } else if (role == "user") {
-            out.push_back({ChatMessage::Role::User, content});
-        } else if (role == "assistant") {
-            if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty())
-                bad(name + ".tool_calls", "tool calls are not supported");
-            out.push_back({ChatMessage::Role::Assistant, content});
-        } else {
-            bad(name + ".role", "'" + name + ".role' must be system, user or assistant, got '" + role + "'");
-        }
+        if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+            bad(name + ".role",
+                "'" + name + ".role' must be system, developer, user, assistant or tool, got '" + role + "'");
+        if (auto c = m.find("content"); c != m.end())
+            check_content(*c, name + ".content");
+        if (auto r = m.find("reasoning_content"); r != m.end() && !r->is_null())
+            string_of(*r, name + ".reasoning_content");
+        if (auto t = m.find("tool_calls"); t != m.end() && !t->is_null())
+            check_tool_calls(*t, name + ".tool_calls");
     }
-    return out;
+    try {
+        return parse_chat_messages(in_order.dump());
+    } catch (const InvalidArgument &e) {
+        bad("messages", e.what());
+    }
+}
+
+// Tool definitions: [{"type": "function", "function": {"name", "description", "parameters"}}],
+// handed on with their keys in the client's order.
+std::string parse_tools(const json &v, const nlohmann::ordered_json &in_order)
+{
+    if (!v.is_array())
+        bad("tools", std::string("'tools' must be an array, got ") + type_name(v));
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string name = "tools[" + std::to_string(i) + "]";
+        const json &t = v[i];
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+            bad(name, "'" + name + "' must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
+    }
+    return v.empty() ? std::string() : in_order.dump();
 }
 
 std::vector<int32_t> token_ids(const json &v, const std::string &name)
@@ -211,12 +237,12 @@ void check_neutral(const std::string &key, const json &v)
     } else if (key == "response_format") {
         if (!v.is_object() || !v.contains("type") || v["type"] != "text")
             bad(key, "'response_format' other than {\"type\": \"text\"} is not supported");
-    } else if (key == "tools" || key == "functions") {
+    } else if (key == "functions") {
         if (!v.is_array() || !v.empty())
-            bad(key, "'" + key + "' (tool calling) is not supported");
-    } else if (key == "tool_choice" || key == "function_call") {
+            bad(key, "'functions' is not supported (use 'tools')");
+    } else if (key == "function_call") {
         if (!(v.is_string() && v.get<std::string>() == "none"))
-            bad(key, "'" + key + "' (tool calling) is not supported");
+            bad(key, "'function_call' is not supported (use 'tool_choice')");
     } else if (key == "echo") {
         if (boolean(v, key))
             bad(key, "'echo' is not supported");
@@ -379,7 +405,17 @@ CompletionRequest parse_request_body(Endpoint endpoint, std::string_view body_te
         const json *m = get("messages");
         if (!m)
             bad("messages", "'messages' is required");
-        r.messages = parse_messages(*m);
+        // The body again with its keys in order (its size and depth are already checked).
+        const auto in_order = nlohmann::ordered_json::parse(body_text);
+        r.messages = parse_messages(*m, in_order["messages"]);
+        if (const json *t = get("tools"))
+            r.tools_json = parse_tools(*t, in_order["tools"]);
+        if (const json *c = get("tool_choice")) {
+            if (!c->is_string() || (*c != "auto" && *c != "none"))
+                bad("tool_choice", "'tool_choice' must be \"auto\" or \"none\" (a required or named tool is not "
+                                   "supported), got " + c->dump());
+            r.parse_tool_calls = *c == "auto";
+        }
     } else {
         const json *p = get("prompt");
         if (!p)
@@ -440,7 +476,7 @@ CompletionRequest parse_request_body(Endpoint endpoint, std::string_view body_te
         if (integer_in(*v, "n", 1, 128) != 1)
             bad("n", "'n' must be 1: this server generates one choice per request");
     for (const char *key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
-                            "response_format", "tools", "functions", "tool_choice", "function_call", "echo",
+                            "response_format", "functions", "function_call", "echo",
                             "best_of", "suffix", "user"})
         if (const json *v = get(key))
             check_neutral(key, *v);
@@ -465,6 +501,30 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
         // first: still the client's mistake.
         throw ApiError(400, std::string("invalid value in the request body: ") + e.what());
     }
+}
+
+ChatPrompt chat_prompt(const Model &model, const CompletionRequest &r, const std::string &template_text, int limit,
+                       int reserve, OverflowPolicy policy)
+{
+    ChatRenderOptions o;
+    o.tools_json = r.tools_json;
+    o.template_text = template_text;
+    o.fallback = false;
+    try {
+        return build_chat_prompt(model, r.messages, limit, reserve, policy, true, o);
+    } catch (const FormatError &e) {
+        throw ApiError(400, std::string("the chat template cannot render these messages: ") + e.what(),
+                       "invalid_request_error", "messages", "template_error");
+    }
+}
+
+ReplyFormat chat_reply_format(const Model &model, const CompletionRequest &r, const std::string &template_text,
+                              const ChatPrompt &prompt)
+{
+    const std::string &used = prompt.format == "custom" ? template_text
+                              : prompt.format == "model" ? model.info().chat_template
+                                                         : std::string();
+    return reply_format(used, prompt.text, !r.tools_json.empty() && r.parse_tool_calls);
 }
 
 json settings_json(const Settings &s)
@@ -509,15 +569,63 @@ std::string new_id(Endpoint endpoint)
     return id;
 }
 
-json chat_response(const std::string &id, int64_t created, const std::string &model, const std::string &text,
-                   const std::string &finish, const Usage &usage)
+namespace {
+
+json tool_calls_json(const std::vector<ToolCall> &calls, std::optional<size_t> first_index)
 {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        std::string id = calls[i].id;
+        if (id.empty())
+            id = "call_" + new_id(Endpoint::Completion).substr(5);
+        json c{{"id", id},
+               {"type", "function"},
+               {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+        if (first_index)
+            c["index"] = *first_index + i;
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+} // namespace
+
+std::string chat_finish_reason(const std::string &finish, bool called_tools)
+{
+    return called_tools && finish == "stop" ? "tool_calls" : finish;
+}
+
+json chat_response(const std::string &id, int64_t created, const std::string &model,
+                   const ReplySplitter::Delta &reply, const std::string &finish, const Usage &usage)
+{
+    const bool called = !reply.tool_calls.empty();
+    json message{{"role", "assistant"},
+                 {"content", called && reply.content.empty() ? json(nullptr) : json(reply.content)}};
+    if (!reply.reasoning.empty())
+        message["reasoning_content"] = reply.reasoning;
+    if (called)
+        message["tool_calls"] = tool_calls_json(reply.tool_calls, std::nullopt);
     json choice{{"index", 0},
-                {"message", {{"role", "assistant"}, {"content", text}}},
+                {"message", message},
                 {"logprobs", nullptr},
-                {"finish_reason", finish}};
+                {"finish_reason", chat_finish_reason(finish, called)}};
     return json{{"id", id},           {"object", "chat.completion"}, {"created", created},
                 {"model", model},     {"choices", json::array({choice})}, {"usage", usage_json(usage)}};
+}
+
+json chat_reply_chunk(const std::string &id, int64_t created, const std::string &model,
+                      const ReplySplitter::Delta &piece, size_t first_call)
+{
+    json delta = json::object();
+    if (!piece.reasoning.empty())
+        delta["reasoning_content"] = piece.reasoning;
+    if (!piece.content.empty())
+        delta["content"] = piece.content;
+    if (!piece.tool_calls.empty())
+        delta["tool_calls"] = tool_calls_json(piece.tool_calls, first_call);
+    json choice{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    return json{{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
 }
 
 json completion_response(const std::string &id, int64_t created, const std::string &model, const std::string &text,

@@ -51,7 +51,9 @@ inline constexpr int k_max_json_depth = 64;            // deeper request bodies 
 // A validated request. Fields not given keep the server's defaults.
 struct CompletionRequest {
     Endpoint endpoint = Endpoint::Chat;
-    std::vector<ChatMessage> messages;          // chat
+    std::vector<ChatMessage> messages;          // chat: as the template sees them
+    std::string tools_json;                     // chat: the tool definitions (empty: none)
+    bool parse_tool_calls = true;               // tool_choice "auto" (false: "none")
     std::string prompt;                         // completions: text...
     std::optional<std::vector<int32_t>> prompt_ids; // ...or token ids
     std::optional<int> max_tokens;
@@ -68,6 +70,17 @@ struct CompletionRequest {
 // which the extra fields (ntk_alpha, kv_before_rope, memory_efficient_attention,
 // causal_flash, kv_mode) override. Throws ApiError (400) naming the offending field.
 CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const Settings &defaults);
+
+// The request's conversation rendered by the model's own template (or `template_text`, serve's
+// --chat-template, when given) with its tools and the generation prompt, tokenized and fitted
+// as build_chat_prompt does. What the template cannot render (it raises, or uses what the
+// renderer lacks) is an ApiError 400 carrying the renderer's message; ContextOverflow passes.
+ChatPrompt chat_prompt(const Model &model, const CompletionRequest &r, const std::string &template_text, int limit,
+                       int reserve, OverflowPolicy policy);
+
+// How the reply to that prompt is split (reasoning, tool calls), from the template that rendered it.
+ReplyFormat chat_reply_format(const Model &model, const CompletionRequest &r, const std::string &template_text,
+                              const ChatPrompt &prompt);
 
 // Applies the extra long-context fields of `body` to `settings`; throws ApiError.
 void apply_settings_fields(const json &body, Settings &settings);
@@ -88,9 +101,11 @@ json usage_json(const Usage &u);
 // A fresh id: "chatcmpl-..." or "cmpl-..." with 24 random characters.
 std::string new_id(Endpoint endpoint);
 
-// Whole responses.
+// Whole responses. A chat reply is split as the template writes it: "content" (null when the
+// reply is only tool calls), "reasoning_content" when the model reasoned apart, "tool_calls"
+// when it called tools (finish_reason "tool_calls" then, unless it ran out of tokens).
 json chat_response(const std::string &id, int64_t created, const std::string &model,
-                   const std::string &text, const std::string &finish, const Usage &usage);
+                   const ReplySplitter::Delta &reply, const std::string &finish, const Usage &usage);
 json completion_response(const std::string &id, int64_t created, const std::string &model,
                          const std::string &text, const std::string &finish, const Usage &usage);
 
@@ -99,6 +114,12 @@ json completion_response(const std::string &id, int64_t created, const std::stri
 json chat_chunk(const std::string &id, int64_t created, const std::string &model,
                 const std::optional<std::string> &text, const std::optional<std::string> &finish,
                 bool role = false);
+// A chunk carrying a piece of a split chat reply: delta.reasoning_content, delta.content and
+// delta.tool_calls (each call whole, numbered from `first_call`).
+json chat_reply_chunk(const std::string &id, int64_t created, const std::string &model,
+                      const ReplySplitter::Delta &piece, size_t first_call);
+// The finish reason of a chat reply: "tool_calls" when it called tools and was not cut short.
+std::string chat_finish_reason(const std::string &finish, bool called_tools);
 json completion_chunk(const std::string &id, int64_t created, const std::string &model,
                       const std::string &text, const std::optional<std::string> &finish);
 json usage_chunk(Endpoint endpoint, const std::string &id, int64_t created, const std::string &model,

@@ -332,6 +332,73 @@ private slots:
         QCOMPARE(get("/health", {}).status, 200);
     }
 
+    // --chat-template: the messages go to that template; what it refuses is a 400 with its
+    // words, and the prompt is jinja2's rendering, tokenized as the CLI tokenizes it.
+    void chat_template_over_http()
+    {
+        const QString tmpl = QStringLiteral(LONGSCOPE_TEST_DATA "/templates/corpus/llama.cpp-templates__google-gemma-2-2b-it.jinja");
+        QProcess second;
+        QByteArray log;
+        const int port = start_server(second, log, {"--chat-template", tmpl, "--api-key", QString::fromUtf8(k_key)});
+        QVERIFY2(port > 0, log.constData());
+        const int main_port = m_port;
+        m_port = port;
+        auto restore = qScopeGuard([&] {
+            m_port = main_port;
+            second.terminate();
+            second.waitForFinished(15000);
+        });
+        // Gemma 2's template raises on a system message.
+        const QByteArray with_system =
+            R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 2})";
+        const Reply refused = post("/v1/chat/completions", with_system);
+        verify_error_shape(refused, 400, "messages", "template_error");
+        QVERIFY2(refused.json()["error"].toObject()["message"].toString().contains("System role not supported"),
+                 refused.body.constData());
+
+        // Accepted: the prompt counted is jinja2's text for the "single" conversation.
+        const Reply ok = post("/v1/chat/completions",
+                              QByteArray(R"({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2, "temperature": 0})"));
+        QCOMPARE(ok.status, 200);
+        QString want;
+        QFile expected(QStringLiteral(LONGSCOPE_TEST_DATA "/templates/expected.json"));
+        QVERIFY(expected.open(QIODevice::ReadOnly));
+        for (const QJsonValue &e : QJsonDocument::fromJson(expected.readAll()).array())
+            if (e["template"].toString().endsWith("google-gemma-2-2b-it.jinja") && e["conversation"] == "single")
+                want = e["output"].toString();
+        QVERIFY(!want.isEmpty());
+        const QString file = m_dir.filePath(QStringLiteral("gemma-single.txt"));
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(want.toUtf8());
+        f.close();
+        const auto tokens = longscope::test::run_cli({"tokenize", "--special", "-f", file});
+        QCOMPARE(tokens.code, 0);
+        const int counted = int(tokens.out.trimmed().split(' ').size());
+        QCOMPARE(ok.json()["usage"].toObject()["prompt_tokens"].toInt(), counted);
+        // tools are taken (this template writes none); the reply has no tool calls to parse.
+        const Reply tools = post("/v1/chat/completions",
+                                 QByteArray(R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                                    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})"));
+        QCOMPARE(tools.status, 200);
+        QCOMPARE(tools.json()["choices"].toArray()[0].toObject()["finish_reason"].toString(), QString("length"));
+    }
+
+    void chat_template_file_checked_at_start()
+    {
+        const QString bad = m_dir.filePath(QStringLiteral("bad.jinja"));
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}");
+        f.close();
+        QProcess p;
+        p.start(QStringLiteral(LONGSCOPE_CLI_PATH), {"serve", "--port", "0", "--chat-template", bad});
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitCode(), 1);
+        const QByteArray err = p.readAllStandardError();
+        QVERIFY2(err.contains("--chat-template " + bad.toUtf8()) && err.contains("no_such_filter"), err.constData());
+    }
+
     void api_key()
     {
         const QByteArray body = to_json({{"prompt", "Once"}, {"max_tokens", 2}});
@@ -548,7 +615,8 @@ private slots:
         QTest::newRow("kv_before_rope a string") << chat << with(R"("kv_before_rope": "yes")") << QString("kv_before_rope");
         QTest::newRow("causal_flash a number") << chat << with(R"("causal_flash": 1)") << QString("causal_flash");
         QTest::newRow("unknown field") << chat << with(R"("temprature": 0.5)") << QString("temprature");
-        QTest::newRow("tools") << chat << with(R"("tools": [{"type": "function"}])") << QString("tools");
+        QTest::newRow("tool without function") << chat << with(R"("tools": [{"type": "function"}])") << QString("tools[0]");
+        QTest::newRow("tool_choice required") << chat << with(R"("tool_choice": "required")") << QString("tool_choice");
         QTest::newRow("no prompt") << cmpl << QByteArray(R"({"max_tokens": 5})") << QString("prompt");
         QTest::newRow("two prompts") << cmpl << QByteArray(R"({"prompt": ["a", "b"]})") << QString("prompt");
         QTest::newRow("token out of vocabulary") << cmpl << QByteArray(R"({"prompt": [1, 100000]})") << QString("prompt");

@@ -81,6 +81,8 @@ bool ChatController::startChat()
     request.system_prompt = in.systemPrompt;
     request.turns = m_conversation.chatTurns();
     request.params = in.params;
+    request.chat_template = in.chatTemplate.templateText();
+    request.chat_format = in.chatTemplate.formatName();
     if (request.turns.isEmpty() || request.turns.last().role != ChatTurn::Role::User) {
         emit statusMessage(tr("There is no message to answer"), 4000);
         return false;
@@ -191,8 +193,9 @@ void ChatController::addErrorNote(const QString &message)
 
 void ChatController::onChatFormatUsed(const QString &format, const QString &note)
 {
-    const QString text = format == QLatin1String("model") ? tr("Chat template: the model's own")
-                                                           : tr("Chat template: built-in %1 (%2)").arg(format, note);
+    const QString text = format == QLatin1String("model")    ? tr("Chat template: the model's own")
+                         : format == QLatin1String("custom") ? tr("Chat template: custom (View > Chat Template…)")
+                                                             : tr("Chat template: built-in %1 (%2)").arg(format, note);
     if (text == m_chatFormat)
         return;
     m_chatFormat = text;

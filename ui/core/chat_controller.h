@@ -5,6 +5,7 @@
 // them; it keeps what spans the whole app (which job is running, the status bar).
 #pragma once
 
+#include "core/chat_template_choice.h"
 #include "core/conversation.h"
 #include "core/engine_worker.h"
 
@@ -36,6 +37,7 @@ public:
         QString modelPath;    // empty: no model loaded (the saved path is kept)
         int contextLimit = 0; // for the "context full" note
         PlotHistory plots;    // what the live plots show, saved with the conversation
+        ChatTemplateChoice chatTemplate; // chosen for this model (the model's own by default)
     };
     using InputsSource = std::function<Inputs()>;
 

@@ -1,5 +1,7 @@
 #include "core/chat_model.h"
 
+#include "core/thought.h"
+
 namespace longscope::ui {
 
 ChatModel::ChatModel(QObject *parent) : QAbstractListModel(parent) {}
@@ -19,6 +21,7 @@ QVariant ChatModel::data(const QModelIndex &index, int role) const
     case TextRole: return m.text;
     case RoleRole: return int(m.role);
     case TimestampRole: return m.timestamp;
+    case ReasoningTokensRole: return m.reasoningTokens;
     default: return {};
     }
 }
@@ -29,6 +32,7 @@ QHash<int, QByteArray> ChatModel::roleNames() const
     names[RoleRole] = "role";
     names[TextRole] = "text";
     names[TimestampRole] = "timestamp";
+    names[ReasoningTokensRole] = "reasoningTokens";
     return names;
 }
 
@@ -52,9 +56,13 @@ void ChatModel::appendToLast(const QString &text)
 {
     if (m_messages.isEmpty() || text.isEmpty())
         return;
-    m_messages.last().text += text;
+    Message &last = m_messages.last();
+    last.text += text;
+    const bool thinking = last.role == Message::Role::Assistant && splitThought(last.text).thinking;
+    if (thinking)
+        ++last.reasoningTokens;
     const QModelIndex idx = index(int(m_messages.size()) - 1);
-    emit dataChanged(idx, idx, {Qt::DisplayRole, TextRole});
+    emit dataChanged(idx, idx, {Qt::DisplayRole, TextRole, ReasoningTokensRole});
 }
 
 void ChatModel::setLastText(const QString &text)

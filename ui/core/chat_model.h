@@ -17,6 +17,7 @@ public:
         RoleRole = Qt::UserRole, // int(Message::Role)
         TextRole,                // QString
         TimestampRole,           // QDateTime
+        ReasoningTokensRole,     // int: tokens streamed while the reply was thinking
     };
 
     explicit ChatModel(QObject *parent = nullptr);
@@ -27,7 +28,8 @@ public:
 
     void appendMessage(const Message &message);
     void appendMessage(Message::Role role, const QString &text);
-    // Streaming: appends to the last message's text and emits dataChanged for its row.
+    // Streaming: appends to the last message's text and emits dataChanged for its row. Each
+    // call is one streamed token; those that leave the reply inside <think> are counted.
     void appendToLast(const QString &text);
     void setLastText(const QString &text);
     void removeLast(); // for Regenerate

@@ -20,6 +20,7 @@ struct Message {
     Role role = Role::User;
     QString text;
     QDateTime timestamp; // UTC
+    int reasoningTokens = 0; // tokens streamed while the reply was thinking (not saved)
 };
 
 // "user", "assistant", "system_note" (the JSON spelling).

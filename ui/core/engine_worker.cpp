@@ -1,6 +1,7 @@
 #include "core/engine_worker.h"
 
 #include "core/context_limit.h"
+#include "core/thought.h"
 
 #include "longscope/backend.h"
 #include "longscope/hardware.h"
@@ -78,6 +79,7 @@ void registerMetaTypes()
 {
     qRegisterMetaType<longscope::ui::ModelSummary>("longscope::ui::ModelSummary");
     qRegisterMetaType<longscope::ui::ChatRequest>("longscope::ui::ChatRequest");
+    qRegisterMetaType<longscope::ui::RenderedPrompt>("longscope::ui::RenderedPrompt");
     qRegisterMetaType<longscope::ui::GenerationParams>("longscope::ui::GenerationParams");
     qRegisterMetaType<longscope::ui::GenerationSummary>("longscope::ui::GenerationSummary");
     qRegisterMetaType<longscope::StepMetrics>("longscope::StepMetrics");
@@ -113,6 +115,13 @@ quint64 EngineWorker::queueChat(const ChatRequest &request)
 {
     const quint64 job = next_job();
     QMetaObject::invokeMethod(this, [this, job, request] { run_chat(job, request); }, Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineWorker::queueRenderChat(const ChatRequest &request)
+{
+    const quint64 job = next_job();
+    QMetaObject::invokeMethod(this, [this, job, request] { run_render_chat(job, request); }, Qt::QueuedConnection);
     return job;
 }
 
@@ -320,6 +329,7 @@ void EngineWorker::loadModel(const QString &path)
         s.weight_bytes = qint64(info.weight_bytes);
         s.backend = backend_text();
         s.cpu_warning = qs(cpu_kernel_warning());
+        s.chat_template = qs(info.chat_template);
         // Why the GPU is not used (or which one could be), as the backend probe says.
         for (const BackendStatus &b : probe_backends())
             if (b.name == "CUDA") {
@@ -421,9 +431,70 @@ void EngineWorker::decode_loop(const std::vector<int32_t> &tokens, const Generat
     summary.text = qs(reply);
 }
 
+namespace {
+
+// The request's conversation as the chat layer takes it.
+std::vector<ChatMessage> chat_messages(const ChatRequest &request)
+{
+    std::vector<ChatMessage> messages;
+    if (!request.system_prompt.trimmed().isEmpty())
+        messages.push_back({ChatMessage::Role::System, utf8(request.system_prompt)});
+    for (const ChatTurn &t : request.turns) {
+        ChatMessage m;
+        m.role = t.role == ChatTurn::Role::User ? ChatMessage::Role::User : ChatMessage::Role::Assistant;
+        // Replies are stored as streamed (no leading space); trimming both ends keeps the
+        // formatted text equal to what the context already holds, so the cache is reused.
+        m.content = utf8(t.role == ChatTurn::Role::Assistant ? t.text.trimmed() : t.text);
+        // A reply that reasoned goes back as the template expects it: reasoning_content
+        // apart from the answer (the template decides what of it to keep).
+        if (t.role == ChatTurn::Role::Assistant) {
+            if (const ThoughtSplit thought = splitThought(t.text); thought.hasReasoning) {
+                m.content = utf8(thought.answer.trimmed());
+                m.reasoning_content = utf8(thought.reasoning);
+            }
+        }
+        messages.push_back(std::move(m));
+    }
+    return messages;
+}
+
+// The request's template choice as the chat layer takes it.
+ChatRenderOptions render_options_of(const ChatRequest &request)
+{
+    ChatRenderOptions o;
+    o.template_text = utf8(request.chat_template);
+    o.format = utf8(request.chat_format);
+    return o;
+}
+
+} // namespace
+
 void EngineWorker::generateChat(const longscope::ui::ChatRequest &request)
 {
     run_chat(next_job(), request);
+}
+
+void EngineWorker::run_render_chat(quint64 job, const ChatRequest &request)
+{
+    RenderedPrompt out;
+    try {
+        if (!m_model)
+            throw InvalidArgument("no model is loaded");
+        const RenderedChat r = render_chat(*m_model, chat_messages(request), render_options_of(request));
+        const std::vector<int32_t> ids = tokenize_chat(*m_model, r.text, true);
+        const Tokenizer &tok = m_model->tokenizer();
+        // A BOS the tokenizer adds (not written by the template) is shown as its text.
+        const bool bos_added = !ids.empty() && ids.front() == tok.bos_id() &&
+                               !std::string_view(r.text).starts_with(tok.piece(tok.bos_id()));
+        out.text = qs((bos_added ? tok.piece(tok.bos_id()) : std::string()) + r.text);
+        out.tokens = int(ids.size());
+        out.format = qs(r.format);
+        out.note = qs(r.note);
+    } catch (const std::exception &e) {
+        out = RenderedPrompt{};
+        out.error = qs(e.what());
+    }
+    emit chatPromptRendered(job, out);
 }
 
 void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
@@ -432,17 +503,7 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
         // The limit and policy below are the ones in effect. A limit below the context's length
         // clears it: the prompt is evaluated again anyway when it no longer fits.
         apply_pending_settings(true);
-        std::vector<ChatMessage> messages;
-        if (!request.system_prompt.trimmed().isEmpty())
-            messages.push_back({ChatMessage::Role::System, utf8(request.system_prompt)});
-        for (const ChatTurn &t : request.turns) {
-            ChatMessage m;
-            m.role = t.role == ChatTurn::Role::User ? ChatMessage::Role::User : ChatMessage::Role::Assistant;
-            // Replies are stored as streamed (no leading space); trimming both ends keeps the
-            // formatted text equal to what the context already holds, so the cache is reused.
-            m.content = utf8(t.role == ChatTurn::Role::Assistant ? t.text.trimmed() : t.text);
-            messages.push_back(std::move(m));
-        }
+        const std::vector<ChatMessage> messages = chat_messages(request);
         if (request.turns.isEmpty())
             throw InvalidArgument("the conversation has no message to answer");
         const int limit = m_session->n_ctx();
@@ -455,7 +516,7 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
                                   " tokens of the context, leaving no room to chat; raise the context limit or "
                                   "clear the context");
         ChatPrompt prompt = build_chat_prompt(*m_model, messages, limit - doc, reserve, m_session->settings().overflow,
-                                              doc == 0);
+                                              doc == 0, render_options_of(request));
         if (doc > 0)
             prompt.tokens.insert(prompt.tokens.begin(), m_document.begin(), m_document.end());
         summary.prompt_tokens = int(prompt.tokens.size());

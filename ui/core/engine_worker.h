@@ -47,6 +47,7 @@ struct ModelSummary {
     QString gpu_status;     // why CUDA is not used, or which GPU is
     bool cuda_available = false; // the probe found a usable GPU and the plugin
     QString cpu_warning;    // empty, or why only the slow portable CPU kernels run
+    QString chat_template;  // the Jinja chat template the model carries (empty: none)
 };
 
 struct ChatTurn {
@@ -72,6 +73,19 @@ struct ChatRequest {
     QString system_prompt;
     QVector<ChatTurn> turns;
     GenerationParams params;
+    // The template chosen for this model (ChatTemplateChoice): a custom Jinja text or a
+    // built-in format's name; both empty: the model's own.
+    QString chat_template;
+    QString chat_format;
+};
+
+// A conversation rendered with a chat template, as the model would receive it.
+struct RenderedPrompt {
+    QString text;   // the prompt text, a BOS the tokenizer adds written in front
+    int tokens = 0; // how many tokens it makes
+    QString format; // "model", "custom" or the built-in format's name
+    QString note;   // why a built-in format is used
+    QString error;  // the renderer's message when the template failed (the rest empty)
 };
 
 enum class FinishReason { MaxTokens, EndOfText, ContextFull, Stopped, Error };
@@ -111,6 +125,9 @@ public:
     // Thread-safe: queue a job on the worker's thread (the slot of the same name below) and
     // return its number, which grows with every job queued.
     quint64 queueChat(const longscope::ui::ChatRequest &request);
+    // Renders the request's conversation with its template (without generating); answered by
+    // chatPromptRendered with the returned number.
+    quint64 queueRenderChat(const longscope::ui::ChatRequest &request);
     quint64 queueContinue(const longscope::ui::GenerationParams &params);
     quint64 queueStream(const QString &text, int chunk_tokens);
     quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
@@ -159,6 +176,7 @@ signals:
     // The chat format the prompt was rendered with: "model" for the model's own template, else
     // a built-in format's name, with the reason in `note`.
     void chatFormatUsed(const QString &format, const QString &note);
+    void chatPromptRendered(quint64 job, const longscope::ui::RenderedPrompt &prompt);
     // Whole UTF-8 characters only; a chat reply's leading whitespace is left out. The pieces
     // concatenated equal GenerationSummary::text.
     void tokenStreamed(const QString &text);
@@ -201,6 +219,7 @@ private:
     void finish_with_error(const QString &message, GenerationSummary summary);
     // The jobs behind the slots, `job` their number.
     void run_chat(quint64 job, const ChatRequest &request);
+    void run_render_chat(quint64 job, const ChatRequest &request);
     void run_continue(quint64 job, const GenerationParams &params);
     // A chat or continue job: marks it running, answers at once when no model is loaded or it
     // was stopped while queued, runs `body`, and turns any exception into an error message.
@@ -242,6 +261,7 @@ private:
 
 Q_DECLARE_METATYPE(longscope::ui::ModelSummary)
 Q_DECLARE_METATYPE(longscope::ui::ChatRequest)
+Q_DECLARE_METATYPE(longscope::ui::RenderedPrompt)
 Q_DECLARE_METATYPE(longscope::ui::GenerationParams)
 Q_DECLARE_METATYPE(longscope::ui::GenerationSummary)
 Q_DECLARE_METATYPE(longscope::StepMetrics)

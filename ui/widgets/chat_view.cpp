@@ -1,8 +1,10 @@
 #include "widgets/chat_view.h"
 
 #include "core/chat_model.h"
+#include "widgets/thought_block.h"
 
 #include <QDateTime>
+#include <QDesktopServices>
 #include <QEvent>
 #include <QFontDatabase>
 #include <QScrollBar>
@@ -151,7 +153,8 @@ QString roleLabel(Message::Role role)
 ChatView::ChatView(QWidget *parent) : QTextBrowser(parent)
 {
     setReadOnly(true);
-    setOpenExternalLinks(true);
+    setOpenLinks(false); // web links open in the browser, thought: links toggle a reasoning block
+    connect(this, &QTextBrowser::anchorClicked, this, &ChatView::onAnchorClicked);
     setUndoRedoEnabled(false);
     document()->setUndoRedoEnabled(false);
     document()->setDocumentMargin(12);
@@ -252,11 +255,14 @@ void ChatView::onDataChanged(const QModelIndex &topLeft, const QModelIndex &bott
 
 void ChatView::onRowsRemoved()
 {
+    const int count = m_model ? m_model->count() : 0;
+    m_expandedThoughts.removeIf([count](int row) { return row >= count; });
     rebuild();
 }
 
 void ChatView::onModelReset()
 {
+    m_expandedThoughts.clear();
     rebuild();
 }
 
@@ -339,6 +345,25 @@ void ChatView::renderRow(int row)
     fillFrame(m_frames[row], row);
 }
 
+void ChatView::setThoughtExpanded(int row, bool expanded)
+{
+    if (expanded == isThoughtExpanded(row))
+        return;
+    if (expanded)
+        m_expandedThoughts.insert(row);
+    else
+        m_expandedThoughts.remove(row);
+    renderRow(row);
+}
+
+void ChatView::onAnchorClicked(const QUrl &link)
+{
+    if (const auto row = thoughtRow(link))
+        setThoughtExpanded(*row, !isThoughtExpanded(*row));
+    else
+        QDesktopServices::openUrl(link);
+}
+
 void ChatView::fillFrame(QTextFrame *frame, int row)
 {
     const Colors c = colors();
@@ -373,7 +398,16 @@ void ChatView::fillFrame(QTextFrame *frame, int row)
     }
 
     QString body = m.text;
-    if (body.isEmpty() && m.role == Message::Role::Assistant) {
+    bool thought = false;
+    if (m.role == Message::Role::Assistant) {
+        const ThoughtSplit t = splitThought(m.text);
+        if (t.hasReasoning) {
+            insertThought(cursor, row, t, m.reasoningTokens, isThoughtExpanded(row), text, c.muted);
+            body = t.answer;
+            thought = true;
+        }
+    }
+    if (body.isEmpty() && m.role == Message::Role::Assistant && !thought) {
         QTextCharFormat waiting = text;
         waiting.setForeground(c.muted);
         waiting.setFontItalic(true);

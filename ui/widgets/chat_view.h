@@ -9,6 +9,7 @@
 #include "core/chat_model.h"
 
 #include <QPointer>
+#include <QSet>
 #include <QTextBrowser>
 #include <QTimer>
 #include <QVector>
@@ -31,6 +32,9 @@ public:
     void flush();
     // Whether new text keeps the view scrolled to the bottom (false once the user scrolls up).
     bool isFollowingBottom() const { return m_follow; }
+    // A reply's reasoning (<think>...</think>) is shown collapsed; clicking its label expands it.
+    bool isThoughtExpanded(int row) const { return m_expandedThoughts.contains(row); }
+    void setThoughtExpanded(int row, bool expanded);
 
 protected:
     void changeEvent(QEvent *event) override;
@@ -42,6 +46,7 @@ private slots:
     void onModelReset();
     void onScrollValueChanged(int value);
     void onScrollRangeChanged(int min, int max);
+    void onAnchorClicked(const QUrl &link);
 
 private:
     struct Colors;
@@ -55,6 +60,7 @@ private:
     QVector<QTextFrame *> m_frames; // one per model row
     QTimer m_renderTimer;
     QVector<int> m_dirtyRows;
+    QSet<int> m_expandedThoughts;
     bool m_follow = true;
     bool m_rebuilding = false;
 };

@@ -11,6 +11,7 @@
 #include "core/store_files.h"
 #include "widgets/book_panel.h"
 #include "widgets/chat_panel.h"
+#include "widgets/chat_template_dialog.h"
 #include "widgets/chat_input.h"
 #include "widgets/conversation_sidebar.h"
 #include "widgets/explore_view.h"
@@ -120,6 +121,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         in.settings = m_longContext->settings();
         if (m_models->isLoaded())
             in.modelPath = m_models->summary().path;
+        in.chatTemplate = loadChatTemplateChoice(*m_appSettings->settings(), in.modelPath);
         in.contextLimit = contextLimit();
         in.plots = m_plots->history();
         return in;
@@ -396,6 +398,11 @@ void MainWindow::createMenus()
     exploreTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_2));
     view->addSeparator();
     view->addAction(tr("Clear &Plots"), m_plots, &MetricsPlots::clear);
+    view->addAction(tr("Chat &Template…"), this, [this] {
+        if (m_worker && m_models->isLoaded())
+            openChatTemplateDialog(this, m_worker, m_chat->conversation().chatTurns(), *m_appSettings->settings(),
+                                   m_models->summary(), m_chatPanel->systemPrompt());
+    });
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     QAction *about = help->addAction(tr("&About Longscope"), this, [this] {

@@ -47,6 +47,9 @@ struct ChatRenderOptions {
     std::string template_text;     // Jinja text used instead of the model's; an error in it throws
     std::string format;            // a built-in format used instead of the model's template
     std::optional<std::tm> now;    // what strftime_now formats; the current local time when unset
+    // false: an error in the model's own template throws FormatError with the renderer's
+    // message instead of falling back to a built-in format (the server answers it as a 400).
+    bool fallback = true;
 };
 
 struct RenderedChat {
@@ -79,6 +82,7 @@ struct ChatPrompt {
     bool truncated = false; // head-tail cut applied
     std::string format;     // as RenderedChat
     std::string note;
+    std::string text;       // the rendered prompt the tokens came from (before any head-tail cut)
 };
 
 // Renders and tokenizes the conversation so that it fits in `limit` tokens with `reserve` left
@@ -89,5 +93,74 @@ struct ChatPrompt {
 ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> &messages, int limit,
                              int reserve, OverflowPolicy policy, bool add_bos = true,
                              const ChatRenderOptions &options = {});
+
+// --- The assistant's reply, split as the template's format writes it ---
+
+// A tool call as OpenAI's API carries it: `arguments` is JSON text.
+struct ToolCall {
+    std::string id; // as the model wrote it (Mistral); empty otherwise
+    std::string name;
+    std::string arguments;
+};
+
+// How a model writes reasoning and tool calls, read from its chat template.
+struct ReplyFormat {
+    enum class Tools {
+        None,    // no tool-call format
+        Hermes,  // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen 2.5/3, Hermes)
+        Json,    // the whole reply one {"name": ..., "parameters": {...}} object (Llama 3.x)
+        Mistral, // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+    };
+    bool reasoning = false;           // <think>...</think> before the answer (Qwen3, DeepSeek-R1)
+    bool starts_in_reasoning = false; // the prompt ends inside an open <think>
+    Tools tools = Tools::None;
+};
+
+// The format of replies to `prompt`, rendered with `template_text` (the text of whatever
+// template rendered it). `with_tools` false: tool calls are left as text.
+ReplyFormat reply_format(std::string_view template_text, std::string_view prompt, bool with_tools);
+
+// Splits a reply, fed as it is generated in pieces cut anywhere (inside a marker, inside a
+// UTF-8 sequence), into reasoning, content and tool calls. Text that may be the start of a
+// marker is held back until it is known; finish() releases what is left. A tool call whose
+// JSON does not parse stays content.
+class ReplySplitter {
+public:
+    struct Delta {
+        std::string reasoning;
+        std::string content;
+        std::vector<ToolCall> tool_calls; // calls completed by this piece
+        bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+    };
+
+    explicit ReplySplitter(ReplyFormat format);
+    Delta feed(std::string_view piece);
+    Delta finish();
+
+    // Everything split so far.
+    const std::string &reasoning() const { return m_reasoning; }
+    const std::string &content() const { return m_content; }
+    const std::vector<ToolCall> &tool_calls() const { return m_calls; }
+    // Whether the text fed so far ends inside the reasoning (no </think> yet).
+    bool in_reasoning() const { return m_mode == Mode::Reasoning; }
+
+private:
+    enum class Mode { Start, Reasoning, Content, ToolCall, Rest };
+    void step(Delta &out, bool final);
+    void release(Delta &out, Mode mode, std::string text);
+    void add_calls(Delta &out, std::vector<ToolCall> calls);
+    bool skip_space();
+
+    ReplyFormat m_format;
+    Mode m_mode;
+    bool m_skip_space;    // leading whitespace of the part that begins is dropped
+    std::string m_marker; // the marker that opened the tool calls being read
+    std::string m_buffer; // fed but not yet split
+    std::string m_reasoning, m_content;
+    std::vector<ToolCall> m_calls;
+};
+
+// A whole reply split at once (feed and finish).
+ReplySplitter::Delta split_reply(const ReplyFormat &format, std::string_view reply);
 
 } // namespace longscope

@@ -141,6 +141,8 @@ Value key_value(const std::string &key);
 // Python's str(), repr(), truth and comparisons, and json.dumps.
 std::string to_str(const Value &v);
 std::string repr(const Value &v);
+// Python's `format % args` (printf-style); TemplateError where Python raises, or past `limit` bytes.
+std::string percent_format(const std::string &format, const Value &args, const std::string &at, size_t limit);
 bool truthy(const Value &v);
 bool equal(const Value &a, const Value &b);
 std::string type_name(const Value &v);

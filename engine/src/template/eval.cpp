@@ -116,8 +116,15 @@ Interpreter::Flow Interpreter::exec_node(const Node &n, const ScopePtr &scope, s
 
 Interpreter::Flow Interpreter::exec_for(const Node &n, const ScopePtr &scope, std::string &out)
 {
+    exec_loop(n, scope, eval(*n.exprs[0], scope), 1, out);
+    return Flow::Normal;
+}
+
+void Interpreter::exec_loop(const Node &n, const ScopePtr &scope, const Value &iterable, int64_t depth,
+                            std::string &out)
+{
     const std::string at = where(n.line, n.col);
-    List all = iterate(eval(*n.exprs[0], scope), at);
+    List all = iterate(iterable, at);
     auto bind = [&](Scope &s, const Value &item) {
         if (n.targets.size() == 1) {
             s.vars[n.targets[0]] = item;
@@ -142,8 +149,10 @@ Interpreter::Flow Interpreter::exec_for(const Node &n, const ScopePtr &scope, st
     } else {
         items = std::move(all);
     }
-    if (items.empty())
-        return exec(n.bodies[1], scope, out) == Flow::Break ? Flow::Normal : Flow::Normal;
+    if (items.empty()) {
+        exec(n.bodies[1], scope, out);
+        return;
+    }
     const int64_t len = int64_t(items.size());
     for (int64_t k = 0; k < len; ++k) {
         count_iteration(at);
@@ -157,8 +166,8 @@ Interpreter::Flow Interpreter::exec_for(const Node &n, const ScopePtr &scope, st
         loop.set("first", Value::boolean(k == 0));
         loop.set("last", Value::boolean(k == len - 1));
         loop.set("length", Value::integer(len));
-        loop.set("depth", Value::integer(1));
-        loop.set("depth0", Value::integer(0));
+        loop.set("depth", Value::integer(depth));
+        loop.set("depth0", Value::integer(depth - 1));
         loop.set("previtem", k > 0 ? items[size_t(k - 1)] : Value::undefined("previtem"));
         loop.set("nextitem", k + 1 < len ? items[size_t(k + 1)] : Value::undefined("nextitem"));
         loop.set("cycle", Value::function("cycle", [k](CallArgs &a) {
@@ -166,11 +175,18 @@ Interpreter::Flow Interpreter::exec_for(const Node &n, const ScopePtr &scope, st
                          throw TemplateError(a.where + ": loop.cycle: no items");
                      return a.pos[size_t(k) % a.pos.size()];
                  }));
+        if (n.attr == "recursive") // loop(children): the same body over other items, one level deeper
+            loop.set("__call__", Value::function("loop", [this, &n, scope, depth](CallArgs &a) {
+                         if (a.pos.size() != 1 || !a.kw.empty())
+                             throw TemplateError(a.where + ": loop(): takes one iterable");
+                         std::string text;
+                         exec_loop(n, scope, a.pos[0], depth + 1, text);
+                         return Value::string(std::move(text));
+                     }));
         s->vars["loop"] = Value::of_dict(std::move(loop));
         if (exec(n.bodies[0], s, out) == Flow::Break)
             break;
     }
-    return Flow::Normal;
 }
 
 void Interpreter::exec_set(const Node &n, const ScopePtr &scope, std::string &out)
@@ -245,6 +261,9 @@ CallArgs Interpreter::arguments(const Expr &e, size_t first, const ScopePtr &sco
 
 Value Interpreter::call(const Value &callee, CallArgs &args, const std::string &what)
 {
+    if (callee.is_mapping()) // a recursive loop's `loop`: a mapping that can be called
+        if (const Value *fn = callee.dict->find("__call__"); fn && fn->kind == Value::Kind::Callable)
+            return fn->call->fn(args);
     if (callee.kind != Value::Kind::Callable) {
         if (callee.is_undefined())
             throw TemplateError(args.where + ": " + what + ": '" + callee.s + "' is undefined");
@@ -520,7 +539,7 @@ Value Interpreter::arithmetic(const std::string &op, const Value &a, const Value
     if (op == "*" && b.kind != Value::Kind::Int && (a.kind == Value::Kind::Int || a.kind == Value::Kind::Bool))
         return arithmetic(op, b, a, at);
     if (op == "%" && a.kind == Value::Kind::String)
-        throw TemplateError(at + ": '%' string formatting is not supported");
+        return Value::string(percent_format(a.s, b, at, limits().max_output));
     return bad();
 }
 

@@ -65,6 +65,8 @@ private:
 
     Flow exec_node(const Node &n, const ScopePtr &scope, std::string &out);
     Flow exec_for(const Node &n, const ScopePtr &scope, std::string &out);
+    // One run of a for loop over `iterable`; `depth` counts the loop(...) calls of a recursive loop.
+    void exec_loop(const Node &n, const ScopePtr &scope, const Value &iterable, int64_t depth, std::string &out);
     void exec_set(const Node &n, const ScopePtr &scope, std::string &out);
     Value make_macro(const std::shared_ptr<Macro> &m, const ScopePtr &scope);
     Value binary(const Expr &e, const ScopePtr &scope);

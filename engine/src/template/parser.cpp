@@ -217,8 +217,8 @@ private:
         if (is_op(",")) // a tuple of iterables
             unexpected("for: a tuple as the iterable is not supported");
         n->exprs.push_back(accept_name("if") ? expression() : nullptr);
-        if (is_name("recursive"))
-            fail(cur().line, cur().col, "for: recursive loops are not supported");
+        if (accept_name("recursive"))
+            n->attr = "recursive";
         expect_block_end("for");
         std::string end;
         n->bodies.push_back(body({"else", "endfor"}, end));

@@ -52,6 +52,25 @@ json context_of(const Model &model, const std::vector<ChatMessage> &messages, co
     return ctx;
 }
 
+// Tool-call arguments arrive as JSON text (OpenAI's form); Hugging Face templates read them as a
+// mapping (`tool_call.arguments | tojson`, `.items()`), so text holding an object becomes one.
+void arguments_as_objects(json &message)
+{
+    auto calls = message.find("tool_calls");
+    if (calls == message.end() || !calls->is_array())
+        return;
+    for (json &call : *calls) {
+        json *fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
+        if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string())
+            continue;
+        const std::string &text = (*fn)["arguments"].get_ref<const std::string &>();
+        json args;
+        std::string why;
+        if (parse_json_bounded(text.data(), text.data() + text.size(), args, why) && args.is_object())
+            (*fn)["arguments"] = std::move(args);
+    }
+}
+
 jinja::RenderOptions render_options(const ChatRenderOptions &o)
 {
     jinja::RenderOptions r;
@@ -139,6 +158,7 @@ std::vector<ChatMessage> parse_chat_messages(std::string_view json_text)
         } else if (!content.is_null()) {
             throw InvalidArgument(name + ".content must be a string, a list of parts or null");
         }
+        arguments_as_objects(m);
         if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
             msg.reasoning_content = m["reasoning_content"].get<std::string>();
         msg.json = m.dump();
@@ -173,6 +193,8 @@ RenderedChat render_chat(const Model &model, const std::vector<ChatMessage> &mes
             out.format = "model";
             return out;
         } catch (const jinja::TemplateError &e) {
+            if (!o.fallback)
+                throw;
             failure = e.what();
         }
     }
@@ -220,7 +242,8 @@ ChatPrompt build_chat_prompt(const Model &model, const std::vector<ChatMessage> 
         RenderedChat r = render_chat(model, kept, options);
         out.format = std::move(r.format);
         out.note = std::move(r.note);
-        return tokenize_chat(model, r.text, add_bos);
+        out.text = std::move(r.text);
+        return tokenize_chat(model, out.text, add_bos);
     };
     out.tokens = encode();
     if (policy == OverflowPolicy::DropOldestTurns) {
