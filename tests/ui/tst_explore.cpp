@@ -164,6 +164,7 @@ private slots:
     void runsRoundTripThroughTheStore();
     void savedRunsReopenInTheView();
     void corruptRunFilesAreSkipped();
+    void defaultContextIsTwiceTheTrained();
 };
 
 void TestExplore::initTestCase()
@@ -378,6 +379,9 @@ void TestExplore::viewRunsTwoPresetsOntoOnePlot()
     QVERIFY(view->run());
     QCOMPARE(w->activity(), MainWindow::Activity::Exploring);
     QVERIFY(!w->chatPanel()->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
+    // The chat tab says who has the engine, and its Stop works on the runs.
+    QVERIFY2(w->chatBusyText().contains(QStringLiteral("Explore")), qPrintable(w->chatBusyText()));
+    QVERIFY(w->chatPanel()->stopButton()->isEnabled());
     QVERIFY(view->cancelButton()->isEnabled());
     QVERIFY(finished.wait(kTimeoutMs));
     QCOMPARE(w->activity(), MainWindow::Activity::Idle);
@@ -633,6 +637,22 @@ void TestExplore::corruptRunFilesAreSkipped()
 
     ExploreView view(&store);
     QCOMPARE(view.runList()->count(), 1);
+}
+
+// Left at its default, the context length to score to is at least twice the trained context
+// (so every run shows the region beyond it); a length the user chose stays.
+void TestExplore::defaultContextIsTwiceTheTrained()
+{
+    ExploreStore store(m_dir.filePath(QStringLiteral("default-context-runs")));
+    ExploreView view(&store);
+    QCOMPARE(view.contextLength(), ExploreView::kDefaultContext);
+    view.setModel(QStringLiteral("small"), 512);
+    QVERIFY(view.contextLength() >= 2 * 512);
+    view.setModel(QStringLiteral("trained on 2048"), 2048);
+    QCOMPARE(view.contextLength(), 2 * 2048);
+    view.setContextLength(3000);
+    view.setModel(QStringLiteral("trained on 4096"), 4096);
+    QCOMPARE(view.contextLength(), 3000);
 }
 
 QTEST_MAIN(TestExplore)

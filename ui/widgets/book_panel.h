@@ -26,6 +26,9 @@ public:
     // The context the book would go into, and a rough chars-per-token ratio for the
     // estimate shown until the exact count is known.
     void setContext(int limit, int used, double charsPerToken);
+    // The context was emptied or the model changed: nothing is streamed, the token count is
+    // an estimate again.
+    void resetContext();
     int estimatedTokens() const;
 
     void setStreaming(bool streaming);
@@ -46,6 +49,7 @@ signals:
     void closeRequested();
 
 private:
+    static QString notStreamedText();
     void updateFit();
 
     Book m_book;

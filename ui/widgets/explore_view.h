@@ -11,6 +11,7 @@
 #include "core/explore_presets.h"
 #include "core/perplexity_run.h"
 
+#include <QElapsedTimer>
 #include <QHash>
 #include <QPointer>
 #include <QVector>
@@ -117,6 +118,8 @@ private:
     void updateTokensLabel();
     void refreshPlot();
     void setStatus(const QString &text, bool error = false);
+    // " · about 3 min left", from the share of the queue done in `elapsedMs`.
+    static QString timeLeftText(double fractionDone, qint64 elapsedMs);
 
     ExploreStore *m_store = nullptr;
     QPointer<EngineWorker> m_worker;
@@ -141,6 +144,8 @@ private:
     QString m_runBookTitle;
     bool m_running = false;
     bool m_cancelling = false;
+    QElapsedTimer m_queueClock;           // since the queue started
+    int m_defaultContext = kDefaultContext; // the length a new model may move
     int m_finishedRuns = 0;
     QString m_lastError;
 
