@@ -10,6 +10,7 @@
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
 #include "widgets/conversation_sidebar.h"
+#include "widgets/explore_view.h"
 #include "widgets/exports.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
@@ -40,6 +41,8 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QElapsedTimer>
+#include <QEventLoop>
+#include <QTimer>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -72,9 +75,23 @@ public:
     QStringList questions;
     bool answer = true;
     QString saveAnswer; // what a save dialog answers (empty: cancelled)
+    // With `modalErrors`, an error waits in an event loop of its own for a while, as a message
+    // box does, and counts the progress dialogs shown meanwhile.
+    bool modalErrors = false;
+    int dialogsShownDuringErrors = 0;
 
 protected:
-    void showError(const QString &title, const QString &text) override { errors << title + QStringLiteral(": ") + text; }
+    void showError(const QString &title, const QString &text) override
+    {
+        errors << title + QStringLiteral(": ") + text;
+        if (!modalErrors)
+            return;
+        QEventLoop loop;
+        QTimer::singleShot(800, &loop, &QEventLoop::quit);
+        loop.exec();
+        for (QProgressDialog *d : findChildren<QProgressDialog *>())
+            dialogsShownDuringErrors += d->isVisible() ? 1 : 0;
+    }
     bool askConfirmation(const QString &, const QString &text) override
     {
         questions << text;
@@ -628,6 +645,11 @@ void TestMainWindow::fitsALaptopScreen()
     QVERIFY(w->controlColumn()->isVisible());
     const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
     qInfo("minimum window size with every part shown: %dx%d", minimum.width(), minimum.height());
+    const QList<QWidget *> parts{w->conversationSidebar(), w->chatPanel(),   w->controlColumn(),
+                                 w->metricsPlots(),        w->chatColumns(), w->exploreView()};
+    for (QWidget *part : parts)
+        qInfo("%s %s: %dx%d", part->metaObject()->className(), qPrintable(part->objectName()),
+              part->minimumSizeHint().width(), part->minimumSizeHint().height());
     QVERIFY2(minimum.width() <= 1000, qPrintable(QString::number(minimum.width())));
     QVERIFY2(minimum.height() <= 720, qPrintable(QString::number(minimum.height())));
     for (const QSize size : {QSize(1366, 768), QSize(1280, 720)}) {
@@ -635,7 +657,7 @@ void TestMainWindow::fitsALaptopScreen()
         QCoreApplication::processEvents();
         QCOMPARE(w->size(), size);
         const QList<int> rows = w->chatRows()->sizes();
-        QVERIFY2(rows[0] > 2 * rows[1], qPrintable(QStringLiteral("%1 %2").arg(rows[0]).arg(rows[1])));
+        QVERIFY2(2 * rows[0] >= 3 * rows[1], qPrintable(QStringLiteral("%1 %2").arg(rows[0]).arg(rows[1])));
         // The input and the buttons stay inside the window.
         QPushButton *send = w->chatPanel()->sendButton();
         const QRect r(send->mapTo(w.get(), QPoint(0, 0)), send->size());
@@ -762,10 +784,12 @@ void TestMainWindow::failedLoadsLeaveNoDialog()
         t.write(model.read(model.size() / 2));
     }
     QSignalSpy failed(w.get(), &MainWindow::modelLoadFailed);
+    w->modalErrors = true;
     int n = 0;
     for (const QString &bad : {text, truncated}) {
         w->loadModel(bad);
-        QTRY_VERIFY_WITH_TIMEOUT(failed.count() == ++n, kTimeoutMs);
+        ++n;
+        QTRY_VERIFY_WITH_TIMEOUT(failed.count() == n, kTimeoutMs);
         QTest::qWait(700); // past the dialog's minimum duration
         for (QProgressDialog *d : w->findChildren<QProgressDialog *>())
             QVERIFY2(!d->isVisible(), qPrintable(bad));
@@ -773,6 +797,7 @@ void TestMainWindow::failedLoadsLeaveNoDialog()
         QVERIFY2(!w->statusBar()->currentMessage().contains(QStringLiteral("Loading")),
                  qPrintable(w->statusBar()->currentMessage()));
         QCOMPARE(w->errors.size(), n);
+        QCOMPARE(w->dialogsShownDuringErrors, 0);
         QVERIFY2(w->errors.last().contains(QFileInfo(bad).fileName()), qPrintable(w->errors.last()));
         QVERIFY(w->isModelLoaded());
         QCOMPARE(w->modelSummary().name, QStringLiteral("stories260K"));

@@ -392,6 +392,7 @@ QWidget *MainWindow::createControlColumn()
     v->addStretch(1);
     scroll->setWidget(content);
     scroll->setObjectName(QStringLiteral("sidePanel"));
+    scroll->setAccessibleName(tr("Book, generation and long-context settings"));
     scroll->setMinimumWidth(280);
     scroll->setMaximumWidth(460);
 
