@@ -721,6 +721,8 @@ void TestMainWindow::defaultsChatTwoTurnsThenAskAboutABook()
     w->streamBook();
     QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
     QCOMPARE(w->contextUsed(), 384);
+    // The panel counts the whole book (the tokenizer's count), not the 384 tokens that went in.
+    QVERIFY(w->bookPanel()->estimatedTokens() > 10 * 384);
     w->resize(1366, 768);
     sendAndWait(*w, QStringLiteral("Who is Alice?"));
     saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-after-book.png"));

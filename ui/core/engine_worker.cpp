@@ -566,6 +566,7 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         const Tokenizer &tok = m_model->tokenizer();
         const bool add_bos = m_session->n_past() == 0 && tok.add_bos_default();
         std::vector<int32_t> tokens = tok.encode(utf8(text), add_bos);
+        const int text_tokens = int(tokens.size());
         const int limit = m_session->n_ctx();
         const int in_context = m_session->n_past();
         // Cutting a text to fit leaves a quarter of the context (at most 512 tokens) free,
@@ -591,6 +592,7 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         }
         const int total = int(tokens.size());
         const int chunk = chunk_tokens > 0 ? chunk_tokens : std::max(1, total);
+        emit streamFitted(text_tokens, total);
         emit streamProgress(0, total);
         bool stopped = false;
         for (int done = 0; done < total;) {

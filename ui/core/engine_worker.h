@@ -163,6 +163,9 @@ signals:
     void tokenStreamed(const QString &text);
     void generationFinished(const longscope::ui::GenerationSummary &summary);
 
+    // Before a text is streamed: its length in tokens, and how many of them go in (fewer when
+    // only its head and tail fit).
+    void streamFitted(int text_tokens, int kept_tokens);
     void streamProgress(int tokens_done, int tokens_total);
     // Every streamText() ends with one: `stopped` when the text did not go in whole
     // (requestStop, or an error reported just before through errorOccurred).

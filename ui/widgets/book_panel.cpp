@@ -140,6 +140,12 @@ void BookPanel::updateFit()
     m_fit->setText(text);
 }
 
+void BookPanel::setTextTokens(int tokens)
+{
+    m_exactTokens = tokens;
+    updateFit();
+}
+
 QString BookPanel::notStreamedText()
 {
     return tr("Not in the context yet: Stream into context to chat about it.");
@@ -179,15 +185,11 @@ void BookPanel::setProgress(int done, int total)
 void BookPanel::setStreamed(int tokensStreamed, int inContext, bool stopped, bool truncated)
 {
     m_streamed = !stopped || tokensStreamed > 0;
-    if (!stopped && !truncated) {
-        m_exactTokens = tokensStreamed;
-        updateFit();
-    }
     QString text;
     if (stopped)
         text = tr("Stopped after %L1 tokens; the context holds %L2.").arg(tokensStreamed).arg(inContext);
     else if (truncated)
-        text = tr("Streamed the head and tail, %L1 of about %L2 tokens; the context holds %L3. Chat about it or press "
+        text = tr("Streamed its head and tail, %L1 of its %L2 tokens; the context holds %L3. Chat about it or press "
                   "Continue.")
                    .arg(tokensStreamed)
                    .arg(estimatedTokens())

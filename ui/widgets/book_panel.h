@@ -29,6 +29,8 @@ public:
     // The context was emptied or the model changed: nothing is streamed, the token count is
     // an estimate again.
     void resetContext();
+    // The book's length in tokens as the loaded model's tokenizer counts it (else estimated).
+    void setTextTokens(int tokens);
     int estimatedTokens() const;
 
     void setStreaming(bool streaming);

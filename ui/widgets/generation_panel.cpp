@@ -189,6 +189,8 @@ void GenerationPanel::updateRoom()
     // One line, always there (its row never appears or vanishes under the pointer).
     if (m_free < 0)
         m_room->setText(tr("capped to the free context"));
+    else if (m_free == 0)
+        m_room->setText(tr("full: older turns make way"));
     else if (m_maxNewTokens->value() > m_free)
         m_room->setText(tr("capped: %L1 tokens free now").arg(m_free));
     else

@@ -633,8 +633,10 @@ void MainWindow::createStatusBar()
     m_statusModel = new QLabel(this);
     m_statusContext = new QLabel(this);
     m_statusSpeed = new QLabel(this);
-    for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed})
+    for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed}) {
         l->setContentsMargins(8, 0, 8, 0);
+        l->setSizePolicy(QSizePolicy::Minimum, QSizePolicy::Preferred); // never cut: messages give way
+    }
     m_statusNotice = new QLabel(this);
     m_statusNotice->setObjectName(QStringLiteral("statusNotice"));
     m_statusNotice->setContentsMargins(8, 0, 8, 0);
@@ -1175,7 +1177,9 @@ void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 {
     m_stats.setContextUsed(tokensInContext);
     const int streamed = m_books->tokensDone();
-    const bool truncated = m_books->wasTruncated(m_bookPanel->estimatedTokens());
+    const bool truncated = m_books->wasTruncated();
+    if (m_books->textTokens() >= 0)
+        m_bookPanel->setTextTokens(m_books->textTokens()); // counted by the tokenizer now
     m_bookPanel->setStreaming(false);
     m_bookPanel->setStreamed(streamed, tokensInContext, stopped, truncated);
     if (streamed > 0)
