@@ -653,6 +653,13 @@ void TestExplore::defaultContextIsTwiceTheTrained()
     view.setContextLength(3000);
     view.setModel(QStringLiteral("trained on 4096"), 4096);
     QCOMPARE(view.contextLength(), 3000);
+
+    // The time left: what is done took `elapsed`, the rest takes elapsed × (1 − f) / f.
+    QCOMPARE(ExploreView::timeLeftText(0.01, 60000), QStringLiteral(" · estimating time left…"));
+    QCOMPARE(ExploreView::timeLeftText(0.5, 1000), QStringLiteral(" · estimating time left…"));
+    QCOMPARE(ExploreView::timeLeftText(0.5, 20000), QStringLiteral(" · about 20 s left"));
+    QCOMPARE(ExploreView::timeLeftText(0.25, 60000), QStringLiteral(" · about 3 min left"));
+    QCOMPARE(ExploreView::timeLeftText(0.1, 30 * 60000), QStringLiteral(" · about 4 h 30 min left"));
 }
 
 QTEST_MAIN(TestExplore)

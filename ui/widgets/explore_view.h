@@ -81,6 +81,10 @@ public:
     QProgressBar *overallProgress() const { return m_overallProgress; }
     QCheckBox *logScaleBox() const { return m_logScale; }
 
+    // " · about 3 min left", from the share of the queue done in `elapsedMs` (shown after the
+    // overall progress while runs go).
+    static QString timeLeftText(double fractionDone, qint64 elapsedMs);
+
     bool exportPng(const QString &path, QString *error = nullptr);
     bool exportCsv(const QString &path, QString *error = nullptr);
 
@@ -118,8 +122,6 @@ private:
     void updateTokensLabel();
     void refreshPlot();
     void setStatus(const QString &text, bool error = false);
-    // " · about 3 min left", from the share of the queue done in `elapsedMs`.
-    static QString timeLeftText(double fractionDone, qint64 elapsedMs);
 
     ExploreStore *m_store = nullptr;
     QPointer<EngineWorker> m_worker;
