@@ -37,6 +37,7 @@
 #include <QProgressDialog>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
@@ -393,7 +394,8 @@ QWidget *MainWindow::createControlColumn()
     scroll->setWidget(content);
     scroll->setObjectName(QStringLiteral("sidePanel"));
     scroll->setAccessibleName(tr("Book, generation and long-context settings"));
-    scroll->setMinimumWidth(280);
+    // As narrow as its controls allow (none cut off), and no narrower.
+    scroll->setMinimumWidth(content->minimumSizeHint().width() + scroll->verticalScrollBar()->sizeHint().width());
     scroll->setMaximumWidth(460);
 
     connect(m_bookPanel, &BookPanel::streamRequested, this, &MainWindow::streamBook);
