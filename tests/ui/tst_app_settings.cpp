@@ -51,7 +51,9 @@ private slots:
         const longscope::Settings e = s.loadEngineSettings();
         QCOMPARE(e.kv_mode, KvMode::Static);
         QCOMPARE(e.rope.ntk_alpha, 1.0f);
-        QCOMPARE(e.overflow, OverflowPolicy::Error);
+        // The app manages the context by default (the engine's own default refuses).
+        QCOMPARE(e.overflow, OverflowPolicy::DropOldestTurns);
+        QVERIFY(g.random_seed);
         QVERIFY(s.loadSystemPrompt().isEmpty());
         QVERIFY(s.loadRecentModels().isEmpty());
         QVERIFY(s.loadLastModel().isEmpty());
@@ -69,6 +71,7 @@ private slots:
         g.do_sample = false;
         g.repetition_penalty = 1.3f;
         g.seed = 0xfedcba9876543210ULL;
+        g.random_seed = false;
         longscope::Settings e;
         e.rope.ntk_alpha = 2.5f;
         e.rope.ntk_auto = true;
@@ -106,6 +109,7 @@ private slots:
         QCOMPARE(g2.do_sample, g.do_sample);
         QCOMPARE(g2.repetition_penalty, g.repetition_penalty);
         QCOMPARE(g2.seed, g.seed);
+        QCOMPARE(g2.random_seed, g.random_seed);
         const longscope::Settings e2 = s.loadEngineSettings();
         QCOMPARE(e2.rope.ntk_alpha, e.rope.ntk_alpha);
         QCOMPARE(e2.rope.ntk_auto, e.rope.ntk_auto);
@@ -157,7 +161,7 @@ private slots:
         const longscope::Settings e = s.loadEngineSettings();
         QCOMPARE(e.rope.ntk_alpha, 1.0f);
         QCOMPARE(e.kv_mode, KvMode::Static);
-        QCOMPARE(e.overflow, OverflowPolicy::Error);
+        QCOMPARE(e.overflow, OverflowPolicy::DropOldestTurns);
         QCOMPARE(e.context_limit, 0);
         e.validate();
         const GenerationParams g = s.loadGenerationParams();

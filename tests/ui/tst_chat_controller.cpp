@@ -7,6 +7,7 @@
 #include "core/engine_worker.h"
 #include "core/settings_json.h"
 
+#include <QSet>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QThread>
@@ -111,6 +112,43 @@ private slots:
         const QVector<Message> &msgs = m_chat->conversation().messages();
         QCOMPARE(msgs.size(), 2);
         QCOMPARE(msgs[1].text, before); // greedy: the same reply
+    }
+
+    // Regenerate samples with a new seed each time unless one is pinned: the seeds differ and
+    // so (at temperature 1) do the replies; a pinned seed gives the same reply again.
+    void regenerateDrawsANewSeed()
+    {
+        const GenerationParams saved = m_inputs.params;
+        m_inputs.params.do_sample = true;
+        m_inputs.params.temperature = 1.0f;
+        m_inputs.params.top_k = 40;
+        m_inputs.params.top_p = 1.0f;
+        m_inputs.params.max_new_tokens = 24;
+        m_inputs.params.random_seed = true;
+        QSet<quint64> seeds;
+        QSet<QString> replies;
+        for (int i = 0; i < 3; ++i) {
+            QSignalSpy finished(m_chat, &ChatController::replyFinished);
+            QVERIFY(m_chat->regenerate());
+            QVERIFY(waitForReply(finished));
+            seeds.insert(m_chat->lastSeed());
+            replies.insert(m_chat->conversation().messages().last().text);
+        }
+        QCOMPARE(seeds.size(), 3);
+        QVERIFY2(replies.size() > 1, qPrintable(QStringList(replies.values()).join(QStringLiteral(" | "))));
+
+        m_inputs.params.random_seed = false;
+        m_inputs.params.seed = 1234;
+        QStringList pinned;
+        for (int i = 0; i < 2; ++i) {
+            QSignalSpy finished(m_chat, &ChatController::replyFinished);
+            QVERIFY(m_chat->regenerate());
+            QVERIFY(waitForReply(finished));
+            QCOMPARE(m_chat->lastSeed(), quint64(1234));
+            pinned << m_chat->conversation().messages().last().text;
+        }
+        QCOMPARE(pinned[0], pinned[1]);
+        m_inputs.params = saved;
     }
 
     void stopEndsALongReply()

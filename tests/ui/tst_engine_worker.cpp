@@ -530,6 +530,99 @@ private slots:
                  &ev);
         QCOMPARE(g.reason, FinishReason::Error);
         QCOMPARE(ev.errors.size(), 1);
+        // The error names the cause (the reply's reserve, the policy) and the fixes.
+        QVERIFY2(ev.errors.first().contains(QStringLiteral("Max new tokens")), qPrintable(ev.errors.first()));
+        QVERIFY2(ev.errors.first().contains(QStringLiteral("drop oldest turns")), qPrintable(ev.errors.first()));
+    }
+
+    // The app's defaults on the bundled model (a 512-token context, Max new tokens 512, drop
+    // the oldest turns): a reply gets what the prompt leaves free instead of an error, and
+    // the next question still fits.
+    void defaultMaxNewTokensCappedToTheFreeContext()
+    {
+        longscope::Settings s;
+        s.overflow = OverflowPolicy::DropOldestTurns;
+        reset(s);
+        GenerationParams p = greedy(512);
+        ChatRequest req = userSays(QStringLiteral("Once upon a time"), p);
+        const GenerationSummary first = chat(req);
+        QVERIFY2(first.reason != FinishReason::Error, qPrintable(first.text));
+        QVERIFY(first.generated_tokens > 0);
+        QVERIFY(first.prompt_tokens + first.generated_tokens <= 512);
+        // Max new tokens (512) was more than the context had free after the prompt.
+        QCOMPARE(first.reply_room, 512 - first.prompt_tokens);
+        QVERIFY(first.generated_tokens <= first.reply_room);
+
+        req.turns.push_back({ChatTurn::Role::Assistant, first.text});
+        req.turns.push_back({ChatTurn::Role::User, QStringLiteral("What happened next?")});
+        Events ev(w());
+        const GenerationSummary second = chat(req, &ev);
+        QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.join(QLatin1Char('\n'))));
+        QVERIFY(second.reason != FinishReason::Error);
+        QVERIFY(second.generated_tokens > 0);
+        QVERIFY(second.prompt_tokens + second.generated_tokens <= 512);
+    }
+
+    // A book streamed in at the defaults (its head and tail, a quarter of the context left
+    // free), then a question with Max new tokens 512: the reply gets the room that is left.
+    void bookThenQuestionAtDefaults()
+    {
+        longscope::Settings s;
+        s.overflow = OverflowPolicy::DropOldestTurns;
+        reset(s);
+        const QString text = loadBook(k_alice)->text;
+        EngineWorker *worker = w();
+        {
+            Events ev(w());
+            post([worker, text] { worker->streamText(text, 128); });
+            QVERIFY(Events::waitFor(ev.streamFinished));
+            QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.join(QLatin1Char('\n'))));
+            QCOMPARE(ev.streamFinished.first(), qMakePair(false, 384));
+        }
+        Events ev(w());
+        const GenerationSummary g = chat(userSays(QStringLiteral("Who is Alice?"), greedy(512)), &ev);
+        QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.join(QLatin1Char('\n'))));
+        QVERIFY(g.reason != FinishReason::Error);
+        QVERIFY(g.generated_tokens > 0);
+        QVERIFY(g.prompt_tokens > 384); // the book is the prompt's prefix
+        QVERIFY(g.prompt_tokens + g.generated_tokens <= 512);
+    }
+
+    // A book streamed with one model, then another model (a vocabulary of 128 tokens, the
+    // book's ids go up to 511): the chat starts from an empty context, nothing of the old
+    // model's tokens in it.
+    void modelSwitchForgetsTheBook()
+    {
+        longscope::Settings s;
+        s.overflow = OverflowPolicy::DropOldestTurns;
+        reset(s);
+        const QString text = loadBook(k_alice)->text.left(3000);
+        const QString other = QStringLiteral(LONGSCOPE_TEST_DATA "/arch/llama/model.gguf");
+        EngineWorker *worker = w();
+        {
+            Events ev(w());
+            post([worker, text] { worker->streamText(text, 128); });
+            QVERIFY(Events::waitFor(ev.streamFinished));
+            QVERIFY(ev.streamFinished.first().second > 100);
+        }
+        {
+            Events ev(w());
+            post([worker, other] { worker->loadModel(other); });
+            QVERIFY(Events::waitFor(ev.loaded));
+            QCOMPARE(ev.loaded.first().n_vocab, 128);
+        }
+        {
+            Events ev(w());
+            const GenerationSummary g = chat(userSays(QStringLiteral("hi"), greedy(8)), &ev);
+            QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.join(QLatin1Char('\n'))));
+            QVERIFY(g.reason != FinishReason::Error);
+            QVERIFY(g.prompt_tokens < 64); // the conversation only
+        }
+        // Back to the bundled model for the tests after this one.
+        Events ev(w());
+        post([worker] { worker->loadModel(k_model); });
+        QVERIFY(Events::waitFor(ev.loaded));
+        QCOMPARE(ev.loaded.first().n_vocab, 512);
     }
 
     void chatWithoutTurnsIsAnError()

@@ -176,6 +176,7 @@ private slots:
     void needleGridsRoundTripAndReopen();
     void badNeedleInputIsNamed();
     void presetGroupsCoverEverySetting();
+    void defaultContextIsTwiceTheTrained();
 };
 
 void TestExplore::initTestCase()
@@ -390,6 +391,9 @@ void TestExplore::viewRunsTwoPresetsOntoOnePlot()
     QVERIFY(view->run());
     QCOMPARE(w->activity(), MainWindow::Activity::Exploring);
     QVERIFY(!w->chatPanel()->sendButton()->isEnabled()); // the worker is busy: no chat meanwhile
+    // The chat tab says who has the engine, and its Stop works on the runs.
+    QVERIFY2(w->chatBusyText().contains(QStringLiteral("Explore")), qPrintable(w->chatBusyText()));
+    QVERIFY(w->chatPanel()->stopButton()->isEnabled());
     QVERIFY(view->cancelButton()->isEnabled());
     QVERIFY(finished.wait(kTimeoutMs));
     QCOMPARE(w->activity(), MainWindow::Activity::Idle);
@@ -988,6 +992,29 @@ void TestExplore::presetGroupsCoverEverySetting()
     view.loadPresetGroup(QStringLiteral("KV cache layouts"));
     QCOMPARE(view.settingsList()->count(), 4);
     QCOMPARE(view.settingsList()->settingsAt(3).settings.kv_mode, KvMode::None);
+}
+
+// Left at its default, the context length to score to is at least twice the trained context
+// (so every run shows the region beyond it); a length the user chose stays.
+void TestExplore::defaultContextIsTwiceTheTrained()
+{
+    ExploreStore store(m_dir.filePath(QStringLiteral("default-context-runs")));
+    ExploreView view(&store);
+    QCOMPARE(view.contextLength(), ExploreView::kDefaultContext);
+    view.setModel(QStringLiteral("small"), 512);
+    QVERIFY(view.contextLength() >= 2 * 512);
+    view.setModel(QStringLiteral("trained on 2048"), 2048);
+    QCOMPARE(view.contextLength(), 2 * 2048);
+    view.setContextLength(3000);
+    view.setModel(QStringLiteral("trained on 4096"), 4096);
+    QCOMPARE(view.contextLength(), 3000);
+
+    // The time left: what is done took `elapsed`, the rest takes elapsed × (1 − f) / f.
+    QCOMPARE(ExploreView::timeLeftText(0.01, 60000), QStringLiteral(" · estimating time left…"));
+    QCOMPARE(ExploreView::timeLeftText(0.5, 1000), QStringLiteral(" · estimating time left…"));
+    QCOMPARE(ExploreView::timeLeftText(0.5, 20000), QStringLiteral(" · about 20 s left"));
+    QCOMPARE(ExploreView::timeLeftText(0.25, 60000), QStringLiteral(" · about 3 min left"));
+    QCOMPARE(ExploreView::timeLeftText(0.1, 30 * 60000), QStringLiteral(" · about 4 h 30 min left"));
 }
 
 QTEST_MAIN(TestExplore)

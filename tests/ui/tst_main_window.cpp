@@ -9,6 +9,8 @@
 #include "widgets/chat_panel.h"
 #include "widgets/chat_input.h"
 #include "widgets/chat_view.h"
+#include "widgets/conversation_sidebar.h"
+#include "widgets/explore_view.h"
 #include "widgets/exports.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
@@ -17,6 +19,9 @@
 
 #include "longscope/backend.h"
 
+#include <QAbstractSpinBox>
+#include <QAccessible>
+#include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDropEvent>
@@ -27,12 +32,17 @@
 #include <QLabel>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProgressDialog>
+#include <QSplitter>
+#include <QTabWidget>
 #include <QPushButton>
 #include <QStandardItemModel>
 #include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QElapsedTimer>
+#include <QEventLoop>
+#include <QTimer>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -64,9 +74,24 @@ public:
     QStringList errors;
     QStringList questions;
     bool answer = true;
+    QString saveAnswer; // what a save dialog answers (empty: cancelled)
+    // With `modalErrors`, an error waits in an event loop of its own for a while, as a message
+    // box does, and counts the progress dialogs shown meanwhile.
+    bool modalErrors = false;
+    int dialogsShownDuringErrors = 0;
 
 protected:
-    void showError(const QString &title, const QString &text) override { errors << title + QStringLiteral(": ") + text; }
+    void showError(const QString &title, const QString &text) override
+    {
+        errors << title + QStringLiteral(": ") + text;
+        if (!modalErrors)
+            return;
+        QEventLoop loop;
+        QTimer::singleShot(800, &loop, &QEventLoop::quit);
+        loop.exec();
+        for (QProgressDialog *d : findChildren<QProgressDialog *>())
+            dialogsShownDuringErrors += d->isVisible() ? 1 : 0;
+    }
     bool askConfirmation(const QString &, const QString &text) override
     {
         questions << text;
@@ -74,8 +99,37 @@ protected:
     }
     QString chooseOpenFile(const QString &, const QString &) override { return {}; }
     QString chooseDirectory(const QString &) override { return {}; }
-    QString chooseSaveFile(const QString &, const QString &, const QString &) override { return {}; }
+    QString chooseSaveFile(const QString &, const QString &, const QString &) override { return saveAnswer; }
 };
+
+// The conversation's notes that report an error.
+QStringList errorNotes(const MainWindow &w)
+{
+    QStringList notes;
+    const ChatModel *m = w.chatController()->model();
+    for (int i = 0; i < m->count(); ++i)
+        if (m->at(i).role == Message::Role::SystemNote && m->at(i).text.startsWith(QLatin1String("Error")))
+            notes << m->at(i).text;
+    return notes;
+}
+
+int countRole(const MainWindow &w, Message::Role role)
+{
+    int n = 0;
+    const ChatModel *m = w.chatController()->model();
+    for (int i = 0; i < m->count(); ++i)
+        n += m->at(i).role == role ? 1 : 0;
+    return n;
+}
+
+// The window as drawn, kept where LONGSCOPE_TEST_ARTIFACTS says (for a look by eye), else in
+// `fallbackDir`.
+void saveArtifact(MainWindow &w, const QString &fallbackDir, const QString &name)
+{
+    const QString dir = qEnvironmentVariable("LONGSCOPE_TEST_ARTIFACTS", fallbackDir);
+    QCoreApplication::processEvents();
+    QVERIFY(w.grab().save(QDir(dir).filePath(name)));
+}
 
 QString lastText(const MainWindow &w)
 {
@@ -119,6 +173,16 @@ private slots:
     void closingMidGenerationIsClean();
     void hugeSystemPromptShowsQuickly();
     void dataProblemsSaidAndSettingsBackedUp();
+    void fitsALaptopScreen();
+    void collapsiblePartsAreRemembered();
+    void defaultsChatTwoTurnsThenAskAboutABook();
+    void modelSwitchWithABookThenSend();
+    void failedLoadsLeaveNoDialog();
+    void shortcutsDoWhatTheySay();
+    void streamingLeavesTheFocusInTheInput();
+    void everyFocusableControlHasAName();
+    void theOtherTabSaysWhoHoldsTheEngine();
+    void longStatusMessagesKeepTheirText();
 };
 
 void TestMainWindow::initTestCase()
@@ -365,8 +429,10 @@ void TestMainWindow::bookStreamsAndContinues()
     QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
     QCOMPARE(streamed.first().at(0).toBool(), false); // not stopped
     // The book is far larger than 512 tokens: its head and tail fill the context but for a
-    // quarter left free for the conversation.
-    QCOMPARE(w->longContextPanel()->settings().overflow, OverflowPolicy::HeadTail);
+    // quarter left free for the conversation. The policy (the default, drop the oldest turns)
+    // is not changed behind the user's back; a note says what happens.
+    QCOMPARE(w->longContextPanel()->settings().overflow, OverflowPolicy::DropOldestTurns);
+    QVERIFY(w->chatController()->model()->at(0).text.contains(QStringLiteral("head and tail are streamed")));
     QCOMPARE(w->contextUsed(), 384);
     QVERIFY(w->metricsPlots()->stepCount() >= stepsBefore + 8); // chunk by chunk
     QVERIFY(w->bookPanel()->continueButton()->isEnabled());
@@ -566,6 +632,320 @@ void TestMainWindow::dataProblemsSaidAndSettingsBackedUp()
     QVERIFY(bak.open(QIODevice::ReadOnly));
     QCOMPARE(bak.readAll(), before);
     QVERIFY(!settings->value(QStringLiteral("generation/temperature")).toString().contains(QLatin1String("hot")));
+}
+
+// At 1366x768 and 1280x720 with the conversations open: the window may be narrowed to 1000
+// pixels, and the chat gets most of the height.
+void TestMainWindow::fitsALaptopScreen()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QVERIFY(w->conversationSidebar()->isVisible());
+    QVERIFY(w->metricsPlots()->isVisible());
+    QVERIFY(w->controlColumn()->isVisible());
+    const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
+    qInfo("minimum window size with every part shown: %dx%d", minimum.width(), minimum.height());
+    const QList<QWidget *> parts{w->conversationSidebar(), w->chatPanel(),   w->controlColumn(),
+                                 w->metricsPlots(),        w->chatColumns(), w->exploreView()};
+    for (QWidget *part : parts)
+        qInfo("%s %s: %dx%d", part->metaObject()->className(), qPrintable(part->objectName()),
+              part->minimumSizeHint().width(), part->minimumSizeHint().height());
+    QVERIFY2(minimum.width() <= 1000, qPrintable(QString::number(minimum.width())));
+    QVERIFY2(minimum.height() <= 720, qPrintable(QString::number(minimum.height())));
+    for (const QSize size : {QSize(1366, 768), QSize(1280, 720)}) {
+        w->resize(size);
+        QCoreApplication::processEvents();
+        QCOMPARE(w->size(), size);
+        const QList<int> rows = w->chatRows()->sizes();
+        QVERIFY2(2 * rows[0] >= 3 * rows[1], qPrintable(QStringLiteral("%1 %2").arg(rows[0]).arg(rows[1])));
+        // The input and the buttons stay inside the window.
+        QPushButton *send = w->chatPanel()->sendButton();
+        const QRect r(send->mapTo(w.get(), QPoint(0, 0)), send->size());
+        QVERIFY2(w->rect().contains(r), qPrintable(QStringLiteral("%1x%2").arg(size.width()).arg(size.height())));
+        saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-%1x%2.png").arg(size.width()).arg(size.height()));
+    }
+    w->resize(minimum);
+    saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-minimum.png"));
+}
+
+void TestMainWindow::collapsiblePartsAreRemembered()
+{
+    const QString file = m_dir.filePath(QStringLiteral("settings-layout.ini"));
+    {
+        auto w = makeWindow(QStringLiteral(LONGSCOPE_BUNDLED_MODEL), file);
+        QVERIFY(w->showPlotsAction()->isChecked());
+        w->showPlotsAction()->trigger();
+        w->showConversationsAction()->trigger();
+        QVERIFY(!w->metricsPlots()->isVisible());
+        QVERIFY(!w->conversationSidebar()->isVisible());
+        QVERIFY(w->controlColumn()->isVisible());
+        // Hidden, the parts leave the chat wider and taller.
+        const QSize minimum = w->minimumSizeHint();
+        QVERIFY(minimum.width() <= 1000);
+        QVERIFY(w->close());
+    }
+    auto w = makeWindow(QStringLiteral(LONGSCOPE_BUNDLED_MODEL), file);
+    QVERIFY(!w->showPlotsAction()->isChecked());
+    QVERIFY(!w->showConversationsAction()->isChecked());
+    QVERIFY(!w->metricsPlots()->isVisible());
+    QVERIFY(!w->conversationSidebar()->isVisible());
+    QVERIFY(w->controlColumn()->isVisible());
+    w->showSidePanelAction()->trigger();
+    QVERIFY(!w->controlColumn()->isVisible());
+    w->showPlotsAction()->trigger();
+    QVERIFY(w->metricsPlots()->isVisible());
+}
+
+// The failures, at the defaults on the bundled model (a 512-token context, Max new
+// tokens 512): a second question, and a question after a book.
+void TestMainWindow::defaultsChatTwoTurnsThenAskAboutABook()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QCOMPARE(w->generationPanel()->params().max_new_tokens, GenerationParams{}.max_new_tokens);
+    QCOMPARE(w->longContextPanel()->settings().overflow, OverflowPolicy::DropOldestTurns);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    sendAndWait(*w, QStringLiteral("What happened next?"));
+    QVERIFY2(errorNotes(*w).isEmpty(), qPrintable(errorNotes(*w).join(QLatin1Char('\n'))));
+    QCOMPARE(countRole(*w, Message::Role::Assistant), 2);
+    QVERIFY(!lastText(*w).isEmpty());
+    QVERIFY(w->contextUsed() <= 512);
+    // Max new tokens shows its cap: the free part of the context.
+    QVERIFY2(w->generationPanel()->roomLabel()->text().contains(QStringLiteral("free")),
+             qPrintable(w->generationPanel()->roomLabel()->text()));
+    QVERIFY(w->generationPanel()->effectiveMaxNewTokens() <= 512 - w->contextUsed());
+
+    w->clearConversation();
+    QVERIFY(w->openBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+    w->streamBook();
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
+    QCOMPARE(w->contextUsed(), 384);
+    // The panel counts the whole book (the tokenizer's count), not the 384 tokens that went in.
+    QVERIFY(w->bookPanel()->estimatedTokens() > 10 * 384);
+    w->resize(1366, 768);
+    sendAndWait(*w, QStringLiteral("Who is Alice?"));
+    saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-after-book.png"));
+    QVERIFY2(errorNotes(*w).isEmpty(), qPrintable(errorNotes(*w).join(QLatin1Char('\n'))));
+    QCOMPARE(w->chatController()->lastSummary().reason == FinishReason::Error, false);
+    QVERIFY(w->chatController()->lastSummary().generated_tokens > 0);
+    QVERIFY(w->errors.isEmpty());
+}
+
+// Another model after a book: the context, the book panel and the statistics start over, and
+// the chat works on the new model (the old model's tokens do not follow it).
+void TestMainWindow::modelSwitchWithABookThenSend()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QVERIFY(w->openBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+    w->streamBook();
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
+    QVERIFY(w->contextUsed() > 0);
+    QVERIFY(w->bookPanel()->continueButton()->isEnabled());
+
+    QSignalSpy reset(w.get(), &MainWindow::contextReset);
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadModel(QStringLiteral(LONGSCOPE_TEST_DATA "/arch/llama/model.gguf"));
+    QTRY_VERIFY_WITH_TIMEOUT(ready.count() == 1, kTimeoutMs);
+    QCOMPARE(w->modelSummary().n_vocab, 128);
+    QVERIFY(reset.count() >= 1);
+    QCOMPARE(w->contextUsed(), 0);
+    QVERIFY(!w->bookPanel()->continueButton()->isEnabled()); // nothing of the book in the context
+    w->generationPanel()->maxNewTokensBox()->setValue(8);
+    sendAndWait(*w, QStringLiteral("hi"));
+    QVERIFY2(errorNotes(*w).isEmpty(), qPrintable(errorNotes(*w).join(QLatin1Char('\n'))));
+    QVERIFY(w->chatController()->lastSummary().reason != FinishReason::Error);
+
+    // And back, as in the report: the bundled model, a book, then "hi".
+    w->loadModel(QStringLiteral(LONGSCOPE_BUNDLED_MODEL));
+    QTRY_VERIFY_WITH_TIMEOUT(ready.count() == 2, kTimeoutMs);
+    sendAndWait(*w, QStringLiteral("hi"));
+    QVERIFY2(errorNotes(*w).isEmpty(), qPrintable(errorNotes(*w).join(QLatin1Char('\n'))));
+    QVERIFY(w->errors.isEmpty());
+}
+
+// A text file and a truncated GGUF: the error is said once, no progress dialog stays (not even
+// the one its show timer would bring back), the status bar does not say "Loading", and the
+// old model answers.
+void TestMainWindow::failedLoadsLeaveNoDialog()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    const QString text = m_dir.filePath(QStringLiteral("notes.txt"));
+    const QString truncated = m_dir.filePath(QStringLiteral("truncated.gguf"));
+    {
+        QFile f(text);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("Just some notes, not a model.\n");
+        QFile model(QStringLiteral(LONGSCOPE_BUNDLED_MODEL));
+        QVERIFY(model.open(QIODevice::ReadOnly));
+        QFile t(truncated);
+        QVERIFY(t.open(QIODevice::WriteOnly));
+        t.write(model.read(model.size() / 2));
+    }
+    QSignalSpy failed(w.get(), &MainWindow::modelLoadFailed);
+    w->modalErrors = true;
+    int n = 0;
+    for (const QString &bad : {text, truncated}) {
+        w->loadModel(bad);
+        ++n;
+        QTRY_VERIFY_WITH_TIMEOUT(failed.count() == n, kTimeoutMs);
+        QTest::qWait(700); // past the dialog's minimum duration
+        for (QProgressDialog *d : w->findChildren<QProgressDialog *>())
+            QVERIFY2(!d->isVisible(), qPrintable(bad));
+        QVERIFY(!w->isBusy());
+        QVERIFY2(!w->statusBar()->currentMessage().contains(QStringLiteral("Loading")),
+                 qPrintable(w->statusBar()->currentMessage()));
+        QCOMPARE(w->errors.size(), n);
+        QCOMPARE(w->dialogsShownDuringErrors, 0);
+        QVERIFY2(w->errors.last().contains(QFileInfo(bad).fileName()), qPrintable(w->errors.last()));
+        QVERIFY(w->isModelLoaded());
+        QCOMPARE(w->modelSummary().name, QStringLiteral("stories260K"));
+    }
+    w->generationPanel()->maxNewTokensBox()->setValue(16);
+    sendAndWait(*w, QStringLiteral("Once upon a time"));
+    QVERIFY(!lastText(*w).isEmpty());
+    QVERIFY(errorNotes(*w).isEmpty());
+}
+
+void TestMainWindow::shortcutsDoWhatTheySay()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    // Ctrl+L: the input.
+    w->generationPanel()->maxNewTokensBox()->setFocus();
+    QTRY_VERIFY(w->generationPanel()->maxNewTokensBox()->hasFocus());
+    QTest::keyClick(w.get(), Qt::Key_L, Qt::ControlModifier);
+    QTRY_VERIFY(w->chatPanel()->chatInput()->hasFocus());
+
+    // Esc: stops a generation.
+    makeSlow(*w);
+    w->sendMessage(QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
+    QVERIFY(w->isBusy());
+    QTest::keyClick(w->chatPanel()->chatInput(), Qt::Key_Escape);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(int(w->chatController()->lastSummary().reason), int(FinishReason::Stopped));
+
+    // Ctrl+R: answers again (a new seed), replacing the reply.
+    QComboBox *kv = w->longContextPanel()->kvModeBox();
+    kv->setCurrentIndex(kv->findData(int(KvMode::Static)));
+    w->generationPanel()->maxNewTokensBox()->setValue(16);
+    const quint64 seedBefore = w->chatController()->lastSeed();
+    QSignalSpy finished(w.get(), &MainWindow::replyFinished);
+    QTest::keyClick(w.get(), Qt::Key_R, Qt::ControlModifier);
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, kTimeoutMs);
+    QCOMPARE(countRole(*w, Message::Role::Assistant), 1);
+    QVERIFY(w->chatController()->lastSeed() != seedBefore);
+
+    // Ctrl+E: exports the conversation.
+    w->saveAnswer = m_dir.filePath(QStringLiteral("shortcut-export.md"));
+    QTest::keyClick(w.get(), Qt::Key_E, Qt::ControlModifier);
+    QFile exported(w->saveAnswer);
+    QVERIFY(exported.open(QIODevice::ReadOnly));
+    QVERIFY(exported.readAll().contains("Once upon a time"));
+}
+
+// The stream button is disabled while the book streams; the focus must not fall to the next
+// field (Max new tokens, its value selected) but stay where typing makes sense.
+void TestMainWindow::streamingLeavesTheFocusInTheInput()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    QVERIFY(w->openBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    const QList<QPushButton *> stream = w->bookPanel()->findChildren<QPushButton *>();
+    QPushButton *button = nullptr;
+    for (QPushButton *b : stream)
+        if (b->text() == QStringLiteral("Stream into context"))
+            button = b;
+    QVERIFY(button);
+    button->setFocus(Qt::TabFocusReason);
+    QTRY_VERIFY(button->hasFocus());
+    QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+    QTest::keyClick(button, Qt::Key_Space);
+    QTRY_VERIFY_WITH_TIMEOUT(streamed.count() == 1, kTimeoutMs);
+    QWidget *focus = QApplication::focusWidget();
+    QVERIFY(focus);
+    QVERIFY2(!qobject_cast<QAbstractSpinBox *>(focus), focus->metaObject()->className());
+    QVERIFY(w->chatPanel()->chatInput()->hasFocus());
+}
+
+// Every control the Tab key reaches on the chat page has a name for a screen reader (its own,
+// its text, or its form label's).
+void TestMainWindow::everyFocusableControlHasAName()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QStringList unnamed;
+    int checked = 0;
+    for (QWidget *c : w->tabs()->widget(0)->findChildren<QWidget *>()) {
+        if (!(c->focusPolicy() & Qt::TabFocus) || !c->isVisibleTo(w.get()) || c->focusProxy())
+            continue;
+        if (qobject_cast<QAbstractScrollArea *>(c->parentWidget()) &&
+            !qobject_cast<QAbstractScrollArea *>(c))
+            continue; // a viewport
+        ++checked;
+        QAccessibleInterface *a = QAccessible::queryAccessibleInterface(c);
+        const QString name = a ? a->text(QAccessible::Name) : QString();
+        if (name.trimmed().isEmpty())
+            unnamed << QStringLiteral("%1 %2").arg(QString::fromLatin1(c->metaObject()->className()), c->objectName());
+    }
+    qInfo("%d focusable controls", checked);
+    QVERIFY(checked > 20);
+    QVERIFY2(unnamed.isEmpty(), qPrintable(unnamed.join(QStringLiteral(", "))));
+}
+
+// A reply in the chat: the Explore tab says so with a Stop of its own that ends it.
+void TestMainWindow::theOtherTabSaysWhoHoldsTheEngine()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QVERIFY(w->exploreBusyText().isEmpty());
+    QVERIFY(w->chatBusyText().isEmpty());
+    makeSlow(*w);
+    w->sendMessage(QStringLiteral("Once upon a time"));
+    QTRY_VERIFY_WITH_TIMEOUT(!lastText(*w).isEmpty(), kTimeoutMs);
+    w->resize(1366, 768);
+    saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-generating.png"));
+    w->showExplore();
+    QVERIFY2(w->exploreBusyText().contains(QStringLiteral("chat")), qPrintable(w->exploreBusyText()));
+    saveArtifact(*w, m_dir.path(), QStringLiteral("laptop-explore-busy.png"));
+    QVERIFY(w->exploreBusyBar()->isVisible());
+    auto *stop = w->exploreBusyBar()->findChild<QPushButton *>();
+    QVERIFY(stop && stop->isEnabled());
+    QTest::mouseClick(stop, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isBusy(), kTimeoutMs);
+    QCOMPARE(int(w->chatController()->lastSummary().reason), int(FinishReason::Stopped));
+    QVERIFY(w->exploreBusyText().isEmpty());
+}
+
+// An error longer than the status bar: shown elided, the whole text kept (the tooltip, and
+// the conversation's note).
+void TestMainWindow::longStatusMessagesKeepTheirText()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->resize(1000, 700);
+    QCoreApplication::processEvents();
+    QSpinBox *limit = w->longContextPanel()->contextLimitBox();
+    limit->setValue(24);
+    QComboBox *overflow = w->longContextPanel()->overflowBox();
+    overflow->setCurrentIndex(overflow->findData(int(OverflowPolicy::Error)));
+    w->generationPanel()->maxNewTokensBox()->setValue(8);
+    sendAndWait(*w, QStringLiteral("A long message about a little girl named Lily who loved to play outside."));
+    QCOMPARE(errorNotes(*w).size(), 1);
+    const QString full = w->lastStatusText();
+    QVERIFY2(full.contains(QStringLiteral("Max new tokens")), qPrintable(full));
+    QVERIFY2(errorNotes(*w).first().contains(QStringLiteral("drop oldest turns")), qPrintable(errorNotes(*w).first()));
+    const QString shown = w->statusBar()->currentMessage();
+    QVERIFY(shown.size() < full.size());
+    QCOMPARE(w->statusBar()->toolTip(), full);
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -219,6 +219,8 @@ GenerationParams AppSettings::loadGenerationParams() const
     p.repetition_penalty = checked(k_gen + "repetitionPenalty", d.repetition_penalty, number(d.repetition_penalty),
                                    finiteFloat([](float f) { return f > 0; }));
     p.seed = checked(k_gen + "seed", d.seed, QString::number(d.seed), seedFrom);
+    p.random_seed = checked(k_gen + "randomSeed", d.random_seed,
+                            d.random_seed ? QStringLiteral("true") : QStringLiteral("false"), boolFrom);
     return p;
 }
 
@@ -234,13 +236,14 @@ void AppSettings::saveGenerationParams(const GenerationParams &p)
     s.setValue(k_gen + "doSample", p.do_sample);
     s.setValue(k_gen + "repetitionPenalty", double(p.repetition_penalty));
     s.setValue(k_gen + "seed", QVariant::fromValue<quint64>(p.seed));
+    s.setValue(k_gen + "randomSeed", p.random_seed);
 }
 
 // Each field that is valid on its own; a bad one falls back to its default without taking
 // the others with it, and is reported under `key`.
 longscope::Settings AppSettings::validFields(const QString &key, const QJsonObject &json) const
 {
-    const QJsonObject defaults = settingsToJson(longscope::Settings{});
+    const QJsonObject defaults = settingsToJson(defaultEngineSettings());
     QJsonObject valid;
     for (auto it = json.begin(); it != json.end(); ++it) {
         QString why;
@@ -254,7 +257,11 @@ longscope::Settings AppSettings::validFields(const QString &key, const QJsonObje
                         d.isUndefined() ? QStringLiteral("it is ignored")
                                         : QStringLiteral("the default %1 is used").arg(quoted(d.toVariant()))));
     }
-    return settingsFromJson(valid).value_or(longscope::Settings{});
+    // The app's default policy manages the context: older turns dropped, a book's head and
+    // tail kept (the engine's own default refuses).
+    if (!valid.contains(QStringLiteral("overflow")))
+        valid.insert(QStringLiteral("overflow"), defaults.value(QStringLiteral("overflow")));
+    return settingsFromJson(valid).value_or(defaultEngineSettings());
 }
 
 longscope::Settings AppSettings::loadEngineSettings() const
@@ -267,7 +274,7 @@ longscope::Settings AppSettings::loadEngineSettings() const
     if (error.error != QJsonParseError::NoError || !doc.isObject()) {
         report(QStringLiteral("%1: %2 is not a JSON object; the defaults are used")
                    .arg(k_engineJson, quoted(s.value(k_engineJson))));
-        return longscope::Settings{};
+        return defaultEngineSettings();
     }
     return validFields(k_engineJson, doc.object());
 }
@@ -365,6 +372,36 @@ void AppSettings::saveWindowState(const QByteArray &state)
 {
     if (backUpOnce())
         m_settings->setValue(QStringLiteral("window/state"), state);
+}
+
+QByteArray AppSettings::loadSplitterState(const QString &name) const
+{
+    return m_settings->value(QStringLiteral("window/splitter/") + name).toByteArray();
+}
+
+void AppSettings::saveSplitterState(const QString &name, const QByteArray &state)
+{
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("window/splitter/") + name, state);
+}
+
+bool AppSettings::loadPanelShown(const QString &name, bool fallback) const
+{
+    return checked(QStringLiteral("window/show/") + name, fallback,
+                   fallback ? QStringLiteral("true") : QStringLiteral("false"), boolFrom);
+}
+
+void AppSettings::savePanelShown(const QString &name, bool shown)
+{
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("window/show/") + name, shown);
+}
+
+longscope::Settings AppSettings::defaultEngineSettings()
+{
+    longscope::Settings s;
+    s.overflow = OverflowPolicy::DropOldestTurns;
+    return s;
 }
 
 } // namespace longscope::ui

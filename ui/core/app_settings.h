@@ -56,6 +56,9 @@ public:
     // Values out of range on disk fall back to the defaults (validate() never throws on
     // what this returns).
     longscope::Settings loadEngineSettings() const;
+    // The engine's defaults with the app's overflow policy (drop the oldest turns, keep a
+    // book's head and tail): what loadEngineSettings() gives for a fresh file.
+    static longscope::Settings defaultEngineSettings();
     void saveEngineSettings(const longscope::Settings &s);
 
     QString loadSystemPrompt() const;
@@ -75,6 +78,12 @@ public:
     void saveWindowGeometry(const QByteArray &geometry);
     QByteArray loadWindowState() const;
     void saveWindowState(const QByteArray &state);
+    // A splitter's sizes by name ("chatColumns", "chatRows"); empty when none was saved.
+    QByteArray loadSplitterState(const QString &name) const;
+    void saveSplitterState(const QString &name, const QByteArray &state);
+    // Whether a collapsible part of the window ("sidePanel", "plots") is shown.
+    bool loadPanelShown(const QString &name, bool fallback = true) const;
+    void savePanelShown(const QString &name, bool shown);
 
 private:
     void report(const QString &problem) const;

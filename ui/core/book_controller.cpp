@@ -15,6 +15,10 @@ void BookController::setWorker(EngineWorker *worker)
     m_worker = worker;
     if (!worker)
         return;
+    connect(worker, &EngineWorker::streamFitted, this, [this](int textTokens, int kept) {
+        m_textTokens = textTokens;
+        m_total = kept;
+    });
     connect(worker, &EngineWorker::streamProgress, this, &BookController::onProgress);
     connect(worker, &EngineWorker::streamFinished, this, &BookController::onFinished);
 }
@@ -35,6 +39,7 @@ void BookController::stream(const QString &text, int room)
     m_room = room;
     m_done = 0;
     m_total = 0;
+    m_textTokens = -1;
     m_streaming = true;
     if (m_worker)
         m_worker->queueStream(text, chunkFor(room));

@@ -34,12 +34,10 @@ public:
     bool isStreaming() const { return m_streaming; }
     int tokensDone() const { return m_done; }
     int tokensTotal() const { return m_total; }
-    // Whether the stream filled the room while the book (`estimatedTokens` long) is longer:
-    // only its head and tail went in.
-    bool wasTruncated(int estimatedTokens) const
-    {
-        return m_total > 0 && m_total >= m_room && estimatedTokens > m_total;
-    }
+    // The text's length in tokens as the model's tokenizer counts it (-1 until the worker
+    // says), and whether only its head and tail went in.
+    int textTokens() const { return m_textTokens; }
+    bool wasTruncated() const { return m_textTokens > m_total; }
 
 signals:
     void progress(int done, int total);
@@ -55,6 +53,7 @@ private:
     int m_room = 0;
     int m_done = 0;
     int m_total = 0;
+    int m_textTokens = -1;
 };
 
 } // namespace longscope::ui

@@ -6,6 +6,7 @@
 
 #include <QDateTime>
 #include <QJsonObject>
+#include <QRandomGenerator>
 
 #include <utility>
 
@@ -22,7 +23,8 @@ QJsonObject snapshot(const GenerationParams &p, const longscope::Settings &s)
                     {QStringLiteral("top_k"), p.top_k},
                     {QStringLiteral("do_sample"), p.do_sample},
                     {QStringLiteral("repetition_penalty"), double(p.repetition_penalty)},
-                    {QStringLiteral("seed"), QString::number(p.seed)}};
+                    {QStringLiteral("seed"), QString::number(p.seed)},
+                    {QStringLiteral("random_seed"), p.random_seed}};
     return {{QStringLiteral("generation"), gen}, {QStringLiteral("long_context"), settingsToJson(s)}};
 }
 
@@ -80,7 +82,7 @@ bool ChatController::startChat()
     ChatRequest request;
     request.system_prompt = in.systemPrompt;
     request.turns = m_conversation.chatTurns();
-    request.params = in.params;
+    request.params = withSeed(in.params);
     request.chat_template = in.chatTemplate.templateText();
     request.chat_format = in.chatTemplate.formatName();
     if (request.turns.isEmpty() || request.turns.last().role != ChatTurn::Role::User) {
@@ -119,7 +121,17 @@ void ChatController::continueText()
     m_state = State::Continuing;
     emit replyStarted(m_state);
     if (m_worker)
-        m_worker->queueContinue(inputs().params);
+        m_worker->queueContinue(withSeed(inputs().params));
+}
+
+GenerationParams ChatController::withSeed(GenerationParams params)
+{
+    // Regenerate and every new turn get a fresh seed unless the user pinned one. Kept within
+    // 31 bits, so that it can be typed into the seed box to pin it.
+    if (params.random_seed)
+        params.seed = QRandomGenerator::global()->bounded(quint32(1) << 31);
+    m_lastSeed = params.seed;
+    return params;
 }
 
 void ChatController::newConversation()
@@ -230,6 +242,21 @@ void ChatController::onTokenStreamed(const QString &text)
     m_model->appendToLast(text);
 }
 
+void ChatController::emitSummary(const GenerationSummary &summary)
+{
+    // A reply capped to the free context says so (older turns make way with the next message).
+    const QString capped = summary.reply_room >= 0
+                               ? tr(" (capped at the %L1 tokens the context had free)").arg(summary.reply_room)
+                               : QString();
+    emit statusMessage(tr("%L1 tokens · prompt %L2 tokens · decode %L3 tok/s · %4%5 · seed %6")
+                           .arg(summary.generated_tokens)
+                           .arg(summary.prompt_tokens)
+                           .arg(summary.decode_tokens_per_second, 0, 'f', 0)
+                           .arg(finishReasonText(summary.reason), capped)
+                           .arg(m_lastSeed),
+                       8000);
+}
+
 void ChatController::onGenerationFinished(const GenerationSummary &summary)
 {
     m_lastSummary = summary;
@@ -253,12 +280,7 @@ void ChatController::onGenerationFinished(const GenerationSummary &summary)
     case FinishReason::Error:
         break; // errorOccurred said why
     default:
-        emit statusMessage(tr("%L1 tokens · prompt %L2 tokens · decode %L3 tok/s · %4")
-                               .arg(summary.generated_tokens)
-                               .arg(summary.prompt_tokens)
-                               .arg(summary.decode_tokens_per_second, 0, 'f', 0)
-                               .arg(finishReasonText(summary.reason)),
-                           8000);
+        emitSummary(summary);
     }
     if (replying)
         save();

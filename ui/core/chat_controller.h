@@ -55,6 +55,8 @@ public:
     bool isReplying() const { return m_state != State::Idle; }
     bool hasUserMessage() const;
     const GenerationSummary &lastSummary() const { return m_lastSummary; }
+    // The seed the last reply was sampled with (drawn anew for each one unless pinned).
+    quint64 lastSeed() const { return m_lastSeed; }
 
     // Appends the user's message and asks for a reply.
     bool send(const QString &text);
@@ -99,6 +101,9 @@ private:
     void onTokenStreamed(const QString &text);
     void onGenerationFinished(const GenerationSummary &summary);
     Inputs inputs() const { return m_inputs ? m_inputs() : Inputs{}; }
+    // `params` with the seed this request samples with (remembered as lastSeed()).
+    GenerationParams withSeed(GenerationParams params);
+    void emitSummary(const GenerationSummary &summary);
 
     ConversationStore *m_store = nullptr;
     ChatModel *m_model = nullptr;
@@ -108,6 +113,7 @@ private:
     State m_state = State::Idle;
     QString m_chatFormat; // the last chat-template text sent
     GenerationSummary m_lastSummary;
+    quint64 m_lastSeed = 0;
 };
 
 } // namespace longscope::ui

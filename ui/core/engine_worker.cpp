@@ -311,6 +311,9 @@ void EngineWorker::loadModel(const QString &path)
         m_session = std::move(session);
         m_session->set_metrics_callback([this](const StepMetrics &m) { on_session_metrics(m); });
         m_next_step = 0;
+        // The new session starts empty: nothing of the old model's context (a book's tokens
+        // in the old vocabulary) may prefix the next chat.
+        m_document.clear();
         m_logits.clear();
         m_logits_pos = -1;
         m_scored_text.clear();
@@ -507,16 +510,31 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
         if (request.turns.isEmpty())
             throw InvalidArgument("the conversation has no message to answer");
         const int limit = m_session->n_ctx();
-        const int reserve = std::min(std::max(0, request.params.max_new_tokens), limit / 2);
         // After a book was streamed in, the conversation continues from it: the document is
         // the prompt's prefix and the chat fits into what it leaves free.
         const int doc = int(m_document.size());
-        if (doc > 0 && limit - doc < reserve + 16)
+        const int free = limit - doc;
+        if (doc > 0 && free < k_min_chat_room)
             throw ContextOverflow("the streamed text fills " + std::to_string(doc) + " of the " + std::to_string(limit) +
-                                  " tokens of the context, leaving no room to chat; raise the context limit or "
-                                  "clear the context");
-        ChatPrompt prompt = build_chat_prompt(*m_model, messages, limit - doc, reserve, m_session->settings().overflow,
-                                              doc == 0, render_options_of(request));
+                                  " tokens of the context, leaving " + std::to_string(std::max(0, free)) +
+                                  ", too few for a question and its reply; raise the context limit in the "
+                                  "long-context panel, or Clear and stream the book again");
+        // Room kept for the reply while fitting: Max new tokens, but at most half of what is
+        // free, so a large Max new tokens shortens the reply instead of refusing the prompt.
+        const int reserve = std::min(std::max(0, request.params.max_new_tokens), free / 2);
+        const OverflowPolicy policy = m_session->settings().overflow;
+        ChatPrompt prompt;
+        try {
+            prompt = build_chat_prompt(*m_model, messages, free, reserve, policy, doc == 0,
+                                       render_options_of(request));
+        } catch (const ContextOverflow &e) {
+            if (policy != OverflowPolicy::Error)
+                throw;
+            throw ContextOverflow(std::string(e.what()) + ", " + std::to_string(reserve) +
+                                  " being kept for the reply (Max new tokens, at most half the free context); the "
+                                  "overflow policy is \"error\": choose \"drop oldest turns\" in the long-context "
+                                  "panel, raise the context limit, lower Max new tokens, or Clear");
+        }
         if (doc > 0)
             prompt.tokens.insert(prompt.tokens.begin(), m_document.begin(), m_document.end());
         summary.prompt_tokens = int(prompt.tokens.size());
@@ -538,7 +556,14 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
             m_logits_pos = -1;
             todo = prompt.tokens;
         }
-        decode_loop(todo, request.params, true, summary);
+        // The reply gets what the prompt leaves free, at most Max new tokens.
+        GenerationParams params = request.params;
+        const int room = limit - int(prompt.tokens.size());
+        if (params.max_new_tokens > room) {
+            params.max_new_tokens = std::max(0, room);
+            summary.reply_room = params.max_new_tokens;
+        }
+        decode_loop(todo, params, true, summary);
     });
 }
 
@@ -613,6 +638,7 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         const Tokenizer &tok = m_model->tokenizer();
         const bool add_bos = m_session->n_past() == 0 && tok.add_bos_default();
         std::vector<int32_t> tokens = tok.encode(utf8(text), add_bos);
+        const int text_tokens = int(tokens.size());
         const int limit = m_session->n_ctx();
         const int in_context = m_session->n_past();
         // Cutting a text to fit leaves a quarter of the context (at most 512 tokens) free,
@@ -622,10 +648,11 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
                                                                    : limit - in_context;
         if (int64_t(tokens.size()) > room) {
             const OverflowPolicy policy = m_session->settings().overflow;
-            if (policy != OverflowPolicy::HeadTail || room <= 0) {
+            if (policy == OverflowPolicy::Error || room <= 0) {
                 emit errorOccurred(QStringLiteral("the text is %1 tokens but only %2 of the context limit of %3 are "
-                                                  "free (%4 already in the context); raise the limit or choose "
-                                                  "the head-and-tail overflow policy")
+                                                  "free (%4 already in the context); raise the limit, Clear, or "
+                                                  "choose an overflow policy other than \"error\" to keep its head "
+                                                  "and tail")
                                        .arg(tokens.size())
                                        .arg(std::max(0, room))
                                        .arg(limit)
@@ -637,6 +664,7 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         }
         const int total = int(tokens.size());
         const int chunk = chunk_tokens > 0 ? chunk_tokens : std::max(1, total);
+        emit streamFitted(text_tokens, total);
         emit streamProgress(0, total);
         bool stopped = false;
         for (int done = 0; done < total;) {

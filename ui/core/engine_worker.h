@@ -64,6 +64,9 @@ struct GenerationParams {
     bool do_sample = true;       // false: greedy
     float repetition_penalty = 1.1f;
     quint64 seed = 0;
+    // Every request draws a new seed (the one used is reported); false: `seed` is pinned, and
+    // the same seed and settings give the same text.
+    bool random_seed = true;
 };
 
 // A chat request: the system prompt and the turns so far, the last one the user's. The
@@ -99,6 +102,9 @@ struct GenerationSummary {
     int prompt_tokens = 0;
     int generated_tokens = 0;
     int dropped_turns = 0;    // oldest turns left out to fit the context
+    // Max new tokens was more than the context had free after the prompt: the tokens the
+    // reply was capped to; -1 when it was not capped.
+    int reply_room = -1;
     double prefill_tokens_per_second = 0;
     double decode_tokens_per_second = 0;
 };
@@ -182,6 +188,9 @@ signals:
     void tokenStreamed(const QString &text);
     void generationFinished(const longscope::ui::GenerationSummary &summary);
 
+    // Before a text is streamed: its length in tokens, and how many of them go in (fewer when
+    // only its head and tail fit).
+    void streamFitted(int text_tokens, int kept_tokens);
     void streamProgress(int tokens_done, int tokens_total);
     // Every streamText() ends with one: `stopped` when the text did not go in whole
     // (requestStop, or an error reported just before through errorOccurred).
@@ -203,6 +212,8 @@ private:
     // clears the context instead of being refused.
     void apply_pending_settings(bool may_reset = false);
     bool require_model();
+    // Fewer free tokens than this after a book: no room for a question and its reply.
+    static constexpr int k_min_chat_room = 32;
     void on_session_metrics(const longscope::StepMetrics &m);
     std::string m_backend_note; // the last fallback reported
     // The backend line for the summary ("CPU (2 threads)", "CUDA").

@@ -36,13 +36,19 @@ BookPanel::BookPanel(QWidget *parent) : QGroupBox(tr("Book"), parent)
     m_size = wrapped(this);
     m_fit = wrapped(this);
     m_result = wrapped(this);
-    m_result->hide();
 
     m_progress = new QProgressBar(this);
     m_progress->setTextVisible(true);
     m_progress->hide();
     m_cancel = new QPushButton(tr("Cancel"), this);
     m_cancel->hide();
+    // The progress row keeps its room when hidden: the buttons under it stay where the
+    // pointer is when streaming starts and ends.
+    for (QWidget *w : {static_cast<QWidget *>(m_progress), static_cast<QWidget *>(m_cancel)}) {
+        QSizePolicy p = w->sizePolicy();
+        p.setRetainSizeWhenHidden(true);
+        w->setSizePolicy(p);
+    }
 
     m_stream = new QPushButton(tr("Stream into context"), this);
     m_stream->setToolTip(tr("Append the book to the context chunk by chunk; the plots follow"));
@@ -86,7 +92,7 @@ void BookPanel::setBook(const Book &book)
     m_title->setText(book.title.isEmpty() ? QFileInfo(book.path).fileName() : book.title);
     m_author->setText(book.author.isEmpty() ? QString() : tr("by %1").arg(book.author));
     m_author->setVisible(!book.author.isEmpty());
-    m_result->hide();
+    m_result->setText(notStreamedText());
     m_progress->hide();
     m_continue->setEnabled(false);
     setToolTip(book.path + (book.stripped ? tr("\nProject Gutenberg header and footer removed") : QString()));
@@ -112,25 +118,48 @@ void BookPanel::updateFit()
 {
     const qsizetype chars = m_book.text.size();
     const QString tokens = m_exactTokens >= 0 ? tr("%L1 tokens").arg(m_exactTokens)
-                                              : tr("≈%L1 tokens (estimate)").arg(estimatedTokens());
-    m_size->setText(tr("%L1 characters · %2").arg(chars).arg(tokens));
+                                              : tr("about %L1 tokens (estimated)").arg(estimatedTokens());
+    m_size->setText(tr("%L1 characters, %2").arg(chars).arg(tokens));
     if (m_limit <= 0) {
         m_fit->setText(tr("Load a model to see how it fits."));
         return;
     }
     const int room = std::max(0, m_limit - m_used);
     const int need = estimatedTokens();
-    QString text = tr("Context limit %L1 tokens, %L2 free.").arg(m_limit).arg(room);
+    QString text = tr("The context has %L1 of its %L2 tokens free.").arg(room).arg(m_limit);
     if (need > room) {
         const double times = room > 0 ? double(need) / room : 0;
         text += QLatin1Char(' ') +
-                (room > 0 ? tr("The book is about %1× that: its head and tail will be kept, or raise the limit.")
+                (room > 0 ? tr("The book needs about %1 times that: its head and tail are streamed, the middle left "
+                               "out (raise the context limit to keep more).")
                                 .arg(times, 0, 'f', times < 10 ? 1 : 0)
                           : tr("No room: clear the conversation or raise the limit."));
     } else {
-        text += QLatin1Char(' ') + tr("It fits.");
+        text += QLatin1Char(' ') + tr("The book fits.");
     }
     m_fit->setText(text);
+}
+
+void BookPanel::setTextTokens(int tokens)
+{
+    m_exactTokens = tokens;
+    updateFit();
+}
+
+QString BookPanel::notStreamedText()
+{
+    return tr("Not in the context yet: Stream into context to chat about it.");
+}
+
+void BookPanel::resetContext()
+{
+    // A new model reads the book with other tokens, a new conversation holds none of it.
+    m_exactTokens = -1;
+    m_streamed = false;
+    m_used = 0;
+    m_result->setText(notStreamedText());
+    setActionsEnabled(m_enabled);
+    updateFit();
 }
 
 void BookPanel::setStreaming(bool streaming)
@@ -141,7 +170,7 @@ void BookPanel::setStreaming(bool streaming)
     m_cancel->setEnabled(streaming);
     if (streaming) {
         m_progress->setRange(0, 0); // busy until the first progress report
-        m_result->hide();
+        m_result->setText(tr("Streaming…"));
     }
     setActionsEnabled(m_enabled);
 }
@@ -156,23 +185,20 @@ void BookPanel::setProgress(int done, int total)
 void BookPanel::setStreamed(int tokensStreamed, int inContext, bool stopped, bool truncated)
 {
     m_streamed = !stopped || tokensStreamed > 0;
-    if (!stopped && !truncated) {
-        m_exactTokens = tokensStreamed;
-        updateFit();
-    }
     QString text;
     if (stopped)
         text = tr("Stopped after %L1 tokens; the context holds %L2.").arg(tokensStreamed).arg(inContext);
     else if (truncated)
-        text = tr("Streamed %L1 tokens (head and tail); the context holds %L2. Chat about it or press Continue.")
+        text = tr("Streamed its head and tail, %L1 of its %L2 tokens; the context holds %L3. Chat about it or press "
+                  "Continue.")
                    .arg(tokensStreamed)
+                   .arg(estimatedTokens())
                    .arg(inContext);
     else
         text = tr("Streamed %L1 tokens; the context holds %L2. Chat about it or press Continue.")
                    .arg(tokensStreamed)
                    .arg(inContext);
     m_result->setText(text);
-    m_result->show();
     setActionsEnabled(m_enabled);
 }
 

@@ -26,6 +26,11 @@ public:
     // The context the book would go into, and a rough chars-per-token ratio for the
     // estimate shown until the exact count is known.
     void setContext(int limit, int used, double charsPerToken);
+    // The context was emptied or the model changed: nothing is streamed, the token count is
+    // an estimate again.
+    void resetContext();
+    // The book's length in tokens as the loaded model's tokenizer counts it (else estimated).
+    void setTextTokens(int tokens);
     int estimatedTokens() const;
 
     void setStreaming(bool streaming);
@@ -46,6 +51,7 @@ signals:
     void closeRequested();
 
 private:
+    static QString notStreamedText();
     void updateFit();
 
     Book m_book;

@@ -35,12 +35,15 @@ ChatPanel::ChatPanel(ChatModel *model, QWidget *parent) : QWidget(parent)
     m_clear = new QPushButton(tr("Clear"), this);
     m_clear->setToolTip(tr("Start over: empty the conversation and the context (it stays saved)"));
     for (QPushButton *b : {m_send, m_stop, m_regenerate, m_clear})
-        b->setMinimumWidth(96);
+        b->setMinimumWidth(72);
 
     auto *hint = new QLabel(tr("Enter sends · Shift+Enter starts a new line · drop a .txt to open it as a book"), this);
     QPalette hp = hint->palette();
     hp.setColor(QPalette::WindowText, hp.color(QPalette::PlaceholderText));
     hint->setPalette(hp);
+    // The hint gives way to the buttons in a narrow window (the whole line is its tooltip).
+    hint->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    hint->setToolTip(hint->text());
 
     auto *buttons = new QHBoxLayout;
     buttons->addWidget(hint, 1);

@@ -101,16 +101,20 @@ ConversationSidebar::ConversationSidebar(QWidget *parent) : QWidget(parent)
     });
     m_export->setMenu(exportMenu);
 
+    // New chat on a row of its own, the buttons for the selected one under the list: the
+    // column stays narrow enough for a laptop screen.
     auto *buttons = new QHBoxLayout;
     buttons->setContentsMargins(0, 0, 0, 0);
-    buttons->addWidget(m_new, 1);
-    buttons->addWidget(m_delete);
-    buttons->addWidget(m_export);
+    buttons->addWidget(m_delete, 1);
+    buttons->addWidget(m_export, 1);
+    m_delete->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+    m_export->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
 
     auto *v = new QVBoxLayout(this);
-    v->setContentsMargins(6, 6, 6, 6);
-    v->addLayout(buttons);
+    v->setContentsMargins(4, 6, 4, 6);
+    v->addWidget(m_new);
     v->addWidget(m_list, 1);
+    v->addLayout(buttons);
 
     connect(m_list, &QListView::clicked, this, &ConversationSidebar::onActivated);
     connect(m_list, &QListView::activated, this, &ConversationSidebar::onActivated);

@@ -360,6 +360,12 @@ void ExploreView::setModel(const QString &name, int nCtxTrain)
     m_modelName = name;
     m_nCtxTrain = nCtxTrain;
     m_needle->setTrainedContext(nCtxTrain);
+    // Left at its default, the length reaches twice the trained context, so every run shows
+    // the region beyond it.
+    if (contextLength() == m_defaultContext && !m_running) {
+        m_defaultContext = std::max(kDefaultContext, 2 * nCtxTrain);
+        setContextLength(m_defaultContext);
+    }
     updateTokensLabel();
 }
 
@@ -571,6 +577,7 @@ bool ExploreView::run()
 
     m_overallProgress->setValue(0);
     m_overallProgress->setFormat(tr("run 1 of %L1").arg(m_queueSize));
+    m_queueClock.start();
     updateEnabled();
     emit runningChanged(true);
     startNext();
@@ -610,6 +617,23 @@ void ExploreView::showProgress(const QString &label, qint64 done, qint64 total, 
     m_runProgress->setFormat(tr("%1: %L2 / %L3 %4").arg(label).arg(done).arg(total).arg(unit));
     const double overall = (m_queueDone + double(done) / double(total)) / std::max(1, m_queueSize);
     m_overallProgress->setValue(int(kOverallSteps * overall));
+    m_overallProgress->setFormat(tr("run %L1 of %L2%3")
+                                     .arg(m_queueDone + 1)
+                                     .arg(m_queueSize)
+                                     .arg(timeLeftText(overall, m_queueClock.elapsed())));
+}
+
+QString ExploreView::timeLeftText(double fractionDone, qint64 elapsedMs)
+{
+    // Said once a little is done (the first steps include tokenizing and warming up).
+    if (fractionDone < 0.02 || elapsedMs < 2000)
+        return tr(" · estimating time left…");
+    const double left = double(elapsedMs) / 1000.0 * (1.0 - fractionDone) / fractionDone;
+    if (left < 60)
+        return tr(" · about %L1 s left").arg(std::max(1, int(left + 0.5)));
+    if (left < 3600)
+        return tr(" · about %L1 min left").arg(int(left / 60.0 + 0.5));
+    return tr(" · about %L1 h %2 min left").arg(int(left / 3600)).arg(int(left / 60) % 60);
 }
 
 void ExploreView::onPerplexityProgress(const QString &label, qint64 done, qint64 total)

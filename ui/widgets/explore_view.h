@@ -15,6 +15,7 @@
 #include "core/explore_presets.h"
 #include "core/perplexity_run.h"
 
+#include <QElapsedTimer>
 #include <QHash>
 #include <QPointer>
 #include <QVector>
@@ -102,6 +103,10 @@ public:
     // The preset groups' menu entries load a group into the compare list.
     void loadPresetGroup(const QString &name);
 
+    // " · about 3 min left", from the share of the queue done in `elapsedMs` (shown after the
+    // overall progress while runs go).
+    static QString timeLeftText(double fractionDone, qint64 elapsedMs);
+
     // The plot (perplexity) or the heatmaps (needle), whichever the run type shows.
     bool exportPng(const QString &path, QString *error = nullptr);
     bool exportCsv(const QString &path, QString *error = nullptr);
@@ -182,6 +187,8 @@ private:
     NeedleRequest m_needleRequest;
     bool m_running = false;
     bool m_cancelling = false;
+    QElapsedTimer m_queueClock;           // since the queue started
+    int m_defaultContext = kDefaultContext; // the length a new model may move
     int m_finishedRuns = 0;
     QString m_lastError;
 

@@ -4,6 +4,7 @@
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -96,17 +97,40 @@ GenerationPanel::GenerationPanel(QWidget *parent) : QGroupBox(tr("Generation"), 
     m_seed->setRange(0, INT_MAX);
     m_seed->setValue(int(defaults.seed));
     m_seed->setToolTip(tr("The same seed and settings give the same text"));
+    m_seed->setAccessibleName(tr("Seed"));
+    m_fixedSeed = new QCheckBox(tr("Fixed"), this);
+    m_fixedSeed->setChecked(!defaults.random_seed);
+    m_fixedSeed->setToolTip(tr("Off: every reply (Regenerate too) draws a new seed. On: the seed in the box is used"));
+    m_fixedSeed->setAccessibleName(tr("Fixed seed"));
+    m_room = new QLabel(this);
+    m_room->setWordWrap(false);
+    QPalette rp = m_room->palette();
+    rp.setColor(QPalette::WindowText, rp.color(QPalette::PlaceholderText));
+    m_room->setPalette(rp);
+    m_room->setAccessibleName(tr("Free context"));
+    m_maxNewTokens->setAccessibleName(tr("Max new tokens"));
+    m_topP->setAccessibleName(tr("Top P"));
+    m_temperature->setAccessibleName(tr("Temperature"));
+    m_topK->setAccessibleName(tr("Top K"));
+    m_repetitionPenalty->setAccessibleName(tr("Repetition penalty"));
+    m_doSample->setAccessibleName(tr("Do sample"));
+    auto *seedRow = new QWidget(this);
+    auto *sh = new QHBoxLayout(seedRow);
+    sh->setContentsMargins(0, 0, 0, 0);
+    sh->addWidget(m_seed, 1);
+    sh->addWidget(m_fixedSeed);
 
     auto *form = new QFormLayout(this);
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
     form->setRowWrapPolicy(QFormLayout::DontWrapRows);
     form->addRow(tr("Max new tokens"), withSlider(m_maxNewTokens, this));
+    form->addRow(QString(), m_room);
     form->addRow(tr("Top P"), withSlider(m_topP, this));
     form->addRow(tr("Temperature"), withSlider(m_temperature, this));
     form->addRow(tr("Top K"), withSlider(m_topK, this));
     form->addRow(tr("Repetition penalty"), withSlider(m_repetitionPenalty, this));
     form->addRow(QString(), m_doSample);
-    form->addRow(tr("Seed"), m_seed);
+    form->addRow(tr("Seed"), seedRow);
 
     connect(m_maxNewTokens, &QSpinBox::valueChanged, this, &GenerationPanel::emitChanged);
     connect(m_topP, &QDoubleSpinBox::valueChanged, this, &GenerationPanel::emitChanged);
@@ -115,6 +139,8 @@ GenerationPanel::GenerationPanel(QWidget *parent) : QGroupBox(tr("Generation"), 
     connect(m_doSample, &QCheckBox::toggled, this, &GenerationPanel::emitChanged);
     connect(m_repetitionPenalty, &QDoubleSpinBox::valueChanged, this, &GenerationPanel::emitChanged);
     connect(m_seed, &QSpinBox::valueChanged, this, &GenerationPanel::emitChanged);
+    connect(m_fixedSeed, &QCheckBox::toggled, this, &GenerationPanel::emitChanged);
+    setFreeContext(-1);
     updateEnabled();
 }
 
@@ -128,6 +154,7 @@ GenerationParams GenerationPanel::params() const
     p.do_sample = m_doSample->isChecked();
     p.repetition_penalty = float(m_repetitionPenalty->value());
     p.seed = quint64(m_seed->value());
+    p.random_seed = !m_fixedSeed->isChecked();
     return p;
 }
 
@@ -141,13 +168,41 @@ void GenerationPanel::setParams(const GenerationParams &p)
     m_doSample->setChecked(p.do_sample);
     m_repetitionPenalty->setValue(p.repetition_penalty);
     m_seed->setValue(int(std::min<quint64>(p.seed, INT_MAX)));
+    m_fixedSeed->setChecked(!p.random_seed);
     m_updating = false;
     updateEnabled();
+}
+
+void GenerationPanel::setFreeContext(int freeTokens)
+{
+    m_free = freeTokens;
+    updateRoom();
+}
+
+int GenerationPanel::effectiveMaxNewTokens() const
+{
+    return m_free < 0 ? m_maxNewTokens->value() : std::min(m_maxNewTokens->value(), m_free);
+}
+
+void GenerationPanel::updateRoom()
+{
+    // One line, always there (its row never appears or vanishes under the pointer).
+    if (m_free < 0)
+        m_room->setText(tr("capped to the free context"));
+    else if (m_free == 0)
+        m_room->setText(tr("full: older turns make way"));
+    else if (m_maxNewTokens->value() > m_free)
+        m_room->setText(tr("capped: %L1 tokens free now").arg(m_free));
+    else
+        m_room->setText(tr("%L1 tokens free in the context").arg(m_free));
+    m_room->setToolTip(tr("A reply never runs past the context limit: it gets at most the tokens the context has "
+                          "free after the prompt, and older turns make way for the next message"));
 }
 
 void GenerationPanel::emitChanged()
 {
     updateEnabled();
+    updateRoom();
     if (!m_updating)
         emit paramsChanged(params());
 }
@@ -159,6 +214,7 @@ void GenerationPanel::updateEnabled()
     for (QWidget *w : {static_cast<QWidget *>(m_topP), static_cast<QWidget *>(m_temperature),
                        static_cast<QWidget *>(m_topK), static_cast<QWidget *>(m_seed)})
         w->parentWidget() == this ? w->setEnabled(sample) : w->parentWidget()->setEnabled(sample);
+    m_seed->setEnabled(m_fixedSeed->isChecked());
 }
 
 } // namespace longscope::ui

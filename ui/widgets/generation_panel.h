@@ -8,6 +8,7 @@
 
 class QCheckBox;
 class QDoubleSpinBox;
+class QLabel;
 class QSlider;
 class QSpinBox;
 
@@ -26,6 +27,15 @@ public:
     QSpinBox *maxNewTokensBox() const { return m_maxNewTokens; }
     QDoubleSpinBox *temperatureBox() const { return m_temperature; }
     QCheckBox *doSampleBox() const { return m_doSample; }
+    QSpinBox *seedBox() const { return m_seed; }
+    QCheckBox *fixedSeedBox() const { return m_fixedSeed; }
+    QLabel *roomLabel() const { return m_room; }
+
+    // The tokens the context has free now (-1: unknown, no model): Max new tokens is shown
+    // capped to them.
+    void setFreeContext(int freeTokens);
+    // Max new tokens as a reply gets it now: capped to the free context.
+    int effectiveMaxNewTokens() const;
 
 signals:
     void paramsChanged(const longscope::ui::GenerationParams &params);
@@ -33,6 +43,7 @@ signals:
 private:
     void emitChanged();
     void updateEnabled();
+    void updateRoom();
 
     QSpinBox *m_maxNewTokens = nullptr;
     QDoubleSpinBox *m_topP = nullptr;
@@ -41,6 +52,9 @@ private:
     QCheckBox *m_doSample = nullptr;
     QDoubleSpinBox *m_repetitionPenalty = nullptr;
     QSpinBox *m_seed = nullptr;
+    QCheckBox *m_fixedSeed = nullptr;
+    QLabel *m_room = nullptr;
+    int m_free = -1;
     bool m_updating = false;
 };
 

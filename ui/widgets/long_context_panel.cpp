@@ -97,6 +97,14 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_gpuStatus = mutedLabel(this);
 
     m_applied = mutedLabel(this);
+    // Never empty: a line that appeared with the first change would push the rows below it
+    // from under the pointer.
+    m_applied->setText(tr("No change pending"));
+    m_alpha->setAccessibleName(tr("NTK alpha"));
+    m_kvMode->setAccessibleName(tr("KV cache"));
+    m_contextLimit->setAccessibleName(tr("Context limit"));
+    m_overflow->setAccessibleName(tr("On overflow"));
+    m_backendChoice->setAccessibleName(tr("Backend"));
 
     auto *alphaRow = new QWidget(this);
     auto *ah = new QHBoxLayout(alphaRow);

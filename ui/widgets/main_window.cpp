@@ -24,7 +24,6 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDir>
-#include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileDialog>
@@ -35,8 +34,12 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QProgressBar>
 #include <QProgressDialog>
+#include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
+#include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -101,7 +104,44 @@ bool looksLikeModel(const QFileInfo &fi)
            fi.fileName() == QLatin1String("config.json");
 }
 
+// The chat's rows (chat, plots) and columns (conversations, chat, controls) as first laid out.
+constexpr int kChatRowsHeights[] = {720, 200};
+constexpr int kChatColumnWidths[] = {210, 700, 330};
+
 } // namespace
+
+// A strip over a tab saying that the other tab has the engine, with a Stop for it.
+class EngineBusyBar : public QFrame {
+public:
+    explicit EngineBusyBar(QWidget *parent) : QFrame(parent)
+    {
+        setObjectName(QStringLiteral("engineBusy"));
+        setStyleSheet(QStringLiteral("#engineBusy { background: palette(alternate-base); border: 1px solid "
+                                     "palette(highlight); border-radius: 4px; }"));
+        m_text = new QLabel(this);
+        m_text->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+        m_stop = new QPushButton(MainWindow::tr("Stop"), this);
+        m_stop->setAccessibleName(MainWindow::tr("Stop what holds the engine"));
+        auto *h = new QHBoxLayout(this);
+        h->setContentsMargins(8, 2, 4, 2);
+        h->addWidget(m_text, 1);
+        h->addWidget(m_stop);
+        hide();
+    }
+    QLabel *label() const { return m_text; }
+    QPushButton *stopButton() const { return m_stop; }
+    // Empty `text`: hidden.
+    void say(const QString &text)
+    {
+        m_text->setText(text);
+        m_text->setToolTip(text);
+        setVisible(!text.isEmpty());
+    }
+
+private:
+    QLabel *m_text = nullptr;
+    QPushButton *m_stop = nullptr;
+};
 
 MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     : QMainWindow(parent), m_interactive(options.interactive)
@@ -131,13 +171,13 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     connect(m_chat, &ChatController::replyStarted, this, &MainWindow::onReplyStarted);
     connect(m_chat, &ChatController::replyFinished, this, &MainWindow::onReplyFinished);
     connect(m_chat, &ChatController::statusMessage, this,
-            [this](const QString &text, int timeoutMs) { statusBar()->showMessage(text, timeoutMs); });
+            [this](const QString &text, int timeoutMs) { showStatus(text, timeoutMs); });
     connect(m_chat, &ChatController::saved, this, [this](const QString &id, const QString &title) {
         m_sidebar->setCurrentId(id);
         setWindowTitle(tr("%1 — Longscope").arg(title));
     });
     connect(m_chat, &ChatController::saveFailed, this, [this](const QString &error) {
-        statusBar()->showMessage(tr("Could not save the conversation: %1").arg(error), 8000);
+        showStatus(tr("Could not save the conversation: %1").arg(error), 8000);
     });
 
     setWindowTitle(tr("Longscope"));
@@ -145,57 +185,67 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     setAcceptDrops(true);
     setDockOptions(QMainWindow::AnimatedDocks);
 
-    // Left, wide: the chat above the plots; right, narrow: the controls.
-    auto *left = new QSplitter(Qt::Vertical, this);
-    left->setChildrenCollapsible(false);
-    left->addWidget(createChatArea());
-    m_plots = new MetricsPlots(left);
-    left->addWidget(m_plots);
-    left->setStretchFactor(0, 3);
-    left->setStretchFactor(1, 2);
-    left->setSizes({600, 340});
+    // The chat page, left to right: the saved conversations, the chat above the plots, the
+    // controls. Each part but the chat collapses (its splitter handle, or the View menu), so
+    // the window fits a 1280x720 screen.
+    m_sidebar = new ConversationSidebar(this);
+    m_sidebar->setModel(m_conversationList);
+    m_sidebar->setObjectName(QStringLiteral("conversations"));
 
-    auto *columns = new QSplitter(Qt::Horizontal, this);
-    columns->setChildrenCollapsible(false);
-    columns->addWidget(left);
-    columns->addWidget(createControlColumn());
-    columns->setStretchFactor(0, 1);
-    columns->setStretchFactor(1, 0);
+    m_chatRows = new QSplitter(Qt::Vertical, this);
+    m_chatRows->setObjectName(QStringLiteral("chatRows"));
+    m_chatRows->addWidget(createChatArea());
+    m_plots = new MetricsPlots(m_chatRows);
+    m_chatRows->addWidget(m_plots);
+    m_chatRows->setCollapsible(0, false);
+    m_chatRows->setStretchFactor(0, 3);
+    m_chatRows->setStretchFactor(1, 1);
+    m_chatRows->setSizes({kChatRowsHeights[0], kChatRowsHeights[1]}); // the chat gets most of the height
+
+    m_chatColumns = new QSplitter(Qt::Horizontal, this);
+    m_chatColumns->setObjectName(QStringLiteral("chatColumns"));
+    m_chatColumns->addWidget(m_sidebar);
+    m_chatColumns->addWidget(m_chatRows);
+    m_controlColumn = createControlColumn();
+    m_chatColumns->addWidget(m_controlColumn);
+    m_chatColumns->setCollapsible(1, false);
+    m_chatColumns->setStretchFactor(0, 0);
+    m_chatColumns->setStretchFactor(1, 1);
+    m_chatColumns->setStretchFactor(2, 0);
+    m_chatColumns->setSizes({kChatColumnWidths[0], kChatColumnWidths[1], kChatColumnWidths[2]});
 
     auto *central = new QWidget(this);
     auto *v = new QVBoxLayout(central);
     v->setContentsMargins(0, 0, 0, 0);
     v->setSpacing(0);
     v->addWidget(createBanner());
-    // Chat and Explore share the window (and the engine) as two tabs.
+    // Chat and Explore share the window (and the engine) as two tabs; each says when the
+    // other one runs, with its own Stop.
     m_tabs = new QTabWidget(central);
     m_tabs->setObjectName(QStringLiteral("mainTabs"));
     m_tabs->setDocumentMode(true);
     auto *chatPage = new QWidget(m_tabs);
     auto *chatLayout = new QVBoxLayout(chatPage);
-    chatLayout->setContentsMargins(8, 8, 8, 4);
-    chatLayout->addWidget(columns);
+    chatLayout->setContentsMargins(8, 4, 8, 4);
+    chatLayout->setSpacing(4);
+    m_chatBusy = new EngineBusyBar(chatPage);
+    connect(m_chatBusy->stopButton(), &QPushButton::clicked, this, &MainWindow::stop);
+    chatLayout->addWidget(m_chatBusy);
+    chatLayout->addWidget(m_chatColumns, 1);
     m_tabs->addTab(chatPage, tr("Chat"));
     m_explore = new ExploreView(m_exploreStore, m_tabs);
     auto *explorePage = new QWidget(m_tabs);
     auto *exploreLayout = new QVBoxLayout(explorePage);
-    exploreLayout->setContentsMargins(8, 8, 8, 4);
-    exploreLayout->addWidget(m_explore);
+    exploreLayout->setContentsMargins(8, 4, 8, 4);
+    exploreLayout->setSpacing(4);
+    m_exploreBusy = new EngineBusyBar(explorePage);
+    connect(m_exploreBusy->stopButton(), &QPushButton::clicked, this, &MainWindow::stop);
+    exploreLayout->addWidget(m_exploreBusy);
+    exploreLayout->addWidget(m_explore, 1);
     m_tabs->addTab(explorePage, tr("Explore"));
     m_tabs->setTabToolTip(1, tr("Perplexity by position: where each long-context setting stops understanding a book"));
     v->addWidget(m_tabs, 1);
     setCentralWidget(central);
-
-    m_sidebar = new ConversationSidebar(this);
-    m_sidebar->setModel(m_conversationList);
-    auto *dock = new QDockWidget(tr("Conversations"), this);
-    dock->setObjectName(QStringLiteral("conversationsDock"));
-    dock->setWidget(m_sidebar);
-    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable |
-                      QDockWidget::DockWidgetFloatable);
-    addDockWidget(Qt::LeftDockWidgetArea, dock);
-    resizeDocks({dock}, {230}, Qt::Horizontal);
-    m_conversationsDock = dock;
 
     m_exports = new Exports(m_chat, m_store, m_conversationList, m_plots, m_explore,
                             Exports::Hooks{
@@ -203,15 +253,10 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
                                     return chooseSaveFile(caption, name, filter);
                                 },
                                 [this](const QString &title, const QString &text) { showError(title, text); },
-                                [this](const QString &text) { statusBar()->showMessage(text, 5000); },
+                                [this](const QString &text) { showStatus(text, 5000); },
                                 [this] { return m_chatPanel->systemPrompt(); }},
                             this);
     createMenus();
-    // The View menu gets the dock's toggle.
-    for (QAction *a : menuBar()->actions()) {
-        if (a->menu() && a->objectName() == QLatin1String("viewMenu"))
-            a->menu()->addAction(dock->toggleViewAction());
-    }
     createStatusBar();
 
     connect(m_sidebar, &ConversationSidebar::openRequested, this, &MainWindow::openConversation);
@@ -229,6 +274,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     m_chatPanel->setSystemPrompt(m_appSettings->loadSystemPrompt());
     restoreGeometry(m_appSettings->loadWindowGeometry());
     restoreState(m_appSettings->loadWindowState());
+    restoreLayout();
     showDataNotices();
 
     connect(m_generation, &GenerationPanel::paramsChanged, this, &MainWindow::onGenerationParamsChanged);
@@ -256,7 +302,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
             path = !last.isEmpty() && QFileInfo::exists(last) ? last : bundledModelPath();
         }
         if (path.isEmpty())
-            statusBar()->showMessage(tr("No model: open one with File > Open Model…"));
+            showStatus(tr("No model: open one with File > Open Model…"));
         else
             loadModel(path);
     }
@@ -299,6 +345,8 @@ QWidget *MainWindow::createBanner()
     m_bannerModel = new QLabel(banner);
     m_bannerModel->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
     m_bannerModel->setTextFormat(Qt::RichText);
+    m_bannerModel->setWordWrap(true);
+    m_bannerModel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
 
     auto *h = new QHBoxLayout(banner);
     h->setContentsMargins(14, 8, 16, 8);
@@ -306,7 +354,7 @@ QWidget *MainWindow::createBanner()
     h->addWidget(icon);
     h->addLayout(titles);
     h->addStretch(1);
-    h->addWidget(m_bannerModel);
+    h->addWidget(m_bannerModel, 2);
     return banner;
 }
 
@@ -347,13 +395,20 @@ QWidget *MainWindow::createControlColumn()
     v->addWidget(m_longContext);
     v->addStretch(1);
     scroll->setWidget(content);
-    scroll->setMinimumWidth(340);
+    scroll->setObjectName(QStringLiteral("sidePanel"));
+    scroll->setAccessibleName(tr("Book, generation and long-context settings"));
+    // As narrow as its controls allow (none cut off), and no narrower.
+    scroll->setMinimumWidth(content->minimumSizeHint().width() + scroll->verticalScrollBar()->sizeHint().width());
     scroll->setMaximumWidth(460);
 
     connect(m_bookPanel, &BookPanel::streamRequested, this, &MainWindow::streamBook);
     connect(m_bookPanel, &BookPanel::continueRequested, this, &MainWindow::continueText);
     connect(m_bookPanel, &BookPanel::cancelRequested, this, &MainWindow::stop);
     connect(m_bookPanel, &BookPanel::closeRequested, m_bookPanel, &QWidget::hide);
+    // Whatever button had the focus, the next field is a number box: after a click on the
+    // book's buttons the focus goes back to the input, never into a value by itself.
+    for (QPushButton *b : m_bookPanel->findChildren<QPushButton *>())
+        b->setFocusPolicy(Qt::TabFocus);
     return scroll;
 }
 
@@ -384,7 +439,16 @@ void MainWindow::createMenus()
     });
     m_openBookAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
     file->addSeparator();
+    const qsizetype before = file->actions().size();
     m_exports->addMenuActions(file);
+    // Ctrl+E: the first export, the conversation as Markdown.
+    const QList<QAction *> exports = file->actions().mid(before);
+    m_exportAction = exports.isEmpty() ? nullptr : exports.first();
+    for (QAction *a : exports)
+        if (a->text().contains(QLatin1String("Markdown")))
+            m_exportAction = a;
+    if (m_exportAction)
+        m_exportAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
     file->addSeparator();
     QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -397,12 +461,27 @@ void MainWindow::createMenus()
     QAction *exploreTab = view->addAction(tr("&Explore"), this, &MainWindow::showExplore);
     exploreTab->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_2));
     view->addSeparator();
+    m_showConversations = view->addAction(tr("C&onversations"), this,
+                                          [this](bool on) { setPanelShown(QStringLiteral("conversations"), on); });
+    m_showConversations->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+    m_showSidePanel = view->addAction(tr("&Side Panel"), this,
+                                      [this](bool on) { setPanelShown(QStringLiteral("sidePanel"), on); });
+    m_showSidePanel->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S));
+    m_showPlots = view->addAction(tr("&Plots"), this, [this](bool on) { setPanelShown(QStringLiteral("plots"), on); });
+    m_showPlots->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+    for (QAction *a : {m_showConversations, m_showSidePanel, m_showPlots}) {
+        a->setCheckable(true);
+        a->setChecked(true);
+    }
+    view->addSeparator();
     view->addAction(tr("Clear &Plots"), m_plots, &MetricsPlots::clear);
     view->addAction(tr("Chat &Template…"), this, [this] {
         if (m_worker && m_models->isLoaded())
             openChatTemplateDialog(this, m_worker, m_chat->conversation().chatTurns(), *m_appSettings->settings(),
                                    m_models->summary(), m_chatPanel->systemPrompt());
     });
+
+    createChatActions(menuBar()->addMenu(tr("C&hat")));
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     QAction *about = help->addAction(tr("&About Longscope"), this, [this] {
@@ -424,6 +503,118 @@ void MainWindow::createMenus()
     about->setMenuRole(QAction::AboutRole);
 }
 
+void MainWindow::createChatActions(QMenu *chat)
+{
+    QAction *send = chat->addAction(tr("&Send"), this, &MainWindow::send);
+    send->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
+    m_stopAction = chat->addAction(tr("S&top"), this, &MainWindow::stop);
+    m_stopAction->setShortcut(QKeySequence(Qt::Key_Escape));
+    m_regenerateAction = chat->addAction(tr("&Regenerate"), this, &MainWindow::regenerate);
+    m_regenerateAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    m_focusInputAction = chat->addAction(tr("&Focus the Input"), this, [this] {
+        showChat();
+        m_chatPanel->chatInput()->setFocus(Qt::ShortcutFocusReason);
+    });
+    m_focusInputAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
+    // Esc stops from anywhere in the window, a dialog's own Esc aside.
+    for (QAction *a : {send, m_stopAction, m_regenerateAction, m_focusInputAction})
+        a->setShortcutContext(Qt::WindowShortcut);
+    m_chatPanel->stopButton()->setToolTip(tr("Stop the generation or the book at the next step (Esc)"));
+    m_chatPanel->regenerateButton()->setToolTip(tr("Answer the last message again, with a new seed unless it is "
+                                                    "fixed (Ctrl+R)"));
+}
+
+void MainWindow::setPanelShown(const QString &name, bool shown, bool remember)
+{
+    QWidget *panel = name == QLatin1String("conversations") ? static_cast<QWidget *>(m_sidebar)
+                     : name == QLatin1String("sidePanel")   ? m_controlColumn
+                                                            : static_cast<QWidget *>(m_plots);
+    panel->setVisible(shown);
+    // Shown again after being dragged shut on its handle: it gets its first size back.
+    QSplitter *splitter = panel == m_plots ? m_chatRows : m_chatColumns;
+    const int index = splitter->indexOf(panel);
+    if (QList<int> sizes = splitter->sizes(); shown && sizes.value(index) == 0) {
+        sizes[index] = panel == m_plots ? kChatRowsHeights[1] : kChatColumnWidths[index];
+        splitter->setSizes(sizes);
+    }
+    QAction *action = name == QLatin1String("conversations") ? m_showConversations
+                      : name == QLatin1String("sidePanel")   ? m_showSidePanel
+                                                             : m_showPlots;
+    if (action->isChecked() != shown)
+        action->setChecked(shown);
+    if (remember)
+        m_appSettings->savePanelShown(name, shown);
+}
+
+void MainWindow::restoreLayout()
+{
+    if (const QByteArray columns = m_appSettings->loadSplitterState(QStringLiteral("chatColumns")); !columns.isEmpty())
+        m_chatColumns->restoreState(columns);
+    if (const QByteArray rows = m_appSettings->loadSplitterState(QStringLiteral("chatRows")); !rows.isEmpty())
+        m_chatRows->restoreState(rows);
+    for (const QString &name : {QStringLiteral("conversations"), QStringLiteral("sidePanel"), QStringLiteral("plots")})
+        setPanelShown(name, m_appSettings->loadPanelShown(name), false);
+    // A part dragged shut on its splitter handle counts as hidden.
+    for (QSplitter *sp : {m_chatColumns, m_chatRows})
+        connect(sp, &QSplitter::splitterMoved, this, [this] {
+            const QList<int> c = m_chatColumns->sizes();
+            m_showConversations->setChecked(m_sidebar->isVisible() && c.value(0) > 0);
+            m_showSidePanel->setChecked(m_controlColumn->isVisible() && c.value(2) > 0);
+            m_showPlots->setChecked(m_plots->isVisible() && m_chatRows->sizes().value(1) > 0);
+        });
+}
+
+void MainWindow::saveLayout()
+{
+    m_appSettings->saveSplitterState(QStringLiteral("chatColumns"), m_chatColumns->saveState());
+    m_appSettings->saveSplitterState(QStringLiteral("chatRows"), m_chatRows->saveState());
+    m_appSettings->savePanelShown(QStringLiteral("conversations"), m_showConversations->isChecked());
+    m_appSettings->savePanelShown(QStringLiteral("sidePanel"), m_showSidePanel->isChecked());
+    m_appSettings->savePanelShown(QStringLiteral("plots"), m_showPlots->isChecked());
+}
+
+void MainWindow::showStatus(const QString &text, int timeoutMs)
+{
+    m_lastStatus = text;
+    // The permanent labels on the right keep their room; the message gets the rest.
+    int room = statusBar()->width() - 24;
+    for (QLabel *l : {m_statusNotice, m_statusModel, m_statusContext, m_statusSpeed})
+        if (l && l->isVisible())
+            room -= l->sizeHint().width();
+    const QString shown = statusBar()->fontMetrics().elidedText(text, Qt::ElideRight, std::max(120, room));
+    statusBar()->setToolTip(shown == text ? QString() : text);
+    statusBar()->showMessage(shown, timeoutMs);
+}
+
+QWidget *MainWindow::chatBusyBar() const { return m_chatBusy; }
+QWidget *MainWindow::exploreBusyBar() const { return m_exploreBusy; }
+QString MainWindow::chatBusyText() const { return m_chatBusy->isVisibleTo(m_chatBusy->parentWidget()) ? m_chatBusy->label()->text() : QString(); }
+QString MainWindow::exploreBusyText() const { return m_exploreBusy->isVisibleTo(m_exploreBusy->parentWidget()) ? m_exploreBusy->label()->text() : QString(); }
+
+void MainWindow::updateBusyBars()
+{
+    // Each tab says when the other one holds the engine: its jobs wait until it is done.
+    QString chat;
+    QString explore;
+    switch (m_activity) {
+    case Activity::Exploring:
+        chat = tr("Explore is scoring a book (%1): the chat waits for the engine. Stop cancels the runs.")
+                   .arg(m_explore->overallProgress()->text());
+        break;
+    case Activity::Chatting:
+    case Activity::Continuing:
+        explore = tr("The chat is writing a reply: runs wait for the engine. Stop ends the reply.");
+        break;
+    case Activity::Streaming:
+        explore = tr("The chat is streaming a book into its context: runs wait for the engine. Stop ends it.");
+        break;
+    default:
+        break;
+    }
+    m_chatBusy->say(chat);
+    m_exploreBusy->say(explore);
+}
+
 // Once, at start, in the status bar: settings values that were not valid (and the defaults
 // used), and settings, conversations or runs that cannot be saved. The whole list is the
 // label's tooltip; stderr has each line too.
@@ -442,7 +633,7 @@ void MainWindow::showDataNotices()
     if (notes.isEmpty())
         return;
     const QString text = notes.size() == 1 ? notes.first() : tr("%1 (and %2 more)").arg(notes.first()).arg(notes.size() - 1);
-    m_statusNotice->setText(m_statusNotice->fontMetrics().elidedText(text, Qt::ElideMiddle, 640));
+    m_statusNotice->setText(m_statusNotice->fontMetrics().elidedText(text, Qt::ElideMiddle, 320));
     m_statusNotice->setToolTip(notes.join(QLatin1Char('\n')));
     m_statusNotice->show();
 }
@@ -452,8 +643,10 @@ void MainWindow::createStatusBar()
     m_statusModel = new QLabel(this);
     m_statusContext = new QLabel(this);
     m_statusSpeed = new QLabel(this);
-    for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed})
+    for (QLabel *l : {m_statusModel, m_statusContext, m_statusSpeed}) {
         l->setContentsMargins(8, 0, 8, 0);
+        l->setSizePolicy(QSizePolicy::Minimum, QSizePolicy::Preferred); // never cut: messages give way
+    }
     m_statusNotice = new QLabel(this);
     m_statusNotice->setObjectName(QStringLiteral("statusNotice"));
     m_statusNotice->setContentsMargins(8, 0, 8, 0);
@@ -467,6 +660,8 @@ void MainWindow::createStatusBar()
     connect(m_statusTimer, &QTimer::timeout, this, [this] {
         if (m_statusDirty)
             refreshStatus();
+        if (m_activity == Activity::Exploring)
+            updateBusyBars(); // the time left
     });
     m_statusTimer->start();
 }
@@ -495,9 +690,7 @@ void MainWindow::connectExplore()
     connect(m_explore, &ExploreView::runningChanged, this, &MainWindow::onExploreRunningChanged);
     connect(m_explore, &ExploreView::openBookRequested, this, &MainWindow::onExploreOpenBookRequested);
     connect(m_explore, &ExploreView::deleteRunRequested, this, &MainWindow::onExploreDeleteRequested);
-    connect(m_explore, &ExploreView::statusMessage, this, [this](const QString &text) {
-        statusBar()->showMessage(text, 6000);
-    });
+    connect(m_explore, &ExploreView::statusMessage, this, [this](const QString &text) { showStatus(text, 6000); });
     connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::onTabChanged);
 }
 
@@ -535,15 +728,22 @@ void MainWindow::setActivity(Activity activity)
     if (m_activity == activity)
         return;
     m_activity = activity;
+    QWidget *focused = QApplication::focusWidget();
     updateActions();
+    updateBusyBars();
+    // A button that started the job and is disabled now would hand the focus to the next
+    // field (a number box, its value selected): the input takes it instead.
+    if (focused && !focused->isEnabled() && isAncestorOf(focused))
+        m_chatPanel->chatInput()->setFocus(Qt::OtherFocusReason);
     emit activityChanged(activity);
 }
 
 void MainWindow::updateActions()
 {
     const bool idle = m_activity == Activity::Idle;
+    // Stop also cancels Explore's runs: the chat's Stop works on whatever holds the engine.
     const bool running = m_activity == Activity::Chatting || m_activity == Activity::Continuing ||
-                         m_activity == Activity::Streaming;
+                         m_activity == Activity::Streaming || m_activity == Activity::Exploring;
     const bool hasUser = m_chat->hasUserMessage();
     m_chatPanel->setActionsEnabled(m_models->isLoaded() && idle, running, m_models->isLoaded() && idle && hasUser, idle);
     m_bookPanel->setActionsEnabled(m_models->isLoaded() && idle);
@@ -553,6 +753,10 @@ void MainWindow::updateActions()
     m_openBookAction->setEnabled(m_activity != Activity::Streaming);
     m_sidebar->setEnabled(idle || m_activity == Activity::Loading);
     m_explore->setEngineAvailable(m_models->isLoaded() && (idle || m_activity == Activity::Exploring));
+    if (m_stopAction) {
+        m_stopAction->setEnabled(running);
+        m_regenerateAction->setEnabled(m_models->isLoaded() && idle && hasUser);
+    }
 }
 
 void MainWindow::refreshStatus()
@@ -565,6 +769,7 @@ void MainWindow::refreshStatus()
         m_statusModel->setText(m_activity == Activity::Loading ? tr("Loading model…") : tr("No model"));
     }
     const int limit = contextLimit();
+    m_generation->setFreeContext(limit > 0 ? std::max(0, limit - m_stats.contextUsed()) : -1);
     if (limit > 0) {
         const int used = m_stats.contextUsed();
         const double pct = 100.0 * used / limit;
@@ -583,10 +788,20 @@ void MainWindow::refreshStatus()
     m_longContext->setEffectiveAlpha(m_stats.ntkAlpha());
 }
 
+void MainWindow::resetContextState()
+{
+    m_stats.clearContext();
+    if (m_bookPanel)
+        m_bookPanel->resetContext();
+    updateBookFit();
+    m_statusDirty = true;
+    emit contextReset();
+}
+
 void MainWindow::newConversation()
 {
     m_chat->newConversation();
-    m_stats.clearContext();
+    resetContextState();
     m_plots->resetForContext();
     m_sidebar->setCurrentId(QString());
     setWindowTitle(tr("Longscope"));
@@ -614,12 +829,25 @@ void MainWindow::loadModel(const QString &path)
     m_models->load(path);
 }
 
+void MainWindow::closeLoadDialog()
+{
+    // Deleted now, not later: a dialog left for deleteLater would still be there during the
+    // error box's own event loop, where its show timer puts it back on top, modal.
+    if (m_loadDialog) {
+        QProgressDialog *dialog = m_loadDialog;
+        m_loadDialog = nullptr;
+        dialog->disconnect(this);
+        dialog->disconnect(m_models);
+        dialog->hide();
+        delete dialog;
+    }
+}
+
 void MainWindow::onLoadStarted(const QString &path)
 {
     setActivity(Activity::Loading);
-    statusBar()->showMessage(tr("Loading %1…").arg(QFileInfo(path).fileName()));
-    if (m_loadDialog)
-        m_loadDialog->deleteLater();
+    showStatus(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    closeLoadDialog();
     auto *dialog = new QProgressDialog(tr("Loading %1…").arg(QFileInfo(path).fileName()), tr("Cancel"), 0, 100, this);
     dialog->setWindowTitle(tr("Opening model"));
     dialog->setWindowModality(Qt::WindowModal);
@@ -640,11 +868,9 @@ void MainWindow::onLoadProgress(double fraction)
 
 void MainWindow::onModelLoaded(const ModelSummary &summary)
 {
-    if (m_loadDialog) {
-        m_loadDialog->hide();
-        m_loadDialog->deleteLater();
-    }
+    closeLoadDialog();
     m_stats.reset();
+    resetContextState(); // the worker's new session starts empty
     m_plots->setModel(summary.name); // fresh curves for the new model
     m_appliedSettings = m_longContext->settings();
     m_longContext->setTrainedContext(summary.n_ctx_train);
@@ -659,7 +885,7 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
                                .arg(mib, 0, 'f', mib < 10 ? 2 : 0)
                                .arg(summary.backend.toHtmlEscaped()));
     m_bannerModel->setToolTip(summary.path);
-    statusBar()->showMessage(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
+    showStatus(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
     setActivity(Activity::Idle);
     updateActions();
     updateBookFit();
@@ -669,19 +895,17 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
 
 void MainWindow::onLoadFailed(const QString &path, const QString &message)
 {
-    if (m_loadDialog) {
-        m_loadDialog->hide();
-        m_loadDialog->deleteLater();
-    }
+    closeLoadDialog();
     setActivity(Activity::Idle);
-    m_statusDirty = true;
+    refreshStatus(); // not "Loading…" any more
     if (m_models->wasCancelled()) {
-        statusBar()->showMessage(tr("Loading %1 was cancelled").arg(QFileInfo(path).fileName()), 5000);
+        showStatus(tr("Loading %1 was cancelled").arg(QFileInfo(path).fileName()), 5000);
         emit modelLoadFailed(message);
         return;
     }
     const QString still = m_models->isLoaded() ? tr("%1 is still loaded.").arg(m_models->summary().name)
                                         : tr("No model is loaded: open one with File > Open Model….");
+    showStatus(tr("Could not open %1: %2").arg(QFileInfo(path).fileName(), message), 10000);
     showError(tr("Cannot open the model"),
               tr("Longscope could not open\n%1\n\n%2\n\n%3").arg(QDir::toNativeSeparators(path), message, still));
     emit modelLoadFailed(message);
@@ -705,11 +929,17 @@ void MainWindow::send()
     if (text.isEmpty())
         return;
     if (!m_models->isLoaded()) {
-        statusBar()->showMessage(tr("No model is loaded yet"), 4000);
+        showStatus(tr("No model is loaded yet"), 4000);
+        return;
+    }
+    if (m_activity == Activity::Exploring) {
+        showStatus(tr("Explore is using the engine (%1): press Stop (Esc) to cancel its runs, or wait")
+                       .arg(m_explore->overallProgress()->text()),
+                   6000);
         return;
     }
     if (m_activity != Activity::Idle) {
-        statusBar()->showMessage(tr("Wait for the model, or press Stop"), 3000);
+        showStatus(tr("Wait for the model, or press Stop (Esc)"), 3000);
         return;
     }
     m_chatPanel->chatInput()->clear();
@@ -722,7 +952,7 @@ void MainWindow::onReplyStarted(ChatController::State state)
     m_stats.startReply();
     setActivity(state == ChatController::State::Continuing ? Activity::Continuing : Activity::Chatting);
     if (state == ChatController::State::Chatting)
-        statusBar()->showMessage(tr("Generating…"));
+        showStatus(tr("Generating…"));
 }
 
 void MainWindow::stop()
@@ -733,7 +963,7 @@ void MainWindow::stop()
     }
     if (m_worker && m_activity != Activity::Idle && m_activity != Activity::Loading) {
         m_worker->requestStop();
-        statusBar()->showMessage(tr("Stopping…"), 2000);
+        showStatus(tr("Stopping…"), 2000);
     }
 }
 
@@ -747,18 +977,18 @@ void MainWindow::regenerate()
 void MainWindow::clearConversation()
 {
     if (m_activity != Activity::Idle && m_activity != Activity::Loading) {
-        statusBar()->showMessage(tr("Stop the generation first"), 3000);
+        showStatus(tr("Stop the generation first"), 3000);
         return;
     }
     saveConversation();
     newConversation();
-    statusBar()->showMessage(tr("New conversation"), 3000);
+    showStatus(tr("New conversation"), 3000);
 }
 
 void MainWindow::openConversation(const QString &id)
 {
     if (m_activity != Activity::Idle && m_activity != Activity::Loading) {
-        statusBar()->showMessage(tr("Stop the generation first"), 3000);
+        showStatus(tr("Stop the generation first"), 3000);
         return;
     }
     if (id == m_chat->conversation().id())
@@ -769,7 +999,7 @@ void MainWindow::openConversation(const QString &id)
         return;
     }
     m_chatPanel->setSystemPrompt(m_chat->conversation().systemPrompt());
-    m_stats.clearContext();
+    resetContextState();
     m_plots->restoreHistory(m_chat->conversation().plotHistory()); // its own plots, not the last ones
     m_sidebar->setCurrentId(id);
     setWindowTitle(tr("%1 — Longscope").arg(m_chat->conversation().title()));
@@ -795,7 +1025,7 @@ bool MainWindow::deleteConversation(const QString &id, bool confirm)
         newConversation();
     else
         m_chat->detachFrom(id); // a reply still streaming saves under a new id
-    statusBar()->showMessage(tr("Deleted “%1”").arg(title), 4000);
+    showStatus(tr("Deleted “%1”").arg(title), 4000);
     return true;
 }
 
@@ -816,7 +1046,7 @@ void MainWindow::onWorkerError(const QString &message)
 {
     if (m_activity == Activity::Loading)
         return; // loadFailed reports it
-    statusBar()->showMessage(tr("Error: %1").arg(message), 10000);
+    showStatus(tr("Error: %1").arg(message), 10000);
     if (m_activity == Activity::Exploring)
         return; // the Explore tab shows it with the run that failed
     m_chat->addErrorNote(message);
@@ -869,7 +1099,7 @@ void MainWindow::onSettingsApplied(qint64 step, int position, const longscope::S
     m_appliedSettings = settings;
     m_plots->addMarker(position, change);
     m_longContext->setApplied(position);
-    statusBar()->showMessage(tr("Settings applied at token %L1 (step %L2): %3").arg(position).arg(step).arg(change), 8000);
+    showStatus(tr("Settings applied at token %L1 (step %L2): %3").arg(position).arg(step).arg(change), 8000);
     m_statusDirty = true;
 }
 
@@ -913,7 +1143,7 @@ bool MainWindow::openBook(const QString &path)
         m_explore->setBook(*book); // the Explore tab scores the open book too
     updateBookFit();
     updateActions();
-    statusBar()->showMessage(tr("Opened “%1”: press Stream into context").arg(m_bookPanel->book().title), 6000);
+    showStatus(tr("Opened “%1”: press Stream into context").arg(m_bookPanel->book().title), 6000);
     return true;
 }
 
@@ -932,20 +1162,27 @@ void MainWindow::streamBook()
         return;
     const Book &book = m_bookPanel->book();
     const int room = std::max(0, contextLimit() - m_stats.contextUsed());
-    longscope::Settings s = m_longContext->settings();
-    if (BookController::mayNotFit(book.text, room) && s.overflow == OverflowPolicy::Error && room > 0) {
-        s.overflow = OverflowPolicy::HeadTail;
-        m_longContext->setSettings(s);
-        onLongContextChanged(s);
-        m_chat->addNote(tr("“%1” (≈%L2 tokens) may not fit in the %L3 free tokens of the context: the overflow policy is now "
-                   "“keep head and tail”, so its beginning and end are streamed. Raise the context limit to stream more.")
-                    .arg(book.title)
-                    .arg(m_bookPanel->estimatedTokens())
-                    .arg(room));
+    // The overflow policy decides, and the conversation says so; the policy is not changed.
+    if (BookController::mayNotFit(book.text, room) && room > 0) {
+        if (m_longContext->settings().overflow == OverflowPolicy::Error)
+            m_chat->addNote(tr("“%1” (about %L2 tokens) may not fit in the %L3 free tokens of the context, and the "
+                               "overflow policy is “error”: it is refused if it does not fit. Raise the context limit, "
+                               "or choose another policy to keep its head and tail.")
+                                .arg(book.title)
+                                .arg(m_bookPanel->estimatedTokens())
+                                .arg(room));
+        else
+            m_chat->addNote(tr("“%1” (about %L2 tokens) does not fit in the %L3 free tokens of the context: its head "
+                               "and tail are streamed and the middle is left out (overflow policy “%4”). Raise the "
+                               "context limit to stream more.")
+                                .arg(book.title)
+                                .arg(m_bookPanel->estimatedTokens())
+                                .arg(room)
+                                .arg(overflowText(m_longContext->settings().overflow)));
     }
     setActivity(Activity::Streaming);
     m_bookPanel->setStreaming(true);
-    statusBar()->showMessage(tr("Streaming “%1” into the context…").arg(book.title));
+    showStatus(tr("Streaming “%1” into the context…").arg(book.title));
     m_books->stream(book.text, room);
 }
 
@@ -953,7 +1190,9 @@ void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 {
     m_stats.setContextUsed(tokensInContext);
     const int streamed = m_books->tokensDone();
-    const bool truncated = m_books->wasTruncated(m_bookPanel->estimatedTokens());
+    const bool truncated = m_books->wasTruncated();
+    if (m_books->textTokens() >= 0)
+        m_bookPanel->setTextTokens(m_books->textTokens()); // counted by the tokenizer now
     m_bookPanel->setStreaming(false);
     m_bookPanel->setStreamed(streamed, tokensInContext, stopped, truncated);
     if (streamed > 0)
@@ -964,8 +1203,9 @@ void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
                     .arg(m_bookPanel->book().title)
                     .arg(truncated ? tr(" (head and tail)") : QString())
                     .arg(tokensInContext));
-    statusBar()->showMessage(stopped ? tr("Book streaming stopped") : tr("Book streamed"), 5000);
+    showStatus(stopped ? tr("Book streaming stopped") : tr("Book streamed"), 5000);
     setActivity(Activity::Idle);
+    m_chatPanel->chatInput()->setFocus(Qt::OtherFocusReason); // ask about it
     updateBookFit();
     refreshStatus();
     emit bookStreamFinished(stopped, tokensInContext);
@@ -976,7 +1216,7 @@ void MainWindow::continueText()
     if (!m_models->isLoaded() || m_activity != Activity::Idle)
         return;
     if (m_stats.contextUsed() <= 0) {
-        statusBar()->showMessage(tr("The context is empty: stream a book first"), 4000);
+        showStatus(tr("The context is empty: stream a book first"), 4000);
         return;
     }
     m_chat->continueText();
@@ -988,7 +1228,7 @@ void MainWindow::continueText()
 bool MainWindow::openExploreBook(const QString &path)
 {
     if (m_explore->isRunning()) {
-        statusBar()->showMessage(tr("Cancel the runs first"), 3000);
+        showStatus(tr("Cancel the runs first"), 3000);
         return false;
     }
     QString error;
@@ -1009,15 +1249,10 @@ void MainWindow::showExplore() { m_tabs->setCurrentIndex(1); }
 
 void MainWindow::onTabChanged(int index)
 {
-    // The saved conversations belong to the chat: their dock makes way for the plot.
-    const bool explore = index == 1;
-    if (explore && m_conversationsDock->isVisible()) {
-        m_dockHiddenForExplore = true;
-        m_conversationsDock->hide();
-    } else if (!explore && m_dockHiddenForExplore) {
-        m_dockHiddenForExplore = false;
-        m_conversationsDock->show();
-    }
+    // Nothing hides or shows with the tab (the tab bar stays where it is); the chat page keeps
+    // its conversations column.
+    if (index == 0 && m_activity == Activity::Idle)
+        m_chatPanel->chatInput()->setFocus(Qt::OtherFocusReason);
 }
 
 void MainWindow::onExploreRunningChanged(bool running)
@@ -1133,11 +1368,8 @@ void MainWindow::saveUiSettings()
     m_appSettings->saveGenerationParams(m_generation->params());
     m_appSettings->saveEngineSettings(m_longContext->settings());
     m_appSettings->saveWindowGeometry(saveGeometry());
-    if (m_dockHiddenForExplore) // saved as the chat shows it
-        m_conversationsDock->show();
     m_appSettings->saveWindowState(saveState());
-    if (m_dockHiddenForExplore)
-        m_conversationsDock->hide();
+    saveLayout();
     m_appSettings->sync();
 }
 

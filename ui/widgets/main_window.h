@@ -1,7 +1,8 @@
 // The main window, laid out after Chinese-LLaMA-Alpaca-2's gradio demo: a banner, then two
 // tabs. Chat: left, wide: the conversation, the system prompt, the input and Send / Stop /
 // Regenerate / Clear, with the live plots under them; right, narrow: the book, the generation
-// controls and the long-context panel; the saved conversations in a dock. Explore: perplexity
+// controls and the long-context panel; far left, the saved conversations. Every part but the
+// chat collapses (splitters and View menu, remembered). Explore: perplexity
 // by position of a book under several settings on one plot (ExploreView). It owns the engine
 // worker's thread and talks to the worker only through queued calls and signals (plus the
 // thread-safe requestStop() / cancelLoad() / setSettings() and the queue*() calls).
@@ -33,6 +34,7 @@ class QLabel;
 class QMenu;
 class QProgressDialog;
 class QSettings;
+class QSplitter;
 class QTabWidget;
 class QTimer;
 
@@ -46,6 +48,7 @@ class ChatPanel;
 class ConversationListModel;
 class ConversationSidebar;
 class ConversationStore;
+class EngineBusyBar;
 class ExploreStore;
 class ExploreView;
 class Exports;
@@ -99,6 +102,26 @@ public:
     ConversationSidebar *conversationSidebar() const { return m_sidebar; }
     ConversationStore *conversationStore() const { return m_store; }
     QTabWidget *tabs() const { return m_tabs; }
+    // The chat page's splitters: columns (conversations, chat, controls) and rows (chat, plots).
+    QSplitter *chatColumns() const { return m_chatColumns; }
+    QSplitter *chatRows() const { return m_chatRows; }
+    QWidget *controlColumn() const { return m_controlColumn; }
+    // The View menu's toggles for the collapsible parts.
+    QAction *showConversationsAction() const { return m_showConversations; }
+    QAction *showSidePanelAction() const { return m_showSidePanel; }
+    QAction *showPlotsAction() const { return m_showPlots; }
+    // Esc, Ctrl+R, Ctrl+E, Ctrl+L.
+    QAction *stopAction() const { return m_stopAction; }
+    QAction *regenerateAction() const { return m_regenerateAction; }
+    QAction *exportAction() const { return m_exportAction; }
+    QAction *focusInputAction() const { return m_focusInputAction; }
+    // The strip over a tab that says the other tab holds the engine (hidden when it does not).
+    QWidget *chatBusyBar() const;
+    QWidget *exploreBusyBar() const;
+    QString chatBusyText() const;
+    QString exploreBusyText() const;
+    // The whole text of the last status message (the bar may show it elided).
+    QString lastStatusText() const { return m_lastStatus; }
     ExploreView *exploreView() const { return m_explore; }
     ExploreStore *exploreStore() const { return m_exploreStore; }
 
@@ -130,6 +153,9 @@ signals:
     void replyFinished(); // a chat reply or a continuation ended (for any reason)
     void bookStreamFinished(bool stopped, int tokensInContext);
     void activityChanged(longscope::ui::MainWindow::Activity activity);
+    // The chat's context was emptied: another model was loaded, a conversation opened or a new
+    // one started. What shows the old context (the plots) should start over.
+    void contextReset();
 
 protected:
     // Every message box goes through these, so tests can capture them instead of blocking.
@@ -166,6 +192,17 @@ private slots:
     void refreshStatus();
 
 private:
+    // Shows `text` in the status bar, elided to fit; the whole text is the bar's tooltip.
+    void showStatus(const QString &text, int timeoutMs = 0);
+    void closeLoadDialog();
+    // Empties what follows the context (stats, book panel) and emits contextReset.
+    void resetContextState();
+    void updateBusyBars();
+    // "conversations", "sidePanel" or "plots"; `remember`: saved in the settings.
+    void setPanelShown(const QString &name, bool shown, bool remember = true);
+    void restoreLayout();
+    void saveLayout();
+    void createChatActions(QMenu *menu);
     QWidget *createBanner();
     QWidget *createChatArea();
     QWidget *createControlColumn();
@@ -203,8 +240,11 @@ private:
     MetricsPlots *m_plots = nullptr;
     BookPanel *m_bookPanel = nullptr;
     ConversationSidebar *m_sidebar = nullptr;
-    QDockWidget *m_conversationsDock = nullptr;
-    bool m_dockHiddenForExplore = false;
+    QSplitter *m_chatColumns = nullptr;
+    QSplitter *m_chatRows = nullptr;
+    QWidget *m_controlColumn = nullptr;
+    EngineBusyBar *m_chatBusy = nullptr;
+    EngineBusyBar *m_exploreBusy = nullptr;
     QTabWidget *m_tabs = nullptr;
     ExploreView *m_explore = nullptr;
     ExploreStore *m_exploreStore = nullptr;
@@ -220,6 +260,14 @@ private:
     QAction *m_openModelDirAction = nullptr;
     QAction *m_openBookAction = nullptr;
     QMenu *m_recentMenu = nullptr;
+    QAction *m_showConversations = nullptr;
+    QAction *m_showSidePanel = nullptr;
+    QAction *m_showPlots = nullptr;
+    QAction *m_stopAction = nullptr;
+    QAction *m_regenerateAction = nullptr;
+    QAction *m_exportAction = nullptr;
+    QAction *m_focusInputAction = nullptr;
+    QString m_lastStatus;
 
     // State.
     Activity m_activity = Activity::Idle;
