@@ -13,6 +13,8 @@ namespace longscope::cli {
 // --overflow) appended to a command's own, and the Settings they give.
 std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs);
 Settings settings_from_args(const Args &a);
+// --kv-type-k / --kv-type-v: f32 (the default), f16, q8_0 or q4_0; UsageError otherwise.
+KvType kv_type_from_args(const Args &a, const std::string &option);
 
 
 // Each returns the process exit status; they throw UsageError or longscope::Error.
