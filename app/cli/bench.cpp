@@ -88,6 +88,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                   {{"--attn"}},
                   {{"--causal-flash"}, false},
                   {{"--kv-before-rope"}, false},
+                  {{"--kv-type-k"}},
+                  {{"--kv-type-v"}},
                   {{"-t", "--threads"}},
                   {{"-c", "--ctx"}},
                   {{"--csv"}, false},
@@ -123,6 +125,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         for (int b : batches)
             if (b != 1)
                 throw UsageError("--backend cuda runs batch size 1 only (--batch 1)");
+    const KvType type_k = kv_type_from_args(a, "--kv-type-k"), type_v = kv_type_from_args(a, "--kv-type-v");
     const int threads = a.get_int("--threads", 1, 1024).value_or(0);
     const int ctx_opt = a.get_int("--ctx", 1, 1 << 24).value_or(0);
 
@@ -139,7 +142,10 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     const HParams &hp = model->hparams();
     const DecodeCost cost = model->decode_cost();
     const double matmul_params = cost.matmul_params, streamed = cost.streamed_bytes, embd_row = cost.embd_row_bytes;
-    const double kv_bytes_per_position = 2.0 * hp.n_layer * hp.n_embd_kv() * sizeof(float);
+    check_kv_types(Settings{.kv_type_k = type_k, .kv_type_v = type_v, .backend = backend}, hp.head_dim());
+    const double kv_bytes_per_position =
+        double(hp.n_layer) * double(kv_type_row_bytes(type_k, hp.n_embd_kv()) + kv_type_row_bytes(type_v, hp.n_embd_kv()));
+    const std::string kv_types = std::string(to_string(type_k)) + "/" + std::string(to_string(type_v));
 
     std::vector<Row> rows;
     for (int b : batches)
@@ -154,6 +160,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         so.settings.attention.memory_efficient = mem_eff;
                         so.settings.attention.causal_flash = a.flag("--causal-flash");
                         so.settings.rope.store_kv_before_rope = a.flag("--kv-before-rope");
+                        so.settings.kv_type_k = type_k;
+                        so.settings.kv_type_v = type_v;
                         std::vector<GenerateRequest> reqs(static_cast<size_t>(b));
                         for (int i = 0; i < b; ++i) {
                             reqs[size_t(i)].prompt = synthetic_prompt(*model, in, i);
@@ -220,7 +228,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         nlohmann::json out = nlohmann::json::array();
         for (const Row &r : rows)
             out.push_back({{"batch_size", r.batch}, {"input_tokens", r.input}, {"new_tokens", r.new_tokens},
-                           {"kv_mode", r.kv}, {"attention", r.attn}, {"causal_flash", r.causal_flash},
+                           {"kv_mode", r.kv}, {"kv_type_k", std::string(to_string(type_k))},
+                           {"kv_type_v", std::string(to_string(type_v))}, {"attention", r.attn}, {"causal_flash", r.causal_flash},
                            {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
                            {"throughput_tok_s", r.throughput}, {"kv_reserved_bytes", r.kv_reserved},
                            {"bytes_per_token", r.bytes_per_token}, {"bandwidth_gb_s", bandwidth / 1e9},
@@ -234,13 +243,14 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         return 0;
     }
     if (a.flag("--csv")) {
-        std::cout << "batch_size,input_tokens,new_tokens,kv_mode,attention,causal_flash,prefill_tok_s,"
+        std::cout << "batch_size,input_tokens,new_tokens,kv_mode,kv_type_k,kv_type_v,attention,causal_flash,prefill_tok_s,"
                      "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
                      "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes,bytes_per_token,"
                      "bandwidth_gb_s,roofline_fraction,prefill_gflop_s\n";
         for (const Row &r : rows)
-            std::printf("%d,%d,%d,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f\n", r.batch,
-                        r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
+            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f\n",
+                        r.batch, r.input, r.new_tokens, r.kv.c_str(), to_string(type_k).data(), to_string(type_v).data(),
+                        r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
                         r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
                         (unsigned long long)r.peak_kv_resident, (unsigned long long)r.peak_scratch,
                         (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
@@ -254,6 +264,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
                 model->info().name.c_str(), types.c_str(), mib(model->info().weight_bytes).c_str(), n_threads,
                 cpu_kernel_name().c_str(), bandwidth / 1e9);
+    std::printf("KV cache: keys %s, values %s (%s per position)\n", to_string(type_k).data(),
+                to_string(type_v).data(), (std::to_string(int64_t(kv_bytes_per_position)) + " bytes").c_str());
     if (backend == ComputeBackend::Cuda)
         std::printf("backend cuda: the forward pass on the GPU (roofline and GFLOP/s columns are CPU figures)\n");
     std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | decode tok/s | "

@@ -138,9 +138,20 @@ std::string prompt_text(const Args &a, bool allow_positional)
 const std::vector<OptionSpec> k_settings_options = {
     {{"--alpha"}}, {{"--rope-scaling"}}, {{"--rope-factor"}}, {{"--rope-orig-ctx"}},
     {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
-    {{"--kv"}}, {{"--overflow"}}, {{"--backend"}}};
+    {{"--kv"}}, {{"--overflow"}}, {{"--backend"}}, {{"--kv-type-k"}}, {{"--kv-type-v"}}};
 
 } // namespace
+
+KvType kv_type_from_args(const Args &a, const std::string &option)
+{
+    const auto v = a.value(option);
+    if (!v)
+        return KvType::F32;
+    const auto t = parse_kv_type(*v);
+    if (!t)
+        throw UsageError(option + " must be f32, f16, q8_0 or q4_0, got '" + *v + "'");
+    return *t;
+}
 
 Settings settings_from_args(const Args &a)
 {
@@ -176,6 +187,8 @@ Settings settings_from_args(const Args &a)
             throw UsageError("--kv must be none, concat, static or vmm, got '" + *kv + "'");
         s.kv_mode = *m;
     }
+    s.kv_type_k = kv_type_from_args(a, "--kv-type-k");
+    s.kv_type_v = kv_type_from_args(a, "--kv-type-v");
     if (auto o = a.value("--overflow")) {
         auto p = parse_overflow(*o);
         if (!p || *p == OverflowPolicy::DropOldestTurns)

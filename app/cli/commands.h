@@ -13,6 +13,8 @@ namespace longscope::cli {
 // --overflow) appended to a command's own, and the Settings they give.
 std::vector<OptionSpec> with_settings(std::vector<OptionSpec> specs);
 Settings settings_from_args(const Args &a);
+// --kv-type-k / --kv-type-v: f32 (the default), f16, q8_0 or q4_0; UsageError otherwise.
+KvType kv_type_from_args(const Args &a, const std::string &option);
 
 // A whole file's bytes; IoError naming the file when it cannot be read.
 std::string read_text_file(const std::string &path);

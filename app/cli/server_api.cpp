@@ -262,7 +262,7 @@ const std::set<std::string> k_common_fields = {
     "user", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias",
     // extra fields of this server
     "top_k", "repeat_penalty", "ntk_alpha", "kv_before_rope", "memory_efficient_attention",
-    "causal_flash", "kv_mode", "rope_scaling", "rope_factor", "rope_orig_ctx"};
+    "causal_flash", "kv_mode", "kv_type_k", "kv_type_v", "rope_scaling", "rope_factor", "rope_orig_ctx"};
 const std::set<std::string> k_chat_fields = {"messages", "max_completion_tokens", "top_logprobs",
                                              "response_format", "tools", "tool_choice", "functions",
                                              "function_call"};
@@ -343,6 +343,14 @@ void apply_settings_fields(const json &body, Settings &s)
             bad("kv_mode", "'kv_mode' must be none, concat, static or vmm, got '" + m + "'");
         s.kv_mode = *mode;
     }
+    for (const auto &[key, field] : {std::pair{"kv_type_k", &s.kv_type_k}, std::pair{"kv_type_v", &s.kv_type_v}})
+        if (auto it = body.find(key); it != body.end() && !it->is_null()) {
+            const std::string &t = string_of(*it, key);
+            auto type = parse_kv_type(t);
+            if (!type)
+                bad(key, "'" + std::string(key) + "' must be f32, f16, q8_0 or q4_0, got '" + t + "'");
+            *field = *type;
+        }
     try {
         s.validate();
     } catch (const InvalidArgument &e) {
@@ -540,6 +548,8 @@ json settings_json(const Settings &s)
     j["memory_efficient_attention"] = s.attention.memory_efficient;
     j["causal_flash"] = s.attention.causal_flash;
     j["kv_mode"] = std::string(to_string(s.kv_mode));
+    j["kv_type_k"] = std::string(to_string(s.kv_type_k));
+    j["kv_type_v"] = std::string(to_string(s.kv_type_v));
     j["context_limit"] = s.context_limit;
     j["overflow"] = std::string(to_string(s.overflow));
     return j;

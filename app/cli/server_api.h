@@ -68,7 +68,7 @@ struct CompletionRequest {
 
 // Parses and validates a request body. `defaults` are the server's long-context settings,
 // which the extra fields (ntk_alpha, kv_before_rope, memory_efficient_attention,
-// causal_flash, kv_mode) override. Throws ApiError (400) naming the offending field.
+// causal_flash, kv_mode, kv_type_k, kv_type_v) override. Throws ApiError (400) naming the offending field.
 CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const Settings &defaults);
 
 // The request's conversation rendered by the model's own template (or `template_text`, serve's

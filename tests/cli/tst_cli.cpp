@@ -195,6 +195,8 @@ private slots:
         QTest::newRow("missing prompt file") << QStringList{"generate", "-f", "/nonexistent/prompt.txt"} << 1 << "/nonexistent/prompt.txt";
         QTest::newRow("unknown command") << QStringList{"frobnicate"} << 2 << "frobnicate";
         QTest::newRow("unknown backend") << QStringList{"generate", "-p", "a", "--backend", "gpu"} << 2 << "--backend";
+        // The bundled model's heads are 8 wide: no whole blocks of 32.
+        QTest::newRow("q8_0 keys with a head size of 8") << QStringList{"generate", "-p", "a", "--kv-type-k", "q8_0"} << 1 << "head size is 8";
         QTest::newRow("tokenize nothing") << QStringList{"tokenize"} << 2 << "text";
         QTest::newRow("info on directory without config") << QStringList{"info", "-m", LONGSCOPE_TEST_DATA} << 1 << "config.json";
     }
@@ -234,6 +236,7 @@ private slots:
         QTest::newRow("vmm mem-efficient causal-flash keys-before-rope") << QStringList{"--kv", "vmm", "--attn", "mem-efficient", "--causal-flash", "--kv-before-rope"};
         QTest::newRow("concat naive") << QStringList{"--kv", "concat", "--attn", "naive"};
         QTest::newRow("none") << QStringList{"--kv", "none"};
+        QTest::newRow("f16 keys and values") << QStringList{"--kv-type-k", "f16", "--kv-type-v", "f16"};
         QTest::newRow("alpha 1") << QStringList{"--alpha", "1"};
         QTest::newRow("alpha auto (short context: no scaling)") << QStringList{"--alpha", "auto", "--ctx", "2048"};
     }
@@ -258,6 +261,7 @@ private slots:
         QCOMPARE(lines.size(), 1 + 1 + 9);
         const QList<QByteArray> header = lines[0].split(',');
         QVERIFY(header.contains("kv_resident") && header.contains("tokens_per_second") && header.contains("peak_total"));
+        QVERIFY(header.contains("kv_type_k") && header.contains("kv_type_v"));
         for (int i = 1; i < lines.size(); ++i)
             QCOMPARE(lines[i].split(',').size(), header.size());
         QVERIFY(lines[1].contains(",prefill,5,5,"));
@@ -307,6 +311,23 @@ private slots:
         Run table = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--no-probe"});
         QCOMPARE(table.code, 0);
         QVERIFY(table.out.contains("| batch | input | new |"));
+        QVERIFY(table.out.contains("KV cache: keys f32, values f32"));
+
+        // KV types: named in every output, and the static cache holds half the bytes in f16.
+        const QStringList grid{"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--no-probe"};
+        Run f32 = run_cli(grid + QStringList{"--json"});
+        Run f16 = run_cli(grid + QStringList{"--json", "--kv-type-k", "f16", "--kv-type-v", "f16"});
+        QCOMPARE(f16.code, 0);
+        const QJsonObject a = QJsonDocument::fromJson(f32.out).array().first().toObject();
+        const QJsonObject b = QJsonDocument::fromJson(f16.out).array().first().toObject();
+        QCOMPARE(a["kv_type_k"].toString(), QString("f32"));
+        QCOMPARE(b["kv_type_k"].toString(), QString("f16"));
+        QCOMPARE(b["kv_type_v"].toString(), QString("f16"));
+        QCOMPARE(b["kv_reserved_bytes"].toDouble() * 2, a["kv_reserved_bytes"].toDouble());
+        Run csv = run_cli(grid + QStringList{"--csv", "--kv-type-v", "f16"});
+        QCOMPARE(csv.code, 0);
+        QVERIFY(csv.out.startsWith("batch_size,input_tokens,new_tokens,kv_mode,kv_type_k,kv_type_v,"));
+        QVERIFY2(csv.out.contains(",static,f32,f16,"), csv.out.constData());
     }
 
     void bad_long_context_values_data()
@@ -319,6 +340,8 @@ private slots:
         QTest::newRow("unknown kv mode") << QStringList{"--kv", "paged"} << "--kv";
         QTest::newRow("unknown attention") << QStringList{"--attn", "fast"} << "--attn";
         QTest::newRow("unknown overflow") << QStringList{"--overflow", "truncate"} << "--overflow";
+        QTest::newRow("unknown key type") << QStringList{"--kv-type-k", "q5_0"} << "--kv-type-k";
+        QTest::newRow("unknown value type") << QStringList{"--kv-type-v", "Q8"} << "--kv-type-v";
     }
     void bad_long_context_values()
     {

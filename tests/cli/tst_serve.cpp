@@ -553,6 +553,12 @@ private slots:
         // Cache modes and attention kinds change memory, not greedy text.
         QCOMPARE(greedy({{"kv_mode", "vmm"}}), plain);
         QCOMPARE(greedy({{"kv_mode", "concat"}, {"memory_efficient_attention", true}, {"causal_flash", true}}), plain);
+        // KV types per request, as the CLI flags give them; a quantized type on this model's
+        // 8-wide heads is refused naming the head size.
+        QCOMPARE(greedy({{"kv_type_k", "f16"}, {"kv_type_v", "f16"}}).toUtf8(),
+                 cli_greedy(prompt, 24, {"--kv-type-k", "f16", "--kv-type-v", "f16"}));
+        const QString refused = greedy({{"kv_type_k", "q8_0"}});
+        QVERIFY2(refused.startsWith("<status 400") && refused.contains("head size is 8"), qPrintable(refused));
 
         // The metrics show the last request's settings and its ledger: a short prompt in vmm
         // mode commits only part of the cache it reserves.
@@ -610,6 +616,8 @@ private slots:
         QTest::newRow("stream a string") << chat << with(R"("stream": "yes")") << QString("stream");
         QTest::newRow("five stops") << chat << with(R"("stop": ["a", "b", "c", "d", "e"])") << QString("stop");
         QTest::newRow("unknown kv_mode") << chat << with(R"("kv_mode": "paged")") << QString("kv_mode");
+        QTest::newRow("unknown kv_type_k") << chat << with(R"("kv_type_k": "q5_0")") << QString("kv_type_k");
+        QTest::newRow("kv_type_v a number") << chat << with(R"("kv_type_v": 8)") << QString("kv_type_v");
         QTest::newRow("ntk_alpha 0.5") << chat << with(R"("ntk_alpha": 0.5)") << QString("ntk_alpha");
         QTest::newRow("ntk_alpha fast") << chat << with(R"("ntk_alpha": "fast")") << QString("ntk_alpha");
         QTest::newRow("kv_before_rope a string") << chat << with(R"("kv_before_rope": "yes")") << QString("kv_before_rope");

@@ -127,7 +127,7 @@ std::vector<double> reference(const Fixture &f)
     std::vector<double> keys(size_t(p.n_kv * ekv));
     for (int64_t j = 0; j < p.n_kv; ++j)
         for (int64_t c = 0; c < ekv; ++c)
-            keys[size_t(j * ekv + c)] = p.k[j * ekv + c];
+            keys[size_t(j * ekv + c)] = static_cast<const float *>(p.k)[j * ekv + c];
     if (const KeyRotation *r = p.rotate_keys) {
         const int half = r->n_rot / 2;
         for (int64_t j = 0; j < p.n_kv; ++j)
@@ -165,7 +165,7 @@ std::vector<double> reference(const Fixture &f)
             double *o = out.data() + (i * p.n_head + h) * hd;
             for (int64_t j = 0; j < p.n_kv && j <= p.q_pos0 + i; ++j)
                 for (int d = 0; d < hd; ++d)
-                    o[d] += w[size_t(j)] / sum * p.v[j * ekv + kvh * hd + d];
+                    o[d] += w[size_t(j)] / sum * static_cast<const float *>(p.v)[j * ekv + kvh * hd + d];
         }
     return out;
 }

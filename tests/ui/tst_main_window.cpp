@@ -318,6 +318,10 @@ void TestMainWindow::liveSettingsReachARunningGeneration()
     QComboBox *kv = w->longContextPanel()->kvModeBox();
     kv->setCurrentIndex(kv->findData(int(KvMode::Vmm)));
     w->longContextPanel()->memoryEfficientBox()->setChecked(true);
+    // Cached values in f16 (the bundled model's 8-wide heads take no blocks of 32).
+    QComboBox *values = w->longContextPanel()->kvTypeVBox();
+    values->setCurrentIndex(values->findData(int(longscope::KvType::F16)));
+    QCOMPARE(w->longContextPanel()->settings().kv_type_v, longscope::KvType::F16);
 
     QTRY_VERIFY_WITH_TIMEOUT(w->metricsPlots()->markerCount() > markersBefore, kTimeoutMs);
     const QString applied = w->longContextPanel()->appliedLabel()->text();

@@ -35,6 +35,8 @@ const std::vector<std::pair<const char *, std::function<void(Settings &)>>> &fie
         {"causal_flash", [](Settings &s) { s.attention.causal_flash = true; }},
         {"reproduce_padding_bug", [](Settings &s) { s.attention.reproduce_padding_bug = true; }},
         {"kv_mode", [](Settings &s) { s.kv_mode = KvMode::Vmm; }},
+        {"kv_type_k", [](Settings &s) { s.kv_type_k = longscope::KvType::Q8_0; }},
+        {"kv_type_v", [](Settings &s) { s.kv_type_v = longscope::KvType::Q4_0; }},
         {"context_limit", [](Settings &s) { s.context_limit = 8192; }},
         {"overflow", [](Settings &s) { s.overflow = OverflowPolicy::DropOldestTurns; }},
         {"backend", [](Settings &s) { s.backend = ComputeBackend::Cuda; }},
@@ -128,6 +130,21 @@ private slots:
         d = c;
         d.kv_mode = KvMode::Concat;
         QVERIFY(!sameMeasurement(c, d));
+        d = c;
+        d.kv_type_k = longscope::KvType::F16;
+        QVERIFY(!sameMeasurement(c, d));
+    }
+
+    void badKvTypesAreNamed()
+    {
+        for (const char *key : {"kv_type_k", "kv_type_v"})
+            for (const QJsonValue bad : {QJsonValue(QStringLiteral("q5_0")), QJsonValue(8), QJsonValue(true)}) {
+                QString error;
+                QVERIFY(!settingsFromJson(QJsonObject{{QLatin1String(key), bad}}, &error));
+                QVERIFY2(error.contains(QLatin1String(key)), qPrintable(error));
+            }
+        const std::optional<Settings> ok = settingsFromJson(QJsonObject{{QStringLiteral("kv_type_v"), QStringLiteral("f16")}});
+        QVERIFY(ok && ok->kv_type_v == longscope::KvType::F16 && ok->kv_type_k == longscope::KvType::F32);
     }
 
     void defaultContextLimit()

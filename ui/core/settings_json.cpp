@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 namespace longscope::ui {
 
@@ -33,6 +34,8 @@ QJsonObject settingsToJson(const longscope::Settings &s)
                        {QStringLiteral("causal_flash"), s.attention.causal_flash},
                        {QStringLiteral("reproduce_padding_bug"), s.attention.reproduce_padding_bug},
                        {QStringLiteral("kv_mode"), qs(to_string(s.kv_mode))},
+                       {QStringLiteral("kv_type_k"), qs(to_string(s.kv_type_k))},
+                       {QStringLiteral("kv_type_v"), qs(to_string(s.kv_type_v))},
                        {QStringLiteral("context_limit"), s.context_limit},
                        {QStringLiteral("overflow"), qs(to_string(s.overflow))},
                        {QStringLiteral("backend"), qs(to_string(s.backend))}};
@@ -98,6 +101,18 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
         }
         s.kv_mode = *mode;
     }
+    for (const auto &[key, field] : {std::pair{"kv_type_k", &s.kv_type_k}, std::pair{"kv_type_v", &s.kv_type_v}}) {
+        const QJsonValue v = json.value(QLatin1String(key));
+        if (v.isUndefined())
+            continue;
+        const auto type = parse_kv_type(v.toString().toStdString());
+        if (!type) {
+            setError(error, QStringLiteral("settings: unknown %1 \"%2\" (f32, f16, q8_0 or q4_0)")
+                                .arg(QLatin1String(key), v.toString()));
+            return std::nullopt;
+        }
+        *field = *type;
+    }
     if (const QJsonValue limit = json.value(QStringLiteral("context_limit")); !limit.isUndefined()) {
         const double l = limit.toDouble(-1);
         if (!limit.isDouble() || l < 0 || l > double(1 << 24) || l != std::floor(l)) {
@@ -135,6 +150,8 @@ bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b)
         m.attention.memory_efficient = s.attention.memory_efficient;
         m.attention.causal_flash = s.attention.causal_flash;
         m.kv_mode = s.kv_mode;
+        m.kv_type_k = s.kv_type_k;
+        m.kv_type_v = s.kv_type_v;
         return m;
     };
     return measured(a) == measured(b);
@@ -167,6 +184,8 @@ QString describeSettings(const longscope::Settings &s)
     if (s.attention.causal_flash)
         parts << QStringLiteral("causal flash");
     parts << QStringLiteral("KV %1").arg(qs(to_string(s.kv_mode)));
+    if (s.kv_type_k != longscope::KvType::F32 || s.kv_type_v != longscope::KvType::F32)
+        parts << QStringLiteral("K %1 V %2").arg(qs(to_string(s.kv_type_k)), qs(to_string(s.kv_type_v)));
     return parts.join(QStringLiteral(" · "));
 }
 

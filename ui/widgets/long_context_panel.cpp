@@ -13,6 +13,7 @@
 #include <QSpinBox>
 
 #include <algorithm>
+#include <utility>
 
 namespace longscope::ui {
 
@@ -69,6 +70,21 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_kvMode->addItem(tr("vmm — reserved, paged in"), int(KvMode::Vmm));
     m_kvMode->setToolTip(tr("How the KV cache holds keys and values; switching migrates the cache"));
 
+    // Keys and values are stored in a type each; a switch converts the cached rows at the
+    // next step (the memory plot shows the new size).
+    const auto kvTypeBox = [this](const QString &what) {
+        auto *box = new QComboBox(this);
+        box->addItem(tr("f32 — exact"), int(KvType::F32));
+        box->addItem(tr("f16 — half"), int(KvType::F16));
+        box->addItem(tr("q8_0 — 8.5 bits"), int(KvType::Q8_0));
+        box->addItem(tr("q4_0 — 4.5 bits"), int(KvType::Q4_0));
+        box->setToolTip(tr("How cached %1 are stored; quantized types need a head size that is a multiple of 32 "
+                           "and the CPU backend").arg(what));
+        return box;
+    };
+    m_kvTypeK = kvTypeBox(tr("keys"));
+    m_kvTypeV = kvTypeBox(tr("values"));
+
     m_contextLimit = new QSpinBox(this);
     m_contextLimit->setRange(0, kMaxContextLimit);
     m_contextLimit->setSingleStep(256);
@@ -120,6 +136,8 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     form->addRow(QString(), m_memoryEfficient);
     form->addRow(QString(), m_causalFlash);
     form->addRow(tr("KV cache"), m_kvMode);
+    form->addRow(tr("Cached keys"), m_kvTypeK);
+    form->addRow(tr("Cached values"), m_kvTypeV);
     form->addRow(tr("Context limit"), m_contextLimit);
     form->addRow(QString(), m_trained);
     form->addRow(tr("On overflow"), m_overflow);
@@ -138,6 +156,8 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     connect(m_memoryEfficient, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
     connect(m_causalFlash, &QCheckBox::toggled, this, &LongContextPanel::emitChanged);
     connect(m_kvMode, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_kvTypeK, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_kvTypeV, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
     connect(m_contextLimit, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
     connect(m_overflow, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
     connect(m_backendChoice, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
@@ -155,6 +175,8 @@ longscope::Settings LongContextPanel::settings() const
     s.attention.memory_efficient = m_memoryEfficient->isChecked();
     s.attention.causal_flash = m_causalFlash->isChecked();
     s.kv_mode = KvMode(m_kvMode->currentData().toInt());
+    s.kv_type_k = KvType(m_kvTypeK->currentData().toInt());
+    s.kv_type_v = KvType(m_kvTypeV->currentData().toInt());
     s.context_limit = m_contextLimit->value();
     s.overflow = OverflowPolicy(m_overflow->currentData().toInt());
     s.backend = ComputeBackend(m_backendChoice->currentData().toInt());
@@ -172,6 +194,10 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
     m_causalFlash->setChecked(s.attention.causal_flash);
     const int kv = m_kvMode->findData(int(s.kv_mode));
     m_kvMode->setCurrentIndex(kv < 0 ? 2 : kv);
+    for (const auto &[box, type] : {std::pair{m_kvTypeK, s.kv_type_k}, std::pair{m_kvTypeV, s.kv_type_v}}) {
+        const int i = box->findData(int(type));
+        box->setCurrentIndex(i < 0 ? 0 : i);
+    }
     m_contextLimit->setValue(std::clamp(s.context_limit, 0, kMaxContextLimit));
     const int ov = m_overflow->findData(int(s.overflow));
     m_overflow->setCurrentIndex(ov < 0 ? 0 : ov);

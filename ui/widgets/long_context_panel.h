@@ -45,6 +45,8 @@ public:
     QCheckBox *memoryEfficientBox() const { return m_memoryEfficient; }
     QCheckBox *causalFlashBox() const { return m_causalFlash; }
     QComboBox *kvModeBox() const { return m_kvMode; }
+    QComboBox *kvTypeKBox() const { return m_kvTypeK; }
+    QComboBox *kvTypeVBox() const { return m_kvTypeV; }
     QSpinBox *contextLimitBox() const { return m_contextLimit; }
     QComboBox *overflowBox() const { return m_overflow; }
     QComboBox *backendBox() const { return m_backendChoice; }
@@ -65,6 +67,8 @@ private:
     QCheckBox *m_memoryEfficient = nullptr;
     QCheckBox *m_causalFlash = nullptr;
     QComboBox *m_kvMode = nullptr;
+    QComboBox *m_kvTypeK = nullptr;
+    QComboBox *m_kvTypeV = nullptr;
     QSpinBox *m_contextLimit = nullptr;
     QLabel *m_trained = nullptr;
     QComboBox *m_overflow = nullptr;

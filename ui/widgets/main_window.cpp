@@ -1116,6 +1116,10 @@ QString MainWindow::describeChange(const longscope::Settings &a, const longscope
         parts << tr("causal flash %1").arg(onOff(b.attention.causal_flash));
     if (a.kv_mode != b.kv_mode)
         parts << tr("KV %1").arg(qs(to_string(b.kv_mode)));
+    if (a.kv_type_k != b.kv_type_k)
+        parts << tr("keys %1").arg(qs(to_string(b.kv_type_k)));
+    if (a.kv_type_v != b.kv_type_v)
+        parts << tr("values %1").arg(qs(to_string(b.kv_type_v)));
     if (a.backend != b.backend)
         parts << (b.backend == longscope::ComputeBackend::Cuda ? tr("on CUDA") : tr("on the CPU"));
     if (a.context_limit != b.context_limit)

@@ -5,6 +5,7 @@
 
 #include "longscope/hparams.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,16 @@ enum class KvMode {
     Concat, // grow by allocating a larger buffer and copying, every step (torch.cat)
     Static, // one buffer per layer for the context limit, written in place
     Vmm,    // address space reserved for the limit, pages committed as tokens arrive
+};
+
+// How the KV cache stores keys or values. F32 is the exact storage; F16 halves it; Q8_0 and
+// Q4_0 are ggml's blocks of 32 values (34 and 18 bytes per block), quantized once when a row
+// is written. Quantized types need a head size that is a multiple of 32.
+enum class KvType {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
 };
 
 enum class OverflowPolicy {
@@ -68,6 +79,8 @@ struct Settings {
     RopeSettings rope;
     AttentionSettings attention;
     KvMode kv_mode = KvMode::Static;
+    KvType kv_type_k = KvType::F32;
+    KvType kv_type_v = KvType::F32;
     int context_limit = 0; // tokens; 0 = the model's trained context (at most 4096)
     OverflowPolicy overflow = OverflowPolicy::Error;
     ComputeBackend backend = ComputeBackend::Cpu;
@@ -82,6 +95,16 @@ struct Settings {
 std::string_view to_string(KvMode m);
 std::string_view to_string(OverflowPolicy p);
 std::optional<KvMode> parse_kv_mode(std::string_view s);
+std::string_view to_string(KvType t); // "f32", "f16", "q8_0", "q4_0"
+std::optional<KvType> parse_kv_type(std::string_view s);
+// Bytes one row of n values takes in `t` (n a multiple of kv_type_block(t)).
+uint64_t kv_type_row_bytes(KvType t, int64_t n);
+int kv_type_block(KvType t); // values per block: 1 for f32 / f16, 32 for q8_0 / q4_0
+// Throws InvalidArgument when a quantized type is chosen for a head size that is not a
+// multiple of its block, naming the head size.
+// Also throws it when the backend cannot store the types (the CUDA cache is f32 only).
+void check_kv_types(const Settings &s, int head_dim);
+void check_kv_types_supported(ComputeBackend b, KvType type_k, KvType type_v);
 std::optional<OverflowPolicy> parse_overflow(std::string_view s);
 std::string_view to_string(ComputeBackend b); // "cpu", "cuda"
 std::optional<ComputeBackend> parse_backend(std::string_view s);

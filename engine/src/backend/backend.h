@@ -57,9 +57,13 @@ public:
     // then unchanged.
     virtual void ensure(int n_tokens) = 0;
     virtual void clear() = 0;
-    // [capacity, n_embd_kv] rows of one layer, in the backend's memory.
+    // [capacity, n_embd_kv] rows of one layer, in the backend's memory, for a cache that
+    // holds them as f32 (type_k() / type_v()).
     virtual float *keys(int layer) = 0;
     virtual float *values(int layer) = 0;
+    // How keys and values are stored (settings.h KvType).
+    virtual KvType type_k() const { return KvType::F32; }
+    virtual KvType type_v() const { return KvType::F32; }
 
     // Accounting for the memory ledger.
     virtual uint64_t reserved_bytes() const = 0;       // allocated or reserved address space
@@ -116,9 +120,11 @@ public:
     virtual int n_threads() const = 0;
 
     // ---- KV cache ----------------------------------------------------------------------
-    virtual std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) = 0;
+    // Keys and values stored as type_k / type_v; InvalidArgument for a type the backend
+    // cannot store.
+    virtual std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) = 0;
     // Copies positions [0, n_tokens) of every layer between two caches of this backend
-    // (ensure()s the destination first).
+    // (ensure()s the destination first), converting the rows where their types differ.
     virtual void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) = 0;
     // Rotates the cached keys of positions [j0, j0 + n) in every layer by RoPE with `base`
     // (positions scaled by pos_scale): forward, or with `undo` backwards.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 namespace longscope {
 
@@ -35,6 +37,57 @@ std::string_view to_string(KvMode m)
     case KvMode::Vmm: return "vmm";
     }
     return "?";
+}
+
+std::string_view to_string(KvType t)
+{
+    switch (t) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::Q8_0: return "q8_0";
+    case KvType::Q4_0: return "q4_0";
+    }
+    return "?";
+}
+
+std::optional<KvType> parse_kv_type(std::string_view s)
+{
+    for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0})
+        if (s == to_string(t))
+            return t;
+    return std::nullopt;
+}
+
+int kv_type_block(KvType t) { return t == KvType::Q8_0 || t == KvType::Q4_0 ? 32 : 1; }
+
+uint64_t kv_type_row_bytes(KvType t, int64_t n)
+{
+    switch (t) {
+    case KvType::F32: return uint64_t(n) * 4;
+    case KvType::F16: return uint64_t(n) * 2;
+    case KvType::Q8_0: return uint64_t(n / 32) * 34; // f16 scale + 32 int8
+    case KvType::Q4_0: return uint64_t(n / 32) * 18; // f16 scale + 16 bytes of nibbles
+    }
+    return 0;
+}
+
+void check_kv_types(const Settings &s, int head_dim)
+{
+    for (const auto &[t, what] : {std::pair{s.kv_type_k, "keys"}, std::pair{s.kv_type_v, "values"}})
+        if (head_dim % kv_type_block(t) != 0)
+            throw InvalidArgument("the KV cache type " + std::string(to_string(t)) + " for " + what +
+                                  " needs a head size that is a multiple of " + std::to_string(kv_type_block(t)) +
+                                  "; this model's head size is " + std::to_string(head_dim) +
+                                  " (use f32 or f16)");
+    check_kv_types_supported(s.backend, s.kv_type_k, s.kv_type_v);
+}
+
+void check_kv_types_supported(ComputeBackend b, KvType type_k, KvType type_v)
+{
+    if (b == ComputeBackend::Cuda && (type_k != KvType::F32 || type_v != KvType::F32))
+        throw InvalidArgument("the CUDA backend keeps its KV cache as f32 only; keys " +
+                              std::string(to_string(type_k)) + " and values " + std::string(to_string(type_v)) +
+                              " need the CPU backend");
 }
 
 std::string_view to_string(OverflowPolicy p)

@@ -8,6 +8,7 @@
 
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
 
@@ -59,6 +60,12 @@ void check_problem(const AttentionProblem &p, const char *who)
         fail("q and out must be set");
     if (p.n_q > 0 && p.n_kv > 0 && (!p.k || !p.v))
         fail("k and v must be set");
+    for (DType t : {p.k_type, p.v_type})
+        if (t != DType::F32 && t != DType::F16 && t != DType::Q8_0 && t != DType::Q4_0)
+            fail("the KV cache type must be f32, f16, q8_0 or q4_0");
+        else if (p.head_dim % block_elems(t) != 0)
+            fail("a quantized KV cache needs a head size that is a multiple of " + std::to_string(block_elems(t)) +
+                 "; got head_dim " + std::to_string(p.head_dim));
     if (const KeyRotation *r = p.rotate_keys) {
         if (r->n_rot < 0 || r->n_rot % 2 != 0 || r->n_rot > p.head_dim)
             fail("rotary dims n_rot " + std::to_string(r->n_rot) +
@@ -67,6 +74,36 @@ void check_problem(const AttentionProblem &p, const char *who)
             fail("key rotation has " + std::to_string(r->inv_freq.size()) +
                  " inverse frequencies, needs n_rot/2 = " + std::to_string(r->n_rot / 2));
     }
+}
+
+// Rows j0 .. j0 + count - 1 of a cached side, values [e0, e0 + width) of each, as floats: the
+// cache itself for F32 (rows ekv floats apart); otherwise decoded into buf (count * width
+// floats) by the weight decoder (cpu/quant.h), rows `width` apart. Whole rows are contiguous
+// and go in one call.
+struct FloatRows {
+    const float *p;
+    int64_t stride;
+};
+FloatRows cache_rows(const void *base, DType type, int64_t ekv, int64_t j0, int64_t count, int64_t e0, int64_t width,
+                     float *buf)
+{
+    if (type == DType::F32)
+        return {static_cast<const float *>(base) + j0 * ekv + e0, ekv};
+    const size_t rb = row_bytes(type, ekv), off = row_bytes(type, e0);
+    const uint8_t *src = static_cast<const uint8_t *>(base) + size_t(j0) * rb;
+    if (width == ekv) {
+        dequantize_row(type, src, buf, count * ekv);
+        return {buf, ekv};
+    }
+    for (int64_t c = 0; c < count; ++c)
+        dequantize_row(type, src + size_t(c) * rb + off, buf + c * width, width);
+    return {buf, width};
+}
+
+// Floats a decode buffer of `rows` rows of `width` needs: none for F32.
+size_t decode_floats(DType type, int64_t rows, int64_t width)
+{
+    return type == DType::F32 ? 0 : size_t(rows * width);
 }
 
 // The kernels below are built three times from the same always-inline bodies, for x86-64-v4
@@ -291,19 +328,28 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     }
     stats.scratch_bytes = uint64_t(scores.size() + mask.size() + rotated.size()) * sizeof(float);
 
-    // Keys as attention sees them: the cache itself, or a rotated copy of all of it.
-    const float *keys = p.k;
+    // Keys as attention sees them: the cache itself, or a rotated copy of all of it (decoded
+    // a chunk at a time where the cache is encoded).
+    const void *keys = p.k;
+    DType keys_type = p.k_type;
     if (p.rotate_keys && n_kv > 0) {
         const int64_t n_chunks = (n_kv + kReseedEvery - 1) / kReseedEvery;
         pool.parallel_for(n_chunks, [&](int64_t begin, int64_t end) {
+            std::vector<float> buf(decode_floats(p.k_type, kReseedEvery, ekv));
             for (int64_t c = begin; c < end; ++c) {
                 const int64_t j0 = c * kReseedEvery, cnt = std::min(kReseedEvery, n_kv - j0);
-                load_keys(p.rotate_keys, p.k + j0 * ekv, ekv, rotated.data() + j0 * ekv, ekv, 1,
-                          j0, cnt, p.n_head_kv, hd);
+                const FloatRows src = cache_rows(p.k, p.k_type, ekv, j0, cnt, 0, ekv, buf.data());
+                load_keys(p.rotate_keys, src.p, src.stride, rotated.data() + j0 * ekv, ekv, 1, j0, cnt, p.n_head_kv,
+                          hd);
             }
         });
         keys = rotated.data();
+        keys_type = DType::F32;
     }
+    // Encoded rows are decoded per job, kRowChunk rows of one head at a time.
+    constexpr int64_t kRowChunk = 64;
+    const size_t kbuf_n = decode_floats(keys_type, kRowChunk, hd), vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
+    stats.scratch_bytes += uint64_t(pool.size()) * (kbuf_n + vbuf_n) * sizeof(float);
 
     // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
     // the (bottom-right aligned) diagonal.
@@ -325,6 +371,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     pool.parallel_for(
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
+            std::vector<float> kbuf(kbuf_n), vbuf(vbuf_n);
             for (int64_t job = begin; job < end; ++job) {
                 const int h = int(job / n_q);
                 const int64_t i = job % n_q;
@@ -341,8 +388,12 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                                           : 0;
                 for (int64_t j = 0; j < first; ++j)
                     s[j] = kNegInf;
-                for (int64_t j = first; j < n_keys; ++j)
-                    s[j] = dot_f32(q, keys + j * ekv + int64_t(kvh) * hd, hd) * scale;
+                for (int64_t j0 = first; j0 < n_keys; j0 += kRowChunk) {
+                    const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                    const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
+                    for (int64_t j = j0; j < j0 + cnt; ++j)
+                        s[j] = dot_f32(q, kr.p + (j - j0) * kr.stride, hd) * scale;
+                }
                 if (p.softcap > 0.0f)
                     for (int64_t j = first; j < n_keys; ++j)
                         s[j] = p.softcap * std::tanh(s[j] / p.softcap);
@@ -356,15 +407,19 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 if (n_keys == 0)
                     continue; // empty cache: nothing to attend to
                 softmax_inplace(s, n_keys);
-                for (int64_t j = 0; j < n_keys; ++j) {
-                    const float w = s[j];
-                    // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is
-                    // +-0 for a finite v) and keeps garbage in unseen rows from mattering.
-                    if (w == 0.0f)
-                        continue;
-                    const float *v = p.v + j * ekv + int64_t(kvh) * hd;
-                    for (int d = 0; d < hd; ++d)
-                        out[d] += w * v[d];
+                for (int64_t j0 = 0; j0 < n_keys; j0 += kRowChunk) {
+                    const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                    const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
+                    for (int64_t j = j0; j < j0 + cnt; ++j) {
+                        const float w = s[j];
+                        // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is
+                        // +-0 for a finite v) and keeps garbage in unseen rows from mattering.
+                        if (w == 0.0f)
+                            continue;
+                        const float *v = vr.p + (j - j0) * vr.stride;
+                        for (int d = 0; d < hd; ++d)
+                            out[d] += w * v[d];
+                    }
                 }
             }
         },
@@ -714,9 +769,11 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // Per worker: ktile [head_dim, T], the tile's keys of one kv head transposed (and rotated);
     // scores [8, T] for a block of rows; mask [n_q, T] without causal_flash. At most one set
     // per thread is alive at a time.
+    // kbuf / vbuf [T, n_head_kv * head_dim]: the tile's rows decoded, for an encoded cache.
     const size_t ktile_n = size_t(T * hd), scores_n = size_t(8 * T), mask_n = causal_flash ? 0 : size_t(n_q * T);
+    const size_t kbuf_n = decode_floats(p.k_type, T, ekv), vbuf_n = decode_floats(p.v_type, T, ekv);
     stats.scratch_bytes = (2 * state + acc_state + size_t(std::min<int64_t>(pool.size(), n_splits)) *
-                                                       (ktile_n + scores_n + mask_n)) *
+                                                       (ktile_n + scores_n + mask_n + kbuf_n + vbuf_n)) *
                           sizeof(float);
 
     pool.parallel_for(
@@ -724,7 +781,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
         [&](int64_t begin, int64_t end) {
             if (begin >= used)
                 return; // splits without tiles
-            std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n);
+            std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n), kbuf(kbuf_n), vbuf(vbuf_n);
             for (int64_t split = begin; split < std::min(end, used); ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
@@ -735,30 +792,32 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         for (int64_t qi = 0; qi < n_q; ++qi)
                             for (int64_t c = 0; c < w; ++c)
                                 mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+                    // The tile's rows as floats: the cache itself, or decoded once for every kv head.
+                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
+                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
                         // Keys transposed, or in rows where few query rows share them: straight
                         // from the cache, or copied (and rotated) when it holds them unrotated.
                         const float *kr = nullptr;
                         int64_t kr_stride = 0;
+                        const float *kh = krows.p + int64_t(kvh) * hd;
                         if (!keys_in_rows) {
-                            load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), 1, T, j0,
-                                      w, 1, hd);
+                            load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
                         } else if (p.rotate_keys) {
-                            load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(), hd, 1, j0,
-                                      w, 1, hd);
+                            load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), hd, 1, j0, w, 1, hd);
                             kr = ktile.data();
                             kr_stride = hd;
                         } else {
-                            kr = p.k + j0 * ekv + int64_t(kvh) * hd;
-                            kr_stride = ekv;
+                            kr = kh;
+                            kr_stride = krows.stride;
                         }
-                        const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
+                        const float *vt = vrows.p + int64_t(kvh) * hd;
                         // The group's query heads at each position together (rows h * n_q + qi).
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
                             const int64_t r0 = int64_t(h0) * n_q + qi;
                             tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
-                                      ekv, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                      vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                       first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
                                       n_q);
                         }
@@ -851,8 +910,10 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             std::vector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
             std::vector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
+            //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
+            std::vector<float> kbuf(decode_floats(p.k_type, T, hd)), vbuf(decode_floats(p.v_type, T, hd));
             scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
-                                m.size() + l.size()) *
+                                m.size() + l.size() + kbuf.size() + vbuf.size()) *
                        sizeof(float);
             int64_t n_computed = 0, n_skipped = 0;
 
@@ -883,10 +944,11 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // rotated when the cache holds them unrotated): one load per (key, kv head)
                     // per unit, shared by its group * bq rows, and the score loop below runs
                     // over contiguous keys, which the compiler vectorises.
-                    load_keys(p.rotate_keys, p.k + j0 * ekv + int64_t(kvh) * hd, ekv, ktile.data(),
-                              1, T, j0, w, 1, hd);
+                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
+                    load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
                     const float *kt = ktile.data();
-                    const float *vt = p.v + j0 * ekv + int64_t(kvh) * hd;
+                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd, vbuf.data());
+                    const float *vt = vrows.p;
 
                     // Without causal_flash: the explicit mask tile [bq, w], 0 / -inf from
                     // positions, added to every head's scores. With it: keys past a query are
@@ -900,7 +962,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // The group's query heads at one position share each key and value load.
                     for (int64_t qi = 0; qi < bq; ++qi)
                         tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
-                                  ekv, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
+                                  vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
                                   first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
                                   l.data() + qi, bq);
                 }

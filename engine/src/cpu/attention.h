@@ -6,6 +6,7 @@
 #pragma once
 
 #include "longscope/hparams.h"
+#include "longscope/types.h"
 
 #include <cstdint>
 #include <span>
@@ -32,8 +33,13 @@ struct AttentionProblem {
     int64_t n_q = 0;
     int64_t q_pos0 = 0;       // position of query 0; query i sits at q_pos0 + i
 
-    const float *k = nullptr; // [n_kv, n_head_kv * head_dim] (row i = position i)
-    const float *v = nullptr; // same layout as k
+    // [n_kv, n_head_kv * head_dim] (row i = position i), each row encoded as k_type / v_type
+    // (F32, F16, or Q8_0 / Q4_0 blocks, head_dim then a multiple of 32). Encoded rows are
+    // decoded a tile (or a few rows) at a time into per-worker buffers, never all at once.
+    const void *k = nullptr;
+    const void *v = nullptr;
+    DType k_type = DType::F32;
+    DType v_type = DType::F32;
     int64_t n_kv = 0;         // keys in the cache (>= q_pos0 + n_q for causal attention)
 
     const KeyRotation *rotate_keys = nullptr; // null: keys are already rotated

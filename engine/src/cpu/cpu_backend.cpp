@@ -2,6 +2,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "kv/kv_store.h"
 #include "longscope/errors.h"
 
@@ -58,9 +59,9 @@ std::span<const double> CpuBackend::inv_freq(const ForwardParams &params)
 
 // ---- KV cache --------------------------------------------------------------------------------
 
-std::unique_ptr<KvCache> CpuBackend::make_kv(KvMode mode, int limit)
+std::unique_ptr<KvCache> CpuBackend::make_kv(KvMode mode, int limit, KvType type_k, KvType type_v)
 {
-    return make_kv_store(mode, m_hp.n_layer, limit, m_hp.n_embd_kv());
+    return make_kv_store(mode, m_hp.n_layer, limit, m_hp.n_embd_kv(), type_k, type_v);
 }
 
 void CpuBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
@@ -71,13 +72,20 @@ void CpuBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
 void CpuBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
 {
     // Rotating by -angle undoes a rotation. One position at a time, as the keys were rotated.
+    // Keys of another type are decoded, rotated and encoded again.
+    KvStore &store = host_store(kv);
     const int64_t ekv = m_hp.n_embd_kv();
+    const DType type = kv_dtype(store.type_k());
+    const uint64_t rb = store.key_row_bytes();
     const std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
+    std::vector<float> row(static_cast<size_t>(ekv));
     for (int j = j0; j < j0 + n; ++j) {
         const double pos[1] = {(undo ? -1.0 : 1.0) * j * pos_scale};
-        for (int l = 0; l < m_hp.n_layer; ++l)
-            longscope::rope(kv.keys(l) + j * ekv, 1, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style,
-                            pos, inv);
+        for (int l = 0; l < m_hp.n_layer; ++l) {
+            dequantize_row(type, store.key_data(l) + uint64_t(j) * rb, row.data(), ekv);
+            longscope::rope(row.data(), 1, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, pos, inv);
+            write_kv_rows(store, 0, l, j, row.data(), 1);
+        }
     }
 }
 
@@ -142,9 +150,9 @@ void CpuBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const
 
 void CpuBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
 {
-    const int64_t ekv = m_hp.n_embd_kv();
-    std::memcpy(kv.keys(layer) + pos0 * ekv, k, size_t(n_rows * ekv) * 4);
-    std::memcpy(kv.values(layer) + pos0 * ekv, v, size_t(n_rows * ekv) * 4);
+    KvStore &store = host_store(kv);
+    write_kv_rows(store, 0, layer, pos0, k, n_rows);
+    write_kv_rows(store, 1, layer, pos0, v, n_rows);
 }
 
 AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParams &params)
@@ -157,8 +165,11 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
     p.q = c.q;
     p.n_q = c.n_q;
     p.q_pos0 = c.q_pos0;
-    p.k = c.kv->keys(c.layer);
-    p.v = c.kv->values(c.layer);
+    KvStore &store = host_store(*c.kv);
+    p.k = store.key_data(c.layer);
+    p.v = store.value_data(c.layer);
+    p.k_type = kv_dtype(store.type_k());
+    p.v_type = kv_dtype(store.type_v());
     p.n_kv = c.n_kv;
     p.rotate_keys = params.keys_before_rope ? &rotation : nullptr;
     p.out = c.out;

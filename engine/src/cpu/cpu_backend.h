@@ -26,7 +26,7 @@ public:
     int n_threads() const override { return m_pool.size(); }
     ThreadPool &pool() { return m_pool; }
 
-    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) override;
+    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) override;
     void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
     void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
 

@@ -240,8 +240,9 @@ void CudaBackend::upload_norm(const WeightView &w)
 
 // ---- KV cache --------------------------------------------------------------------------------
 
-std::unique_ptr<KvCache> CudaBackend::make_kv(KvMode mode, int limit)
+std::unique_ptr<KvCache> CudaBackend::make_kv(KvMode mode, int limit, KvType type_k, KvType type_v)
 {
+    check_kv_types_supported(ComputeBackend::Cuda, type_k, type_v);
     return std::unique_ptr<KvCache>(new CudaKvCache(m_api, m_ctx, mode, m_hp.n_layer, limit, m_hp.n_embd_kv()));
 }
 

@@ -77,7 +77,8 @@ public:
     int n_threads() const override { return 1; }
     const std::string &device_name() const { return m_api.device_name; }
 
-    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) override;
+    // The device cache holds f32 rows only: InvalidArgument for any other KV type.
+    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) override;
     void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
     void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
 

@@ -12,9 +12,9 @@ namespace {
 // few MiB could push the machine into the OOM killer.
 constexpr uint64_t k_precheck_bytes = uint64_t(64) << 20;
 
-void free_all(std::vector<float *> &buffers)
+void free_all(std::vector<uint8_t *> &buffers)
 {
-    for (float *&b : buffers) {
+    for (uint8_t *&b : buffers) {
         std::free(b);
         b = nullptr;
     }
@@ -22,7 +22,8 @@ void free_all(std::vector<float *> &buffers)
 
 } // namespace
 
-ConcatKvStore::ConcatKvStore(int n_layer, int limit, int n_embd_kv) : KvStore(n_layer, limit, n_embd_kv)
+ConcatKvStore::ConcatKvStore(int n_layer, int limit, int n_embd_kv, KvType type_k, KvType type_v)
+    : KvStore(n_layer, limit, n_embd_kv, type_k, type_v)
 {
     check_shape();
     try {
@@ -51,15 +52,15 @@ void ConcatKvStore::ensure(int n_tokens)
 
     // All new buffers first, old ones still held: a failure leaves the store untouched, and
     // this is the moment of double memory that torch.cat also goes through.
-    const size_t buffer_bytes = size_t(n_tokens) * size_t(row_bytes());
-    std::vector<float *> fresh;
+    std::vector<uint8_t *> fresh;
     try {
         fresh.assign(m_buffers.size(), nullptr);
     } catch (const std::bad_alloc &) {
         throw_out_of_memory(new_bytes, n_tokens, "the table of layer buffers could not be allocated");
     }
-    for (float *&b : fresh) {
-        b = static_cast<float *>(std::malloc(buffer_bytes));
+    for (size_t i = 0; i < fresh.size(); ++i) {
+        uint8_t *&b = fresh[i];
+        b = static_cast<uint8_t *>(std::malloc(size_t(n_tokens) * size_t(side_row_bytes(int(i % 2)))));
         if (!b) {
             free_all(fresh);
             throw_out_of_memory(new_bytes, n_tokens, "malloc failed");
@@ -67,10 +68,9 @@ void ConcatKvStore::ensure(int n_tokens)
     }
     note_resident(new_bytes); // old (resident_bytes()) + new, both alive now
 
-    const size_t old_bytes = size_t(m_capacity) * size_t(row_bytes());
-    if (old_bytes > 0)
+    if (m_capacity > 0)
         for (size_t i = 0; i < fresh.size(); ++i)
-            std::memcpy(fresh[i], m_buffers[i], old_bytes);
+            std::memcpy(fresh[i], m_buffers[i], size_t(m_capacity) * size_t(side_row_bytes(int(i % 2))));
     m_copied += bytes_for(m_capacity);
 
     free_all(m_buffers);
@@ -85,13 +85,13 @@ void ConcatKvStore::clear()
     m_capacity = 0;
 }
 
-float *ConcatKvStore::keys(int layer)
+uint8_t *ConcatKvStore::key_data(int layer)
 {
     check_layer(layer);
     return m_buffers[size_t(layer) * 2];
 }
 
-float *ConcatKvStore::values(int layer)
+uint8_t *ConcatKvStore::value_data(int layer)
 {
     check_layer(layer);
     return m_buffers[size_t(layer) * 2 + 1];

@@ -13,7 +13,8 @@ namespace longscope {
 class ConcatKvStore final : public KvStore {
 public:
     // Allocates nothing yet: capacity 0 until the first ensure().
-    ConcatKvStore(int n_layer, int limit, int n_embd_kv);
+    ConcatKvStore(int n_layer, int limit, int n_embd_kv, KvType type_k = KvType::F32,
+                  KvType type_v = KvType::F32);
     ~ConcatKvStore() override;
     ConcatKvStore(const ConcatKvStore &) = delete;
     ConcatKvStore &operator=(const ConcatKvStore &) = delete;
@@ -24,8 +25,8 @@ public:
     void ensure(int n_tokens) override;
     // Frees every buffer.
     void clear() override;
-    float *keys(int layer) override;
-    float *values(int layer) override;
+    uint8_t *key_data(int layer) override;
+    uint8_t *value_data(int layer) override;
     // The current allocation; it is all written (or about to be), so both are the same.
     uint64_t reserved_bytes() const override { return bytes_for(m_capacity); }
     uint64_t resident_bytes() const override { return bytes_for(m_capacity); }
@@ -33,7 +34,7 @@ public:
 private:
     // [2 * layer] keys, [2 * layer + 1] values; malloc'd so a failure is a null, not a throw,
     // and so ASan checks every row access.
-    std::vector<float *> m_buffers;
+    std::vector<uint8_t *> m_buffers;
 };
 
 } // namespace longscope

@@ -6,7 +6,8 @@
 
 namespace longscope {
 
-StaticKvStore::StaticKvStore(int n_layer, int limit, int n_embd_kv) : KvStore(n_layer, limit, n_embd_kv)
+StaticKvStore::StaticKvStore(int n_layer, int limit, int n_embd_kv, KvType type_k, KvType type_v)
+    : KvStore(n_layer, limit, n_embd_kv, type_k, type_v)
 {
     check_shape();
     const uint64_t total = bytes_for(limit);
@@ -20,13 +21,14 @@ StaticKvStore::StaticKvStore(int n_layer, int limit, int n_embd_kv) : KvStore(n_
     } catch (const std::bad_alloc &) {
         throw_out_of_memory(total, limit, "the table of layer buffers could not be allocated");
     }
-    const size_t buffer_bytes = size_t(limit) * size_t(row_bytes());
-    for (float *&b : m_buffers) {
+    for (size_t i = 0; i < m_buffers.size(); ++i) {
+        uint8_t *&b = m_buffers[i];
+        const size_t buffer_bytes = size_t(limit) * size_t(side_row_bytes(int(i % 2)));
         // malloc + memset rather than calloc: calloc's fresh pages stay unbacked until first
         // written, and this mode's point is that the whole limit is resident from the start.
-        b = static_cast<float *>(std::malloc(buffer_bytes));
+        b = static_cast<uint8_t *>(std::malloc(buffer_bytes));
         if (!b) {
-            for (float *p : m_buffers)
+            for (uint8_t *p : m_buffers)
                 std::free(p);
             m_buffers.clear();
             throw_out_of_memory(total, limit, "malloc failed");
@@ -39,7 +41,7 @@ StaticKvStore::StaticKvStore(int n_layer, int limit, int n_embd_kv) : KvStore(n_
 
 StaticKvStore::~StaticKvStore()
 {
-    for (float *b : m_buffers)
+    for (uint8_t *b : m_buffers)
         std::free(b);
 }
 
@@ -48,13 +50,13 @@ void StaticKvStore::ensure(int n_tokens)
     check_ensure(n_tokens);
 }
 
-float *StaticKvStore::keys(int layer)
+uint8_t *StaticKvStore::key_data(int layer)
 {
     check_layer(layer);
     return m_buffers[size_t(layer) * 2];
 }
 
-float *StaticKvStore::values(int layer)
+uint8_t *StaticKvStore::value_data(int layer)
 {
     check_layer(layer);
     return m_buffers[size_t(layer) * 2 + 1];

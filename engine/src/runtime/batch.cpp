@@ -36,6 +36,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
     const Settings &st = options.settings;
     st.validate();
     check_rope_settings(model.hparams(), st.rope);
+    check_kv_types(st, model.hparams().head_dim());
     if (st.backend != ComputeBackend::Cpu)
         throw BackendError("batched generation runs on the CPU backend only (the CUDA backend evaluates one "
                            "sequence per session)");
@@ -74,7 +75,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             if (id < 0 || id >= hp.n_vocab)
                 throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
         if (st.kv_mode != KvMode::None)
-            s.kv = backend->make_kv(st.kv_mode, limit);
+            s.kv = backend->make_kv(st.kv_mode, limit, st.kv_type_k, st.kv_type_v);
         TokenCallback forward_token;
         if (on_token)
             forward_token = [&on_token, i](int32_t id, std::string_view text) { return on_token(i, id, text); };
@@ -125,7 +126,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             } else {
                 full.emplace_back(s.history);
                 full.back().insert(full.back().end(), s.pending.begin(), s.pending.end());
-                s.step_kv = backend->make_kv(KvMode::Static, len);
+                s.step_kv = backend->make_kv(KvMode::Static, len, st.kv_type_k, st.kv_type_v);
                 s.step_kv->ensure(len);
                 seg.tokens = full.back();
                 seg.n_past = 0;

@@ -169,7 +169,8 @@ bool same_forward_pass(const Settings &now, const Settings &then)
            now.rope.scaling_orig_ctx == then.rope.scaling_orig_ctx &&
            now.rope.store_kv_before_rope == then.rope.store_kv_before_rope &&
            now.attention.memory_efficient == then.attention.memory_efficient &&
-           now.attention.causal_flash == then.attention.causal_flash && now.backend == then.backend;
+           now.attention.causal_flash == then.attention.causal_flash && now.backend == then.backend &&
+           now.kv_type_k == then.kv_type_k && now.kv_type_v == then.kv_type_v;
 }
 
 } // namespace

@@ -50,6 +50,11 @@ struct Session::Impl {
     void step(std::span<const int32_t> tokens, int past, int len, double base, const ForwardParams &params,
               int logits_from, ForwardStats &st, uint64_t &kv_reserved, uint64_t &kv_resident);
     void apply_kv_settings(double rope_base);
+    // A cache of the settings' KV types on the current backend.
+    std::unique_ptr<KvCache> make_kv(KvMode mode, int limit) const
+    {
+        return backend->make_kv(mode, limit, settings.kv_type_k, settings.kv_type_v);
+    }
     void convert_cached_keys(bool to_before_rope, double rope_base);
     // Drops the cache, counting what it copied.
     void retire_kv();
@@ -88,6 +93,7 @@ Session::Session(const Model &model, const SessionOptions &options) : m(std::mak
                               std::to_string(options.n_threads));
     options.settings.validate();
     check_rope_settings(model.hparams(), options.settings.rope);
+    check_kv_types(options.settings, model.hparams().head_dim());
     m->settings = options.settings;
     // The trained context is the default, not a ceiling: a larger limit is allowed. The
     // default is capped so that a model trained on 128K tokens does not reserve a huge cache
@@ -97,7 +103,7 @@ Session::Session(const Model &model, const SessionOptions &options) : m(std::mak
     m->n_threads = options.n_threads > 0 ? options.n_threads : std::max(1, int(std::thread::hardware_concurrency()));
     m->backend = make_backend(m->settings.backend, model, m->n_threads);
     if (m->settings.kv_mode != KvMode::None)
-        m->kv = m->backend->make_kv(m->settings.kv_mode, m->n_ctx);
+        m->kv = m->make_kv(m->settings.kv_mode, m->n_ctx);
     m->kv_before_rope = m->settings.rope.store_kv_before_rope;
 }
 
@@ -146,6 +152,7 @@ void Session::set_settings(const Settings &settings)
 {
     settings.validate();
     check_rope_settings(m->model.hparams(), settings.rope);
+    check_kv_types(settings, m->model.hparams().head_dim());
     // 0 means the model's default, as in SessionOptions.
     const int limit = resolve_limit(m->model, 0, settings);
     if (limit < n_past())
@@ -213,13 +220,16 @@ void Session::Impl::apply_kv_settings(double rope_base)
         key_base.clear();
         return;
     }
-    if (!kv || kv->mode() != want || kv->limit() != n_ctx) {
-        auto fresh = backend->make_kv(want, n_ctx);
+    if (!kv || kv->mode() != want || kv->limit() != n_ctx || kv->type_k() != settings.kv_type_k ||
+        kv->type_v() != settings.kv_type_v) {
+        auto fresh = make_kv(want, n_ctx);
         if (kv) {
-            // Migrate the cached tokens: nothing is lost when the mode or limit changes.
+            // Migrate the cached tokens: nothing is lost when the mode or limit changes, and
+            // when the KV types do the rows are converted (not recomputed).
             backend->copy_kv_rows(*kv, *fresh, n_past());
-            retired_copied += kv->copied_bytes() +
-                              uint64_t(n_past()) * uint64_t(hp.n_embd_kv()) * sizeof(float) * 2 * uint64_t(hp.n_layer);
+            retired_copied += kv->copied_bytes() + uint64_t(n_past()) * uint64_t(hp.n_layer) *
+                                                       (kv_type_row_bytes(kv->type_k(), hp.n_embd_kv()) +
+                                                        kv_type_row_bytes(kv->type_v(), hp.n_embd_kv()));
             kv = std::move(fresh);
         } else {
             // From the no-cache mode or another backend: build the cache by evaluating the
@@ -280,7 +290,7 @@ void Session::Impl::step(std::span<const int32_t> tokens, int past, int len, dou
         // No cache: recompute the whole sequence in a buffer that lives for this step only.
         std::vector<int32_t> seq(history);
         seq.insert(seq.end(), tokens.begin(), tokens.end());
-        auto scratch_kv = backend->make_kv(KvMode::Static, len);
+        auto scratch_kv = make_kv(KvMode::Static, len);
         scratch_kv->ensure(len);
         run(seq, 0, logits_from, *scratch_kv, params, st);
         kv_reserved = scratch_kv->reserved_bytes();

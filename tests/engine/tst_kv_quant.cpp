@@ -1,0 +1,650 @@
+// The quantized KV cache (settings.h KvType): rows stored as f16, q8_0 or q4_0 byte for byte
+// as the `gguf` package's numpy quantizers encode them (tests/data/kv/rows.bin, written by
+// scripts/gen_kv_quant_fixture.py); every attention variant over an encoded cache gives the
+// bits it gives over the decoded rows as floats, and agrees with a double-precision reference
+// written here; the memory of every layout is what the block sizes say (34 bytes per 32 values
+// for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
+// and continues as a cache of the new type filled from scratch would; bad values are refused.
+#include "support/comparisons.h"
+
+#include "cpu/attention.h"
+#include "cpu/quant.h"
+#include "cpu/thread_pool.h"
+#include "kv/kv_store.h"
+#include "kv/kv_vmm.h"
+
+#include "longscope/engine.h"
+#include "longscope/errors.h"
+#include "longscope/quantize.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace longscope;
+using longscope::test::max_diff;
+
+namespace {
+
+// The fixture: rows and their encodings by the gguf package.
+struct Fixture {
+    int n_rows = 0, n = 0;
+    std::vector<float> rows;
+    std::string f16, q8_0, q4_0;
+
+    const std::string &bytes(KvType t) const { return t == KvType::F16 ? f16 : t == KvType::Q8_0 ? q8_0 : q4_0; }
+};
+
+Fixture load_fixture()
+{
+    Fixture f;
+    std::ifstream in(LONGSCOPE_TEST_DATA "/kv/rows.bin", std::ios::binary);
+    int32_t hdr[2] = {0, 0};
+    in.read(reinterpret_cast<char *>(hdr), sizeof hdr);
+    f.n_rows = hdr[0];
+    f.n = hdr[1];
+    const size_t values = size_t(f.n_rows) * size_t(f.n);
+    f.rows.resize(values);
+    in.read(reinterpret_cast<char *>(f.rows.data()), std::streamsize(values * 4));
+    const auto take = [&](size_t bytes) {
+        std::string s(bytes, '\0');
+        in.read(s.data(), std::streamsize(bytes));
+        return s;
+    };
+    f.f16 = take(values * 2);
+    f.q8_0 = take(values / 32 * 34);
+    f.q4_0 = take(values / 32 * 18);
+    if (!in)
+        f.n_rows = 0;
+    return f;
+}
+
+// Bytes per row from the block layouts (quant.h), written out here rather than asked of the
+// code: f32 4 per value, f16 2, q8_0 34 per 32 values, q4_0 18 per 32.
+uint64_t expected_row_bytes(KvType t, int n)
+{
+    switch (t) {
+    case KvType::F32: return uint64_t(n) * 4;
+    case KvType::F16: return uint64_t(n) * 2;
+    case KvType::Q8_0: return uint64_t(n) / 32 * 34;
+    case KvType::Q4_0: return uint64_t(n) / 32 * 18;
+    }
+    return 0;
+}
+
+const KvMode kModes[] = {KvMode::Concat, KvMode::Static, KvMode::Vmm};
+const KvType kEncoded[] = {KvType::F16, KvType::Q8_0, KvType::Q4_0};
+
+std::string bytes_of(const uint8_t *p, size_t n) { return std::string(reinterpret_cast<const char *>(p), n); }
+
+// ---- attention reference ----------------------------------------------------------------
+
+// out[i, h] = softmax_j(q . k_j / sqrt(hd)) v_j over j <= q_pos0 + i, j < n_kv, in double.
+std::vector<float> reference_attention(const AttentionProblem &p, const std::vector<float> &k,
+                                       const std::vector<float> &v)
+{
+    const int hd = p.head_dim, group = p.n_head / p.n_head_kv;
+    const int64_t ekv = int64_t(p.n_head_kv) * hd;
+    std::vector<float> out(size_t(p.n_q * p.n_head * hd), 0.0f);
+    for (int64_t i = 0; i < p.n_q; ++i)
+        for (int h = 0; h < p.n_head; ++h) {
+            const float *q = p.q + (i * p.n_head + h) * hd;
+            const int64_t last = std::min(p.n_kv - 1, p.q_pos0 + i);
+            std::vector<double> s(size_t(last + 1));
+            double mx = -INFINITY;
+            for (int64_t j = 0; j <= last; ++j) {
+                double d = 0;
+                for (int e = 0; e < hd; ++e)
+                    d += double(q[e]) * k[size_t(j * ekv + (h / group) * hd + e)];
+                s[size_t(j)] = d / std::sqrt(double(hd));
+                mx = std::max(mx, s[size_t(j)]);
+            }
+            double sum = 0;
+            for (double &x : s)
+                sum += (x = std::exp(x - mx));
+            for (int e = 0; e < hd; ++e) {
+                double acc = 0;
+                for (int64_t j = 0; j <= last; ++j)
+                    acc += s[size_t(j)] * v[size_t(j * ekv + (h / group) * hd + e)];
+                out[size_t((i * p.n_head + h) * hd + e)] = float(acc / sum);
+            }
+        }
+    return out;
+}
+
+std::vector<uint8_t> encode(KvType t, const std::vector<float> &x)
+{
+    std::vector<uint8_t> b(size_t(expected_row_bytes(t, int(x.size()))));
+    quantize_row(kv_dtype(t), x.data(), b.data(), int64_t(x.size()));
+    return b;
+}
+
+std::vector<float> decode(KvType t, const std::vector<uint8_t> &b, int64_t n)
+{
+    std::vector<float> x(static_cast<size_t>(n));
+    dequantize_row(kv_dtype(t), b.data(), x.data(), n);
+    return x;
+}
+
+// ---- models ----------------------------------------------------------------------------------
+
+// A random llama-family model with a head size of 64 (the bundled one has 8, too small for
+// blocks of 32): two query heads per kv head. Weights of a larger spread than make-model's
+// default, so the logits are far from uniform and differences show.
+std::unique_ptr<Model> random_model(const QTemporaryDir &dir, int n_layer)
+{
+    RandomModelSpec spec;
+    spec.n_embd = 128;
+    spec.n_layer = n_layer;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 64;
+    spec.n_ff = 256;
+    spec.n_vocab = 300;
+    spec.n_ctx = 512;
+    spec.type = DType::F32;
+    spec.stddev = 0.08f;
+    spec.seed = 7;
+    const std::string path = dir.filePath(QStringLiteral("kv%1.gguf").arg(n_layer)).toStdString();
+    write_random_model_file(path, spec);
+    return Model::load(path);
+}
+
+std::vector<int32_t> random_tokens(int n, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> pick(3, 299);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto &id : t)
+        id = pick(rng);
+    return t;
+}
+
+std::vector<float> eval_copy(Session &s, std::span<const int32_t> tokens)
+{
+    const auto l = s.eval(tokens);
+    return {l.begin(), l.end()};
+}
+
+} // namespace
+
+class TestKvQuant : public QObject {
+    Q_OBJECT
+
+    Fixture m_fx;
+
+private slots:
+    void initTestCase()
+    {
+        m_fx = load_fixture();
+        QVERIFY2(m_fx.n_rows > 0, "tests/data/kv/rows.bin is missing or short");
+        QCOMPARE(m_fx.n % 32, 0);
+    }
+
+    // ---- storage ------------------------------------------------------------------------
+
+    void rows_are_the_gguf_quantizers_bytes_data()
+    {
+        QTest::addColumn<int>("mode");
+        QTest::addColumn<int>("type");
+        for (KvMode m : kModes)
+            for (KvType t : kEncoded)
+                QTest::addRow("%s %s", to_string(m).data(), to_string(t).data()) << int(m) << int(t);
+    }
+    void rows_are_the_gguf_quantizers_bytes()
+    {
+        // Written in two pieces (the second at an offset, as decode steps append), keys and
+        // values each: the stored bytes are the gguf package's encoding of the rows.
+        QFETCH(int, mode);
+        QFETCH(int, type);
+        const KvType t = KvType(type);
+        auto store = make_kv_store(KvMode(mode), 2, m_fx.n_rows, m_fx.n, t, t);
+        store->ensure(m_fx.n_rows);
+        const int first = 5;
+        for (int layer = 0; layer < 2; ++layer)
+            for (int side = 0; side < 2; ++side) {
+                write_kv_rows(*store, side, layer, 0, m_fx.rows.data(), first);
+                write_kv_rows(*store, side, layer, first, m_fx.rows.data() + size_t(first) * size_t(m_fx.n),
+                              m_fx.n_rows - first);
+            }
+        const std::string &want = m_fx.bytes(t);
+        for (int layer = 0; layer < 2; ++layer) {
+            QCOMPARE(bytes_of(store->key_data(layer), want.size()), want);
+            QCOMPARE(bytes_of(store->value_data(layer), want.size()), want);
+        }
+        // An f32 view of encoded rows is refused rather than misread.
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, store->keys(0));
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, store->values(1));
+    }
+
+    void keys_and_values_take_their_own_types()
+    {
+        auto store = make_kv_store(KvMode::Static, 1, m_fx.n_rows, m_fx.n, KvType::Q8_0, KvType::Q4_0);
+        write_kv_rows(*store, 0, 0, 0, m_fx.rows.data(), m_fx.n_rows);
+        write_kv_rows(*store, 1, 0, 0, m_fx.rows.data(), m_fx.n_rows);
+        QCOMPARE(bytes_of(store->key_data(0), m_fx.q8_0.size()), m_fx.q8_0);
+        QCOMPARE(bytes_of(store->value_data(0), m_fx.q4_0.size()), m_fx.q4_0);
+    }
+
+    void converting_rows_between_types_data()
+    {
+        QTest::addColumn<int>("from");
+        QTest::addColumn<int>("to");
+        QTest::newRow("f32 -> q8_0") << int(KvType::F32) << int(KvType::Q8_0);
+        QTest::newRow("f32 -> q4_0") << int(KvType::F32) << int(KvType::Q4_0);
+        QTest::newRow("f32 -> f16") << int(KvType::F32) << int(KvType::F16);
+        QTest::newRow("q8_0 -> f32") << int(KvType::Q8_0) << int(KvType::F32);
+        QTest::newRow("q4_0 -> f32") << int(KvType::Q4_0) << int(KvType::F32);
+        QTest::newRow("f16 -> f32") << int(KvType::F16) << int(KvType::F32);
+    }
+    void converting_rows_between_types()
+    {
+        // copy_kv_rows between stores of different types (the live switch): from f32 the
+        // rows are the gguf encoding; back to f32 they are the encoded values decoded, which
+        // the gguf package's dequantizer gives (tst_quant checks dequantize_row against it).
+        QFETCH(int, from);
+        QFETCH(int, to);
+        const KvType tf = KvType(from), tt = KvType(to);
+        for (KvMode mf : kModes)
+            for (KvMode mt : kModes) {
+                auto a = make_kv_store(mf, 2, m_fx.n_rows, m_fx.n, tf, tf);
+                auto b = make_kv_store(mt, 2, m_fx.n_rows, m_fx.n, tt, tt);
+                a->ensure(m_fx.n_rows);
+                if (tf == KvType::F32) {
+                    for (int l = 0; l < 2; ++l)
+                        for (int side = 0; side < 2; ++side)
+                            write_kv_rows(*a, side, l, 0, m_fx.rows.data(), m_fx.n_rows);
+                } else {
+                    const std::string &src = m_fx.bytes(tf);
+                    for (int l = 0; l < 2; ++l) {
+                        std::memcpy(a->key_data(l), src.data(), src.size());
+                        std::memcpy(a->value_data(l), src.data(), src.size());
+                    }
+                }
+                copy_kv_rows(*a, *b, m_fx.n_rows);
+                std::string want;
+                if (tt != KvType::F32) {
+                    want = m_fx.bytes(tt);
+                } else {
+                    std::vector<float> dec(m_fx.rows.size());
+                    const std::string &src = m_fx.bytes(tf);
+                    dequantize_row(kv_dtype(tf), src.data(), dec.data(), int64_t(dec.size()));
+                    want = std::string(reinterpret_cast<const char *>(dec.data()), dec.size() * 4);
+                }
+                for (int l = 0; l < 2; ++l) {
+                    QCOMPARE(bytes_of(b->key_data(l), want.size()), want);
+                    QCOMPARE(bytes_of(b->value_data(l), want.size()), want);
+                }
+            }
+    }
+
+    void memory_is_what_the_blocks_say_data()
+    {
+        QTest::addColumn<int>("type_k");
+        QTest::addColumn<int>("type_v");
+        for (KvType k : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0})
+            for (KvType v : {KvType::F32, KvType::Q8_0, KvType::Q4_0})
+                QTest::addRow("k=%s v=%s", to_string(k).data(), to_string(v).data()) << int(k) << int(v);
+    }
+    void memory_is_what_the_blocks_say()
+    {
+        QFETCH(int, type_k);
+        QFETCH(int, type_v);
+        const KvType tk = KvType(type_k), tv = KvType(type_v);
+        const int layers = 3, limit = 4000, n = 256, used = 1234;
+        const uint64_t per_token = expected_row_bytes(tk, n) + expected_row_bytes(tv, n);
+        // static: the whole limit, from the start.
+        auto st = make_kv_store(KvMode::Static, layers, limit, n, tk, tv);
+        QCOMPARE(st->resident_bytes(), uint64_t(limit) * layers * per_token);
+        QCOMPARE(st->reserved_bytes(), uint64_t(limit) * layers * per_token);
+        // concat: exactly the rows asked for.
+        auto cc = make_kv_store(KvMode::Concat, layers, limit, n, tk, tv);
+        cc->ensure(used);
+        QCOMPARE(cc->resident_bytes(), uint64_t(used) * layers * per_token);
+        // vmm: each region committed in whole granules.
+        auto vm = make_kv_store(KvMode::Vmm, layers, limit, n, tk, tv);
+        vm->ensure(used);
+        const uint64_t g = VmmKvStore::commit_granule();
+        const auto granules = [&](uint64_t bytes) { return (bytes + g - 1) / g * g; };
+        QCOMPARE(vm->resident_bytes(), uint64_t(layers) * (granules(used * expected_row_bytes(tk, n)) +
+                                                           granules(used * expected_row_bytes(tv, n))));
+        QVERIFY(vm->capacity() >= used);
+        // Rows written at the end of the committed range are readable (the regions are sized
+        // per side).
+        std::vector<float> row(size_t(n), 1.5f);
+        for (int l = 0; l < layers; ++l) {
+            write_kv_rows(*vm, 0, l, vm->capacity() - 1, row.data(), 1);
+            write_kv_rows(*vm, 1, l, vm->capacity() - 1, row.data(), 1);
+        }
+    }
+
+    // ---- attention ----------------------------------------------------------------------
+
+    void attention_reads_encoded_rows_data()
+    {
+        QTest::addColumn<int>("type_k");
+        QTest::addColumn<int>("type_v");
+        QTest::addColumn<bool>("tiled");
+        QTest::addColumn<bool>("causal_flash");
+        QTest::addColumn<bool>("rotate");
+        const std::pair<KvType, KvType> types[] = {{KvType::Q8_0, KvType::Q8_0},
+                                                   {KvType::Q4_0, KvType::Q4_0},
+                                                   {KvType::F16, KvType::F16},
+                                                   {KvType::Q8_0, KvType::F32},
+                                                   {KvType::F32, KvType::Q4_0}};
+        for (const auto &[k, v] : types)
+            for (bool tiled : {false, true})
+                for (bool cf : {false, true})
+                    for (bool rot : {false, true})
+                        QTest::addRow("k=%s v=%s %s%s%s", to_string(k).data(), to_string(v).data(),
+                                      tiled ? "tiled" : "plain", cf ? " causal-flash" : "", rot ? " rotated" : "")
+                            << int(k) << int(v) << tiled << cf << rot;
+    }
+    void attention_reads_encoded_rows()
+    {
+        // The same problem over the encoded rows and over those rows decoded to f32: the same
+        // bits (the kernels decode a tile at a time and then run as on f32 rows), and close
+        // to a double-precision reference over the decoded rows. Shapes: prefill (many
+        // queries, the blocked tiled path), decode (one and three queries, the split-keys
+        // path), TinyLlama's head layout and a multi-head one.
+        QFETCH(int, type_k);
+        QFETCH(int, type_v);
+        QFETCH(bool, tiled);
+        QFETCH(bool, causal_flash);
+        QFETCH(bool, rotate);
+        const KvType tk = KvType(type_k), tv = KvType(type_v);
+        ThreadPool pool(3);
+        struct Shape {
+            int n_head, n_head_kv, head_dim;
+        };
+        struct Span {
+            int64_t n_q, q_pos0, n_kv;
+        };
+        std::mt19937 rng(11);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<double> inv_freq;
+        for (const Shape sh : {Shape{16, 2, 64}, Shape{4, 4, 32}, Shape{6, 2, 96}})
+            for (const Span sp : {Span{150, 0, 150}, Span{1, 299, 300}, Span{3, 197, 200}, Span{70, 60, 130}}) {
+                const int64_t ekv = int64_t(sh.n_head_kv) * sh.head_dim;
+                std::vector<float> q(size_t(sp.n_q * sh.n_head * sh.head_dim)), k(size_t(sp.n_kv * ekv)),
+                    v(size_t(sp.n_kv * ekv));
+                for (auto &x : q)
+                    x = nd(rng);
+                for (auto &x : k)
+                    x = nd(rng);
+                for (auto &x : v)
+                    x = nd(rng);
+                const auto kq = encode(tk, k), vq = encode(tv, v);
+                const auto kd = decode(tk, kq, int64_t(k.size())), vd = decode(tv, vq, int64_t(v.size()));
+                inv_freq.assign(size_t(sh.head_dim / 2), 0.0);
+                for (int i = 0; i < sh.head_dim / 2; ++i)
+                    inv_freq[size_t(i)] = std::pow(10000.0, -2.0 * i / sh.head_dim);
+                const KeyRotation rot{inv_freq, 1.0, sh.head_dim, RopeStyle::Interleaved};
+
+                AttentionProblem p;
+                p.n_head = sh.n_head;
+                p.n_head_kv = sh.n_head_kv;
+                p.head_dim = sh.head_dim;
+                p.q = q.data();
+                p.n_q = sp.n_q;
+                p.q_pos0 = sp.q_pos0;
+                p.n_kv = sp.n_kv;
+                p.rotate_keys = rotate ? &rot : nullptr;
+                std::vector<float> out_enc(q.size()), out_dec(q.size());
+                p.k = kq.data();
+                p.v = vq.data();
+                p.k_type = kv_dtype(tk);
+                p.v_type = kv_dtype(tv);
+                p.out = out_enc.data();
+                const auto run = [&](const AttentionProblem &pr) {
+                    return tiled ? attention_tiled(pool, pr, causal_flash, 64) : attention_naive(pool, pr, causal_flash);
+                };
+                const AttentionStats se = run(p);
+                AttentionProblem pd = p;
+                pd.k = kd.data();
+                pd.v = vd.data();
+                pd.k_type = pd.v_type = DType::F32;
+                pd.out = out_dec.data();
+                const AttentionStats sd = run(pd);
+                const QString where = QStringLiteral("heads %1/%2 x %3, n_q %4 at %5, n_kv %6")
+                                          .arg(sh.n_head)
+                                          .arg(sh.n_head_kv)
+                                          .arg(sh.head_dim)
+                                          .arg(sp.n_q)
+                                          .arg(sp.q_pos0)
+                                          .arg(sp.n_kv);
+                QVERIFY2(std::memcmp(out_enc.data(), out_dec.data(), out_enc.size() * 4) == 0,
+                         qPrintable(where + QStringLiteral(": max diff %1").arg(max_diff(out_enc, out_dec))));
+                // The decode buffers are per worker and per tile: the scratch does not hold a
+                // decoded copy of the cache (a tile of 64 rows of every kv head per worker at
+                // most beyond the f32 run's).
+                QVERIFY2(se.scratch_bytes <= sd.scratch_bytes + uint64_t(pool.size()) * 2 * 64 * ekv * 4,
+                         qPrintable(where + QStringLiteral(": scratch %1 vs %2").arg(se.scratch_bytes).arg(sd.scratch_bytes)));
+                if (!rotate) {
+                    const auto ref = reference_attention(pd, kd, vd);
+                    QVERIFY2(max_diff(ref, out_enc) < 1e-4, qPrintable(where + QStringLiteral(": vs reference %1")
+                                                                                  .arg(max_diff(ref, out_enc))));
+                }
+            }
+    }
+
+    void attention_refuses_heads_that_are_not_whole_blocks()
+    {
+        ThreadPool pool(1);
+        std::vector<float> q(48), out(48);
+        std::vector<uint8_t> kq(64);
+        AttentionProblem p;
+        p.n_head = p.n_head_kv = 1;
+        p.head_dim = 48;
+        p.q = q.data();
+        p.n_q = 1;
+        p.n_kv = 1;
+        p.k = p.v = kq.data();
+        p.k_type = DType::Q8_0;
+        p.out = out.data();
+        try {
+            attention_tiled(pool, p, true);
+            QFAIL("a q8_0 cache with a head size of 48 was accepted");
+        } catch (const InvalidArgument &e) {
+            QVERIFY2(std::string(e.what()).find("48") != std::string::npos, e.what());
+        }
+    }
+
+    // ---- sessions -----------------------------------------------------------------------
+
+    void layouts_and_paths_agree_on_an_encoded_cache_data()
+    {
+        QTest::addColumn<bool>("mem_efficient");
+        QTest::addColumn<bool>("causal_flash");
+        QTest::addColumn<bool>("before_rope");
+        for (bool me : {false, true})
+            for (bool cf : {false, true})
+                for (bool br : {false, true})
+                    QTest::addRow("%s%s%s", me ? "mem-efficient" : "naive", cf ? " causal-flash" : "",
+                                  br ? " keys-before-rope" : "")
+                        << me << cf << br;
+    }
+    void layouts_and_paths_agree_on_an_encoded_cache()
+    {
+        // Every layout holds the same q8_0 / q4_0 rows, so the logits of a prompt and of
+        // decode steps are the same bits in concat, static and vmm, and in the no-cache mode
+        // (which recomputes into a q8_0 / q4_0 scratch cache every step).
+        QFETCH(bool, mem_efficient);
+        QFETCH(bool, causal_flash);
+        QFETCH(bool, before_rope);
+        QTemporaryDir dir;
+        const auto model = random_model(dir, 2);
+        const auto prompt = random_tokens(90, 3), more = random_tokens(4, 4);
+        std::vector<std::vector<float>> first;
+        for (KvMode mode : {KvMode::Static, KvMode::Concat, KvMode::Vmm, KvMode::None}) {
+            SessionOptions o;
+            o.n_ctx = 128;
+            o.n_threads = 2;
+            o.settings.kv_mode = mode;
+            o.settings.kv_type_k = KvType::Q8_0;
+            o.settings.kv_type_v = KvType::Q4_0;
+            o.settings.attention.memory_efficient = mem_efficient;
+            o.settings.attention.causal_flash = causal_flash;
+            o.settings.rope.store_kv_before_rope = before_rope;
+            Session s(*model, o);
+            std::vector<std::vector<float>> got{eval_copy(s, prompt)};
+            for (int32_t id : more)
+                got.push_back(eval_copy(s, std::span<const int32_t>(&id, 1)));
+            if (first.empty()) {
+                first = got;
+                continue;
+            }
+            for (size_t i = 0; i < got.size(); ++i)
+                QVERIFY2(max_diff(got[i], first[i]) <= 1e-5,
+                         qPrintable(QStringLiteral("kv %1 step %2: %3")
+                                        .arg(QString::fromUtf8(to_string(mode).data()))
+                                        .arg(i)
+                                        .arg(max_diff(got[i], first[i]))));
+        }
+    }
+
+    void live_switch_converts_the_cache_data()
+    {
+        QTest::addColumn<int>("n_layer");
+        QTest::addColumn<int>("to");
+        QTest::addColumn<bool>("mem_efficient");
+        QTest::addColumn<double>("tol");
+        // One layer: the cached rows depend only on the tokens, so the converted cache is the
+        // one a fresh q8_0 evaluation writes, and the logits agree to float rounding (the
+        // prompt evaluated in one batch against token by token: 1e-4, as tst_techniques).
+        // Two layers: layer 1's cached rows also carry layer 0's attention, which read f32
+        // rows in the converted run and q8_0 rows in the fresh one; the difference is
+        // quantization noise, bounded here at 0.05 in logits spanning several units.
+        for (bool me : {false, true}) {
+            QTest::addRow("1 layer -> q8_0%s", me ? " mem-efficient" : "") << 1 << int(KvType::Q8_0) << me << 1e-4;
+            QTest::addRow("1 layer -> q4_0%s", me ? " mem-efficient" : "") << 1 << int(KvType::Q4_0) << me << 1e-4;
+            QTest::addRow("2 layers -> q8_0%s", me ? " mem-efficient" : "") << 2 << int(KvType::Q8_0) << me << 0.05;
+        }
+    }
+    void live_switch_converts_the_cache()
+    {
+        // N tokens with f32 keys and values, then the settings switch to q8_0 (or q4_0) and
+        // generation goes on with the same tokens; compared with a session that evaluated the
+        // same tokens fresh with the new type. The ledger shows the new size at the first step
+        // after the switch.
+        QFETCH(int, n_layer);
+        QFETCH(int, to);
+        QFETCH(bool, mem_efficient);
+        QFETCH(double, tol);
+        const KvType tt = KvType(to);
+        QTemporaryDir dir;
+        const auto model = random_model(dir, n_layer);
+        const int n_ctx = 200;
+        const auto prompt = random_tokens(60, 9), cont = random_tokens(12, 10);
+        SessionOptions o;
+        o.n_ctx = n_ctx;
+        o.n_threads = 2;
+        o.settings.kv_mode = KvMode::Static;
+        o.settings.attention.memory_efficient = mem_efficient;
+        Session live(*model, o), plain(*model, o);
+        std::vector<StepMetrics> metrics;
+        live.set_metrics_callback([&](const StepMetrics &m) { metrics.push_back(m); });
+        eval_copy(live, prompt);
+        eval_copy(plain, prompt);
+        for (int i = 0; i < 6; ++i) {
+            eval_copy(live, std::span<const int32_t>(&cont[size_t(i)], 1));
+            eval_copy(plain, std::span<const int32_t>(&cont[size_t(i)], 1));
+        }
+        const uint64_t f32_resident = metrics.back().memory.kv_resident;
+        const int ekv = model->hparams().n_embd_kv();
+        QCOMPARE(f32_resident, uint64_t(n_ctx) * n_layer * 2 * expected_row_bytes(KvType::F32, ekv));
+
+        Settings st = live.settings();
+        st.kv_type_k = st.kv_type_v = tt;
+        live.set_settings(st);
+
+        SessionOptions fo = o;
+        fo.settings.kv_type_k = fo.settings.kv_type_v = tt;
+        Session fresh(*model, fo);
+        std::vector<int32_t> so_far = prompt;
+        so_far.insert(so_far.end(), cont.begin(), cont.begin() + 6);
+        eval_copy(fresh, so_far);
+
+        double worst = 0, moved = 0;
+        for (int i = 6; i < int(cont.size()); ++i) {
+            const std::span<const int32_t> tok(&cont[size_t(i)], 1);
+            const auto a = eval_copy(live, tok), b = eval_copy(fresh, tok), c = eval_copy(plain, tok);
+            worst = std::max(worst, max_diff(a, b));
+            moved = std::max(moved, max_diff(a, c));
+            QCOMPARE(metrics.back().settings.kv_type_k, tt);
+            QCOMPARE(metrics.back().memory.kv_resident,
+                     uint64_t(n_ctx) * n_layer * 2 * expected_row_bytes(tt, ekv));
+        }
+        qInfo("max logit difference after the switch: converted vs fresh %g, converted vs f32 %g", worst, moved);
+        QVERIFY2(worst <= tol, qPrintable(QStringLiteral("converted vs fresh: %1").arg(worst)));
+        // The switch took effect: the logits left those of the session that stayed f32, and
+        // came closer to the fresh q8_0 / q4_0 session's than to them (measured: one layer 0
+        // against 0.039 / 0.90; two layers 0.015 against 0.031).
+        QVERIFY2(moved > 1e-5, qPrintable(QStringLiteral("converted vs f32: %1").arg(moved)));
+        QVERIFY2(worst < moved, qPrintable(QStringLiteral("converted vs fresh %1, vs f32 %2").arg(worst).arg(moved)));
+        // The memory after the switch is the new type's (q8_0: 34 / 128 of f32).
+        QVERIFY(metrics.back().memory.kv_resident < f32_resident / 3);
+
+        // And back: q8_0 -> f32 keeps the decoded rows; generation goes on.
+        st.kv_type_k = st.kv_type_v = KvType::F32;
+        live.set_settings(st);
+        const auto back = eval_copy(live, std::span<const int32_t>(&cont[0], 1));
+        QVERIFY(std::isfinite(back.front()));
+        QCOMPARE(metrics.back().memory.kv_resident, f32_resident);
+    }
+
+    void bad_values_are_refused()
+    {
+        for (const char *bad : {"", "q8", "Q8_0", "q5_0", "f64", "bf16"})
+            QVERIFY2(!parse_kv_type(bad).has_value(), bad);
+        for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0})
+            QVERIFY(parse_kv_type(to_string(t)) == t);
+
+        // A store whose rows are not whole blocks.
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, make_kv_store(KvMode::Static, 1, 8, 48, KvType::Q8_0, KvType::F32));
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, make_kv_store(KvMode::Vmm, 1, 8, 48, KvType::F32, KvType::Q4_0));
+
+        // The bundled model's head size is 8: a quantized type names it, at construction and
+        // when switched live (the old settings stay).
+        auto small = Model::load(LONGSCOPE_BUNDLED_MODEL);
+        SessionOptions o;
+        o.n_ctx = 64;
+        o.settings.kv_type_v = KvType::Q4_0;
+        try {
+            Session s(*small, o);
+            QFAIL("q4_0 values with a head size of 8 were accepted");
+        } catch (const InvalidArgument &e) {
+            const std::string msg = e.what();
+            QVERIFY2(msg.find("head size is 8") != std::string::npos && msg.find("q4_0") != std::string::npos,
+                     e.what());
+        }
+        o.settings.kv_type_v = KvType::F16; // f16 has no blocks: any head size
+        Session s(*small, o);
+        Settings st = s.settings();
+        st.kv_type_k = KvType::Q8_0;
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, s.set_settings(st));
+        QCOMPARE(s.settings().kv_type_k, KvType::F32);
+        const std::vector<int32_t> t{1, 50, 60};
+        QVERIFY(std::isfinite(s.eval(t).front()));
+
+        // The CUDA cache is f32 only: refused by name rather than ignored.
+        Settings cuda;
+        cuda.backend = ComputeBackend::Cuda;
+        cuda.kv_type_k = KvType::Q8_0;
+        try {
+            check_kv_types(cuda, 64);
+            QFAIL("q8_0 keys on CUDA were accepted");
+        } catch (const InvalidArgument &e) {
+            QVERIFY2(std::string(e.what()).find("CUDA") != std::string::npos, e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestKvQuant)
+#include "tst_kv_quant.moc"
