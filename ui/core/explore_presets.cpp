@@ -36,6 +36,11 @@ const std::function<QString(const longscope::Settings &, const longscope::Settin
         return s.kv_mode == b.kv_mode ? QString() : QStringLiteral("KV %1").arg(qs(to_string(s.kv_mode)));
     },
     [](const auto &s, const auto &b) {
+        if (s.kv_type_k == b.kv_type_k && s.kv_type_v == b.kv_type_v)
+            return QString();
+        return QStringLiteral("K %1 V %2").arg(qs(to_string(s.kv_type_k)), qs(to_string(s.kv_type_v)));
+    },
+    [](const auto &s, const auto &b) {
         return s.overflow == b.overflow ? QString() : QStringLiteral("overflow %1").arg(qs(to_string(s.overflow)));
     },
     [](const auto &s, const auto &b) {
@@ -64,8 +69,8 @@ const GroupData k_groups[] = {
      {R"({"memory_efficient": false, "causal_flash": false})", R"({"causal_flash": false})", R"({})"}},
     {"KV cache layouts", "No cache, grown by copying, static, reserved virtual memory",
      {R"({"kv_mode": "static"})", R"({"kv_mode": "vmm"})", R"({"kv_mode": "concat"})", R"({"kv_mode": "none"})"}},
-    {"KV cache precision", "Keys and values stored as F16, Q8_0 or Q4_0",
-     {R"({"kv_type_k": "f16", "kv_type_v": "f16"})", R"({"kv_type_k": "q8_0", "kv_type_v": "q8_0"})",
+    {"KV cache precision", "Keys and values stored as F32 (the default), F16, Q8_0 or Q4_0",
+     {R"({})", R"({"kv_type_k": "f16", "kv_type_v": "f16"})", R"({"kv_type_k": "q8_0", "kv_type_v": "q8_0"})",
       R"({"kv_type_k": "q8_0", "kv_type_v": "q4_0"})", R"({"kv_type_k": "q4_0", "kv_type_v": "q4_0"})"}},
     {"Sinks vs truncation", "What happens past the context limit: an error, head and tail kept, sinks and a window",
      {R"({"overflow": "error"})", R"({"overflow": "head-tail"})", R"({"overflow": "shift"})"}},
