@@ -41,7 +41,7 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
     } catch (const std::bad_alloc &) {
         throw OutOfMemory("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
     }
-    ThreadPool pool(std::max(1, n_threads));
+    ThreadPool pool(std::max(1, n_threads), false);
     // Touch every page from the threads that will read it (first-touch placement).
     // One piece per thread (min_per_thread = n / threads), the same split in both loops.
     const int64_t per_thread = (int64_t(n) + pool.size() - 1) / pool.size();

@@ -203,7 +203,7 @@ void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens,
     }
 }
 
-int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)); }
+int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, min_items_per_thread(n_in * n_tokens)); }
 
 // The path a weight takes for n_tokens tokens.
 QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
@@ -234,7 +234,7 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
     pool.parallel_for(
         n_tokens,
         [&](int64_t begin, int64_t end) { f32_to_bf16_rne(x + begin * n_in, xb + begin * n_in, (end - begin) * n_in); },
-        1);
+        min_items_per_thread(n_in));
     // Rows per panel: about 256 KiB of BF16, a multiple of 4.
     const int64_t panel = std::clamp<int64_t>((262144 / (2 * n_in)) / 4 * 4, 4, 64);
     const uint16_t *xs = xb;
@@ -261,7 +261,7 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
                 }
             }
         },
-        std::max<int64_t>(panel, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+        std::max<int64_t>(panel, min_items_per_thread(n_in * n_tokens)));
 }
 
 } // namespace

@@ -15,13 +15,23 @@ constexpr int k_spin = 4000;
 constexpr int64_t k_pieces_per_thread = 4;
 inline void cpu_relax() { _mm_pause(); }
 
+// Backing off (see thread_pool.h): a wait counts as a straggler's when it exceeds twice the
+// caller's own time in the loop plus k_slack (a piece on a slower core finishes well within).
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+constexpr Clock::duration k_slack = 100us;
+constexpr Clock::duration k_backoff_min = 20ms;
+constexpr Clock::duration k_backoff_max = 1s;
+
 // The claim word: generation << 32 | pieces << 16 | next piece.
 constexpr uint64_t gen_of(uint64_t word) { return word >> 32; }
 constexpr int64_t pieces_of(uint64_t word) { return int64_t((word >> 16) & 0xffff); }
 constexpr int64_t next_of(uint64_t word) { return int64_t(word & 0xffff); }
 } // namespace
 
-ThreadPool::ThreadPool(int n_threads) : m_n_threads(std::max(1, n_threads))
+ThreadPool::ThreadPool(int n_threads, bool adaptive)
+    : m_n_threads(std::max(1, n_threads)), m_adaptive(adaptive), m_limit(m_n_threads), m_restored(Clock::now()),
+      m_backoff(k_backoff_min)
 {
     for (int i = 1; i < m_n_threads; ++i)
         m_workers.emplace_back([this, i] { worker(i); });
@@ -42,8 +52,12 @@ void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
 {
     if (n <= 0)
         return;
+    if (m_limit < m_n_threads && Clock::now() >= m_limit_until) {
+        m_limit = m_n_threads;
+        m_restored = Clock::now();
+    }
     const int64_t max_pieces = n / std::max<int64_t>(1, min_per_thread);
-    const int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, max_pieces)));
+    const int chunks = int(std::min<int64_t>(m_limit, std::max<int64_t>(1, max_pieces)));
     if (chunks <= 1) {
         fn(0, n);
         return;
@@ -60,15 +74,33 @@ void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
         m_claim.store(word, std::memory_order_release);
     }
     m_wake.notify_all();
+    const Clock::time_point start = m_adaptive ? Clock::now() : Clock::time_point{};
     run_pieces(word);
+    const auto done = [&] { return m_finished.load(std::memory_order_acquire) == pieces; };
+    if (done())
+        return;
     // Only pieces other threads have claimed remain; wait for those.
-    for (int i = 0; i < k_spin; ++i) {
-        if (m_finished.load(std::memory_order_acquire) == pieces)
-            return;
+    const Clock::time_point own_done = m_adaptive ? Clock::now() : Clock::time_point{};
+    bool finished = false;
+    for (int i = 0; i < k_spin && !(finished = done()); ++i)
         cpu_relax();
+    if (!finished) {
+        std::unique_lock lock(m_mutex);
+        m_done.wait(lock, done);
     }
-    std::unique_lock lock(m_mutex);
-    m_done.wait(lock, [&] { return m_finished.load(std::memory_order_acquire) == pieces; });
+    if (m_adaptive)
+        adapt(chunks, own_done - start, Clock::now() - own_done);
+}
+
+void ThreadPool::adapt(int chunks, Clock::duration own, Clock::duration waited)
+{
+    if (waited <= 2 * own + k_slack)
+        return;
+    const Clock::time_point now = Clock::now();
+    // Again soon after the last try with all threads: back off for longer.
+    m_backoff = now - m_restored < m_backoff ? std::min(2 * m_backoff, k_backoff_max) : k_backoff_min;
+    m_limit = std::max(1, chunks / 2);
+    m_limit_until = now + m_backoff;
 }
 
 void ThreadPool::run_pieces(uint64_t word)

@@ -8,6 +8,14 @@
 // pieces another thread has actually begun, never for a worker that has not woken up or been
 // scheduled yet (on a busy machine that can be milliseconds, hundreds of decode loops): the
 // threads that are running take its share.
+//
+// A worker descheduled in the middle of a piece still costs the caller a wait of up to a
+// scheduler time slice. When the caller waits far longer than its own share took (another
+// process is taking the cores), the pool splits its next loops among half as many threads
+// for a while (20 ms, doubling while it keeps happening, up to 1 s), then tries all again.
+// On a quiet machine this never happens. fn sees fewer, longer pieces then: it must give the
+// same result for any split, which every loop of the CPU backend does (rows, heads, key
+// splits and worker indices are computed alike whichever piece holds them).
 #pragma once
 
 #include <atomic>
@@ -36,7 +44,8 @@ class ThreadPool {
 public:
     using Fn = std::function<void(int64_t, int64_t)>;
 
-    explicit ThreadPool(int n_threads);
+    // `adaptive` false keeps every loop on all threads (measurements of the machine).
+    explicit ThreadPool(int n_threads, bool adaptive = true);
     ~ThreadPool();
     ThreadPool(const ThreadPool &) = delete;
     ThreadPool &operator=(const ThreadPool &) = delete;
@@ -46,21 +55,34 @@ public:
     // Calls fn(begin, end) over [0, n) split in contiguous pieces, up to four per thread and
     // each at least `min_per_thread` long, which the threads claim in turn; returns when all
     // are done. Runs inline when n is small or the pool has one thread. The pieces depend only
-    // on n, min_per_thread and the pool's size; which thread runs a piece varies from call to
-    // call: fn must not depend on it.
+    // on n, min_per_thread and the number of threads in use (the pool's size unless it has
+    // backed off, see above); which thread runs a piece varies from call to call: fn must not
+    // depend on it.
     void parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread = 1);
 
     // For tests: every worker waits this long after it wakes for a job before it claims any of
     // it, as a descheduled thread would. Zero (the default) turns it off.
     void delay_workers_for_testing(std::chrono::microseconds delay) { m_test_delay_us.store(delay.count()); }
 
+    // Threads the next loop may use: size(), or fewer while the pool has backed off.
+    int threads_in_use() const { return m_limit; }
+
 private:
     void worker(int index);
     // Claims and runs pieces of the job whose claim word was `word` until none is left or a
     // later job has replaced it.
     void run_pieces(uint64_t word);
+    // The caller's bookkeeping after a loop on `chunks` threads: whether it waited for
+    // another thread far longer than its own share took, and what follows from that.
+    void adapt(int chunks, std::chrono::steady_clock::duration own, std::chrono::steady_clock::duration waited);
 
     int m_n_threads;
+    bool m_adaptive;
+    // Touched by the calling thread only.
+    int m_limit;                                        // threads a loop may use now
+    std::chrono::steady_clock::time_point m_limit_until; // when to try all threads again
+    std::chrono::steady_clock::time_point m_restored;    // when they were last tried again
+    std::chrono::steady_clock::duration m_backoff;
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake;
