@@ -1,10 +1,12 @@
 #include "longscope/hardware.h"
 
+#include "cpu/compute_peak.h"
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
+#include "model/weights.h"
 
 #include <algorithm>
 #include <chrono>
@@ -63,6 +65,51 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
         for (float p : partial)
             sink = sink + p;
         best = std::max(best, double(n * sizeof(float)) / s);
+    }
+    return best;
+}
+
+ComputeFamily prefill_compute_family(std::string_view weight_type)
+{
+    for (uint32_t id = 0; id < 64; ++id) {
+        const auto traits = dtype_traits(id);
+        if (!traits || traits->name != weight_type)
+            continue;
+        WeightView w;
+        w.type = DType(id);
+        w.shape = {256, 1};
+        switch (matmul_path(w, bf16_min_tokens)) {
+        case QuantMatmul::Bf16: return ComputeFamily::Bf16Dot;
+        case QuantMatmul::Integer: return ComputeFamily::Int8Dot;
+        default: return ComputeFamily::F32Fma;
+        }
+    }
+    return ComputeFamily::F32Fma;
+}
+
+std::string compute_family_name(ComputeFamily family) { return compute_loop(family).name; }
+
+double measure_compute_peak(int n_threads, ComputeFamily family)
+{
+    const ComputeLoop loop = compute_loop(family);
+    // About 1e8 operations per thread and repetition: milliseconds at any vector width.
+    const int64_t iterations = std::max<int64_t>(1, int64_t(1e8 / loop.ops_per_iteration));
+    ThreadPool pool(std::max(1, n_threads), false);
+    double best = 0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+        std::vector<float> results(size_t(pool.size()), 0.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        // One piece per thread; a thread that finishes early may take another's.
+        pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i)
+                results[size_t(i)] = loop.run(iterations);
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (float r : results)
+            sink = sink + r;
+        if (s > 0)
+            best = std::max(best, double(pool.size()) * double(iterations) * loop.ops_per_iteration / s);
     }
     return best;
 }

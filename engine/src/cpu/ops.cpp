@@ -205,8 +205,9 @@ void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens,
 
 int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, min_items_per_thread(n_in * n_tokens)); }
 
-// The path a weight takes for n_tokens tokens.
-QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
+} // namespace
+
+QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
 {
     if (!is_quantized(w.type) || w.ne(0) % 32 != 0)
         return QuantMatmul::Dequantize; // the float kernel
@@ -220,6 +221,8 @@ QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
         how = QuantMatmul::Dequantize;
     return how;
 }
+
+namespace {
 
 // Quantized weights over many tokens through BF16 dot products: each panel of rows is
 // dequantized once per call (to float, then rounded to BF16) and kept in the L2 cache while
@@ -290,14 +293,14 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     if (outs.empty())
         return;
     const int64_t n_in = outs[0].w->ne(0);
-    const QuantMatmul path = choose_path(*outs[0].w, n_tokens, how);
+    const QuantMatmul path = matmul_path(*outs[0].w, n_tokens, how);
     bool same = true;
     for (const MatmulOut &o : outs)
-        same = same && o.w->ne(0) == n_in && choose_path(*o.w, n_tokens, how) == path;
+        same = same && o.w->ne(0) == n_in && matmul_path(*o.w, n_tokens, how) == path;
     if (path == QuantMatmul::Bf16 || !same) {
         // Each on its own (the BF16 path's loops are long enough not to share a wake-up).
         for (const MatmulOut &o : outs) {
-            if (choose_path(*o.w, n_tokens, how) == QuantMatmul::Bf16)
+            if (matmul_path(*o.w, n_tokens, how) == QuantMatmul::Bf16)
                 matmul_bf16(pool, *o.w, x, o.y, n_tokens);
             else
                 matmul_group(pool, std::span<const MatmulOut>(&o, 1), x, n_tokens, how);

@@ -31,7 +31,7 @@ namespace longscope {
 
 // Multiply-adds (or comparable element operations) a thread should get at the least before a
 // loop is split: below it, handing work to another thread costs more than it saves.
-constexpr int64_t k_min_work_per_thread = 16384;
+constexpr int64_t k_min_work_per_thread = 32768;
 
 // Items per thread for a loop whose items cost `work_per_item` multiply-adds each, so that
 // every thread gets at least k_min_work_per_thread of work (at least one item).
