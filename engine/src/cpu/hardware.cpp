@@ -9,6 +9,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -96,20 +97,24 @@ double measure_compute_peak(int n_threads, ComputeFamily family)
     const int64_t iterations = std::max<int64_t>(1, int64_t(1e8 / loop.ops_per_iteration));
     ThreadPool pool(std::max(1, n_threads), false);
     double best = 0;
-    volatile float sink = 0;
+    std::atomic<float> sink{0};
     for (int rep = 0; rep < 5; ++rep) {
-        std::vector<float> results(size_t(pool.size()), 0.0f);
-        const auto t0 = std::chrono::steady_clock::now();
-        // One piece per thread; a thread that finishes early may take another's.
+        // One piece per thread, each timing itself: the peak is the sum of the pieces' rates,
+        // what the threads reach when each has a core (a thread that is late to start leaves
+        // its piece to another, which runs it after its own at the same rate).
+        std::vector<double> rates(size_t(pool.size()), 0.0);
         pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i)
-                results[size_t(i)] = loop.run(iterations);
+            for (int64_t i = b; i < e; ++i) {
+                const auto t0 = std::chrono::steady_clock::now();
+                sink.store(sink.load(std::memory_order_relaxed) + loop.run(iterations), std::memory_order_relaxed);
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                rates[size_t(i)] = s > 0 ? double(iterations) * loop.ops_per_iteration / s : 0.0;
+            }
         });
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (float r : results)
-            sink = sink + r;
-        if (s > 0)
-            best = std::max(best, double(pool.size()) * double(iterations) * loop.ops_per_iteration / s);
+        double total = 0;
+        for (double r : rates)
+            total += r;
+        best = std::max(best, total);
     }
     return best;
 }
