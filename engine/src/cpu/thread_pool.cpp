@@ -15,11 +15,10 @@ constexpr int k_spin = 4000;
 constexpr int64_t k_pieces_per_thread = 4;
 inline void cpu_relax() { _mm_pause(); }
 
-// Backing off (see thread_pool.h): a wait counts as a straggler's when it exceeds twice the
-// caller's own time in the loop plus k_slack (a piece on a slower core finishes well within).
+// Backing off (see thread_pool.h): a verdict after every k_window of parallel loops.
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-constexpr Clock::duration k_slack = 100us;
+constexpr Clock::duration k_window = 10ms;
 constexpr Clock::duration k_backoff_min = 20ms;
 constexpr Clock::duration k_backoff_max = 1s;
 
@@ -75,26 +74,35 @@ void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
     }
     m_wake.notify_all();
     const Clock::time_point start = m_adaptive ? Clock::now() : Clock::time_point{};
-    run_pieces(word);
+    const int64_t own_pieces = run_pieces(word);
     const auto done = [&] { return m_finished.load(std::memory_order_acquire) == pieces; };
-    if (done())
-        return;
-    // Only pieces other threads have claimed remain; wait for those.
+    bool finished = done();
     const Clock::time_point own_done = m_adaptive ? Clock::now() : Clock::time_point{};
-    bool finished = false;
-    for (int i = 0; i < k_spin && !(finished = done()); ++i)
-        cpu_relax();
-    if (!finished) {
-        std::unique_lock lock(m_mutex);
-        m_done.wait(lock, done);
+    const bool waited = !finished;
+    if (waited) {
+        // Only pieces other threads have claimed remain; wait for those.
+        for (int i = 0; i < k_spin && !(finished = done()); ++i)
+            cpu_relax();
+        if (!finished) {
+            std::unique_lock lock(m_mutex);
+            m_done.wait(lock, done);
+        }
     }
     if (m_adaptive)
-        adapt(chunks, own_done - start, Clock::now() - own_done);
+        adapt(chunks, pieces, own_pieces, own_done - start, (waited ? Clock::now() : own_done) - start);
 }
 
-void ThreadPool::adapt(int chunks, Clock::duration own, Clock::duration waited)
+void ThreadPool::adapt(int chunks, int64_t pieces, int64_t own_pieces, Clock::duration own, Clock::duration total)
 {
-    if (waited <= 2 * own + k_slack)
+    m_parallel += total;
+    // Alone, every piece would have taken what the caller's took on average; a caller that ran
+    // none gives no estimate (the others were quicker to claim: no sign of trouble).
+    m_alone += own_pieces > 0 ? own * pieces / own_pieces : total;
+    if (m_parallel < k_window)
+        return;
+    const bool lost = m_parallel > m_alone;
+    m_parallel = m_alone = Clock::duration{};
+    if (!lost)
         return;
     const Clock::time_point now = Clock::now();
     // Again soon after the last try with all threads: back off for longer.
@@ -103,8 +111,9 @@ void ThreadPool::adapt(int chunks, Clock::duration own, Clock::duration waited)
     m_limit_until = now + m_backoff;
 }
 
-void ThreadPool::run_pieces(uint64_t word)
+int64_t ThreadPool::run_pieces(uint64_t word)
 {
+    int64_t ran = 0;
     const Fn *fn = m_job.load(std::memory_order_acquire);
     const int64_t n = m_n.load(std::memory_order_acquire);
     const uint64_t gen = gen_of(word);
@@ -116,13 +125,15 @@ void ThreadPool::run_pieces(uint64_t word)
         // piece is counted as finished.
         const int64_t c = next_of(word);
         (*fn)(n * c / pieces, n * (c + 1) / pieces);
+        ++ran;
         if (m_finished.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
             std::lock_guard lock(m_mutex);
             m_done.notify_one();
-            return;
+            return ran;
         }
         word = m_claim.load(std::memory_order_acquire);
     }
+    return ran;
 }
 
 void ThreadPool::worker(int index)

@@ -10,10 +10,12 @@
 // threads that are running take its share.
 //
 // A worker descheduled in the middle of a piece still costs the caller a wait of up to a
-// scheduler time slice. When the caller waits far longer than its own share took (another
-// process is taking the cores), the pool splits its next loops among half as many threads
-// for a while (20 ms, doubling while it keeps happening, up to 1 s), then tries all again.
-// On a quiet machine this never happens. fn sees fewer, longer pieces then: it must give the
+// scheduler time slice. The caller keeps account: the time its loops took, against the time
+// it alone would have taken (its own time per piece times the pieces). When over 10 ms of
+// loops the threads lost time instead of saving it (other processes are taking the cores),
+// the pool splits its next loops among half as many threads for a while (20 ms, doubling
+// while it keeps happening, up to 1 s), then tries all again. On a quiet machine, or where
+// the other threads help more than their stalls cost, this never happens. fn sees fewer, longer pieces then: it must give the
 // same result for any split, which every loop of the CPU backend does (rows, heads, key
 // splits and worker indices are computed alike whichever piece holds them).
 #pragma once
@@ -70,11 +72,12 @@ public:
 private:
     void worker(int index);
     // Claims and runs pieces of the job whose claim word was `word` until none is left or a
-    // later job has replaced it.
-    void run_pieces(uint64_t word);
-    // The caller's bookkeeping after a loop on `chunks` threads: whether it waited for
-    // another thread far longer than its own share took, and what follows from that.
-    void adapt(int chunks, std::chrono::steady_clock::duration own, std::chrono::steady_clock::duration waited);
+    // later job has replaced it. Returns how many it ran.
+    int64_t run_pieces(uint64_t word);
+    // The caller's bookkeeping after a loop on `chunks` threads in `pieces` pieces, of which it
+    // ran `own_pieces` in `own` (until it had no more to claim), the loop taking `total`.
+    void adapt(int chunks, int64_t pieces, int64_t own_pieces, std::chrono::steady_clock::duration own,
+               std::chrono::steady_clock::duration total);
 
     int m_n_threads;
     bool m_adaptive;
@@ -83,6 +86,8 @@ private:
     std::chrono::steady_clock::time_point m_limit_until; // when to try all threads again
     std::chrono::steady_clock::time_point m_restored;    // when they were last tried again
     std::chrono::steady_clock::duration m_backoff;
+    std::chrono::steady_clock::duration m_parallel{}; // loops' time since the last verdict
+    std::chrono::steady_clock::duration m_alone{};    // the caller's estimate for the same alone
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake;
