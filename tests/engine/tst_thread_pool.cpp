@@ -64,25 +64,6 @@ void check_record(Record &rec, int64_t n, int64_t min_per_thread, int threads)
             QVERIFY(e - b >= min_per_thread);
 }
 
-// One loop of two pieces on a pool of two: the caller's piece waits (up to 5 s) until the
-// worker is inside the other piece, which then sleeps 200 ms. True if that happened.
-bool stall_one_worker(ThreadPool &pool)
-{
-    const std::thread::id caller = std::this_thread::get_id();
-    std::atomic<bool> worker_in{false};
-    pool.parallel_for(2, [&](int64_t, int64_t) {
-        if (std::this_thread::get_id() != caller) {
-            worker_in.store(true);
-            std::this_thread::sleep_for(200ms);
-            return;
-        }
-        const auto until = std::chrono::steady_clock::now() + 5s;
-        while (!worker_in.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::yield();
-    });
-    return worker_in.load();
-}
-
 } // namespace
 
 class TestThreadPool : public QObject {
@@ -110,9 +91,8 @@ private slots:
 
     void samePiecesEveryCall()
     {
-        // Which thread takes a piece varies; where the pieces fall does not (a pool that never
-        // backs off, so that a busy machine cannot change the split under the test).
-        ThreadPool pool(4, false);
+        // Which thread takes a piece varies; where the pieces fall does not.
+        ThreadPool pool(4);
         Record first(1000);
         run_recorded(pool, 1000, 3, first);
         std::sort(first.pieces.begin(), first.pieces.end());
@@ -187,34 +167,6 @@ private slots:
             });
             check_record(rec, 600, 1, 3);
         }
-    }
-
-    void backsOffAfterAStraggler()
-    {
-        // A worker that stalls inside its piece (200 ms against the caller's short share):
-        // the next loops run on one thread, inline, until the back-off ends; then both again.
-        ThreadPool pool(2);
-        QCOMPARE(pool.threads_in_use(), 2);
-        QVERIFY(stall_one_worker(pool));
-        QCOMPARE(pool.threads_in_use(), 1);
-        const std::thread::id caller = std::this_thread::get_id();
-        Record alone(64);
-        run_recorded(pool, 64, 1, alone, [&](int64_t) { QVERIFY(std::this_thread::get_id() == caller); });
-        check_record(alone, 64, 1, 1);
-        QCOMPARE(alone.pieces.size(), size_t(1));
-        // The first back-off lasts 20 ms, or 40 if it came within 20 ms of the pool's start.
-        std::this_thread::sleep_for(100ms);
-        Record again(2);
-        run_recorded(pool, 2, 1, again);
-        check_record(again, 2, 1, 2);
-        QCOMPARE(again.pieces.size(), size_t(2));
-    }
-
-    void fixedPoolNeverBacksOff()
-    {
-        ThreadPool pool(2, false);
-        QVERIFY(stall_one_worker(pool));
-        QCOMPARE(pool.threads_in_use(), 2);
     }
 
     void nestedPoolsAndDestruction()

@@ -858,7 +858,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                        sizeof(float);
             int64_t n_computed = 0, n_skipped = 0;
 
-            // Usually one worker index per piece; several when the pool has backed off to fewer threads.
+            // parallel_for hands each chunk a single worker index (n_workers <= pool size).
             for (int64_t worker = begin; worker < end; ++worker)
             for (int64_t u = worker; u < n_units; u += n_workers) {
                 const int kvh = int(u % p.n_head_kv);

@@ -44,7 +44,7 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
     } catch (const std::bad_alloc &) {
         throw OutOfMemory("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
     }
-    ThreadPool pool(std::max(1, n_threads), false);
+    ThreadPool pool(std::max(1, n_threads));
     // Touch every page from the threads that will read it (first-touch placement).
     // One piece per thread (min_per_thread = n / threads), the same split in both loops.
     const int64_t per_thread = (int64_t(n) + pool.size() - 1) / pool.size();
@@ -95,7 +95,7 @@ double measure_compute_peak(int n_threads, ComputeFamily family)
     const ComputeLoop loop = compute_loop(family);
     // About 1e8 operations per thread and repetition: milliseconds at any vector width.
     const int64_t iterations = std::max<int64_t>(1, int64_t(1e8 / loop.ops_per_iteration));
-    ThreadPool pool(std::max(1, n_threads), false);
+    ThreadPool pool(std::max(1, n_threads));
     double best = 0;
     std::atomic<float> sink{0};
     for (int rep = 0; rep < 5; ++rep) {

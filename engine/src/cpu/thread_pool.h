@@ -7,17 +7,9 @@
 // included, takes the next unclaimed piece until none is left. The caller then waits only for
 // pieces another thread has actually begun, never for a worker that has not woken up or been
 // scheduled yet (on a busy machine that can be milliseconds, hundreds of decode loops): the
-// threads that are running take its share.
-//
-// A worker descheduled in the middle of a piece still costs the caller a wait of up to a
-// scheduler time slice. The caller keeps account: the time its loops took, against the time
-// it alone would have taken (its own time per piece times the pieces). When over 10 ms of
-// loops the threads lost time instead of saving it (other processes are taking the cores),
-// the pool splits its next loops among half as many threads for a while (20 ms, doubling
-// while it keeps happening, up to 1 s), then tries all again. On a quiet machine, or where
-// the other threads help more than their stalls cost, this never happens. fn sees fewer, longer pieces then: it must give the
-// same result for any split, which every loop of the CPU backend does (rows, heads, key
-// splits and worker indices are computed alike whichever piece holds them).
+// threads that are running take its share. A worker descheduled in the middle of a piece
+// still costs a wait; loops too small to be worth a second thread (min_items_per_thread) stay
+// on the caller, so small models never risk it.
 #pragma once
 
 #include <atomic>
@@ -46,8 +38,7 @@ class ThreadPool {
 public:
     using Fn = std::function<void(int64_t, int64_t)>;
 
-    // `adaptive` false keeps every loop on all threads (measurements of the machine).
-    explicit ThreadPool(int n_threads, bool adaptive = true);
+    explicit ThreadPool(int n_threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool &) = delete;
     ThreadPool &operator=(const ThreadPool &) = delete;
@@ -57,37 +48,21 @@ public:
     // Calls fn(begin, end) over [0, n) split in contiguous pieces, up to four per thread and
     // each at least `min_per_thread` long, which the threads claim in turn; returns when all
     // are done. Runs inline when n is small or the pool has one thread. The pieces depend only
-    // on n, min_per_thread and the number of threads in use (the pool's size unless it has
-    // backed off, see above); which thread runs a piece varies from call to call: fn must not
-    // depend on it.
+    // on n, min_per_thread and the pool's size; which thread runs a piece varies from call to
+    // call: fn must not depend on it.
     void parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread = 1);
 
     // For tests: every worker waits this long after it wakes for a job before it claims any of
     // it, as a descheduled thread would. Zero (the default) turns it off.
     void delay_workers_for_testing(std::chrono::microseconds delay) { m_test_delay_us.store(delay.count()); }
 
-    // Threads the next loop may use: size(), or fewer while the pool has backed off.
-    int threads_in_use() const { return m_limit; }
-
 private:
     void worker(int index);
     // Claims and runs pieces of the job whose claim word was `word` until none is left or a
-    // later job has replaced it. Returns how many it ran.
-    int64_t run_pieces(uint64_t word);
-    // The caller's bookkeeping after a loop on `chunks` threads in `pieces` pieces, of which it
-    // ran `own_pieces` in `own` (until it had no more to claim), the loop taking `total`.
-    void adapt(int chunks, int64_t pieces, int64_t own_pieces, std::chrono::steady_clock::duration own,
-               std::chrono::steady_clock::duration total);
+    // later job has replaced it.
+    void run_pieces(uint64_t word);
 
     int m_n_threads;
-    bool m_adaptive;
-    // Touched by the calling thread only.
-    int m_limit;                                        // threads a loop may use now
-    std::chrono::steady_clock::time_point m_limit_until; // when to try all threads again
-    std::chrono::steady_clock::time_point m_restored;    // when they were last tried again
-    std::chrono::steady_clock::duration m_backoff;
-    std::chrono::steady_clock::duration m_parallel{}; // loops' time since the last verdict
-    std::chrono::steady_clock::duration m_alone{};    // the caller's estimate for the same alone
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake;
