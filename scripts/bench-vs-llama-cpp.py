@@ -11,12 +11,18 @@ the llama.cpp sources inside the `llama-cpp-python` source package on PyPI:
 Usage:
     scripts/bench-vs-llama-cpp.py --llama-bench llama-build/bin/llama-bench \\
         --prompt 512 --new 64 --threads 2 MODEL.gguf [MODEL.gguf ...]
+    # long context: prefill of 8192 tokens, decode of 64 tokens at depth 8192
+    scripts/bench-vs-llama-cpp.py --llama-bench ... --prompt 8192 --depth 8192 MODEL.gguf
 
 For each model it runs, alternately and `--rounds` times, llama-bench (prompt processing of
 --prompt tokens and generation of --new tokens, flash attention on) and longscope-cli bench
 (prefill of --prompt tokens with memory-efficient causal attention; decode of --new tokens
 after an 8-token prompt), keeps the best of each, and prints tokens/s and the ratio
-longscope / llama.cpp. Machines are noisy: compare the ratios, not the absolute numbers.
+longscope / llama.cpp, with longscope's prefill roofline fraction (its prefill GFLOP/s over
+the peak of the instruction its matrix products run on). With --depth D, decode runs at
+depth D instead: llama-bench `-d D` (the cache filled with D tokens first), longscope-cli
+bench after a D-token prompt with memory-efficient causal attention. Machines are noisy:
+compare the ratios, not the absolute numbers.
 """
 import argparse
 import json
@@ -32,21 +38,32 @@ def run_json(cmd):
     return json.loads(out)
 
 
-def llama(bench, model, prompt, new, threads):
-    rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", str(new), "-t", str(threads),
-                     "-fa", "1", "-r", "1", "-o", "json"])
-    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
-    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == new and r["n_prompt"] == 0)
+def llama(bench, model, prompt, new, threads, depth):
+    common = ["-t", str(threads), "-fa", "1", "-r", "1", "-o", "json"]
+    if depth == 0:
+        rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", str(new)] + common)
+        pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
+        tg = next(r["avg_ts"] for r in rows if r["n_gen"] == new and r["n_prompt"] == 0)
+        return pp, tg
+    # Prefill from an empty cache; decode with the cache holding `depth` tokens.
+    rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", "0"] + common)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt)
+    rows = run_json([bench, "-m", model, "-p", "0", "-n", str(new), "-d", str(depth)] + common)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == new and r.get("n_depth", depth) == depth)
     return pp, tg
 
 
-def longscope(cli, model, prompt, new, threads):
+def longscope(cli, model, prompt, new, threads, depth):
     common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json",
-              "--ctx", str(max(prompt, 8 + new) + 1)]
-    pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1", "--attn", "mem-efficient",
-                                     "--causal-flash", "--no-probe"])[0]
-    dec = run_json([cli] + common + ["--input", "8", "--new", str(new)])[0]
-    return pre["prefill_tok_s"], dec["decode_tok_s"], dec["bytes_per_token"], dec["bandwidth_gb_s"]
+              "--ctx", str(max(prompt, max(8, depth) + new) + 1)]
+    flash = ["--attn", "mem-efficient", "--causal-flash"]
+    pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1"] + flash)[0]
+    if depth == 0:
+        dec = run_json([cli] + common + ["--input", "8", "--new", str(new)])[0]
+    else:
+        dec = run_json([cli] + common + ["--input", str(depth), "--new", str(new)] + flash)[0]
+    return (pre["prefill_tok_s"], dec["decode_tok_s"], dec["bytes_per_token"], dec["bandwidth_gb_s"],
+            pre.get("prefill_roofline_fraction", 0.0))
 
 
 def main():
@@ -55,6 +72,8 @@ def main():
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "app", "cli", "longscope-cli"))
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--depth", type=int, default=0, help="decode with this many tokens already in the cache "
+                    "(llama-bench -d); 0: after an 8-token prompt")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--baseline-cli", help="an earlier longscope-cli, run in the same alternation: its figures "
@@ -62,32 +81,34 @@ def main():
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
 
-    print(f"prompt {a.prompt} tokens, {a.new} new tokens, {a.threads} threads, best of {a.rounds} alternating rounds")
+    depth = f"at depth {a.depth}" if a.depth else "after an 8-token prompt"
+    print(f"prompt {a.prompt} tokens, {a.new} new tokens {depth}, {a.threads} threads, "
+          f"best of {a.rounds} alternating rounds")
     print("Roofline: the highest read bandwidth longscope-cli's probe saw in any round; both programs' best")
     print("decode speeds are set against it with the same bytes per token (weights streamed + KV).")
     print("| model | prefill llama.cpp | prefill longscope | ratio | decode llama.cpp | decode longscope | ratio "
-          "| bandwidth GB/s | llama.cpp roofline | longscope roofline |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| bandwidth GB/s | llama.cpp roofline | longscope roofline | longscope prefill roofline |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     baseline_rows = []
     for m in a.models:
         best_l = [0.0, 0.0]
         best_s = [0.0, 0.0]
         best_b = [0.0, 0.0]
-        bytes_per_token, bandwidth = 0.0, 0.0
+        bytes_per_token, bandwidth, prefill_roof = 0.0, 0.0, 0.0
         for _ in range(a.rounds):
-            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads)
+            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth)
             best_l = [max(best_l[0], pp), max(best_l[1], tg)]
-            pre, dec, bpt, bw = longscope(a.cli, m, a.prompt, a.new, a.threads)
+            pre, dec, bpt, bw, proof = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth)
             best_s = [max(best_s[0], pre), max(best_s[1], dec)]
-            bytes_per_token, bandwidth = bpt, max(bandwidth, bw)
+            bytes_per_token, bandwidth, prefill_roof = bpt, max(bandwidth, bw), max(prefill_roof, proof)
             if a.baseline_cli:
-                pre, dec, _, bw = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads)
+                pre, dec, _, bw, _ = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads, a.depth)
                 best_b = [max(best_b[0], pre), max(best_b[1], dec)]
                 bandwidth = max(bandwidth, bw)
         roof = bandwidth * 1e9 / bytes_per_token  # tokens/s at the roofline
         print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {best_s[0] / best_l[0]:.2f} "
               f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {best_s[1] / best_l[1]:.2f} | {bandwidth:.1f} "
-              f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% |")
+              f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% | {100 * prefill_roof:.0f}% |")
         sys.stdout.flush()
         if a.baseline_cli:
             baseline_rows.append((m, best_l, best_s, best_b))

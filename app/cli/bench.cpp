@@ -45,7 +45,7 @@ std::vector<int> int_list(const Args &a, const std::string &name, const std::str
 
 struct Row {
     int batch = 0, input = 0, new_tokens = 0;
-    double bytes_per_token = 0, roofline_fraction = 0, prefill_gflop_s = 0;
+    double bytes_per_token = 0, roofline_fraction = 0, prefill_gflop_s = 0, prefill_roofline_fraction = 0;
     std::string kv, attn;
     bool causal_flash = false;
     double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
@@ -67,6 +67,19 @@ std::vector<int32_t> synthetic_prompt(const Model &m, int n, int salt)
         ids.push_back(int32_t(3 + x % uint64_t(std::max(1, n_vocab - 3))));
     }
     return ids;
+}
+
+// The type most of the model's tensors have: the one its matrix products run on.
+std::string main_weight_type(const ModelInfo &info)
+{
+    std::string best;
+    size_t most = 0;
+    for (const auto &[type, count] : info.tensor_types)
+        if (count > most) {
+            most = count;
+            best = type;
+        }
+    return best;
 }
 
 std::string mib(uint64_t b)
@@ -139,6 +152,10 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     // bandwidth moves while other work shares it, and the ceiling is what it gave at best).
     const bool probe = !a.flag("--no-probe");
     double bandwidth = probe ? measure_read_bandwidth(n_threads) : 0.0;
+    // The prefill ceiling the same way: the peak rate of the instruction prefill's matrix
+    // products run on, with the same threads, before and after; the higher counts.
+    const ComputeFamily family = prefill_compute_family(main_weight_type(model->info()));
+    double compute_peak = probe ? measure_compute_peak(n_threads, family) : 0.0;
     const HParams &hp = model->hparams();
     const DecodeCost cost = model->decode_cost();
     const double matmul_params = cost.matmul_params, streamed = cost.streamed_bytes, embd_row = cost.embd_row_bytes;
@@ -220,8 +237,11 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
 
     if (probe) {
         bandwidth = std::max(bandwidth, measure_read_bandwidth(n_threads));
-        for (Row &r : rows)
+        compute_peak = std::max(compute_peak, measure_compute_peak(n_threads, family));
+        for (Row &r : rows) {
             r.roofline_fraction = r.decode_tok_s / (bandwidth / r.bytes_per_token);
+            r.prefill_roofline_fraction = compute_peak > 0 ? r.prefill_gflop_s * 1e9 / compute_peak : 0;
+        }
     }
 
     if (a.flag("--json")) {
@@ -234,6 +254,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"throughput_tok_s", r.throughput}, {"kv_reserved_bytes", r.kv_reserved},
                            {"bytes_per_token", r.bytes_per_token}, {"bandwidth_gb_s", bandwidth / 1e9},
                            {"roofline_fraction", r.roofline_fraction}, {"prefill_gflop_s", r.prefill_gflop_s},
+                           {"compute_peak_gflop_s", compute_peak / 1e9}, {"compute_instruction", compute_family_name(family)},
+                           {"prefill_roofline_fraction", r.prefill_roofline_fraction},
                            {"threads", n_threads}, {"cpu_kernels", cpu_kernel_name()},
                            {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
                            {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
@@ -246,36 +268,37 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         std::cout << "batch_size,input_tokens,new_tokens,kv_mode,kv_type_k,kv_type_v,attention,causal_flash,prefill_tok_s,"
                      "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
                      "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes,bytes_per_token,"
-                     "bandwidth_gb_s,roofline_fraction,prefill_gflop_s\n";
+                     "bandwidth_gb_s,roofline_fraction,prefill_gflop_s,compute_peak_gflop_s,prefill_roofline_fraction\n";
         for (const Row &r : rows)
-            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f\n",
+            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f,%.2f,%.4f\n",
                         r.batch, r.input, r.new_tokens, r.kv.c_str(), to_string(type_k).data(), to_string(type_v).data(),
                         r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
                         r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
                         (unsigned long long)r.peak_kv_resident, (unsigned long long)r.peak_scratch,
                         (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
                         (unsigned long long)r.rss, r.bytes_per_token, bandwidth / 1e9, r.roofline_fraction,
-                        r.prefill_gflop_s);
+                        r.prefill_gflop_s, compute_peak / 1e9, r.prefill_roofline_fraction);
         return 0;
     }
     std::string types;
     for (const auto &[type, count] : model->info().tensor_types)
         types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(count);
-    std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s\n",
+    std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s, "
+                "compute peak %.1f GFLOP/s (%s)\n",
                 model->info().name.c_str(), types.c_str(), mib(model->info().weight_bytes).c_str(), n_threads,
-                cpu_kernel_name().c_str(), bandwidth / 1e9);
+                cpu_kernel_name().c_str(), bandwidth / 1e9, compute_peak / 1e9, compute_family_name(family).c_str());
     std::printf("KV cache: keys %s, values %s (%s per position)\n", to_string(type_k).data(),
                 to_string(type_v).data(), (std::to_string(int64_t(kv_bytes_per_position)) + " bytes").c_str());
     if (backend == ComputeBackend::Cuda)
         std::printf("backend cuda: the forward pass on the GPU (roofline and GFLOP/s columns are CPU figures)\n");
-    std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | decode tok/s | "
-                "roofline | throughput tok/s | KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | "
+    std::printf("| batch | input | new | kv | attention | prefill tok/s | prefill GFLOP/s | prefill roofline | "
+                "decode tok/s | roofline | throughput tok/s | KV reserved MiB | KV peak MiB | scratch peak MiB | peak total MiB | "
                 "KV copied MiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row &r : rows)
-        std::printf("| %d | %d | %d | %s | %s%s | %.1f | %.2f | %.1f | %.0f%% | %.1f | %s | %s | %s | %s | %s |\n",
+        std::printf("| %d | %d | %d | %s | %s%s | %.1f | %.2f | %.0f%% | %.1f | %.0f%% | %.1f | %s | %s | %s | %s | %s |\n",
                     r.batch, r.input, r.new_tokens, r.kv.c_str(), r.attn.c_str(), r.causal_flash ? "+causal" : "",
-                    r.prefill_tok_s, r.prefill_gflop_s, r.decode_tok_s, 100 * r.roofline_fraction, r.throughput,
+                    r.prefill_tok_s, r.prefill_gflop_s, 100 * r.prefill_roofline_fraction, r.decode_tok_s, 100 * r.roofline_fraction, r.throughput,
                     mib(r.kv_reserved).c_str(), mib(r.peak_kv_resident).c_str(), mib(r.peak_scratch).c_str(),
                     mib(r.peak_total).c_str(), mib(r.kv_copied).c_str());
     return 0;

@@ -6,6 +6,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
+
 #include "cli_runner.h"
 #include "support/vocab_files.h"
 #include "longscope/backend.h"
@@ -303,6 +305,13 @@ private slots:
             QVERIFY(o["bytes_per_token"].toDouble() > 1e6);
             QVERIFY(o["roofline_fraction"].toDouble() > 0);
             QVERIFY(o["prefill_gflop_s"].toDouble() > 0);
+            // The prefill roofline: the peak of the instruction prefill runs on, measured in the
+            // run, and a fraction of it that is positive and (noise aside) not above it.
+            QVERIFY(!o["compute_instruction"].toString().isEmpty());
+            const double peak = o["compute_peak_gflop_s"].toDouble(), fraction = o["prefill_roofline_fraction"].toDouble();
+            QVERIFY(std::isfinite(peak) && peak > 0);
+            QVERIFY2(fraction > 0 && fraction <= 1.5, qPrintable(QString::number(fraction)));
+            QVERIFY(std::abs(fraction / (o["prefill_gflop_s"].toDouble() / peak) - 1) < 1e-9);
             if (o["kv_mode"].toString() == "concat")
                 QVERIFY(o["kv_bytes_copied"].toDouble() > 0);
             else

@@ -1,9 +1,11 @@
-// Hardware facts the benchmarks report beside their results: the CPU kernels in use and the
-// memory read bandwidth measured in this process, the ceiling for batch-1 decode.
+// Hardware facts the benchmarks report beside their results: the CPU kernels in use, the
+// memory read bandwidth measured in this process (the ceiling for batch-1 decode) and the
+// peak rate of the matrix-product instruction prefill runs on (the ceiling for prefill).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace longscope {
 
@@ -20,5 +22,22 @@ std::string cpu_kernel_warning();
 // times, and returns the best rate in bytes per second. Throws OutOfMemory if the buffer
 // cannot be had.
 double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
+
+// The instruction families of the CPU's matrix-product kernels: float multiply-adds (float
+// weights, and quantized ones without a faster path), BF16 dot products, 8-bit integer dot
+// products.
+enum class ComputeFamily { F32Fma, Bf16Dot, Int8Dot };
+
+// The family prefill's matrix products run on here for weights of the named type (a GGUF
+// type name such as "F16" or "Q4_K"; an unknown name counts as float), under the kernels in use.
+ComputeFamily prefill_compute_family(std::string_view weight_type);
+
+// The instruction the compute probe runs for `family` here, e.g. "avx512 vdpbf16ps".
+std::string compute_family_name(ComputeFamily family);
+
+// Runs a tight loop of the family's instruction (independent accumulators, no memory traffic)
+// on `n_threads` threads, several times, and returns the best rate in operations per second,
+// a multiply-add counting two (the way prefill's GFLOP/s count them).
+double measure_compute_peak(int n_threads, ComputeFamily family);
 
 } // namespace longscope

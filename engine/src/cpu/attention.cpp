@@ -423,7 +423,8 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 }
             }
         },
-        std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n_kv * hd)));
+        // Scores and the weighted sum: two multiply-adds per key and dim.
+        min_items_per_thread(2 * n_kv * hd));
     return stats;
 }
 
@@ -776,13 +777,14 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                                                        (ktile_n + scores_n + mask_n + kbuf_n + vbuf_n)) *
                           sizeof(float);
 
+    // Only the splits that hold tiles are handed out, at least enough of them per thread to
+    // be worth a thread: scores and the weighted sum, two multiply-adds per key, dim and row.
+    const int64_t split_work = (visible + used - 1) / std::max<int64_t>(1, used) * T * rows * hd * 2;
     pool.parallel_for(
-        n_splits,
+        used,
         [&](int64_t begin, int64_t end) {
-            if (begin >= used)
-                return; // splits without tiles
             std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n), kbuf(kbuf_n), vbuf(vbuf_n);
-            for (int64_t split = begin; split < std::min(end, used); ++split) {
+            for (int64_t split = begin; split < end; ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
                 for (int64_t t = visible * split / used; t < visible * (split + 1) / used; ++t) {
@@ -825,7 +827,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                 }
             }
         },
-        1);
+        min_items_per_thread(split_work));
 
     // Merge the splits; a row that saw no key at all (empty cache) gets zeros.
     for (int64_t qi = 0; qi < n_q; ++qi)

@@ -1,12 +1,15 @@
 #include "longscope/hardware.h"
 
+#include "cpu/compute_peak.h"
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
+#include "model/weights.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -63,6 +66,55 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes)
         for (float p : partial)
             sink = sink + p;
         best = std::max(best, double(n * sizeof(float)) / s);
+    }
+    return best;
+}
+
+ComputeFamily prefill_compute_family(std::string_view weight_type)
+{
+    for (uint32_t id = 0; id < 64; ++id) {
+        const auto traits = dtype_traits(id);
+        if (!traits || traits->name != weight_type)
+            continue;
+        WeightView w;
+        w.type = DType(id);
+        w.shape = {256, 1};
+        switch (matmul_path(w, bf16_min_tokens)) {
+        case QuantMatmul::Bf16: return ComputeFamily::Bf16Dot;
+        case QuantMatmul::Integer: return ComputeFamily::Int8Dot;
+        default: return ComputeFamily::F32Fma;
+        }
+    }
+    return ComputeFamily::F32Fma;
+}
+
+std::string compute_family_name(ComputeFamily family) { return compute_loop(family).name; }
+
+double measure_compute_peak(int n_threads, ComputeFamily family)
+{
+    const ComputeLoop loop = compute_loop(family);
+    // About 1e8 operations per thread and repetition: milliseconds at any vector width.
+    const int64_t iterations = std::max<int64_t>(1, int64_t(1e8 / loop.ops_per_iteration));
+    ThreadPool pool(std::max(1, n_threads));
+    double best = 0;
+    std::atomic<float> sink{0};
+    for (int rep = 0; rep < 5; ++rep) {
+        // One piece per thread, each timing itself: the peak is the sum of the pieces' rates,
+        // what the threads reach when each has a core (a thread that is late to start leaves
+        // its piece to another, which runs it after its own at the same rate).
+        std::vector<double> rates(size_t(pool.size()), 0.0);
+        pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) {
+                const auto t0 = std::chrono::steady_clock::now();
+                sink.store(sink.load(std::memory_order_relaxed) + loop.run(iterations), std::memory_order_relaxed);
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                rates[size_t(i)] = s > 0 ? double(iterations) * loop.ops_per_iteration / s : 0.0;
+            }
+        });
+        double total = 0;
+        for (double r : rates)
+            total += r;
+        best = std::max(best, total);
     }
     return best;
 }

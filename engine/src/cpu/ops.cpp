@@ -203,10 +203,11 @@ void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens,
     }
 }
 
-int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, 16384 / std::max<int64_t>(1, n_in * n_tokens)); }
+int64_t rows_grain(int64_t n_in, int64_t n_tokens) { return std::max<int64_t>(4, min_items_per_thread(n_in * n_tokens)); }
 
-// The path a weight takes for n_tokens tokens.
-QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
+} // namespace
+
+QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
 {
     if (!is_quantized(w.type) || w.ne(0) % 32 != 0)
         return QuantMatmul::Dequantize; // the float kernel
@@ -221,6 +222,8 @@ QuantMatmul choose_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
     return how;
 }
 
+namespace {
+
 // Quantized weights over many tokens through BF16 dot products: each panel of rows is
 // dequantized once per call (to float, then rounded to BF16) and kept in the L2 cache while
 // every token's BF16 activations stream past it, four rows by four tokens per tile.
@@ -234,7 +237,7 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
     pool.parallel_for(
         n_tokens,
         [&](int64_t begin, int64_t end) { f32_to_bf16_rne(x + begin * n_in, xb + begin * n_in, (end - begin) * n_in); },
-        1);
+        min_items_per_thread(n_in));
     // Rows per panel: about 256 KiB of BF16, a multiple of 4.
     const int64_t panel = std::clamp<int64_t>((262144 / (2 * n_in)) / 4 * 4, 4, 64);
     const uint16_t *xs = xb;
@@ -261,7 +264,7 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
                 }
             }
         },
-        std::max<int64_t>(panel, 16384 / std::max<int64_t>(1, n_in * n_tokens)));
+        std::max<int64_t>(panel, min_items_per_thread(n_in * n_tokens)));
 }
 
 } // namespace
@@ -290,14 +293,14 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     if (outs.empty())
         return;
     const int64_t n_in = outs[0].w->ne(0);
-    const QuantMatmul path = choose_path(*outs[0].w, n_tokens, how);
+    const QuantMatmul path = matmul_path(*outs[0].w, n_tokens, how);
     bool same = true;
     for (const MatmulOut &o : outs)
-        same = same && o.w->ne(0) == n_in && choose_path(*o.w, n_tokens, how) == path;
+        same = same && o.w->ne(0) == n_in && matmul_path(*o.w, n_tokens, how) == path;
     if (path == QuantMatmul::Bf16 || !same) {
         // Each on its own (the BF16 path's loops are long enough not to share a wake-up).
         for (const MatmulOut &o : outs) {
-            if (choose_path(*o.w, n_tokens, how) == QuantMatmul::Bf16)
+            if (matmul_path(*o.w, n_tokens, how) == QuantMatmul::Bf16)
                 matmul_bf16(pool, *o.w, x, o.y, n_tokens);
             else
                 matmul_group(pool, std::span<const MatmulOut>(&o, 1), x, n_tokens, how);

@@ -35,6 +35,9 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
 using QuantMatmul = QuantMatmulPath;
 constexpr int64_t bf16_min_tokens = 16;
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
+// The path `how` resolves to for weight w over n_tokens tokens (Dequantize for float weights:
+// the float kernel).
+QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how = QuantMatmul::Auto);
 
 // Bytes the calling thread's matrix products keep between calls (activations quantized to 8
 // bits or rounded to BF16 for quantized weights), for the memory ledger's scratch.

@@ -1217,7 +1217,8 @@ void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int
     out.s16.resize(static_cast<size_t>(n_tokens * (n / 16)));
     if (pool && n_tokens > 1)
         pool->parallel_for(
-            n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, level); }, 1);
+            n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, level); },
+            min_items_per_thread(n));
     else
         quantize_tokens(x, 0, n_tokens, n, out, level);
 }

@@ -10,9 +10,15 @@ namespace {
 // a decode step, far shorter than anything a person would notice as a busy core.
 constexpr int k_spin = 4000;
 // Pieces per thread: threads that finish early take more, so no thread waits long for the
-// slowest (weight rows stream at different speeds on different cores).
+// slowest (weight rows stream at different speeds on different cores), and a thread that is
+// descheduled before it claims anything leaves its share to the others.
 constexpr int64_t k_pieces_per_thread = 4;
 inline void cpu_relax() { _mm_pause(); }
+
+// The claim word: generation << 32 | pieces << 16 | next piece.
+constexpr uint64_t gen_of(uint64_t word) { return word >> 32; }
+constexpr int64_t pieces_of(uint64_t word) { return int64_t((word >> 16) & 0xffff); }
+constexpr int64_t next_of(uint64_t word) { return int64_t(word & 0xffff); }
 } // namespace
 
 ThreadPool::ThreadPool(int n_threads) : m_n_threads(std::max(1, n_threads))
@@ -32,8 +38,7 @@ ThreadPool::~ThreadPool()
         t.join();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> &fn,
-                              int64_t min_per_thread)
+void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
 {
     if (n <= 0)
         return;
@@ -43,65 +48,76 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         fn(0, n);
         return;
     }
-    m_job.store(&fn, std::memory_order_relaxed);
-    m_n.store(n, std::memory_order_relaxed);
-    m_pieces.store(std::min<int64_t>(max_pieces, int64_t(chunks) * k_pieces_per_thread), std::memory_order_relaxed);
-    m_next.store(0, std::memory_order_relaxed);
-    m_pending.store(chunks - 1, std::memory_order_relaxed);
+    const int64_t pieces = std::min<int64_t>({max_pieces, int64_t(chunks) * k_pieces_per_thread, 0xffff});
+    m_job.store(&fn, std::memory_order_release);
+    m_n.store(n, std::memory_order_release);
+    m_chunks.store(chunks, std::memory_order_release);
+    m_finished.store(0, std::memory_order_relaxed);
+    const uint64_t word = (gen_of(m_claim.load(std::memory_order_relaxed)) + 1) << 32 | uint64_t(pieces) << 16;
     {
         // Under the mutex so a worker about to sleep cannot miss the new generation.
         std::lock_guard lock(m_mutex);
-        const uint64_t gen = (m_state.load(std::memory_order_relaxed) >> 16) + 1;
-        m_state.store(gen << 16 | uint64_t(chunks), std::memory_order_release);
+        m_claim.store(word, std::memory_order_release);
     }
     m_wake.notify_all();
-    run_pieces(fn);
+    run_pieces(word);
+    // Only pieces other threads have claimed remain; wait for those.
+    const auto done = [&] { return m_finished.load(std::memory_order_acquire) == pieces; };
     for (int i = 0; i < k_spin; ++i) {
-        if (m_pending.load(std::memory_order_acquire) == 0)
+        if (done())
             return;
         cpu_relax();
     }
     std::unique_lock lock(m_mutex);
-    m_done.wait(lock, [this] { return m_pending.load(std::memory_order_acquire) == 0; });
+    m_done.wait(lock, done);
 }
 
-void ThreadPool::run_pieces(const std::function<void(int64_t, int64_t)> &fn)
+void ThreadPool::run_pieces(uint64_t word)
 {
-    const int64_t n = m_n.load(std::memory_order_relaxed);
-    const int64_t pieces = m_pieces.load(std::memory_order_relaxed);
-    for (int64_t c = m_next.fetch_add(1, std::memory_order_relaxed); c < pieces;
-         c = m_next.fetch_add(1, std::memory_order_relaxed))
-        fn(n * c / pieces, n * (c + 1) / pieces);
+    const Fn *fn = m_job.load(std::memory_order_acquire);
+    const int64_t n = m_n.load(std::memory_order_acquire);
+    const uint64_t gen = gen_of(word);
+    const int64_t pieces = pieces_of(word);
+    while (gen_of(word) == gen && next_of(word) < pieces) {
+        if (!m_claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+            continue; // `word` now holds the current value
+        // Claimed while the job was open: fn and n are this job's, and stay valid until this
+        // piece is counted as finished.
+        const int64_t c = next_of(word);
+        (*fn)(n * c / pieces, n * (c + 1) / pieces);
+        if (m_finished.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
+            std::lock_guard lock(m_mutex);
+            m_done.notify_one();
+            return;
+        }
+        word = m_claim.load(std::memory_order_acquire);
+    }
 }
 
 void ThreadPool::worker(int index)
 {
     uint64_t seen = 0;
+    const auto fresh = [&] {
+        return m_stop.load(std::memory_order_acquire) || gen_of(m_claim.load(std::memory_order_acquire)) != seen;
+    };
     for (;;) {
         // Spin for the next job, then sleep.
-        uint64_t state = m_state.load(std::memory_order_acquire);
-        for (int i = 0; i < k_spin && state == seen && !m_stop.load(std::memory_order_acquire); ++i) {
+        for (int i = 0; i < k_spin && !fresh(); ++i)
             cpu_relax();
-            state = m_state.load(std::memory_order_acquire);
-        }
-        if (state == seen && !m_stop.load(std::memory_order_acquire)) {
+        if (!fresh()) {
             std::unique_lock lock(m_mutex);
-            m_wake.wait(lock, [&] {
-                return m_stop.load(std::memory_order_acquire) || m_state.load(std::memory_order_acquire) != seen;
-            });
-            state = m_state.load(std::memory_order_acquire);
+            m_wake.wait(lock, fresh);
         }
         if (m_stop.load(std::memory_order_acquire))
             return;
-        seen = state;
-        const int chunks = int(state & 0xffff);
-        if (index >= chunks)
+        const uint64_t word = m_claim.load(std::memory_order_acquire);
+        seen = gen_of(word);
+        // A later job's count at worst: it only decides whether this worker tries to claim.
+        if (index >= m_chunks.load(std::memory_order_acquire))
             continue;
-        run_pieces(*m_job.load(std::memory_order_relaxed));
-        if (m_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-            std::lock_guard lock(m_mutex);
-            m_done.notify_one();
-        }
+        if (const int64_t delay = m_test_delay_us.load(std::memory_order_relaxed); delay > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(delay));
+        run_pieces(word);
     }
 }
 

@@ -2,9 +2,18 @@
 // so a pool of n threads starts n-1 workers. Between jobs the workers spin briefly before they
 // sleep: a decode step runs ~150 short loops back to back, and waking a sleeping thread costs
 // more than many of them take.
+//
+// Work is claimed, never assigned: a job is cut into pieces and every thread, the caller
+// included, takes the next unclaimed piece until none is left. The caller then waits only for
+// pieces another thread has actually begun, never for a worker that has not woken up or been
+// scheduled yet (on a busy machine that can be milliseconds, hundreds of decode loops): the
+// threads that are running take its share. A worker descheduled in the middle of a piece
+// still costs a wait; loops too small to be worth a second thread (min_items_per_thread) stay
+// on the caller, so small models never risk it.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -14,8 +23,21 @@
 
 namespace longscope {
 
+// Multiply-adds (or comparable element operations) a thread should get at the least before a
+// loop is split: below it, handing work to another thread costs more than it saves.
+constexpr int64_t k_min_work_per_thread = 32768;
+
+// Items per thread for a loop whose items cost `work_per_item` multiply-adds each, so that
+// every thread gets at least k_min_work_per_thread of work (at least one item).
+constexpr int64_t min_items_per_thread(int64_t work_per_item)
+{
+    return work_per_item >= k_min_work_per_thread ? 1 : k_min_work_per_thread / (work_per_item > 0 ? work_per_item : 1);
+}
+
 class ThreadPool {
 public:
+    using Fn = std::function<void(int64_t, int64_t)>;
+
     explicit ThreadPool(int n_threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool &) = delete;
@@ -24,33 +46,39 @@ public:
     int size() const { return m_n_threads; }
 
     // Calls fn(begin, end) over [0, n) split in contiguous pieces, up to four per thread and
-    // each at least `min_per_thread` long, which the threads take in turn; returns when all
-    // are done. Runs inline when n is small or the pool has one thread. Which thread runs a
-    // piece varies from call to call: fn must not depend on it.
-    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)> &fn,
-                      int64_t min_per_thread = 1);
+    // each at least `min_per_thread` long, which the threads claim in turn; returns when all
+    // are done. Runs inline when n is small or the pool has one thread. The pieces depend only
+    // on n, min_per_thread and the pool's size; which thread runs a piece varies from call to
+    // call: fn must not depend on it.
+    void parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread = 1);
+
+    // For tests: every worker waits this long after it wakes for a job before it claims any of
+    // it, as a descheduled thread would. Zero (the default) turns it off.
+    void delay_workers_for_testing(std::chrono::microseconds delay) { m_test_delay_us.store(delay.count()); }
 
 private:
     void worker(int index);
-    void run_pieces(const std::function<void(int64_t, int64_t)> &fn);
+    // Claims and runs pieces of the job whose claim word was `word` until none is left or a
+    // later job has replaced it.
+    void run_pieces(uint64_t word);
 
     int m_n_threads;
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake;
     std::condition_variable m_done;
-    // The job: written by the caller before m_state is bumped (release), read by the
-    // workers after they see the new generation (acquire).
-    // Only workers that have a chunk read the job (the caller waits for them, so it cannot
-    // change under them); the chunk count travels in the same atomic as the generation, so a
-    // worker without a chunk never reads a later job's fields as this one's.
-    std::atomic<const std::function<void(int64_t, int64_t)> *> m_job{nullptr};
+    // The job: m_job, m_n and m_chunks are written by the caller before it publishes the job's
+    // claim word (release). A thread reads them after it loads that word (acquire) and runs a
+    // piece only after its compare-exchange on the same word succeeds: the job was still open
+    // then, so its fields were still those of that word's job (the caller writes the next
+    // job's only after every piece of this one is done).
+    std::atomic<const Fn *> m_job{nullptr};
     std::atomic<int64_t> m_n{0};
-    std::atomic<int64_t> m_pieces{0};
-    std::atomic<int64_t> m_next{0}; // the next piece to take
-    std::atomic<uint64_t> m_state{0}; // generation << 16 | chunk count
-    std::atomic<int> m_pending{0};
+    std::atomic<int> m_chunks{0};       // threads the job is for: workers 1..chunks-1 join
+    std::atomic<uint64_t> m_claim{0};   // generation << 32 | pieces << 16 | next piece
+    std::atomic<int64_t> m_finished{0}; // pieces of the current job done
     std::atomic<bool> m_stop{false};
+    std::atomic<int64_t> m_test_delay_us{0};
 };
 
 } // namespace longscope

@@ -1,0 +1,117 @@
+// The compute probe behind bench's prefill roofline: a positive, finite rate for every
+// instruction family at every kernel level, the family prefill's matrix products really take
+// for each weight type, and a ceiling that a real matrix product (timed here, its operations
+// counted from its shape) approaches but does not pass.
+#include "cpu/kernel_table.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+
+#include "longscope/cpu_options.h"
+#include "longscope/hardware.h"
+#include "support/cpu_options_scope.h"
+
+#include <QtTest>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace longscope;
+using longscope::test::CpuOptionsScope;
+
+namespace {
+
+const ComputeFamily k_families[] = {ComputeFamily::F32Fma, ComputeFamily::Bf16Dot, ComputeFamily::Int8Dot};
+
+// Operations per second of a [n, n] F32 matrix times n_tokens activations on one thread, best of 3.
+double matmul_rate(int64_t n, int64_t n_tokens)
+{
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> w(size_t(n * n)), x(size_t(n * n_tokens)), y(size_t(n * n_tokens));
+    for (float &v : w)
+        v = dist(rng);
+    for (float &v : x)
+        v = dist(rng);
+    WeightView view;
+    view.name = "probe";
+    view.type = DType::F32;
+    view.shape = {n, n};
+    view.data = w.data();
+    view.nbytes = w.size() * sizeof(float);
+    ThreadPool pool(1);
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        matmul(pool, view, x.data(), y.data(), n_tokens);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * double(n) * double(n) * double(n_tokens) / s);
+    }
+    return best;
+}
+
+} // namespace
+
+class TestComputePeak : public QObject {
+    Q_OBJECT
+
+private slots:
+    void positiveAndFiniteAtEveryLevel_data()
+    {
+        QTest::addColumn<int>("level");
+        QTest::addRow("auto") << int(SimdLevel::Auto);
+        QTest::addRow("avx2") << int(SimdLevel::Avx2);
+        QTest::addRow("portable") << int(SimdLevel::Portable);
+    }
+
+    void positiveAndFiniteAtEveryLevel()
+    {
+        QFETCH(int, level);
+        CpuOptions o;
+        o.kernels = SimdLevel(level);
+        CpuOptionsScope scope(o);
+        for (ComputeFamily f : k_families) {
+            QVERIFY(!compute_family_name(f).empty());
+            for (int threads : {1, 2}) {
+                const double peak = measure_compute_peak(threads, f);
+                QVERIFY2(std::isfinite(peak) && peak > 0, qPrintable(QString::fromStdString(compute_family_name(f))));
+                // Not absurd either: under 10 TFLOP/s per thread for any vector unit of today.
+                QVERIFY(peak < 1e13 * threads);
+            }
+        }
+    }
+
+    void familyFollowsTheMatmulPath()
+    {
+        const CpuKernelTable &t = kernel_table();
+        QCOMPARE(prefill_compute_family("F32"), ComputeFamily::F32Fma);
+        QCOMPARE(prefill_compute_family("F16"), ComputeFamily::F32Fma);
+        QCOMPARE(prefill_compute_family("BF16"), ComputeFamily::F32Fma);
+        QCOMPARE(prefill_compute_family("no such type"), ComputeFamily::F32Fma);
+        // Quantized weights: BF16 dot products over many tokens where the kernels have them,
+        // else 8-bit integer ones.
+        const ComputeFamily quant = t.bf16_dot ? ComputeFamily::Bf16Dot : ComputeFamily::Int8Dot;
+        for (const char *type : {"Q8_0", "Q4_K", "Q6_K"})
+            QCOMPARE(prefill_compute_family(type), quant);
+        CpuOptions o;
+        o.quant_matmul = QuantMatmulPath::Integer;
+        CpuOptionsScope scope(o);
+        QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::Int8Dot);
+    }
+
+    void aRealMatmulStaysUnderTheCeiling()
+    {
+        // 2 x 768^2 x 64 operations on F32 weights, in cache, through the GEMM tiles.
+        const double peak = measure_compute_peak(1, ComputeFamily::F32Fma);
+        const double rate = matmul_rate(768, 64);
+        const double fraction = rate / peak;
+        qInfo("F32 matmul %.1f GFLOP/s, peak %.1f GFLOP/s (%s): fraction %.2f", rate / 1e9, peak / 1e9,
+              compute_family_name(ComputeFamily::F32Fma).c_str(), fraction);
+        QVERIFY(fraction > 0);
+        QVERIFY2(fraction <= 1.5, "the probe's peak is not a ceiling for the kernel it stands for");
+    }
+};
+
+QTEST_APPLESS_MAIN(TestComputePeak)
+#include "tst_compute_peak.moc"
