@@ -482,6 +482,8 @@ json settings_json(const Settings &s)
     j["kv_mode"] = std::string(to_string(s.kv_mode));
     j["context_limit"] = s.context_limit;
     j["overflow"] = std::string(to_string(s.overflow));
+    if (s.overflow == OverflowPolicy::Shift)
+        j["sink_tokens"] = s.sink_tokens;
     return j;
 }
 

@@ -440,12 +440,15 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
         // After a book was streamed in, the conversation continues from it: the document is
         // the prompt's prefix and the chat fits into what it leaves free.
         const int doc = int(m_document.size());
-        if (doc > 0 && limit - doc < reserve + 16)
+        // Under the shift policy nothing overflows: the session shifts the book and the chat
+        // through the context.
+        const bool shifting = m_session->settings().overflow == OverflowPolicy::Shift;
+        if (doc > 0 && limit - doc < reserve + 16 && !shifting)
             throw ContextOverflow("the streamed text fills " + std::to_string(doc) + " of the " + std::to_string(limit) +
                                   " tokens of the context, leaving no room to chat; raise the context limit or "
                                   "clear the context");
-        ChatPrompt prompt = build_chat_prompt(*m_model, messages, limit - doc, reserve, m_session->settings().overflow,
-                                              doc == 0);
+        ChatPrompt prompt = build_chat_prompt(*m_model, messages, shifting ? limit : limit - doc, reserve,
+                                              m_session->settings().overflow, doc == 0);
         if (doc > 0)
             prompt.tokens.insert(prompt.tokens.begin(), m_document.begin(), m_document.end());
         summary.prompt_tokens = int(prompt.tokens.size());
@@ -549,12 +552,13 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         const int keep_free = std::min(512, limit / 4);
         const int room = int64_t(tokens.size()) > limit - in_context ? limit - in_context - keep_free
                                                                    : limit - in_context;
-        if (int64_t(tokens.size()) > room) {
-            const OverflowPolicy policy = m_session->settings().overflow;
+        const OverflowPolicy policy = m_session->settings().overflow;
+        // Under the shift policy the text streams through the context whatever its length.
+        if (int64_t(tokens.size()) > room && policy != OverflowPolicy::Shift) {
             if (policy != OverflowPolicy::HeadTail || room <= 0) {
                 emit errorOccurred(QStringLiteral("the text is %1 tokens but only %2 of the context limit of %3 are "
                                                   "free (%4 already in the context); raise the limit or choose "
-                                                  "the head-and-tail overflow policy")
+                                                  "the head-and-tail or shift overflow policy")
                                        .arg(tokens.size())
                                        .arg(std::max(0, room))
                                        .arg(limit)

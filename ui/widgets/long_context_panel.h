@@ -47,6 +47,7 @@ public:
     QComboBox *kvModeBox() const { return m_kvMode; }
     QSpinBox *contextLimitBox() const { return m_contextLimit; }
     QComboBox *overflowBox() const { return m_overflow; }
+    QSpinBox *sinksBox() const { return m_sinks; }
     QComboBox *backendBox() const { return m_backendChoice; }
     QLabel *effectiveAlphaLabel() const { return m_effectiveAlpha; }
     QLabel *appliedLabel() const { return m_applied; }
@@ -68,6 +69,7 @@ private:
     QSpinBox *m_contextLimit = nullptr;
     QLabel *m_trained = nullptr;
     QComboBox *m_overflow = nullptr;
+    QSpinBox *m_sinks = nullptr;
     QComboBox *m_backendChoice = nullptr;
     QLabel *m_backend = nullptr;
     QLabel *m_gpuStatus = nullptr;

@@ -71,14 +71,35 @@ void CpuBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
 void CpuBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
 {
     // Rotating by -angle undoes a rotation. One position at a time, as the keys were rotated.
-    const int64_t ekv = m_hp.n_embd_kv();
     const std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
     for (int j = j0; j < j0 + n; ++j) {
         const double pos[1] = {(undo ? -1.0 : 1.0) * j * pos_scale};
-        for (int l = 0; l < m_hp.n_layer; ++l)
-            longscope::rope(kv.keys(l) + j * ekv, 1, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style,
-                            pos, inv);
+        rotate_key_rows(kv, j, 1, pos, inv);
     }
+}
+
+void CpuBackend::shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                                   std::span<const float> factors)
+{
+    if (n <= 0 || delta == 0)
+        return;
+    check_kv_shift(j0 + n, j0, 0, host_store(kv).capacity());
+    std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
+    for (size_t i = 0; i < inv.size() && i < factors.size(); ++i)
+        inv[i] /= double(factors[i]);
+    const std::vector<double> pos(size_t(n), double(delta) * pos_scale);
+    rotate_key_rows(kv, j0, n, pos, inv);
+}
+
+void CpuBackend::rotate_key_rows(KvCache &kv, int j0, int n, std::span<const double> positions,
+                                 std::span<const double> inv)
+{
+    // Rows of plain floats are rotated in place; a quantized layout would dequantize the rows
+    // here, rotate them and quantize them again.
+    const int64_t ekv = m_hp.n_embd_kv();
+    for (int l = 0; l < m_hp.n_layer; ++l)
+        longscope::rope(kv.keys(l) + int64_t(j0) * ekv, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot,
+                        m_hp.rope_style, positions, inv);
 }
 
 // ---- operations ------------------------------------------------------------------------------

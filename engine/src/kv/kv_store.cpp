@@ -82,6 +82,18 @@ void KvStore::throw_out_of_memory(uint64_t bytes, int n_tokens, const char *why)
     throw OutOfMemory(msg);
 }
 
+void KvStore::shift(int n_tokens, int keep, int drop)
+{
+    check_kv_shift(n_tokens, keep, drop, m_capacity);
+    const int moved = n_tokens - keep - drop;
+    if (drop == 0 || moved == 0)
+        return;
+    const size_t bytes = size_t(moved) * row_bytes();
+    for (int l = 0; l < m_n_layer; ++l)
+        for (float *rows : {keys(l), values(l)})
+            std::memmove(rows + int64_t(keep) * m_n_embd_kv, rows + int64_t(keep + drop) * m_n_embd_kv, bytes);
+}
+
 uint64_t KvStore::available_memory_bytes() { return longscope::available_memory_bytes(); }
 
 std::unique_ptr<KvStore> make_kv_store(KvMode mode, int n_layer, int limit, int n_embd_kv)
