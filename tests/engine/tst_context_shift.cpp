@@ -9,11 +9,14 @@
 #include "kv/kv_store.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/perplexity.h"
 
 #include <QTemporaryDir>
 
 #include <QtTest>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -278,6 +281,49 @@ private slots:
         QCOMPARE(generate(s, r).stop, StopReason::ContextFull);
         r.prompt = book_tokens(*m_model, 3 * ctx);
         QVERIFY_THROWS_EXCEPTION(ContextOverflow, generate(s, r));
+    }
+
+    void perplexity_streams_past_the_context()
+    {
+        // A text 4x the context: under shift every token is scored, each with the NLL that a
+        // fresh evaluation of the context it had gives (the one-layer model); streamed under
+        // the error policy, scoring stops at the limit and says why.
+        const int ctx = 48;
+        const std::vector<int32_t> seq = book_tokens(*m_one_layer, 4 * ctx); // BOS first
+        QCOMPARE(seq.front(), int32_t(m_one_layer->tokenizer().bos_id()));
+        const std::vector<int32_t> text(seq.begin() + 1, seq.end());
+        PerplexityOptions o;
+        o.ctx = ctx;
+        o.batch = 16;
+        o.bucket = 8;
+        o.n_threads = 2;
+        o.settings = shift_settings(KvMode::Static, false, false);
+        const PerplexityResult r = perplexity(*m_one_layer, text, o);
+        QCOMPARE(r.n_scored, int64_t(text.size()));
+        QVERIFY(r.stopped.empty());
+        for (size_t i = 0; i < text.size(); i += 11) {
+            // seq[i + 1] is predicted from what the context holds after seq[i].
+            const auto context = expected_context(std::vector<int32_t>(seq.begin(), seq.begin() + std::ptrdiff_t(i) + 1), ctx, 4);
+            const std::vector<float> l = fresh_logits(*m_one_layer, context);
+            double mx = -INFINITY, sum = 0;
+            for (float x : l)
+                mx = std::max(mx, double(x));
+            for (float x : l)
+                sum += std::exp(double(x) - mx);
+            const double nll = std::log(sum) + mx - double(l[size_t(seq[i + 1])]);
+            QCOMPARE(r.positions[i], int(context.size()));
+            QVERIFY2(std::fabs(nll - double(r.nll[i])) < 1e-3, qPrintable(QString("token %1").arg(i)));
+        }
+        QCOMPARE(*std::max_element(r.positions.begin(), r.positions.end()), ctx);
+
+        o.settings.overflow = OverflowPolicy::Error;
+        o.stream = true;
+        const PerplexityResult stopped = perplexity(*m_one_layer, text, o);
+        QCOMPARE(stopped.n_scored, int64_t(ctx));
+        QVERIFY2(QString::fromStdString(stopped.stopped).contains("context limit of 48"), stopped.stopped.c_str());
+        // The first ctx tokens scored alike.
+        for (int i = 0; i < ctx; ++i)
+            QCOMPARE(stopped.nll[size_t(i)], r.nll[size_t(i)]);
     }
 
     void bad_values_are_clear_errors()

@@ -720,6 +720,45 @@ private slots:
         QVERIFY(gen.finished.first().generated_tokens > 0);
     }
 
+    void shiftPolicyStreamsAndChatsPastTheContext()
+    {
+        // A text 5x the context streams in whole, a chat about it and a long continuation go
+        // on: no context error, no ContextFull, the context never above its limit.
+        longscope::Settings s;
+        s.context_limit = 256;
+        s.overflow = OverflowPolicy::Shift;
+        reset(s);
+        const QString text = loadBook(k_alice)->text.left(5000);
+        EngineWorker *worker = w();
+        {
+            Events ev(w());
+            post([worker, text] { worker->streamText(text, 64); });
+            QVERIFY(Events::waitFor(ev.streamFinished));
+            QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.value(0)));
+            QCOMPARE(ev.streamFinished.first().first, false);
+            QVERIFY(ev.streamFinished.first().second <= 256);
+            QVERIFY(ev.streamFinished.first().second > 4);
+        }
+        {
+            Events gen(w());
+            post([worker] { worker->generateChat(userSays(QStringLiteral("Who is in the story?"), greedy(10))); });
+            QVERIFY(Events::waitFor(gen.finished));
+            QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
+            QVERIFY(gen.finished.first().generated_tokens > 0);
+        }
+        Events gen(w());
+        post([worker] {
+            GenerationParams p = greedy(400);
+            p.repetition_penalty = 1.3f; // keeps the greedy reply from ending early
+            worker->continueText(p);
+        });
+        QVERIFY(Events::waitFor(gen.finished));
+        QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
+        QVERIFY(gen.finished.first().reason != FinishReason::ContextFull);
+        QVERIFY(!gen.steps.isEmpty());
+        QVERIFY(gen.steps.last().position <= 256);
+    }
+
     void loadsHuggingFaceDirectory()
     {
         reset();

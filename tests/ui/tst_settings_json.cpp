@@ -34,6 +34,8 @@ const std::vector<std::pair<const char *, std::function<void(Settings &)>>> &fie
         {"kv_mode", [](Settings &s) { s.kv_mode = KvMode::Vmm; }},
         {"context_limit", [](Settings &s) { s.context_limit = 8192; }},
         {"overflow", [](Settings &s) { s.overflow = OverflowPolicy::DropOldestTurns; }},
+        {"sink_tokens", [](Settings &s) { s.sink_tokens = 8; }},
+        {"shift_discard", [](Settings &s) { s.shift_discard = 100; }},
         {"backend", [](Settings &s) { s.backend = ComputeBackend::Cuda; }},
     };
     return changes;
@@ -110,6 +112,25 @@ private slots:
         d = c;
         d.kv_mode = KvMode::Concat;
         QVERIFY(!sameMeasurement(c, d));
+        // Under the shift policy the text streams through one context, with its sinks.
+        d = c;
+        d.overflow = OverflowPolicy::Shift;
+        QVERIFY(!sameMeasurement(c, d));
+        Settings e = d;
+        e.sink_tokens = 0;
+        QVERIFY(!sameMeasurement(d, e));
+        c.sink_tokens = 0; // not shifting: the sinks do not count
+        QVERIFY(sameMeasurement(c, Settings{}));
+    }
+
+    void badSinkCountsAreRefused()
+    {
+        for (const char *key : {"sink_tokens", "shift_discard"})
+            for (const QJsonValue bad : {QJsonValue(-1), QJsonValue(2.5), QJsonValue(QStringLiteral("4"))}) {
+                QString error;
+                QVERIFY(!settingsFromJson(QJsonObject{{QLatin1String(key), bad}}, &error));
+                QVERIFY2(error.contains(QLatin1String(key)), qPrintable(error));
+            }
     }
 
     void defaultContextLimit()
