@@ -746,17 +746,24 @@ private slots:
             QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
             QVERIFY(gen.finished.first().generated_tokens > 0);
         }
-        Events gen(w());
-        post([worker] {
-            GenerationParams p = greedy(400);
-            p.repetition_penalty = 1.3f; // keeps the greedy reply from ending early
-            worker->continueText(p);
-        });
-        QVERIFY(Events::waitFor(gen.finished));
-        QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
-        QVERIFY(gen.finished.first().reason != FinishReason::ContextFull);
-        QVERIFY(!gen.steps.isEmpty());
-        QVERIFY(gen.steps.last().position <= 256);
+        // Continuations (each may end at a generated end of text) until more tokens than the
+        // context holds went in.
+        int generated = 0;
+        for (int round = 0; round < 60 && generated <= 256; ++round) {
+            Events gen(w());
+            GenerationParams p = greedy(200);
+            p.do_sample = true; // sampled, so a generated end of text is not met again at once
+            p.temperature = 1.0f;
+            p.seed = quint64(round + 1);
+            post([worker, p] { worker->continueText(p); });
+            QVERIFY(Events::waitFor(gen.finished));
+            QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
+            QVERIFY(gen.finished.first().reason != FinishReason::ContextFull);
+            for (const StepMetrics &m : gen.steps)
+                QVERIFY(m.position <= 256);
+            generated += gen.finished.first().generated_tokens;
+        }
+        QVERIFY(generated > 256);
     }
 
     void loadsHuggingFaceDirectory()

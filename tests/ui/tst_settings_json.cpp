@@ -126,7 +126,7 @@ private slots:
     void badSinkCountsAreRefused()
     {
         for (const char *key : {"sink_tokens", "shift_discard"})
-            for (const QJsonValue bad : {QJsonValue(-1), QJsonValue(2.5), QJsonValue(QStringLiteral("4"))}) {
+            for (const QJsonValue &bad : {QJsonValue(-1), QJsonValue(2.5), QJsonValue(QStringLiteral("4"))}) {
                 QString error;
                 QVERIFY(!settingsFromJson(QJsonObject{{QLatin1String(key), bad}}, &error));
                 QVERIFY2(error.contains(QLatin1String(key)), qPrintable(error));
