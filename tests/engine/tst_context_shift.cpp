@@ -355,6 +355,19 @@ private slots:
         st.overflow = OverflowPolicy::Error;
         QVERIFY(message(st, 64).isEmpty());
 
+        // Batched generation has no shift: refused, not left to overflow.
+        SessionOptions batch;
+        batch.n_ctx = 64;
+        batch.settings = shift_settings(KvMode::Static, false, false);
+        GenerateRequest one;
+        one.prompt = book_tokens(*m_model, 8);
+        try {
+            generate_batch(*m_model, batch, {one});
+            QFAIL("a batch under the shift policy was not refused");
+        } catch (const InvalidArgument &e) {
+            QVERIFY2(QString::fromStdString(e.what()).contains("does not shift"), e.what());
+        }
+
         // A live change to bad values is refused and the old settings stay.
         SessionOptions o;
         o.n_ctx = 64;
