@@ -181,7 +181,7 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
     const int be = m_backendChoice->findData(int(s.backend));
     m_backendChoice->setCurrentIndex(be < 0 ? 0 : be);
     m_updating = false;
-    updateAlphaEnabled();
+    updateEnabled();
 }
 
 void LongContextPanel::setTrainedContext(int n)
@@ -222,13 +222,13 @@ void LongContextPanel::setApplied(int position)
 
 void LongContextPanel::emitChanged()
 {
-    updateAlphaEnabled();
+    updateEnabled();
     if (m_updating)
         return;
     emit settingsChanged(settings());
 }
 
-void LongContextPanel::updateAlphaEnabled()
+void LongContextPanel::updateEnabled()
 {
     m_alpha->setEnabled(!m_autoAlpha->isChecked());
     m_sinks->setEnabled(OverflowPolicy(m_overflow->currentData().toInt()) == OverflowPolicy::Shift);

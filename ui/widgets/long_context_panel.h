@@ -57,7 +57,8 @@ signals:
 
 private:
     void emitChanged();
-    void updateAlphaEnabled();
+    // Alpha off under auto, the sink count off unless the policy shifts.
+    void updateEnabled();
 
     QDoubleSpinBox *m_alpha = nullptr;
     QCheckBox *m_autoAlpha = nullptr;
