@@ -180,6 +180,7 @@ private slots:
             const std::vector<int32_t> kept = s.history();
             worst = std::max(worst, max_diff(fresh_logits(*m_one_layer, kept), got));
         }
+        qInfo("largest logit difference to the fresh evaluations: %.3g", worst);
         QVERIFY2(worst <= k_logit_tol, qPrintable(QString("max logit difference %1").arg(worst)));
         QCOMPARE(s.shifts(), int64_t(3));
         const std::vector<int32_t> upto(stream.begin(), stream.end());
