@@ -138,7 +138,8 @@ std::string prompt_text(const Args &a, bool allow_positional)
 const std::vector<OptionSpec> k_settings_options = {
     {{"--alpha"}}, {{"--rope-scaling"}}, {{"--rope-factor"}}, {{"--rope-orig-ctx"}},
     {{"--kv-before-rope"}, false}, {{"--attn"}}, {{"--causal-flash"}, false},
-    {{"--kv"}}, {{"--overflow"}}, {{"--backend"}}, {{"--kv-type-k"}}, {{"--kv-type-v"}}};
+    {{"--kv"}}, {{"--overflow"}}, {{"--sinks"}}, {{"--shift-discard"}}, {{"--backend"}}, {{"--kv-type-k"}},
+    {{"--kv-type-v"}}};
 
 } // namespace
 
@@ -192,9 +193,13 @@ Settings settings_from_args(const Args &a)
     if (auto o = a.value("--overflow")) {
         auto p = parse_overflow(*o);
         if (!p || *p == OverflowPolicy::DropOldestTurns)
-            throw UsageError("--overflow must be error or head-tail, got '" + *o + "'");
+            throw UsageError("--overflow must be error, head-tail or shift, got '" + *o + "'");
         s.overflow = *p;
     }
+    if (a.value("--sinks"))
+        s.sink_tokens = a.get_int("--sinks", 0, 1 << 24).value();
+    if (a.value("--shift-discard"))
+        s.shift_discard = a.get_int("--shift-discard", 1, 1 << 24).value();
     if (auto b = a.value("--backend")) {
         auto backend = parse_backend(*b);
         if (!backend)

@@ -70,6 +70,7 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
                                 {{"--max-tokens"}},
                                 {{"-t", "--threads"}},
                                 {{"--csv"}},
+                                {{"--stream"}, false},
                                 {{"--json"}, false}}));
     auto file = a.value("--file");
     if (!file)
@@ -83,6 +84,7 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
     o.batch = a.get_int("--batch", 1, 1 << 20).value_or(256);
     o.bucket = a.get_int("--bucket", 1, 1 << 20).value_or(64);
     o.n_threads = a.get_int("--threads", 1, 1024).value_or(0);
+    o.stream = a.flag("--stream");
     const int max_tokens = a.get_int("--max-tokens", 2, 1 << 30).value_or(0);
     const std::string text = read_file(*file);
     auto model = load(a, argv0, o.settings);
@@ -111,6 +113,8 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
         j["mean_nll"] = r.mean_nll;
         j["perplexity"] = r.perplexity();
         j["n_ctx_train"] = model->hparams().n_ctx_train;
+        if (!r.stopped.empty())
+            j["stopped"] = r.stopped;
         for (const PositionBucket &b : r.curve)
             j["curve"].push_back({{"begin", b.begin}, {"end", b.end}, {"count", b.count},
                                   {"mean_nll", b.mean_nll}, {"perplexity", b.perplexity()}});
@@ -120,6 +124,8 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
     std::printf("scored %lld tokens in %d window%s: mean NLL %.4f nats, perplexity %.3f (trained context %d)\n",
                 (long long)r.n_scored, r.windows, r.windows == 1 ? "" : "s", r.mean_nll, r.perplexity(),
                 model->hparams().n_ctx_train);
+    if (!r.stopped.empty())
+        std::printf("the stream stopped there: %s\n", r.stopped.c_str());
     std::printf("| positions | tokens | mean NLL | perplexity |\n|---|---|---|---|\n");
     bool marked = false;
     for (const PositionBucket &b : r.curve) {

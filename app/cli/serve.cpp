@@ -374,13 +374,15 @@ ApiError context_error(int n_ctx, int prompt_tokens, std::optional<int> max_toke
 }
 
 // Tokenizes the prompt and checks that it and max_tokens fit in the context (or cuts it
-// head-and-tail when the server runs with --overflow head-tail). Fills job.prompt and
-// job.max_tokens; throws ApiError.
+// head-and-tail when the server runs with --overflow head-tail; with --overflow shift
+// nothing overflows: the session shifts its context). Fills job.prompt and job.max_tokens;
+// throws ApiError.
 void prepare_prompt(const Model &model, const std::string &template_text, int n_ctx, Job &job)
 {
     const CompletionRequest &r = job.req;
-    const OverflowPolicy policy = r.settings.overflow == OverflowPolicy::HeadTail ? OverflowPolicy::HeadTail
-                                                                                  : OverflowPolicy::Error;
+    const OverflowPolicy policy = r.settings.overflow == OverflowPolicy::HeadTail || r.settings.overflow == OverflowPolicy::Shift
+                                      ? r.settings.overflow
+                                      : OverflowPolicy::Error;
     const Tokenizer &tok = model.tokenizer();
     std::optional<int> requested = r.max_tokens;
     if (r.endpoint == Endpoint::Completion && !requested)
@@ -422,7 +424,9 @@ void prepare_prompt(const Model &model, const std::string &template_text, int n_
     const int room = n_ctx - int(job.prompt.size());
     if (policy == OverflowPolicy::Error && (room < 1 || (requested && *requested > room)))
         throw context_error(n_ctx, int(job.prompt.size()), requested, r.endpoint);
-    job.max_tokens = requested ? *requested : std::max(1, room);
+    // Unbounded under shift, a reply without max_tokens gets the room a fresh context has.
+    const int default_tokens = policy == OverflowPolicy::Shift ? std::max(room, n_ctx / 2) : room;
+    job.max_tokens = requested ? *requested : std::max(1, default_tokens);
 }
 
 struct ServeOptions {

@@ -552,6 +552,8 @@ json settings_json(const Settings &s)
     j["kv_type_v"] = std::string(to_string(s.kv_type_v));
     j["context_limit"] = s.context_limit;
     j["overflow"] = std::string(to_string(s.overflow));
+    if (s.overflow == OverflowPolicy::Shift)
+        j["sink_tokens"] = s.sink_tokens;
     return j;
 }
 

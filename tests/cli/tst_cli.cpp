@@ -376,6 +376,40 @@ private slots:
         QVERIFY(r.err.contains("head-tail"));
     }
 
+    void shift_overflow_goes_past_the_context()
+    {
+        // The same prompt, longer than the limit of 24, goes in whole, and 60 tokens are
+        // generated: the context shifts, keeping 4 sink tokens.
+        const QString prompt = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.";
+        Run r = run_cli({"generate", "-p", prompt, "--ctx", "24", "-n", "60", "--overflow", "shift", "--sinks", "4",
+                         "--temp", "0", "--json"});
+        QCOMPARE(r.code, 0);
+        const QJsonObject o = QJsonDocument::fromJson(r.out.split('\n').first()).object();
+        QVERIFY(o["n_prompt_tokens"].toInt() > 24);
+        QVERIFY(o["n_generated_tokens"].toInt() > 24);
+
+        // Sinks that fill the context, or a negative count, are refused in one line.
+        Run full = run_cli({"generate", "-p", prompt, "--ctx", "24", "--overflow", "shift", "--sinks", "24"});
+        QCOMPARE(full.code, 1);
+        QVERIFY2(full.err.count('\n') == 1 && full.err.contains("24 sink tokens leave no room"), full.err.constData());
+        Run negative = run_cli({"generate", "-p", prompt, "--overflow", "shift", "--sinks", "-1"});
+        QCOMPARE(negative.code, 2);
+        QVERIFY2(negative.err.contains("--sinks"), negative.err.constData());
+
+        // perplexity streams under shift past the context; streamed under error it stops there.
+        const QString book = QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt");
+        Run ppl = run_cli({"perplexity", "-f", book, "--ctx", "64", "--max-tokens", "256", "--overflow", "shift", "--json"});
+        QCOMPARE(ppl.code, 0);
+        const QJsonObject p = QJsonDocument::fromJson(ppl.out).object();
+        QCOMPARE(p["n_scored"].toInt(), 256);
+        QVERIFY(!p.contains("stopped"));
+        Run stopped = run_cli({"perplexity", "-f", book, "--ctx", "64", "--max-tokens", "256", "--stream", "--json"});
+        QCOMPARE(stopped.code, 0);
+        const QJsonObject q = QJsonDocument::fromJson(stopped.out).object();
+        QCOMPARE(q["n_scored"].toInt(), 64);
+        QVERIFY(q["stopped"].toString().contains("context limit of 64"));
+    }
+
     void env_model_used_without_m()
     {
         Run r = run_cli({"info", "--json"}, hf_dir().toUtf8());

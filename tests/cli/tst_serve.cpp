@@ -868,6 +868,29 @@ private slots:
         QCOMPARE(p.status, 403);
     }
 
+    // With --overflow shift a prompt longer than the context is taken whole: the session
+    // shifts its context instead of the 400 context_overflow gives.
+    void shift_overflow_takes_long_prompts()
+    {
+        QProcess server;
+        QByteArray log;
+        const int port = start_server(server, log, {"--ctx", QString::number(k_ctx), "--overflow", "shift"});
+        QVERIFY2(port > 0, log.constData());
+        const QByteArray body =
+            to_json(QJsonObject{{"prompt", long_prompt().repeated(2)}, {"max_tokens", 8}, {"temperature", 0}});
+        const RawReply r = raw_request(port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                             "Content-Type: application/json\r\nContent-Length: " +
+                                                 QByteArray::number(body.size()) + "\r\n\r\n" + body,
+                                       60000);
+        QVERIFY2(r.status == 200, (r.text + log).constData());
+        const QJsonObject usage =
+            QJsonDocument::fromJson(r.text.mid(r.text.indexOf("\r\n\r\n") + 4)).object()["usage"].toObject();
+        QVERIFY2(usage["prompt_tokens"].toInt() > k_ctx, r.text.constData());
+        QVERIFY(usage["completion_tokens"].toInt() > 0);
+        server.terminate();
+        QVERIFY(server.waitForFinished(15000));
+    }
+
     // --allow-host names further Host values (a reverse proxy's name); the others stay refused.
     void allow_host()
     {

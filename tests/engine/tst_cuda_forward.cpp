@@ -224,6 +224,33 @@ private slots:
         QVERIFY(gpu.metrics.back().rope_base != gpu.metrics[gpu.metrics.size() - 2].rope_base);
     }
 
+    void context_shift_matches_the_cpu_data()
+    {
+        QTest::addColumn<KvMode>("mode");
+        QTest::addColumn<bool>("before_rope");
+        for (KvMode mode : {KvMode::Concat, KvMode::Static, KvMode::Vmm})
+            for (bool br : {false, true})
+                QTest::addRow("kv=%s%s", std::string(to_string(mode)).c_str(), br ? " before-rope" : "") << mode << br;
+    }
+    void context_shift_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        // 150 steps through a 64-token context under the shift policy: rows moved by device
+        // copies, keys cached after RoPE turned on the device, as the CPU does.
+        QFETCH(KvMode, mode);
+        QFETCH(bool, before_rope);
+        Settings s;
+        s.kv_mode = mode;
+        s.rope.store_kv_before_rope = before_rope;
+        s.overflow = OverflowPolicy::Shift;
+        const Trace cpu = run_greedy(*m_model, m_prompt, 150, s, 64);
+        s.backend = ComputeBackend::Cuda;
+        const Trace gpu = run_greedy(*m_model, m_prompt, 150, s, 64);
+        COMPARE_WITH_CPU(gpu, cpu);
+        QCOMPARE(gpu.metrics.back().settings.backend, ComputeBackend::Cuda);
+        QVERIFY(gpu.metrics.back().position <= 64);
+    }
+
     void switching_the_backend_between_steps_loses_nothing()
     {
         REQUIRE_GPU();

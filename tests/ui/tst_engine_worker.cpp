@@ -813,6 +813,52 @@ private slots:
         QVERIFY(gen.finished.first().generated_tokens > 0);
     }
 
+    void shiftPolicyStreamsAndChatsPastTheContext()
+    {
+        // A text 5x the context streams in whole, a chat about it and a long continuation go
+        // on: no context error, no ContextFull, the context never above its limit.
+        longscope::Settings s;
+        s.context_limit = 256;
+        s.overflow = OverflowPolicy::Shift;
+        reset(s);
+        const QString text = loadBook(k_alice)->text.left(5000);
+        EngineWorker *worker = w();
+        {
+            Events ev(w());
+            post([worker, text] { worker->streamText(text, 64); });
+            QVERIFY(Events::waitFor(ev.streamFinished));
+            QVERIFY2(ev.errors.isEmpty(), qPrintable(ev.errors.value(0)));
+            QCOMPARE(ev.streamFinished.first().first, false);
+            QVERIFY(ev.streamFinished.first().second <= 256);
+            QVERIFY(ev.streamFinished.first().second > 4);
+        }
+        {
+            Events gen(w());
+            post([worker] { worker->generateChat(userSays(QStringLiteral("Who is in the story?"), greedy(10))); });
+            QVERIFY(Events::waitFor(gen.finished));
+            QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
+            QVERIFY(gen.finished.first().generated_tokens > 0);
+        }
+        // Continuations (each may end at a generated end of text) until more tokens than the
+        // context holds went in.
+        int generated = 0;
+        for (int round = 0; round < 60 && generated <= 256; ++round) {
+            Events gen(w());
+            GenerationParams p = greedy(200);
+            p.do_sample = true; // sampled, so a generated end of text is not met again at once
+            p.temperature = 1.0f;
+            p.seed = quint64(round + 1);
+            post([worker, p] { worker->continueText(p); });
+            QVERIFY(Events::waitFor(gen.finished));
+            QVERIFY2(gen.errors.isEmpty(), qPrintable(gen.errors.value(0)));
+            QVERIFY(gen.finished.first().reason != FinishReason::ContextFull);
+            for (const StepMetrics &m : gen.steps)
+                QVERIFY(m.position <= 256);
+            generated += gen.finished.first().generated_tokens;
+        }
+        QVERIFY(generated > 256);
+    }
+
     void loadsHuggingFaceDirectory()
     {
         reset();

@@ -39,6 +39,8 @@ const std::vector<std::pair<const char *, std::function<void(Settings &)>>> &fie
         {"kv_type_v", [](Settings &s) { s.kv_type_v = longscope::KvType::Q4_0; }},
         {"context_limit", [](Settings &s) { s.context_limit = 8192; }},
         {"overflow", [](Settings &s) { s.overflow = OverflowPolicy::DropOldestTurns; }},
+        {"sink_tokens", [](Settings &s) { s.sink_tokens = 8; }},
+        {"shift_discard", [](Settings &s) { s.shift_discard = 100; }},
         {"backend", [](Settings &s) { s.backend = ComputeBackend::Cuda; }},
     };
     return changes;
@@ -133,12 +135,31 @@ private slots:
         d = c;
         d.kv_type_k = longscope::KvType::F16;
         QVERIFY(!sameMeasurement(c, d));
+        // Under the shift policy the text streams through one context, with its sinks.
+        d = c;
+        d.overflow = OverflowPolicy::Shift;
+        QVERIFY(!sameMeasurement(c, d));
+        Settings e = d;
+        e.sink_tokens = 0;
+        QVERIFY(!sameMeasurement(d, e));
+        c.sink_tokens = 0; // not shifting: the sinks do not count
+        QVERIFY(sameMeasurement(c, Settings{}));
+    }
+
+    void badSinkCountsAreRefused()
+    {
+        for (const char *key : {"sink_tokens", "shift_discard"})
+            for (const QJsonValue &bad : {QJsonValue(-1), QJsonValue(2.5), QJsonValue(QStringLiteral("4"))}) {
+                QString error;
+                QVERIFY(!settingsFromJson(QJsonObject{{QLatin1String(key), bad}}, &error));
+                QVERIFY2(error.contains(QLatin1String(key)), qPrintable(error));
+            }
     }
 
     void badKvTypesAreNamed()
     {
         for (const char *key : {"kv_type_k", "kv_type_v"})
-            for (const QJsonValue bad : {QJsonValue(QStringLiteral("q5_0")), QJsonValue(8), QJsonValue(true)}) {
+            for (const QJsonValue &bad : {QJsonValue(QStringLiteral("q5_0")), QJsonValue(8), QJsonValue(true)}) {
                 QString error;
                 QVERIFY(!settingsFromJson(QJsonObject{{QLatin1String(key), bad}}, &error));
                 QVERIFY2(error.contains(QLatin1String(key)), qPrintable(error));

@@ -513,7 +513,10 @@ void EngineWorker::run_chat(quint64 job, const ChatRequest &request)
         // After a book was streamed in, the conversation continues from it: the document is
         // the prompt's prefix and the chat fits into what it leaves free.
         const int doc = int(m_document.size());
-        const int free = limit - doc;
+        // Under the shift policy nothing overflows: the session shifts the book and the chat
+        // through the context.
+        const bool shifting = m_session->settings().overflow == OverflowPolicy::Shift;
+        const int free = shifting ? limit : limit - doc;
         if (doc > 0 && free < k_min_chat_room)
             throw ContextOverflow("the streamed text fills " + std::to_string(doc) + " of the " + std::to_string(limit) +
                                   " tokens of the context, leaving " + std::to_string(std::max(0, free)) +
@@ -646,13 +649,13 @@ void EngineWorker::run_stream(quint64 job, const QString &text, int chunk_tokens
         const int keep_free = std::min(512, limit / 4);
         const int room = int64_t(tokens.size()) > limit - in_context ? limit - in_context - keep_free
                                                                    : limit - in_context;
-        if (int64_t(tokens.size()) > room) {
-            const OverflowPolicy policy = m_session->settings().overflow;
+        const OverflowPolicy policy = m_session->settings().overflow;
+        // Under the shift policy the text streams through the context whatever its length.
+        if (int64_t(tokens.size()) > room && policy != OverflowPolicy::Shift) {
             if (policy == OverflowPolicy::Error || room <= 0) {
                 emit errorOccurred(QStringLiteral("the text is %1 tokens but only %2 of the context limit of %3 are "
                                                   "free (%4 already in the context); raise the limit, Clear, or "
-                                                  "choose an overflow policy other than \"error\" to keep its head "
-                                                  "and tail")
+                                                  "choose another overflow policy (head and tail kept, or shift)")
                                        .arg(tokens.size())
                                        .arg(std::max(0, room))
                                        .arg(limit)

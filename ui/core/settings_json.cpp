@@ -38,6 +38,8 @@ QJsonObject settingsToJson(const longscope::Settings &s)
                        {QStringLiteral("kv_type_v"), qs(to_string(s.kv_type_v))},
                        {QStringLiteral("context_limit"), s.context_limit},
                        {QStringLiteral("overflow"), qs(to_string(s.overflow))},
+                       {QStringLiteral("sink_tokens"), s.sink_tokens},
+                       {QStringLiteral("shift_discard"), s.shift_discard},
                        {QStringLiteral("backend"), qs(to_string(s.backend))}};
 }
 
@@ -129,6 +131,17 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
         }
         s.overflow = *policy;
     }
+    for (auto [key, out] : {std::pair{"sink_tokens", &s.sink_tokens}, std::pair{"shift_discard", &s.shift_discard}}) {
+        const QJsonValue v = json.value(QLatin1String(key));
+        if (v.isUndefined())
+            continue;
+        const double n = v.toDouble(-1);
+        if (!v.isDouble() || n < 0 || n > double(1 << 24) || n != std::floor(n)) {
+            setError(error, QStringLiteral("settings: %1 must be a whole number of tokens").arg(QLatin1String(key)));
+            return std::nullopt;
+        }
+        *out = int(n);
+    }
     if (const QJsonValue be = json.value(QStringLiteral("backend")); !be.isUndefined()) {
         const auto backend = parse_backend(be.toString().toStdString());
         if (!backend) {
@@ -152,6 +165,12 @@ bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b)
         m.kv_mode = s.kv_mode;
         m.kv_type_k = s.kv_type_k;
         m.kv_type_v = s.kv_type_v;
+        // Under the shift policy the text streams through one context: another measurement.
+        if (s.overflow == OverflowPolicy::Shift) {
+            m.overflow = s.overflow;
+            m.sink_tokens = s.sink_tokens;
+            m.shift_discard = s.shift_discard;
+        }
         return m;
     };
     return measured(a) == measured(b);
@@ -186,6 +205,8 @@ QString describeSettings(const longscope::Settings &s)
     parts << QStringLiteral("KV %1").arg(qs(to_string(s.kv_mode)));
     if (s.kv_type_k != longscope::KvType::F32 || s.kv_type_v != longscope::KvType::F32)
         parts << QStringLiteral("K %1 V %2").arg(qs(to_string(s.kv_type_k)), qs(to_string(s.kv_type_v)));
+    if (s.overflow == OverflowPolicy::Shift)
+        parts << QStringLiteral("shift, %1 sinks").arg(s.sink_tokens);
     return parts.join(QStringLiteral(" · "));
 }
 

@@ -21,7 +21,8 @@ std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QSt
 
 // Whether two settings measure the same perplexity: equal in what describeSettings() lists
 // (alpha only when not auto); the context limit, overflow policy and backend do not count
-// (a run sets its own context length).
+// (a run sets its own context length), except the shift policy, under which the text streams
+// through one context (with its sinks and discard).
 bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b);
 
 // "α 2", "α auto", "α 1.5".

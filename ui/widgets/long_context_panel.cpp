@@ -99,7 +99,14 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     m_overflow->addItem(tr("Error"), int(OverflowPolicy::Error));
     m_overflow->addItem(tr("Keep head and tail"), int(OverflowPolicy::HeadTail));
     m_overflow->addItem(tr("Drop oldest turns"), int(OverflowPolicy::DropOldestTurns));
+    m_overflow->addItem(tr("Shift, keeping sinks"), int(OverflowPolicy::Shift));
     m_overflow->setToolTip(tr("What happens when a prompt does not fit in the context limit"));
+    m_sinks = new QSpinBox(this);
+    m_sinks->setRange(0, kMaxContextLimit - 1);
+    m_sinks->setSuffix(tr(" sink tokens"));
+    m_sinks->setKeyboardTracking(false);
+    m_sinks->setToolTip(tr("Shift: the first tokens are never dropped (attention sinks); when the context is full, "
+                           "half of the rest goes, oldest first, and chat and streaming go on"));
 
     m_backendChoice = new QComboBox(this);
     m_backendChoice->addItem(tr("CPU"), int(ComputeBackend::Cpu));
@@ -141,6 +148,7 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     form->addRow(tr("Context limit"), m_contextLimit);
     form->addRow(QString(), m_trained);
     form->addRow(tr("On overflow"), m_overflow);
+    form->addRow(QString(), m_sinks);
     auto *line = new QFrame(this);
     line->setFrameShape(QFrame::HLine);
     line->setFrameShadow(QFrame::Sunken);
@@ -160,6 +168,7 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
     connect(m_kvTypeV, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
     connect(m_contextLimit, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
     connect(m_overflow, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_sinks, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
     connect(m_backendChoice, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
 
     setSettings(longscope::Settings{});
@@ -179,6 +188,7 @@ longscope::Settings LongContextPanel::settings() const
     s.kv_type_v = KvType(m_kvTypeV->currentData().toInt());
     s.context_limit = m_contextLimit->value();
     s.overflow = OverflowPolicy(m_overflow->currentData().toInt());
+    s.sink_tokens = m_sinks->value();
     s.backend = ComputeBackend(m_backendChoice->currentData().toInt());
     return s;
 }
@@ -201,10 +211,11 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
     m_contextLimit->setValue(std::clamp(s.context_limit, 0, kMaxContextLimit));
     const int ov = m_overflow->findData(int(s.overflow));
     m_overflow->setCurrentIndex(ov < 0 ? 0 : ov);
+    m_sinks->setValue(std::clamp(s.sink_tokens, 0, kMaxContextLimit - 1));
     const int be = m_backendChoice->findData(int(s.backend));
     m_backendChoice->setCurrentIndex(be < 0 ? 0 : be);
     m_updating = false;
-    updateAlphaEnabled();
+    updateEnabled();
 }
 
 void LongContextPanel::setTrainedContext(int n)
@@ -245,15 +256,16 @@ void LongContextPanel::setApplied(int position)
 
 void LongContextPanel::emitChanged()
 {
-    updateAlphaEnabled();
+    updateEnabled();
     if (m_updating)
         return;
     emit settingsChanged(settings());
 }
 
-void LongContextPanel::updateAlphaEnabled()
+void LongContextPanel::updateEnabled()
 {
     m_alpha->setEnabled(!m_autoAlpha->isChecked());
+    m_sinks->setEnabled(OverflowPolicy(m_overflow->currentData().toInt()) == OverflowPolicy::Shift);
 }
 
 } // namespace longscope::ui

@@ -49,6 +49,7 @@ public:
     QComboBox *kvTypeVBox() const { return m_kvTypeV; }
     QSpinBox *contextLimitBox() const { return m_contextLimit; }
     QComboBox *overflowBox() const { return m_overflow; }
+    QSpinBox *sinksBox() const { return m_sinks; }
     QComboBox *backendBox() const { return m_backendChoice; }
     QLabel *effectiveAlphaLabel() const { return m_effectiveAlpha; }
     QLabel *appliedLabel() const { return m_applied; }
@@ -58,7 +59,8 @@ signals:
 
 private:
     void emitChanged();
-    void updateAlphaEnabled();
+    // Alpha off under auto, the sink count off unless the policy shifts.
+    void updateEnabled();
 
     QDoubleSpinBox *m_alpha = nullptr;
     QCheckBox *m_autoAlpha = nullptr;
@@ -72,6 +74,7 @@ private:
     QSpinBox *m_contextLimit = nullptr;
     QLabel *m_trained = nullptr;
     QComboBox *m_overflow = nullptr;
+    QSpinBox *m_sinks = nullptr;
     QComboBox *m_backendChoice = nullptr;
     QLabel *m_backend = nullptr;
     QLabel *m_gpuStatus = nullptr;

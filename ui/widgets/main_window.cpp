@@ -91,6 +91,7 @@ QString overflowText(OverflowPolicy p)
     case OverflowPolicy::Error: return MainWindow::tr("error");
     case OverflowPolicy::HeadTail: return MainWindow::tr("head+tail");
     case OverflowPolicy::DropOldestTurns: return MainWindow::tr("drop oldest");
+    case OverflowPolicy::Shift: return MainWindow::tr("shift");
     }
     return {};
 }

@@ -45,7 +45,10 @@ public:
     // Appends `tokens` to the context and evaluates them. Returns the logits of the last
     // one [n_vocab]. With `all_logits`, returns [tokens.size(), n_vocab]. Throws
     // ContextOverflow when the context limit would be passed (the context is unchanged),
-    // InvalidArgument for an empty list or an id outside the vocabulary.
+    // InvalidArgument for an empty list or an id outside the vocabulary. Under the shift
+    // overflow policy nothing overflows: tokens that do not fit are evaluated in pieces, the
+    // context shifted (settings.h OverflowPolicy::Shift) whenever it is full; positions are
+    // then indices into history(), which no longer holds the dropped tokens.
     std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
     // New settings, applied at the next eval(): the cache migrates to a new mode or limit,
@@ -74,6 +77,12 @@ public:
     // earlier turn). Throws InvalidArgument when n_tokens is negative or beyond n_past().
     void truncate(int n_tokens);
     int n_past() const;
+    // How many tokens at the start of history() have cached rows equal to what evaluating
+    // them afresh would give: n_past(), or fewer after a context shift (the rows after the
+    // sinks were computed with the dropped tokens in view). A reused prefix stops there.
+    int exact_prefix() const;
+    // Context shifts made since the session was created.
+    int64_t shifts() const;
     int n_ctx() const;
     int n_threads() const;
     const std::vector<int32_t> &history() const;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace longscope {
@@ -19,6 +20,12 @@ struct PerplexityOptions {
     int bucket = 64;    // positions per curve point
     int n_threads = 0;
     Settings settings;  // kv mode, attention, alpha... (context_limit is set to ctx)
+    // Scores the text as one stream through one session (BOS once) instead of windows: each
+    // token with everything the context holds before it. Under the shift overflow policy the
+    // text always streams (windows would never fill the context) and goes on past the limit;
+    // under another policy the context error stops the stream at the limit
+    // (PerplexityResult::stopped says so).
+    bool stream = false;
     // Called after each step with tokens scored so far and the total; false cancels (the
     // result then covers what was scored).
     std::function<bool(int64_t done, int64_t total)> progress;
@@ -39,6 +46,7 @@ struct PerplexityResult {
     double mean_nll = 0;
     int windows = 0;
     bool cancelled = false;
+    std::string stopped; // a stream stopped by the context error: why (empty otherwise)
     std::vector<PositionBucket> curve;
     // Per scored token: position in its window and negative log-likelihood.
     std::vector<int> positions;
@@ -49,6 +57,8 @@ struct PerplexityResult {
 // Scores `tokens` (no BOS: each window starts with the model's BOS) in windows of ctx
 // tokens. In the first window every token after BOS is scored; with a stride below ctx,
 // later windows score only the tokens no earlier window scored, with the overlap as context.
+// Streamed (PerplexityOptions::stream, or the shift policy), a token's position is its index
+// in the context when it was predicted.
 // Throws InvalidArgument for a text shorter than two tokens or bad options.
 PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &options);
 

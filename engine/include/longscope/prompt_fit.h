@@ -14,6 +14,7 @@ namespace longscope {
 // ContextOverflow when it does not fit. HeadTail: keeps the first and the last halves of the
 // budget (as the long-context benchmarks do), so the instruction at the start and the
 // question at the end survive. DropOldestTurns is the chat layer's job and acts as Error here.
+// Shift: the prompt is kept whole; the session shifts the context as it streams in.
 std::vector<int32_t> fit_prompt(std::span<const int32_t> prompt, int limit, int reserve,
                                 OverflowPolicy policy);
 

@@ -33,6 +33,10 @@ enum class OverflowPolicy {
     Error,    // a prompt longer than the limit is an error
     HeadTail, // keep the first and last halves of an over-long prompt
     DropOldestTurns, // chats: drop the oldest turns (the chat layer applies this)
+    // Context shift with attention sinks (StreamingLLM): when the context is full, the session
+    // keeps the first Settings::sink_tokens tokens and the most recent ones, drops the oldest
+    // of the rest and moves the kept keys to their new positions, so evaluation never stops.
+    Shift,
 };
 
 // Where the forward pass runs. CUDA needs the plugin (liblongscope-cuda.so) and a usable GPU.
@@ -84,12 +88,22 @@ struct Settings {
     int context_limit = 0; // tokens; 0 = the model's trained context (at most 4096)
     OverflowPolicy overflow = OverflowPolicy::Error;
     ComputeBackend backend = ComputeBackend::Cpu;
+    // OverflowPolicy::Shift: tokens at the start of the context that are never dropped (the
+    // "attention sinks"; StreamingLLM finds 4 enough), and tokens dropped per shift. 0 drops
+    // half of the tokens after the sinks, as llama.cpp's context shift does: one shift then
+    // makes room for many steps, and the most recent half of the context stays.
+    int sink_tokens = 4;
+    int shift_discard = 0;
 
     // Every field.
     bool operator==(const Settings &) const = default;
 
-    // Throws InvalidArgument naming the bad value (alpha < 1 or not finite, limit < 0).
+    // Throws InvalidArgument naming the bad value (alpha < 1 or not finite, limit < 0, a
+    // negative sink or discard count, sinks that leave no room in a context_limit set here;
+    // the session checks the sinks against the limit it resolves too).
     void validate() const;
+    // InvalidArgument when the shift policy is chosen and the sinks fill a context of `limit`.
+    void check_sinks(int limit) const;
 };
 
 std::string_view to_string(KvMode m);

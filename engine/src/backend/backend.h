@@ -10,6 +10,7 @@
 // pass only offsets them and passes them back; it never dereferences them.
 #pragma once
 
+#include "longscope/errors.h"
 #include "longscope/model.h"
 #include "longscope/settings.h"
 #include "model/weights.h"
@@ -64,6 +65,12 @@ public:
     // How keys and values are stored (settings.h KvType).
     virtual KvType type_k() const { return KvType::F32; }
     virtual KvType type_v() const { return KvType::F32; }
+    // A context shift's move: of the first n_tokens positions, keeps [0, keep), drops
+    // [keep, keep + drop) and moves the rows of [keep + drop, n_tokens) down to start at `keep`,
+    // in every layer, keys and values, unchanged (the backend re-rotates keys cached after
+    // RoPE: Backend::shift_cached_keys). Throws InvalidArgument for a range outside
+    // [0, n_tokens) or n_tokens beyond what the cache holds.
+    virtual void shift(int n_tokens, int keep, int drop) = 0;
 
     // Accounting for the memory ledger.
     virtual uint64_t reserved_bytes() const = 0;       // allocated or reserved address space
@@ -71,6 +78,16 @@ public:
     virtual uint64_t copied_bytes() const = 0;         // bytes copied by growth, cumulative
     virtual uint64_t peak_resident_bytes() const = 0;  // including transient growth copies
 };
+
+// The checks every KvCache::shift makes: InvalidArgument unless 0 <= keep, 0 <= drop,
+// keep + drop <= n_tokens <= held (the positions the cache can hold now).
+inline void check_kv_shift(int n_tokens, int keep, int drop, int held)
+{
+    if (keep < 0 || drop < 0 || n_tokens < keep + drop || n_tokens > held)
+        throw InvalidArgument("cannot shift the KV cache keeping " + std::to_string(keep) + " and dropping " +
+                              std::to_string(drop) + " of " + std::to_string(n_tokens) + " tokens (it holds " +
+                              std::to_string(held) + ")");
+}
 
 // Activation buffers of one forward call for n rows (tokens), in the backend's memory:
 // x, xn, proj [n, n_embd]; q, attn [n, n_embd_q]; k, v [n, n_embd_kv]; gate, up [n, n_ff].
@@ -129,6 +146,13 @@ public:
     // Rotates the cached keys of positions [j0, j0 + n) in every layer by RoPE with `base`
     // (positions scaled by pos_scale): forward, or with `undo` backwards.
     virtual void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) = 0;
+    // Moves the cached keys of positions [j0, j0 + n), rotated by RoPE with `base` and the
+    // per-dimension `factors` (empty: none), by `delta` positions: every row rotated by the same
+    // angle, delta * pos_scale (RoPE rotations compose). What a context shift does to keys
+    // cached after RoPE; the one place where a cache whose rows are not plain floats converts
+    // a key row, rotates it and stores it back.
+    virtual void shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                                   std::span<const float> factors) = 0;
 
     // ---- the operations of a forward pass ------------------------------------------------
     // Buffers for n rows, valid until the next call. Throws OutOfMemory.

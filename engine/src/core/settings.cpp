@@ -26,6 +26,19 @@ void Settings::validate() const
     if (context_limit > (1 << 24))
         throw InvalidArgument("context limit " + std::to_string(context_limit) +
                               " is too large (at most 16777216)");
+    if (sink_tokens < 0)
+        throw InvalidArgument("the number of sink tokens must not be negative, got " + std::to_string(sink_tokens));
+    if (shift_discard < 0)
+        throw InvalidArgument("the number of tokens dropped per context shift must not be negative (0 = half), got " +
+                              std::to_string(shift_discard));
+    check_sinks(context_limit);
+}
+
+void Settings::check_sinks(int limit) const
+{
+    if (overflow == OverflowPolicy::Shift && limit > 0 && sink_tokens >= limit)
+        throw InvalidArgument(std::to_string(sink_tokens) + " sink tokens leave no room to shift in a context of " +
+                              std::to_string(limit) + " tokens (the sinks must be fewer than the context limit)");
 }
 
 std::string_view to_string(KvMode m)
@@ -96,6 +109,7 @@ std::string_view to_string(OverflowPolicy p)
     case OverflowPolicy::Error: return "error";
     case OverflowPolicy::HeadTail: return "head-tail";
     case OverflowPolicy::DropOldestTurns: return "drop-oldest";
+    case OverflowPolicy::Shift: return "shift";
     }
     return "?";
 }
@@ -110,7 +124,8 @@ std::optional<KvMode> parse_kv_mode(std::string_view s)
 
 std::optional<OverflowPolicy> parse_overflow(std::string_view s)
 {
-    for (OverflowPolicy p : {OverflowPolicy::Error, OverflowPolicy::HeadTail, OverflowPolicy::DropOldestTurns})
+    for (OverflowPolicy p : {OverflowPolicy::Error, OverflowPolicy::HeadTail, OverflowPolicy::DropOldestTurns,
+                             OverflowPolicy::Shift})
         if (s == to_string(p))
             return p;
     return std::nullopt;

@@ -72,20 +72,47 @@ void CpuBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
 void CpuBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
 {
     // Rotating by -angle undoes a rotation. One position at a time, as the keys were rotated.
-    // Keys of another type are decoded, rotated and encoded again.
-    KvStore &store = host_store(kv);
-    const int64_t ekv = m_hp.n_embd_kv();
-    const DType type = kv_dtype(store.type_k());
-    const uint64_t rb = store.key_row_bytes();
     const std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
-    std::vector<float> row(static_cast<size_t>(ekv));
     for (int j = j0; j < j0 + n; ++j) {
         const double pos[1] = {(undo ? -1.0 : 1.0) * j * pos_scale};
-        for (int l = 0; l < m_hp.n_layer; ++l) {
-            dequantize_row(type, store.key_data(l) + uint64_t(j) * rb, row.data(), ekv);
-            longscope::rope(row.data(), 1, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, pos, inv);
-            write_kv_rows(store, 0, l, j, row.data(), 1);
-        }
+        rotate_key_rows(kv, j, 1, pos, inv);
+    }
+}
+
+void CpuBackend::shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                                   std::span<const float> factors)
+{
+    if (n <= 0 || delta == 0)
+        return;
+    check_kv_shift(j0 + n, j0, 0, host_store(kv).capacity());
+    std::vector<double> inv = rope_inv_freq(base, m_hp.n_rot);
+    for (size_t i = 0; i < inv.size() && i < factors.size(); ++i)
+        inv[i] /= double(factors[i]);
+    const std::vector<double> pos(size_t(n), double(delta) * pos_scale);
+    rotate_key_rows(kv, j0, n, pos, inv);
+}
+
+void CpuBackend::rotate_key_rows(KvCache &kv, int j0, int n, std::span<const double> positions,
+                                 std::span<const double> inv)
+{
+    // Rows of floats are rotated in place; keys of another type are decoded, rotated and
+    // encoded again.
+    KvStore &store = host_store(kv);
+    const int64_t ekv = m_hp.n_embd_kv();
+    if (store.type_k() == KvType::F32) {
+        for (int l = 0; l < m_hp.n_layer; ++l)
+            longscope::rope(kv.keys(l) + int64_t(j0) * ekv, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot,
+                            m_hp.rope_style, positions, inv);
+        return;
+    }
+    const DType type = kv_dtype(store.type_k());
+    const uint64_t rb = store.key_row_bytes();
+    std::vector<float> rows(size_t(n) * size_t(ekv));
+    for (int l = 0; l < m_hp.n_layer; ++l) {
+        for (int i = 0; i < n; ++i)
+            dequantize_row(type, store.key_data(l) + uint64_t(j0 + i) * rb, rows.data() + int64_t(i) * ekv, ekv);
+        longscope::rope(rows.data(), n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, positions, inv);
+        write_kv_rows(store, 0, l, j0, rows.data(), n);
     }
 }
 

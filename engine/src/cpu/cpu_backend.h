@@ -29,6 +29,8 @@ public:
     std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) override;
     void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
     void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
+    void shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                           std::span<const float> factors) override;
 
     Activations activations(int64_t n_rows) override;
     void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;
@@ -54,6 +56,9 @@ public:
     uint64_t scratch_bytes() const override;
 
 private:
+    // Rotates the cached keys of rows [j0, j0 + n) in every layer, row t by positions[t]
+    // (already scaled) with the frequencies `inv`: the one place cached keys are rotated.
+    void rotate_key_rows(KvCache &kv, int j0, int n, std::span<const double> positions, std::span<const double> inv);
     // RoPE frequencies for the params' base and factors, computed once per pair in use.
     std::span<const double> inv_freq(const ForwardParams &params);
 

@@ -30,7 +30,7 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 CudaKvCache::CudaKvCache(const CudaApi &api, LongscopeCudaContext *ctx, KvMode mode, int n_layer, int limit,
                          int n_embd_kv)
-    : m_api(api), m_ctx(ctx), m_mode(mode), m_limit(limit)
+    : m_api(api), m_ctx(ctx), m_mode(mode), m_limit(limit), m_n_embd_kv(n_embd_kv)
 {
     const int rc = m_api.kv_create(m_ctx, cuda_kv_mode(mode), n_layer, limit, int64_t(n_embd_kv) * 4, &m_kv);
     if (rc != 0)
@@ -79,6 +79,23 @@ void CudaKvCache::clear()
 
 float *CudaKvCache::keys(int layer) { return m_keys.at(size_t(layer)); }
 float *CudaKvCache::values(int layer) { return m_values.at(size_t(layer)); }
+
+void CudaKvCache::shift(int n_tokens, int keep, int drop)
+{
+    check_kv_shift(n_tokens, keep, drop, int(std::min<int64_t>(info().capacity_rows, m_limit)));
+    if (drop == 0)
+        return;
+    // A device copy may not overlap itself: rows move in runs of at most `drop`, lowest first,
+    // so each run's destination lies entirely below its source and above what was moved.
+    const int64_t row = m_n_embd_kv;
+    for (int j = keep + drop; j < n_tokens; j += drop) {
+        const int64_t rows = std::min(drop, n_tokens - j);
+        for (size_t l = 0; l < m_keys.size(); ++l)
+            for (float *base : {m_keys[l], m_values[l]})
+                if (m_api.copy(m_ctx, base + (j - drop) * row, base + j * row, size_t(rows * row) * 4) != 0)
+                    throw BackendError(std::string("CUDA: shifting the KV cache: ") + m_api.error(m_ctx));
+    }
+}
 
 LongscopeCudaKvInfo CudaKvCache::info() const
 {
@@ -270,6 +287,28 @@ void CudaBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, do
         check(m_api.rope(m_ctx, kv.keys(l) + int64_t(j0) * ekv, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot,
                          int(m_hp.rope_style), nullptr, double(j0), undo ? -pos_scale : pos_scale, base),
               "converting cached keys");
+}
+
+void CudaBackend::shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                                    std::span<const float> factors)
+{
+    if (n <= 0 || delta == 0)
+        return;
+    if (!factors.empty())
+        throw BackendError("CUDA: the context shift of keys rotated with per-dimension frequency factors (YaRN, "
+                           "llama3, LongRoPE) is not implemented; cache keys before RoPE or use the CPU");
+    // The rope op rotates row t for (pos0 + t) * scale: undoing the rotation of the rows' old
+    // positions and applying that of the new ones turns every row by delta positions.
+    const int64_t ekv = m_hp.n_embd_kv();
+    for (int l = 0; l < m_hp.n_layer; ++l) {
+        float *rows = kv.keys(l) + int64_t(j0) * ekv;
+        check(m_api.rope(m_ctx, rows, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
+                         double(j0 - delta), -pos_scale, base),
+              "shifting cached keys");
+        check(m_api.rope(m_ctx, rows, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
+                         double(j0), pos_scale, base),
+              "shifting cached keys");
+    }
 }
 
 // ---- operations ------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ public:
     void clear() override;
     float *keys(int layer) override;
     float *values(int layer) override;
+    // Non-overlapping device copies, `drop` rows at a time, queued on the stream.
+    void shift(int n_tokens, int keep, int drop) override;
 
     uint64_t reserved_bytes() const override { return info().reserved_bytes; }
     uint64_t resident_bytes() const override { return info().resident_bytes; }
@@ -52,6 +54,7 @@ private:
     LongscopeCudaKv *m_kv = nullptr;
     KvMode m_mode;
     int m_limit;
+    int m_n_embd_kv;
     std::vector<float *> m_keys, m_values; // per layer, refreshed after every ensure()
     void refresh();
 };
@@ -81,6 +84,8 @@ public:
     std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) override;
     void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
     void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
+    void shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
+                           std::span<const float> factors) override;
 
     Activations activations(int64_t n_rows) override;
     void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;

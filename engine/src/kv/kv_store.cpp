@@ -106,6 +106,22 @@ void KvStore::throw_out_of_memory(uint64_t bytes, int n_tokens, const char *why)
     throw OutOfMemory(msg);
 }
 
+void KvStore::shift(int n_tokens, int keep, int drop)
+{
+    check_kv_shift(n_tokens, keep, drop, m_capacity);
+    const int moved = n_tokens - keep - drop;
+    if (drop == 0 || moved == 0)
+        return;
+    // Rows move as stored (f32, f16 or quantized blocks): a row's bytes do not depend on its
+    // position.
+    for (int l = 0; l < m_n_layer; ++l)
+        for (int side : {0, 1}) {
+            uint8_t *rows = side == 0 ? key_data(l) : value_data(l);
+            const uint64_t rb = side_row_bytes(side);
+            std::memmove(rows + uint64_t(keep) * rb, rows + uint64_t(keep + drop) * rb, uint64_t(moved) * rb);
+        }
+}
+
 uint64_t KvStore::available_memory_bytes() { return longscope::available_memory_bytes(); }
 
 std::unique_ptr<KvStore> make_kv_store(KvMode mode, int n_layer, int limit, int n_embd_kv, KvType type_k,

@@ -41,6 +41,8 @@ public:
     // ensure(n_tokens): n_tokens may not exceed limit(); OutOfMemory leaves the store
     // unchanged and still usable. clear() gives memory back where the mode allows it.
     uint64_t copied_bytes() const override { return m_copied; }
+    // Every mode keeps a layer's rows contiguous, so one move per layer and K/V does it.
+    void shift(int n_tokens, int keep, int drop) override;
     uint64_t peak_resident_bytes() const override { return m_peak_resident; }
 
 protected:

@@ -40,6 +40,9 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
     if (st.backend != ComputeBackend::Cpu)
         throw BackendError("batched generation runs on the CPU backend only (the CUDA backend evaluates one "
                            "sequence per session)");
+    if (st.overflow == OverflowPolicy::Shift)
+        throw InvalidArgument("batched generation does not shift the context: the shift overflow policy is for "
+                              "one sequence (generate on a session; in the CLI, without --batch-file)");
     const HParams &hp = model.hparams();
     const int limit = st.context_limit > 0 ? st.context_limit
                       : options.n_ctx > 0  ? options.n_ctx

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace longscope {
 
@@ -202,7 +203,7 @@ int reusable_prefix(const Session &session, std::span<const int32_t> prompt)
         if (a.base != b.base || a.factors != b.factors)
             return 0;
     }
-    const size_t limit = std::min(history.size(), prompt.size() - 1);
+    const size_t limit = std::min({history.size(), prompt.size() - 1, size_t(session.exact_prefix())});
     size_t n = 0;
     while (n < limit && history[n] == prompt[n])
         ++n;
@@ -219,7 +220,9 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     const int64_t kept = request.continue_context ? session.n_past() : 0;
     if (kept + int64_t(request.prompt.size()) == 0)
         throw InvalidArgument("nothing to continue: the context is empty");
-    if (kept + int64_t(request.prompt.size()) > session.n_ctx())
+    // Under the shift policy the session makes room itself: nothing overflows.
+    const auto shifting = [&] { return session.settings().overflow == OverflowPolicy::Shift; };
+    if (!shifting() && kept + int64_t(request.prompt.size()) > session.n_ctx())
         throw ContextOverflow(request.continue_context
                                   ? "the context holds " + std::to_string(kept) + " tokens; " +
                                         std::to_string(request.prompt.size()) + " more do not fit in its limit of " +
@@ -278,10 +281,11 @@ GenerateResult generate(Session &session, const GenerateRequest &request, const 
     // the last ones as evaluated, so sampling runs on a copy.
     std::vector<float> sampled;
     auto step = [&] {
+        const int room = shifting() ? std::numeric_limits<int>::max() : session.n_ctx();
         if (!request.keep_reply_in_context)
-            return decoder.step(logits, session.history(), session.n_past(), session.n_ctx());
+            return decoder.step(logits, session.history(), session.n_past(), room);
         sampled = logits;
-        return decoder.step(sampled, session.history(), session.n_past(), session.n_ctx());
+        return decoder.step(sampled, session.history(), session.n_past(), room);
     };
     while (step()) {
         if (request.before_step)

@@ -11,29 +11,30 @@ namespace longscope {
 double PositionBucket::perplexity() const { return std::exp(mean_nll); }
 double PerplexityResult::perplexity() const { return std::exp(mean_nll); }
 
-PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &o)
+namespace {
+
+// Adds one scored token.
+void score(PerplexityResult &r, double &sum, std::span<const float> logits, int32_t target, int position)
+{
+    const double nll = -token_log_prob(logits, target);
+    r.positions.push_back(position);
+    r.nll.push_back(float(nll));
+    sum += nll;
+    ++r.n_scored;
+}
+
+// Windows of ctx tokens, each from an empty context (see perplexity.h).
+double score_windows(Session &session, const Model &model, std::span<const int32_t> tokens,
+                     const PerplexityOptions &o, PerplexityResult &r)
 {
     const int bos = model.tokenizer().bos_id();
-    SessionOptions so;
-    so.n_threads = o.n_threads;
-    so.settings = o.settings;
-    so.settings.context_limit = o.ctx;
-    Session session(model, so);
-    if (o.metrics)
-        session.set_metrics_callback(o.metrics);
     const int ctx = session.n_ctx();
-    if (ctx < 2)
-        throw InvalidArgument("the perplexity window must hold at least 2 tokens");
     // Each window is BOS + up to ctx - 1 text tokens; the stride counts text tokens.
     const int per_window = ctx - (bos >= 0 ? 1 : 0);
     const int stride = o.stride > 0 ? o.stride : per_window;
     if (stride > per_window)
         throw InvalidArgument("the stride " + std::to_string(stride) + " is longer than the " +
                               std::to_string(per_window) + " text tokens of a window");
-    if (o.batch < 1 || o.bucket < 1)
-        throw InvalidArgument("batch and bucket sizes must be positive");
-    if (tokens.size() < 2)
-        throw InvalidArgument("the text is too short to score (fewer than 2 tokens)");
 
     // Text token i is scored once, in the first window where it is new.
     const int64_t n = int64_t(tokens.size());
@@ -46,8 +47,8 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
             break;
     }
 
-    PerplexityResult r;
     double sum = 0;
+    const size_t v = size_t(model.hparams().n_vocab);
     int64_t scored_to = 0; // text tokens [0, scored_to) are scored
     for (int64_t start = 0; scored_to < n && !r.cancelled; start += stride) {
         const int64_t end = std::min(n, start + per_window);
@@ -63,7 +64,6 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
         for (size_t pos = 0; pos < window.size() && !r.cancelled; pos += size_t(o.batch)) {
             const size_t len = std::min(size_t(o.batch), window.size() - pos);
             auto logits = session.eval(std::span<const int32_t>(window.data() + pos, len), true);
-            const size_t v = size_t(model.hparams().n_vocab);
             for (size_t k = 0; k < len; ++k) {
                 const size_t j = pos + k;          // window index of the context's last token
                 if (j + 1 >= window.size())
@@ -71,11 +71,7 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
                 const int64_t text_index = start + int64_t(j + 1) - offset;
                 if (text_index < first_new)
                     continue;
-                const double nll = -token_log_prob(logits.subspan(k * v, v), window[j + 1]);
-                r.positions.push_back(int(j + 1));
-                r.nll.push_back(float(nll));
-                sum += nll;
-                ++r.n_scored;
+                score(r, sum, logits.subspan(k * v, v), window[j + 1], int(j + 1));
             }
             if (o.progress && !o.progress(r.n_scored, total))
                 r.cancelled = true;
@@ -83,10 +79,71 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
         ++r.windows;
         scored_to = end;
     }
+    return sum;
+}
+
+// The text as one stream (see PerplexityOptions::stream).
+double score_stream(Session &session, const Model &model, std::span<const int32_t> tokens,
+                    const PerplexityOptions &o, PerplexityResult &r)
+{
+    std::vector<int32_t> seq;
+    if (const int bos = model.tokenizer().bos_id(); bos >= 0)
+        seq.push_back(bos);
+    seq.insert(seq.end(), tokens.begin(), tokens.end());
+    const int64_t total = int64_t(seq.size()) - 1; // seq[j + 1] is predicted after seq[j]
+    const size_t v = size_t(model.hparams().n_vocab);
+    double sum = 0;
+    r.windows = 1;
+    for (int64_t pos = 0; pos < total && !r.cancelled;) {
+        // A step never spans a shift, so its tokens end up as the context's last `len`: at a
+        // full context one token goes in (the shift comes first), else what fits.
+        const int room = session.n_ctx() - session.n_past();
+        const size_t len = size_t(std::min<int64_t>({o.batch, total - pos, std::max(1, room)}));
+        std::span<const float> logits;
+        try {
+            logits = session.eval(std::span<const int32_t>(seq.data() + pos, len), true);
+        } catch (const ContextOverflow &e) {
+            r.stopped = e.what();
+            break;
+        }
+        const int first = session.n_past() - int(len); // context index of the step's first token
+        for (size_t k = 0; k < len; ++k)
+            score(r, sum, logits.subspan(k * v, v), seq[size_t(pos) + k + 1], first + int(k) + 1);
+        pos += int64_t(len);
+        if (o.progress && !o.progress(r.n_scored, total))
+            r.cancelled = true;
+    }
+    return sum;
+}
+
+} // namespace
+
+PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &o)
+{
+    SessionOptions so;
+    so.n_threads = o.n_threads;
+    so.settings = o.settings;
+    so.settings.context_limit = o.ctx;
+    Session session(model, so);
+    if (o.metrics)
+        session.set_metrics_callback(o.metrics);
+    const int ctx = session.n_ctx();
+    if (ctx < 2)
+        throw InvalidArgument("the perplexity window must hold at least 2 tokens");
+    if (o.batch < 1 || o.bucket < 1)
+        throw InvalidArgument("batch and bucket sizes must be positive");
+    if (tokens.size() < 2)
+        throw InvalidArgument("the text is too short to score (fewer than 2 tokens)");
+
+    PerplexityResult r;
+    const bool stream = o.stream || o.settings.overflow == OverflowPolicy::Shift;
+    const double sum = stream ? score_stream(session, model, tokens, o, r) : score_windows(session, model, tokens, o, r);
     r.mean_nll = r.n_scored ? sum / double(r.n_scored) : 0;
 
-    // The curve: mean NLL by position bucket.
-    const int n_buckets = (ctx + o.bucket - 1) / o.bucket;
+    // The curve: mean NLL by position bucket. A streamed token can have a full context
+    // before it (position ctx); in a window at most ctx - 1 tokens.
+    const int max_pos = stream ? ctx : ctx - 1;
+    const int n_buckets = max_pos / o.bucket + 1;
     std::vector<double> bsum(size_t(n_buckets), 0.0);
     std::vector<int64_t> bcount(size_t(n_buckets), 0);
     for (size_t i = 0; i < r.positions.size(); ++i) {
@@ -99,7 +156,7 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
             continue;
         PositionBucket pb;
         pb.begin = b * o.bucket;
-        pb.end = std::min(ctx, (b + 1) * o.bucket);
+        pb.end = std::min(max_pos + 1, (b + 1) * o.bucket);
         pb.count = bcount[size_t(b)];
         pb.mean_nll = bsum[size_t(b)] / double(pb.count);
         r.curve.push_back(pb);

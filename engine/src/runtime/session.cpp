@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <chrono>
 #include <thread>
@@ -55,6 +56,15 @@ struct Session::Impl {
     {
         return backend->make_kv(mode, limit, settings.kv_type_k, settings.kv_type_v);
     }
+    // eval() of tokens that fit in the context.
+    std::span<const float> eval_step(std::span<const int32_t> tokens, bool all_logits);
+    // eval() under the shift policy of tokens that do not fit: in pieces, shifting between.
+    std::span<const float> eval_shifting(std::span<const int32_t> tokens, bool all_logits);
+    // Drops at least `need` tokens after the sinks (Settings::shift_discard of them, or half)
+    // and moves the rest down; throws ContextOverflow when fewer than `need` can go.
+    void shift_context(int need);
+    // Turns the cached keys of rows [j0, j0 + n), rotated after RoPE, by delta positions.
+    void rotate_shifted_keys(int j0, int n, int delta);
     void convert_cached_keys(bool to_before_rope, double rope_base);
     // Drops the cache, counting what it copied.
     void retire_kv();
@@ -80,7 +90,27 @@ struct Session::Impl {
     StepMetrics last;
     int64_t steps = 0;
     MetricsCallback on_metrics;
+    // Rows at and after this position were computed with tokens in view that a context shift
+    // has since dropped; INT_MAX: none.
+    int shifted_at = std::numeric_limits<int>::max();
+    int64_t shifts = 0;
 };
+
+namespace {
+
+// The checks of the settings that need the model and the limit in effect.
+void check_session_settings(const Model &model, const Settings &s, int limit)
+{
+    check_rope_settings(model.hparams(), s.rope);
+    check_kv_types(s, model.hparams().head_dim());
+    s.check_sinks(limit);
+    if (s.overflow == OverflowPolicy::Shift && s.kv_mode != KvMode::None && model.hparams().per_layer_rope() &&
+        !s.rope.store_kv_before_rope)
+        throw InvalidArgument("the shift overflow policy re-rotates cached keys with one RoPE base, and this model "
+                              "has per-layer bases (Gemma): use the KV mode none or another overflow policy");
+}
+
+} // namespace
 
 Session::Session(const Model &model, const SessionOptions &options) : m(std::make_unique<Impl>(model))
 {
@@ -92,13 +122,12 @@ Session::Session(const Model &model, const SessionOptions &options) : m(std::mak
         throw InvalidArgument("thread count must be between 1 and 1024, got " +
                               std::to_string(options.n_threads));
     options.settings.validate();
-    check_rope_settings(model.hparams(), options.settings.rope);
-    check_kv_types(options.settings, model.hparams().head_dim());
     m->settings = options.settings;
     // The trained context is the default, not a ceiling: a larger limit is allowed. The
     // default is capped so that a model trained on 128K tokens does not reserve a huge cache
     // nobody asked for.
     m->n_ctx = resolve_limit(model, options.n_ctx, m->settings);
+    check_session_settings(model, options.settings, m->n_ctx);
     m->settings.context_limit = m->n_ctx; // settings() reports the limit in effect
     m->n_threads = options.n_threads > 0 ? options.n_threads : std::max(1, int(std::thread::hardware_concurrency()));
     m->backend = make_backend(m->settings.backend, model, m->n_threads);
@@ -119,8 +148,12 @@ int Session::n_threads() const { return m->n_threads; }
 const std::vector<int32_t> &Session::history() const { return m->history; }
 const Model &Session::model() const { return m->model; }
 
+int Session::exact_prefix() const { return std::min(m->shifted_at, m->n_past()); }
+int64_t Session::shifts() const { return m->shifts; }
+
 void Session::reset()
 {
+    m->shifted_at = std::numeric_limits<int>::max();
     m->history.clear();
     m->key_base.clear();
     if (m->kv)
@@ -151,10 +184,9 @@ void Session::Impl::replace_backend(std::unique_ptr<Backend> fresh)
 void Session::set_settings(const Settings &settings)
 {
     settings.validate();
-    check_rope_settings(m->model.hparams(), settings.rope);
-    check_kv_types(settings, m->model.hparams().head_dim());
     // 0 means the model's default, as in SessionOptions.
     const int limit = resolve_limit(m->model, 0, settings);
+    check_session_settings(m->model, settings, limit);
     if (limit < n_past())
         throw InvalidArgument("the context limit cannot drop to " + std::to_string(limit) +
                               " below the " + std::to_string(n_past()) + " tokens already in the context");
@@ -174,6 +206,8 @@ void Session::truncate(int n_tokens)
                               std::to_string(n_past()));
     // The cache rows past n_tokens stay allocated and are overwritten by the next tokens.
     m->history.resize(size_t(n_tokens));
+    if (n_tokens <= m->shifted_at)
+        m->shifted_at = std::numeric_limits<int>::max();
     if (m->key_base.size() > size_t(n_tokens))
         m->key_base.resize(size_t(n_tokens));
 }
@@ -242,6 +276,7 @@ void Session::Impl::apply_kv_settings(double rope_base)
                 ForwardStats st;
                 run(history, 0, n_past(), *kv, forward_params(rope_base), st);
                 key_base.assign(size_t(n_past()), kv_before_rope ? 0.0 : rope_base);
+                shifted_at = std::numeric_limits<int>::max(); // every row evaluated afresh
             }
         }
     }
@@ -307,8 +342,6 @@ void Session::Impl::step(std::span<const int32_t> tokens, int past, int len, dou
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits)
 {
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
     if (tokens.empty())
         throw InvalidArgument("nothing to evaluate: the token list is empty");
     const HParams &hp = m->model.hparams();
@@ -316,11 +349,93 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
         if (id < 0 || id >= hp.n_vocab)
             throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary of " +
                                   std::to_string(hp.n_vocab));
-    const int n = int(tokens.size());
-    const int64_t len = int64_t(m->history.size()) + n;
-    if (len > m->n_ctx)
+    const int64_t len = int64_t(m->history.size()) + int64_t(tokens.size());
+    if (len <= m->n_ctx)
+        return m->eval_step(tokens, all_logits);
+    if (m->settings.overflow != OverflowPolicy::Shift)
         throw ContextOverflow(std::to_string(len) + " tokens do not fit in the context limit of " +
                               std::to_string(m->n_ctx) + " (raise the context limit)");
+    return m->eval_shifting(tokens, all_logits);
+}
+
+std::span<const float> Session::Impl::eval_shifting(std::span<const int32_t> tokens, bool all_logits)
+{
+    // The tokens go in as pieces that fit, the context shifted whenever it is full.
+    std::vector<float> gathered;
+    for (size_t done = 0; done < tokens.size();) {
+        if (n_past() >= n_ctx)
+            shift_context(n_past() - n_ctx + 1);
+        const size_t piece = std::min(tokens.size() - done, size_t(n_ctx - n_past()));
+        const std::span<const float> l = eval_step(tokens.subspan(done, piece), all_logits);
+        if (all_logits)
+            gathered.insert(gathered.end(), l.begin(), l.end());
+        done += piece;
+    }
+    if (all_logits)
+        logits = std::move(gathered);
+    return {logits.data(), logits.size()};
+}
+
+void Session::Impl::shift_context(int need)
+{
+    const int n = n_past();
+    const int keep = std::min(settings.sink_tokens, n);
+    const int droppable = n - keep;
+    if (need > droppable)
+        throw ContextOverflow("a context shift cannot make room for " + std::to_string(need) + " tokens: only " +
+                              std::to_string(droppable) + " follow the " + std::to_string(keep) + " sink tokens");
+    const int drop = std::clamp(settings.shift_discard > 0 ? settings.shift_discard : droppable / 2, need, droppable);
+    const int moved = n - keep - drop;
+    if (kv && !kv_before_rope && key_base.size() < size_t(n))
+        retire_kv(); // no record of how the keys were rotated: rebuilt from the tokens instead
+    if (kv) {
+        try {
+            kv->shift(n, keep, drop);
+            if (!kv_before_rope)
+                rotate_shifted_keys(keep, moved, -drop);
+        } catch (const BackendError &) {
+            // A device that failed mid-shift: the cache is rebuilt from the tokens at the next
+            // step (apply_kv_settings), and the step's own fallback takes over if it fails again.
+            retire_kv();
+        }
+    }
+    history.erase(history.begin() + keep, history.begin() + keep + drop);
+    if (kv && key_base.size() >= size_t(n))
+        key_base.erase(key_base.begin() + keep, key_base.begin() + keep + drop);
+    else
+        key_base.clear();
+    // Rows after the sinks were computed with the dropped tokens in view. Without a cache the
+    // next step recomputes everything from the tokens.
+    if (kv)
+        shifted_at = std::min(shifted_at, keep);
+    ++shifts;
+}
+
+void Session::Impl::rotate_shifted_keys(int j0, int n, int delta)
+{
+    // Each key was rotated with the base of its own step (they differ under auto alpha); runs
+    // of positions sharing a base turn in one call. key_base still holds the old positions.
+    const HParams &hp = model.hparams();
+    const double pos_scale = rope_pos_scale(hp, settings.rope);
+    const std::vector<float> factors = rope_in_effect(hp, settings.rope, n_past()).factors;
+    auto base_of = [&](int j) { return key_base[size_t(j - delta)]; };
+    for (int j = j0; j < j0 + n;) {
+        int j1 = j + 1;
+        while (j1 < j0 + n && base_of(j1) == base_of(j))
+            ++j1;
+        if (base_of(j) > 0)
+            backend->shift_cached_keys(*kv, j, j1 - j, delta, base_of(j), pos_scale, factors);
+        j = j1;
+    }
+}
+
+std::span<const float> Session::Impl::eval_step(std::span<const int32_t> tokens, bool all_logits)
+{
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    const HParams &hp = model.hparams();
+    const int n = int(tokens.size());
+    const int64_t len = int64_t(history.size()) + n;
     const int past = n_past();
     const int logits_from = all_logits ? past : int(len) - 1;
     // LongRoPE's switch: the step that takes the sequence past the original context evaluates
@@ -329,59 +444,59 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     std::vector<int32_t> replay;
     std::span<const int32_t> run_tokens = tokens;
     int run_past = past;
-    if (past > 0 && m->settings.kv_mode != KvMode::None && crosses_longrope_switch(m->model.hparams(), m->settings.rope, past, int(len))) {
-        replay = m->history;
+    if (past > 0 && settings.kv_mode != KvMode::None && crosses_longrope_switch(model.hparams(), settings.rope, past, int(len))) {
+        replay = history;
         replay.insert(replay.end(), tokens.begin(), tokens.end());
         run_tokens = replay;
         run_past = 0;
     }
-    const double base = m->rope_for(int(len));
-    const ForwardParams params = m->forward_params(base);
+    const double base = rope_for(int(len));
+    const ForwardParams params = forward_params(base);
     ForwardStats st;
-    m->logits.clear();
+    logits.clear();
     uint64_t kv_reserved = 0, kv_resident = 0;
     try {
-        m->step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
+        step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
     } catch (const BackendError &e) {
-        if (m->backend->kind() == ComputeBackend::Cpu)
+        if (backend->kind() == ComputeBackend::Cpu)
             throw;
         // The context is still here (history): rebuild it on the CPU and go on there.
-        m->backend_note = std::string("the CUDA backend failed and the session continues on the CPU: ") + e.what();
-        m->kv.reset();
-        m->key_base.clear();
-        m->backend.reset();
-        m->backend = make_backend(ComputeBackend::Cpu, m->model, m->n_threads);
-        m->settings.backend = ComputeBackend::Cpu;
+        backend_note = std::string("the CUDA backend failed and the session continues on the CPU: ") + e.what();
+        kv.reset();
+        key_base.clear();
+        backend.reset();
+        backend = make_backend(ComputeBackend::Cpu, model, n_threads);
+        settings.backend = ComputeBackend::Cpu;
         st = ForwardStats{};
-        m->logits.clear();
-        m->step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
+        logits.clear();
+        step(run_tokens, run_past, int(len), base, params, logits_from, st, kv_reserved, kv_resident);
     }
-    m->history.insert(m->history.end(), tokens.begin(), tokens.end());
+    history.insert(history.end(), tokens.begin(), tokens.end());
 
-    StepMetrics &sm = m->last;
-    sm.step = m->steps++;
+    StepMetrics &sm = last;
+    sm.step = steps++;
     sm.phase = n > 1 || past == 0 ? StepPhase::Prefill : StepPhase::Decode;
     sm.n_tokens = n;
     sm.position = int(len);
     sm.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     sm.tokens_per_second = sm.seconds > 0 ? n / sm.seconds : 0;
-    sm.ntk_alpha = effective_ntk_alpha(m->settings.rope, int(len), hp.n_ctx_train);
+    sm.ntk_alpha = effective_ntk_alpha(settings.rope, int(len), hp.n_ctx_train);
     sm.rope_base = base;
-    sm.settings = m->settings;
-    sm.settings.context_limit = m->n_ctx;
+    sm.settings = settings;
+    sm.settings.context_limit = n_ctx;
     sm.attention_tiles_skipped = st.tiles_skipped;
-    m->fill_ledger(sm.memory, st.scratch_bytes, kv_reserved, kv_resident);
+    fill_ledger(sm.memory, st.scratch_bytes, kv_reserved, kv_resident);
     try {
-        if (const auto d = m->backend->device_memory()) {
+        if (const auto d = backend->device_memory()) {
             sm.memory.device_free = d->free;
             sm.memory.device_used = d->total - d->free;
         }
     } catch (const BackendError &) {
         // The step itself succeeded; a failing query leaves the device columns at 0.
     }
-    if (m->on_metrics)
-        m->on_metrics(sm);
-    return {m->logits.data(), m->logits.size()};
+    if (on_metrics)
+        on_metrics(sm);
+    return {logits.data(), logits.size()};
 }
 
 void Session::Impl::fill_ledger(MemoryLedger &l, uint64_t scratch, uint64_t kv_reserved, uint64_t kv_resident)

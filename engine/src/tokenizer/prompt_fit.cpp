@@ -13,7 +13,7 @@ std::vector<int32_t> fit_prompt(std::span<const int32_t> prompt, int limit, int 
     if (limit <= 0)
         throw InvalidArgument("the context limit must be positive");
     const int64_t budget = std::max<int64_t>(1, int64_t(limit) - std::max(0, reserve));
-    if (int64_t(prompt.size()) <= budget)
+    if (int64_t(prompt.size()) <= budget || policy == OverflowPolicy::Shift)
         return {prompt.begin(), prompt.end()};
     if (policy != OverflowPolicy::HeadTail)
         throw ContextOverflow("the prompt has " + std::to_string(prompt.size()) +

@@ -132,6 +132,18 @@ bool write_gguf_as(const std::string &src_path, const std::string &dst_path, DTy
     return w.write(dst_path);
 }
 
+bool write_first_layer_gguf(const std::string &src_path, const std::string &dst_path)
+{
+    auto src = GgufFile::open(src_path);
+    GgufWriter w;
+    copy_metadata(*src, w, [](const std::string &k) { return k != "llama.block_count"; });
+    w.add_u32("llama.block_count", 1);
+    for (const GgufTensorInfo &t : src->tensors())
+        if (t.name.rfind("blk.", 0) != 0 || t.name.rfind("blk.0.", 0) == 0)
+            w.add_tensor(t.name, t.shape, uint32_t(t.type), std::string(reinterpret_cast<const char *>(t.data), t.nbytes));
+    return w.write(dst_path);
+}
+
 bool write_hf_dir_from_gguf(const std::string &src_path, const std::string &dir_str,
                             const std::string &dtype, int n_shards, const std::string &tokenizer_model)
 {

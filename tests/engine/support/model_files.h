@@ -30,6 +30,11 @@ std::string encode_floats(const std::vector<float> &v, DType type);
 // `type` (1-D norm weights stay F32, as llama.cpp's converter does). Returns false on failure.
 bool write_gguf_as(const std::string &src_path, const std::string &dst_path, DType type);
 
+// Writes a copy of the LLaMA GGUF at `src_path` cut to its first layer (block_count 1, the
+// blk.0 tensors and the rest unchanged): a model whose cached keys and values depend only
+// on the tokens and their positions. Returns false on failure.
+bool write_first_layer_gguf(const std::string &src_path, const std::string &dst_path);
+
 // Writes a Hugging Face LLaMA directory holding the GGUF model's weights: config.json,
 // `n_shards` safetensors files (with model.safetensors.index.json when more than one), in
 // "F32", "F16" or "BF16", and `tokenizer_model` copied in as tokenizer.model.
