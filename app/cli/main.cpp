@@ -111,7 +111,7 @@ const char *usage =
     "  --kv-type-k / --kv-type-v (f32|f16|q8_0|q4_0)  how keys / values are cached (default\n"
     "                        f32; q8_0 and q4_0 are ggml's blocks of 32, 34 and 18 bytes per\n"
     "                        block, and need a head size that is a multiple of 32; CPU only)\n"
-    "    "  --overflow (error|head-tail|shift)  over-long prompts: fail, keep head and tail\n"
+    "  --overflow (error|head-tail|shift)  over-long prompts: fail, keep head and tail\n"
     "                        halves, or shift: keep the first tokens (sinks) and the most\n"
     "                        recent, drop the middle whenever the context is full (endless)\n"
     "  --sinks N             tokens the shift never drops (default 4)\n"
