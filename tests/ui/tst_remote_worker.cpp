@@ -178,6 +178,29 @@ private slots:
         QVERIFY2(m_server.log().contains("client went away"), m_server.log().right(400).constData());
     }
 
+    // A Longscope server takes the long-context switches per request.
+    void settings_go_with_each_request()
+    {
+        RemoteWorker w;
+        point(w, m_server.url());
+        QSignalSpy listed(&w, &RemoteWorker::modelsListed);
+        w.listModels();
+        QVERIFY(listed.wait(10000));
+        longscope::Settings s;
+        s.kv_mode = longscope::KvMode::Concat;
+        s.rope.ntk_auto = false;
+        s.rope.ntk_alpha = 2.0f;
+        s.attention.memory_efficient = true;
+        w.setSettings(s);
+        QCOMPARE(run_chat(w, chat("Once upon a time", 4)).reason, FinishReason::MaxTokens);
+        const QJsonObject applied =
+            http(m_server.url() + "/v1/metrics", {}, k_key).json()["step"].toObject()["settings"].toObject();
+        QCOMPARE(applied["kv_mode"].toString(), QStringLiteral("concat"));
+        QCOMPARE(applied["ntk_alpha"].toDouble(), 2.0);
+        QCOMPARE(applied["memory_efficient_attention"].toBool(), true);
+        m_generated += 4;
+    }
+
     void metrics_are_polled()
     {
         RemoteWorker w;

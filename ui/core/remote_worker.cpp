@@ -13,6 +13,16 @@ namespace {
 
 QString text_of(const remote::ClientError &e) { return QString::fromStdString(e.what()); }
 
+// The request fields of `longscope-cli serve` for the switches it takes per request.
+void put_settings(remote::json &body, const longscope::Settings &s)
+{
+    body["ntk_alpha"] = s.rope.ntk_auto ? remote::json("auto") : remote::json(double(s.rope.ntk_alpha));
+    body["kv_before_rope"] = s.rope.store_kv_before_rope;
+    body["memory_efficient_attention"] = s.attention.memory_efficient;
+    body["causal_flash"] = s.attention.causal_flash;
+    body["kv_mode"] = std::string(to_string(s.kv_mode));
+}
+
 FinishReason reason_of(const std::string &finish)
 {
     return finish == "length" ? FinishReason::MaxTokens : FinishReason::EndOfText;
@@ -150,7 +160,9 @@ void RemoteWorker::generateChat(const ChatRequest &request)
     }
     if (p.repetition_penalty != 1.0f)
         s.repeat_penalty = p.repetition_penalty;
-    const remote::json body = remote::chat_request(m_model.toStdString(), turns, s, true);
+    remote::json body = remote::chat_request(m_model.toStdString(), turns, s, true);
+    if (m_settings && capabilities().per_request_settings)
+        put_settings(body, *m_settings);
 
     m_sse = remote::SseDecoder{};
     m_stream = remote::StreamState{};
@@ -257,6 +269,8 @@ void RemoteWorker::requestStop()
     m_stopping = true;
     m_chat->abort(); // closes the connection: the server cancels the generation
 }
+
+void RemoteWorker::setSettings(const longscope::Settings &settings) { m_settings = settings; }
 
 void RemoteWorker::setPollInterval(int ms)
 {

@@ -80,6 +80,10 @@ public slots:
     void generateChat(const longscope::ui::ChatRequest &request);
     // Aborts the reply being streamed.
     void requestStop();
+    // The long-context switches, sent with each chat request to a server that takes them
+    // (capabilities().per_request_settings: NTK alpha, keys before RoPE, the attention
+    // switches, the KV mode); other servers fix them when they start.
+    void setSettings(const longscope::Settings &settings);
     // GET /metrics once (serverMetrics, or metricsUnavailable), and every `ms` after when
     // positive.
     void pollMetrics();
@@ -112,6 +116,7 @@ private:
     QString m_key;
     QString m_model;
     QString m_owned_by;
+    std::optional<longscope::Settings> m_settings;
     double m_timeout_s = 120;
 
     // The reply being streamed.
