@@ -376,9 +376,9 @@ PromptLogprobs parse_prompt_logprobs(std::string_view body)
     const std::optional<Usage> usage = usage_of(j);
     size_t n_prompt = usage && usage->prompt_tokens > 0 ? size_t(usage->prompt_tokens) : values->size();
     if (n_prompt > values->size())
-        throw ClientError(Failure::Protocol, "the server returned " + std::to_string(values->size()) +
-                                                 " log-probabilities for a prompt of " + std::to_string(n_prompt) +
-                                                 " tokens: the prompt was not echoed");
+        throw ClientError(Failure::Unsupported,
+                          "the server returned " + std::to_string(values->size()) + " log-probabilities for a prompt of " +
+                              std::to_string(n_prompt) + " tokens: it does not echo the prompt's log-probabilities");
     PromptLogprobs out;
     for (size_t i = 0; i < n_prompt; ++i) {
         if (tokens && tokens->is_array() && i < tokens->size() && (*tokens)[i].is_string())

@@ -20,9 +20,13 @@
 
 namespace longscope::test {
 
+// The server the client suites talk to: `longscope-cli serve` started here, or, when
+// $LONGSCOPE_TEST_REMOTE_URL is set (scripts/check-remote-llama-cpp), a server already running
+// on loopback, of the kind $LONGSCOPE_TEST_REMOTE_KIND names ("llama.cpp"), whose key is
+// $LONGSCOPE_TEST_REMOTE_KEY. Checks that need Longscope's own answers skip on another server.
 class ServeProcess {
 public:
-    ServeProcess() = default;
+    ServeProcess() : m_external(qEnvironmentVariable("LONGSCOPE_TEST_REMOTE_URL")) {}
     ServeProcess(const ServeProcess &) = delete;
     ServeProcess &operator=(const ServeProcess &) = delete;
     ~ServeProcess() { stop(); }
@@ -31,6 +35,8 @@ public:
     // listen within 30 s.
     bool start(const QStringList &args)
     {
+        if (external())
+            return true;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.remove("LONGSCOPE_MODEL");
         env.remove("LONGSCOPE_API_KEY");
@@ -66,7 +72,15 @@ public:
     }
 
     int port() const { return m_port; }
-    QString url() const { return QStringLiteral("http://127.0.0.1:%1").arg(m_port); }
+    QString url() const { return external() ? m_external : QStringLiteral("http://127.0.0.1:%1").arg(m_port); }
+    bool external() const { return !m_external.isEmpty(); }
+    // "longscope", or the kind of the external server.
+    QString kind() const { return external() ? qEnvironmentVariable("LONGSCOPE_TEST_REMOTE_KIND") : "longscope"; }
+    // The key the server expects: `own` for the one started here.
+    QByteArray key(const QByteArray &own) const
+    {
+        return external() ? qEnvironmentVariable("LONGSCOPE_TEST_REMOTE_KEY").toUtf8() : own;
+    }
     QByteArray log()
     {
         m_log += m_process.readAllStandardError();
@@ -74,6 +88,7 @@ public:
     }
 
 private:
+    QString m_external;
     QProcess m_process;
     QByteArray m_log;
     int m_port = 0;

@@ -19,7 +19,7 @@ using longscope::test::run_cli;
 
 namespace {
 
-const QByteArray k_key = "sk-remote-test";
+const QByteArray k_own_key = "sk-remote-test";
 const int k_ctx = 512;
 
 QJsonObject json_of(const QByteArray &out) { return QJsonDocument::fromJson(out.trimmed()).object(); }
@@ -30,7 +30,9 @@ class TestRemoteCli : public QObject {
     Q_OBJECT
 
     longscope::test::ServeProcess m_server;
+    QByteArray k_key = m_server.key(k_own_key);
     QTemporaryDir m_dir;
+    bool longscope() const { return m_server.kind() == QLatin1String("longscope"); }
     QString m_text; // a text to score, well inside the context
 
     QStringList remote(const QStringList &args) const
@@ -53,7 +55,7 @@ private slots:
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
-        QVERIFY2(m_server.start({"--ctx", QString::number(k_ctx), "--api-key", QString::fromLatin1(k_key),
+        QVERIFY2(m_server.start({"--ctx", QString::number(k_ctx), "--api-key", QString::fromLatin1(k_own_key),
                                  "--threads", "1"}),
                  m_server.log().constData());
         QFile f(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt"));
@@ -65,6 +67,8 @@ private slots:
     // Greedy text is the model's: the remote reply equals a local run of the same model.
     void generate_equals_local_greedy()
     {
+        if (!longscope())
+            QSKIP("compares with Longscope's own engine");
         const QStringList common{"generate", "-p", "Once upon a time", "-n", "24", "--temp", "0", "--json"};
         const CliRun r = run_remote(common);
         QVERIFY2(r.code == 0, r.err.constData());
@@ -134,6 +138,11 @@ private slots:
     {
         const QString file = write("text.txt", m_text.toUtf8());
         const CliRun r = run_remote({"perplexity", "-f", file, "--bucket", "32", "--json"});
+        if (!longscope()) { // llama-server does not echo the prompt's log-probabilities: one clear line
+            QCOMPARE(r.code, 1);
+            QVERIFY2(r.err.contains("prompt log-probabilities") && r.err.trimmed().count('\n') == 0, r.err.constData());
+            return;
+        }
         QVERIFY2(r.code == 0, r.err.constData());
         const CliRun l = run_cli({"perplexity", "-f", file, "--ctx", QString::number(k_ctx), "--bucket", "32", "--json"});
         QVERIFY2(l.code == 0, l.err.constData());
@@ -163,7 +172,7 @@ private slots:
                                    << "refused the API key (401)";
         QTest::newRow("no key") << QStringList{"perplexity", "-f", "TEXT"} << "" << 2 << "TEST_KEY is not set";
         QTest::newRow("unknown model") << QStringList{"generate", "-p", "hi", "-m", "nope"} << QString(k_key) << 1
-                                       << "has no model 'nope' (it serves: stories260K)";
+                                       << "has no model 'nope' (it serves: ";
         QTest::newRow("bad option") << QStringList{"generate", "-p", "hi", "--alpha", "2"} << QString(k_key) << 2
                                     << "--alpha";
         QTest::newRow("too long") << QStringList{"generate", "-p", "hi", "-n", "100000"} << QString(k_key) << 1
@@ -171,6 +180,8 @@ private slots:
     }
     void failures()
     {
+        if (!longscope() && QByteArray(QTest::currentDataTag()) == "too long")
+            QSKIP("llama-server answers an over-long request by stopping at the context");
         QFETCH(QStringList, args);
         QFETCH(QString, key);
         QFETCH(int, code);
