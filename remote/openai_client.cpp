@@ -15,18 +15,32 @@ std::string lower(std::string_view s)
     return out;
 }
 
+// A server's words on one line, at most 300 bytes of them.
+std::string one_line(std::string s)
+{
+    for (char &c : s)
+        if (c == '\n' || c == '\r')
+            c = ' ';
+    if (s.size() > 300)
+        s = s.substr(0, 300) + "...";
+    return s;
+}
+
 [[noreturn]] void bad_url(std::string_view url, const std::string &why)
 {
-    throw ClientError(Failure::BadUrl, "'" + std::string(url) + "' is not a server URL: " + why +
+    throw ClientError(Failure::BadUrl, "'" + one_line(std::string(url.substr(0, 300))) + "' is not a server URL: " + why +
                                            " (expected http://HOST:PORT or http://HOST:PORT/v1)");
 }
 
 json parse_json(std::string_view body, const char *what)
 {
+    if (json_nesting_depth(body) > k_max_json_depth)
+        throw ClientError(Failure::Protocol, std::string("the server's ") + what + " nests deeper than " +
+                                                 std::to_string(k_max_json_depth) + " levels");
     try {
         return json::parse(body);
-    } catch (const json::parse_error &) {
-        std::string head(body.substr(0, 80));
+    } catch (const json::exception &) {
+        const std::string head = one_line(std::string(body.substr(0, 80)));
         throw ClientError(Failure::Protocol, std::string("the server's ") + what + " is not JSON" +
                                                  (head.empty() ? " (empty)" : ": '" + head + "'"));
     }
@@ -71,21 +85,44 @@ std::string error_text(const json &j)
 
 std::string error_text(std::string_view body)
 {
-    try {
-        return error_text(json::parse(body));
-    } catch (const json::exception &) {
-        std::string s(body.substr(0, 200));
-        std::erase_if(s, [](char c) { return c == '\n' || c == '\r'; });
-        return s;
+    if (json_nesting_depth(body) <= k_max_json_depth) {
+        try {
+            return error_text(json::parse(body));
+        } catch (const json::exception &) {
+        }
     }
+    return one_line(std::string(body.substr(0, 200)));
 }
 
 std::string quoted(const std::string &server_says)
 {
-    return server_says.empty() ? std::string() : " (the server says: " + server_says + ")";
+    return server_says.empty() ? std::string() : " (the server says: " + one_line(server_says) + ")";
 }
 
 } // namespace
+
+int json_nesting_depth(std::string_view text)
+{
+    int depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (char ch : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (ch == '\\')
+                escaped = true;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '[' || ch == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if (ch == ']' || ch == '}') {
+            --depth;
+        }
+    }
+    return deepest;
+}
 
 std::string BaseUrl::origin() const
 {
@@ -269,7 +306,7 @@ StreamEvent parse_stream_event(std::string_view data)
     if (field(j, "error")) {
         const std::string msg = error_text(j);
         throw ClientError(Failure::Server, "the server stopped the stream with an error: " +
-                                               (msg.empty() ? std::string(data.substr(0, 200)) : msg));
+                                               one_line(msg.empty() ? std::string(data.substr(0, 200)) : msg));
     }
     ev.usage = usage_of(j);
     const json *choices = field(j, "choices");

@@ -17,6 +17,12 @@ namespace longscope::remote {
 
 using json = nlohmann::json;
 
+// The deepest nesting of arrays and objects in a JSON text (strings skipped): answers nested
+// deeper than k_max_json_depth are refused before parsing, so that a hostile server cannot
+// exhaust the stack.
+int json_nesting_depth(std::string_view text);
+inline constexpr int k_max_json_depth = 64;
+
 // What went wrong, for callers that act on it (retry, ask for a key, pick another model).
 enum class Failure {
     BadUrl,        // the base URL is not http(s)://host[:port][/path]

@@ -12,8 +12,11 @@ namespace {
 bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
 bool name_char(char c) { return name_start(c) || (c >= '0' && c <= '9'); }
 
-[[noreturn]] void fail(size_t line, const std::string &what)
+[[noreturn]] void fail(size_t line, std::string what)
 {
+    for (char &c : what) // a stray carriage return quoted from the text stays on the line
+        if (c == '\r' || c == '\n')
+            c = ' ';
     throw MetricsParseError("metrics line " + std::to_string(line) + ": " + what);
 }
 

@@ -1,6 +1,7 @@
 #include "server_api.h"
 
 #include "longscope/errors.h"
+#include "remote/openai_client.h"
 #include "remote/prometheus.h"
 
 #include <algorithm>
@@ -240,30 +241,6 @@ const std::set<std::string> k_chat_fields = {"messages", "max_completion_tokens"
                                              "function_call"};
 const std::set<std::string> k_completion_fields = {"prompt", "echo", "best_of", "suffix"};
 
-// The deepest nesting of arrays and objects in a JSON text (strings skipped), so that a
-// hostile body cannot make recursive copies or destruction run out of stack.
-int nesting_depth(std::string_view text)
-{
-    int depth = 0, deepest = 0;
-    bool in_string = false, escaped = false;
-    for (char ch : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (ch == '\\')
-                escaped = true;
-            else if (ch == '"')
-                in_string = false;
-        } else if (ch == '"') {
-            in_string = true;
-        } else if (ch == '[' || ch == '{') {
-            deepest = std::max(deepest, ++depth);
-        } else if (ch == ']' || ch == '}') {
-            --depth;
-        }
-    }
-    return deepest;
-}
 
 } // namespace
 
@@ -328,7 +305,7 @@ namespace {
 // the value of (the last key the parser met).
 json parse_body(std::string_view body_text)
 {
-    if (nesting_depth(body_text) > k_max_json_depth)
+    if (remote::json_nesting_depth(body_text) > k_max_json_depth)
         throw ApiError(400, "the request body nests arrays and objects deeper than " + std::to_string(k_max_json_depth) +
                                 " levels");
     std::string last_key;
