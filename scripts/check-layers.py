@@ -33,6 +33,9 @@ LEVELS = [
     ("backend implementations", ["cpu", "kv", "cuda_host"]),
     ("architectures", ["arch"]),
     ("runtime", ["runtime"]),
+    # The client side of OpenAI-compatible servers: no transport, no Qt, no engine (the CLI
+    # and the app share it).
+    ("remote client protocol", ["remote"]),
     ("ui core", ["ui/core"]),
     ("ui widgets", ["ui/widgets"]),
     ("programs", ["app/cli", "app/gui"]),
@@ -86,6 +89,7 @@ FOLDERS = {
     "ui/widgets/": "ui/widgets",
     "app/cli/": "app/cli",
     "app/gui/": "app/gui",
+    "remote/": "remote",
 }
 
 # Single files, ahead of FOLDERS; every public header is placed here, one by one.
@@ -120,9 +124,9 @@ FILES = {
 
 # Where quoted includes are looked for after the including file's own folder, and angle
 # includes at all (the include directories the CMake targets set).
-INCLUDE_ROOTS = ["engine/include", "engine/src", "kernels", "ui", "ui/core", "ui/widgets"]
+INCLUDE_ROOTS = ["engine/include", "engine/src", "kernels", "ui", "ui/core", "ui/widgets", ""]
 
-SCANNED_DIRS = ["engine", "kernels", "ui", "app"]
+SCANNED_DIRS = ["engine", "kernels", "ui", "app", "remote"]
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cu", ".cuh")
 
 # Qt modules and class headers that ui/core may not use (it is QtCore only). Qt's own header
@@ -293,8 +297,12 @@ def judge(rel, src, header, target, tgt, qt_gui):
         return "Qt", "the engine is plain C++20 and never includes Qt"
     if src == "ui/core" and is_qt(header) and header in qt_gui:
         return "Qt GUI/Widgets", "ui/core is QtCore only, tested without widgets"
+    if src == "remote" and is_qt(header):
+        return "Qt", "the client protocol is shared with the CLI, which links no Qt"
     if target is None or tgt is None or src == tgt:
         return None
+    if src == "remote":
+        return tgt, "the client protocol stands alone: it includes neither the engine nor the ui"
     if not engine_side(rel) and target.startswith("engine/src/"):
         return tgt, "the app and the ui use only the engine's public headers, engine/include/longscope/"
     if not engine_side(rel) and engine_side(target) and tgt in PLUGIN_INCLUDED_BY:

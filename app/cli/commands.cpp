@@ -113,6 +113,8 @@ int print_vocabulary_only_info(const std::string &path, bool as_json)
     return 0;
 }
 
+} // namespace
+
 std::string prompt_text(const Args &a, bool allow_positional)
 {
     auto p = a.value("--prompt");
@@ -133,6 +135,8 @@ std::string prompt_text(const Args &a, bool allow_positional)
         return read_text_file(*f);
     return a.positional().front();
 }
+
+namespace {
 
 // The long-context options every command that runs the model takes.
 const std::vector<OptionSpec> k_settings_options = {
@@ -296,6 +300,8 @@ int cmd_template(const std::vector<std::string> &argv, const char *argv0)
 
 int cmd_generate(const std::vector<std::string> &argv, const char *argv0)
 {
+    if (wants_remote(argv))
+        return cmd_generate_remote(argv);
     Args a(argv, with_settings({{{"-m", "--model"}},
                                 {{"-p", "--prompt"}},
                                 {{"-f", "--file"}},

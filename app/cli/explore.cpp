@@ -61,6 +61,8 @@ std::unique_ptr<Model> load(const Args &a, const char *argv0, const Settings &se
 
 int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
 {
+    if (wants_remote(argv))
+        return cmd_perplexity_remote(argv);
     Args a(argv, with_settings({{{"-m", "--model"}},
                                 {{"-f", "--file"}},
                                 {{"-c", "--ctx"}},
@@ -97,7 +99,11 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
     };
     PerplexityResult r = perplexity(*model, ids, o);
     std::fprintf(stderr, "\n");
+    return report_perplexity(a, r, model->hparams().n_ctx_train, "trained context", "n_ctx_train");
+}
 
+int report_perplexity(const Args &a, const PerplexityResult &r, int edge, const char *edge_name, const char *edge_key)
+{
     if (auto csv = a.value("--csv")) {
         std::ofstream out(*csv, std::ios::binary | std::ios::trunc);
         if (!out)
@@ -112,7 +118,7 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
         j["windows"] = r.windows;
         j["mean_nll"] = r.mean_nll;
         j["perplexity"] = r.perplexity();
-        j["n_ctx_train"] = model->hparams().n_ctx_train;
+        j[edge_key] = edge;
         if (!r.stopped.empty())
             j["stopped"] = r.stopped;
         for (const PositionBucket &b : r.curve)
@@ -121,18 +127,18 @@ int cmd_perplexity(const std::vector<std::string> &argv, const char *argv0)
         std::cout << j.dump(2) << "\n";
         return 0;
     }
-    std::printf("scored %lld tokens in %d window%s: mean NLL %.4f nats, perplexity %.3f (trained context %d)\n",
-                (long long)r.n_scored, r.windows, r.windows == 1 ? "" : "s", r.mean_nll, r.perplexity(),
-                model->hparams().n_ctx_train);
+    std::printf("scored %lld tokens in %d window%s: mean NLL %.4f nats, perplexity %.3f (%s %d)\n",
+                (long long)r.n_scored, r.windows, r.windows == 1 ? "" : "s", r.mean_nll, r.perplexity(), edge_name,
+                edge);
     if (!r.stopped.empty())
         std::printf("the stream stopped there: %s\n", r.stopped.c_str());
     std::printf("| positions | tokens | mean NLL | perplexity |\n|---|---|---|---|\n");
     bool marked = false;
     for (const PositionBucket &b : r.curve) {
-        // * marks the first bucket reaching past the trained context.
-        const bool edge = !marked && b.end > model->hparams().n_ctx_train;
-        marked = marked || edge;
-        std::printf("| %d-%d%s | %lld | %.4f | %.3f |\n", b.begin, b.end - 1, edge ? " *" : "", (long long)b.count,
+        // * marks the first bucket reaching past the edge (the trained context).
+        const bool past = edge > 0 && !marked && b.end > edge;
+        marked = marked || past;
+        std::printf("| %d-%d%s | %lld | %.4f | %.3f |\n", b.begin, b.end - 1, past ? " *" : "", (long long)b.count,
                     b.mean_nll, b.perplexity());
     }
     return 0;

@@ -12,6 +12,7 @@
 #include "args.h"
 #include "http_guard.h"
 #include "model_path.h"
+#include "serve_logprobs.h"
 #include "server_api.h"
 
 #include "longscope/chat.h"
@@ -63,6 +64,7 @@ struct Job {
     int prompt_tokens = 0;
     int completion_tokens = 0;
     std::string finish;
+    json logprobs;                   // choices[0].logprobs when asked for
     std::optional<ApiError> error;   // when Failed
     ReplyFormat reply_format;        // chat: how the reply splits into reasoning, content and tool calls
 
@@ -97,6 +99,7 @@ public:
         m_session.set_metrics_callback([this](const StepMetrics &s) {
             std::lock_guard<std::mutex> lk(m_stats_mutex);
             m_last_step = s;
+            m_kv_tokens = s.position;
         });
         m_ledger = m_session.memory();
     }
@@ -185,6 +188,28 @@ public:
         return j;
     }
 
+    // What GET /metrics publishes.
+    ServerCounters counters() const
+    {
+        ServerCounters c;
+        {
+            std::lock_guard<std::mutex> lk(m_stats_mutex);
+            c = m_counters;
+            c.memory = m_last_step ? m_last_step->memory : m_ledger;
+            if (m_last_step && m_ledger.peak_total > c.memory.peak_total)
+                c.memory = m_ledger; // the ledger read after the latest request is newer
+            c.kv_tokens = m_kv_tokens;
+            c.requests_running = m_busy ? 1 : 0;
+            c.step_tokens_per_second = m_last_step ? m_last_step->tokens_per_second : 0;
+        }
+        {
+            std::lock_guard<std::mutex> lk(m_mutex);
+            c.requests_waiting = int(m_queue.size());
+        }
+        c.context_limit = n_ctx();
+        return c;
+    }
+
 private:
     void run()
     {
@@ -223,6 +248,7 @@ private:
             }
             std::lock_guard<std::mutex> lk(m_stats_mutex);
             m_ledger = ledger;
+            m_kv_tokens = m_session.n_past();
             m_busy = false;
         }
     }
@@ -306,19 +332,45 @@ private:
             std::lock_guard<std::mutex> lk(m_stats_mutex);
             m_last_request = last;
             ++m_completed;
+            m_counters.requests_completed = m_completed;
+            m_counters.prompt_tokens += uint64_t(result.n_prompt - result.n_cached);
+            m_counters.cached_prompt_tokens += uint64_t(result.n_cached);
+            m_counters.generation_tokens += result.tokens.size();
+            m_counters.prompt_tokens_per_second = last.prefill_tokens_per_second;
+            m_counters.generation_tokens_per_second = last.decode_tokens_per_second;
         }
         if (shutting_down) {
             job.fail(ApiError(503, "the server is shutting down", "server_error", "", "server_shutting_down"));
             return;
         }
+        json logprobs = nullptr;
+        if (job.req.logprobs && !client_gone && !timed_out)
+            logprobs = score(job, result.tokens);
         {
             std::lock_guard<std::mutex> lk(job.m);
+            job.logprobs = std::move(logprobs);
             job.prompt_tokens = result.n_prompt;
             job.completion_tokens = int(result.tokens.size());
             job.finish = finish;
             job.state = Job::State::Done;
         }
         job.cv.notify_all();
+    }
+
+    // choices[0].logprobs of a completion: the prompt and the reply evaluated again with
+    // every position's logits; with echo the prompt's tokens come first.
+    json score(const Job &job, const std::vector<int32_t> &generated)
+    {
+        std::vector<int32_t> all = job.prompt;
+        all.insert(all.end(), generated.begin(), generated.end());
+        std::vector<TokenLogprob> scored = score_tokens(m_session, all, *job.req.logprobs);
+        size_t first_offset = 0;
+        if (!job.req.echo) {
+            for (size_t i = 0; i < job.prompt.size(); ++i)
+                first_offset += scored[i].text.size();
+            scored.erase(scored.begin(), scored.begin() + std::ptrdiff_t(job.prompt.size()));
+        }
+        return logprobs_json(scored, *job.req.logprobs > 0, first_offset);
     }
 
     Session m_session;
@@ -341,6 +393,8 @@ private:
     std::optional<LastRequest> m_last_request;
     uint64_t m_completed = 0;
     bool m_busy = false;
+    int m_kv_tokens = 0;
+    ServerCounters m_counters; // the totals; the rest is filled in by counters()
 };
 
 void send_json(httplib::Response &res, int status, const json &body)
@@ -427,6 +481,14 @@ void prepare_prompt(const Model &model, const std::string &template_text, int n_
     // Unbounded under shift, a reply without max_tokens gets the room a fresh context has.
     const int default_tokens = policy == OverflowPolicy::Shift ? std::max(room, n_ctx / 2) : room;
     job.max_tokens = requested ? *requested : std::max(1, default_tokens);
+}
+
+// The prompt as echoed: the text given, or the token ids decoded.
+std::string prompt_text(const Model &model, const Job &job)
+{
+    if (!job.req.prompt_ids)
+        return job.req.prompt;
+    return model.tokenizer().decode(*job.req.prompt_ids);
 }
 
 struct ServeOptions {
@@ -736,7 +798,9 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                       ep == Endpoint::Chat
                           ? chat_response(job->id, job->created, model_name, split_reply(job->reply_format, job->text),
                                           job->finish, usage)
-                          : completion_response(job->id, job->created, model_name, job->text, job->finish, usage));
+                          : completion_response(job->id, job->created, model_name,
+                                                job->req.echo ? prompt_text(*model, *job) + job->text : job->text,
+                                                job->finish, usage, job->logprobs));
             return;
         }
 
@@ -751,7 +815,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
         auto state = std::make_shared<StreamState>(StreamState{false, clock_type::now(), ReplySplitter(job->reply_format), 0});
         res.set_chunked_content_provider(
             "text/event-stream",
-            [job, state, ep, &model_name, &engine](size_t, httplib::DataSink &sink) -> bool {
+            [job, state, ep, &model_name, &engine, &model](size_t, httplib::DataSink &sink) -> bool {
                 auto write = [&](const std::string &s) {
                     if (!sink.is_writable() || !sink.write(s.data(), s.size())) {
                         engine.cancel(job->number); // the client went away: stop generating
@@ -769,6 +833,10 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                         state->started = true;
                         if (ep == Endpoint::Chat &&
                             !write(sse_event(chat_chunk(job->id, job->created, model_name, std::string(), {}, true))))
+                            return false;
+                        if (ep == Endpoint::Completion && job->req.echo &&
+                            !write(sse_event(completion_chunk(job->id, job->created, model_name,
+                                                              prompt_text(*model, *job), {}))))
                             return false;
                     }
                     std::unique_lock<std::mutex> lk(job->m);
@@ -836,15 +904,20 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     svr.Get("/health", guarded([](const httplib::Request &, httplib::Response &res) {
                 send_json(res, 200, json{{"status", "ok"}});
             }));
+    const ModelMeta meta{n_ctx, model->hparams().n_ctx_train, model->hparams().n_vocab, model->hparams().architecture};
     svr.Get("/v1/models", guarded([&](const httplib::Request &, httplib::Response &res) {
-                send_json(res, 200, models_list(model_name, started));
+                send_json(res, 200, models_list(model_name, started, meta));
             }));
     svr.Get(R"(/v1/models/(.+))", guarded([&](const httplib::Request &req, httplib::Response &res) {
                 const std::string id = req.matches[1];
                 if (id != model_name)
                     throw ApiError(404, "The model '" + id + "' does not exist; this server serves '" + model_name + "'",
                                    "invalid_request_error", "model", "model_not_found");
-                send_json(res, 200, model_object(model_name, started));
+                send_json(res, 200, model_object(model_name, started, meta));
+            }));
+    svr.Get("/metrics", guarded([&](const httplib::Request &, httplib::Response &res) {
+                res.status = 200;
+                res.set_content(prometheus_metrics(engine.counters(), model_name), "text/plain; version=0.0.4");
             }));
     svr.Get("/v1/metrics", guarded([&](const httplib::Request &, httplib::Response &res) {
                 json j = engine.stats();

@@ -1,6 +1,8 @@
 #include "server_api.h"
 
 #include "longscope/errors.h"
+#include "remote/openai_client.h"
+#include "remote/prometheus.h"
 
 #include <algorithm>
 #include <cctype>
@@ -243,9 +245,6 @@ void check_neutral(const std::string &key, const json &v)
     } else if (key == "function_call") {
         if (!(v.is_string() && v.get<std::string>() == "none"))
             bad(key, "'function_call' is not supported (use 'tool_choice')");
-    } else if (key == "echo") {
-        if (boolean(v, key))
-            bad(key, "'echo' is not supported");
     } else if (key == "best_of") {
         if (integer_in(v, key, 1, 20) != 1)
             bad(key, "'best_of' must be 1");
@@ -268,30 +267,6 @@ const std::set<std::string> k_chat_fields = {"messages", "max_completion_tokens"
                                              "function_call"};
 const std::set<std::string> k_completion_fields = {"prompt", "echo", "best_of", "suffix"};
 
-// The deepest nesting of arrays and objects in a JSON text (strings skipped), so that a
-// hostile body cannot make recursive copies or destruction run out of stack.
-int nesting_depth(std::string_view text)
-{
-    int depth = 0, deepest = 0;
-    bool in_string = false, escaped = false;
-    for (char ch : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (ch == '\\')
-                escaped = true;
-            else if (ch == '"')
-                in_string = false;
-        } else if (ch == '"') {
-            in_string = true;
-        } else if (ch == '[' || ch == '{') {
-            deepest = std::max(deepest, ++depth);
-        } else if (ch == ']' || ch == '}') {
-            --depth;
-        }
-    }
-    return deepest;
-}
 
 } // namespace
 
@@ -364,7 +339,7 @@ namespace {
 // the value of (the last key the parser met).
 json parse_body(std::string_view body_text)
 {
-    if (nesting_depth(body_text) > k_max_json_depth)
+    if (remote::json_nesting_depth(body_text) > k_max_json_depth)
         throw ApiError(400, "the request body nests arrays and objects deeper than " + std::to_string(k_max_json_depth) +
                                 " levels");
     std::string last_key;
@@ -432,8 +407,11 @@ CompletionRequest parse_request_body(Endpoint endpoint, std::string_view body_te
     }
     if (const json *v = get("model"))
         r.model = string_of(*v, "model");
+    // max_tokens 0 only with echo: the prompt scored, nothing generated.
+    const bool echo = endpoint == Endpoint::Completion && get("echo") && get("echo")->is_boolean() &&
+                      get("echo")->get<bool>();
     if (const json *v = get("max_tokens"))
-        r.max_tokens = int(integer_in(*v, "max_tokens", 1, 1 << 24));
+        r.max_tokens = int(integer_in(*v, "max_tokens", echo ? 0 : 1, 1 << 24));
     if (const json *v = get("max_completion_tokens"))
         r.max_tokens = int(integer_in(*v, "max_completion_tokens", 1, 1 << 24));
     if (const json *v = get("temperature"))
@@ -483,10 +461,18 @@ CompletionRequest parse_request_body(Endpoint endpoint, std::string_view body_te
     if (const json *v = get("n"))
         if (integer_in(*v, "n", 1, 128) != 1)
             bad("n", "'n' must be 1: this server generates one choice per request");
+    if (endpoint == Endpoint::Completion) {
+        if (const json *v = get("echo"))
+            r.echo = boolean(*v, "echo");
+        if (const json *v = get("logprobs"))
+            r.logprobs = int(integer_in(*v, "logprobs", 0, k_max_logprobs));
+        if (r.logprobs && r.stream)
+            bad("logprobs", "'logprobs' is not supported with 'stream': ask without streaming");
+    }
     for (const char *key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
-                            "response_format", "functions", "function_call", "echo",
+                            "response_format", "functions", "function_call",
                             "best_of", "suffix", "user"})
-        if (const json *v = get(key))
+        if (const json *v = get(key); v && !(endpoint == Endpoint::Completion && std::string_view(key) == "logprobs"))
             check_neutral(key, *v);
 
     apply_settings_fields(body, r.settings);
@@ -641,9 +627,9 @@ json chat_reply_chunk(const std::string &id, int64_t created, const std::string 
 }
 
 json completion_response(const std::string &id, int64_t created, const std::string &model, const std::string &text,
-                         const std::string &finish, const Usage &usage)
+                         const std::string &finish, const Usage &usage, const json &logprobs)
 {
-    json choice{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    json choice{{"text", text}, {"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish}};
     return json{{"id", id},           {"object", "text_completion"}, {"created", created},
                 {"model", model},     {"choices", json::array({choice})}, {"usage", usage_json(usage)}};
 }
@@ -690,14 +676,97 @@ std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string sse_event(const json &j) { return "data: " + dump(j) + "\n\n"; }
 
-json model_object(const std::string &name, int64_t created)
+json logprobs_json(const std::vector<TokenLogprob> &tokens, bool with_top, size_t first_offset)
 {
-    return json{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "longscope"}};
+    json texts = json::array(), values = json::array(), top = json::array(), offsets = json::array();
+    size_t offset = first_offset;
+    for (const TokenLogprob &t : tokens) {
+        texts.push_back(t.text);
+        values.push_back(t.logprob ? json(*t.logprob) : json(nullptr));
+        if (with_top) {
+            if (!t.logprob) {
+                top.push_back(nullptr);
+            } else {
+                json alternatives = json::object();
+                for (const auto &[text, lp] : t.top)
+                    if (!alternatives.contains(text)) // two ids may spell the same text
+                        alternatives[text] = lp;
+                top.push_back(alternatives);
+            }
+        }
+        offsets.push_back(offset);
+        offset += t.text.size();
+    }
+    return json{{"tokens", texts},
+                {"token_logprobs", values},
+                {"top_logprobs", with_top ? top : json(nullptr)},
+                {"text_offset", offsets}};
 }
 
-json models_list(const std::string &name, int64_t created)
+json model_object(const std::string &name, int64_t created, const ModelMeta &meta)
 {
-    return json{{"object", "list"}, {"data", json::array({model_object(name, created)})}};
+    json j{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "longscope"}};
+    if (meta.context_length > 0) {
+        j["max_model_len"] = meta.context_length;
+        j["context_length"] = meta.context_length;
+    }
+    if (!meta.architecture.empty())
+        j["architecture"] = meta.architecture;
+    if (meta.n_ctx_train > 0 || meta.n_vocab > 0)
+        j["meta"] = json{{"n_ctx_train", meta.n_ctx_train}, {"n_vocab", meta.n_vocab}};
+    return j;
+}
+
+json models_list(const std::string &name, int64_t created, const ModelMeta &meta)
+{
+    return json{{"object", "list"}, {"data", json::array({model_object(name, created, meta)})}};
+}
+
+std::string prometheus_metrics(const ServerCounters &c, const std::string &model)
+{
+    using Labels = std::map<std::string, std::string>;
+    remote::MetricsWriter w;
+    const Labels m{{"model_name", model}};
+    auto one = [&](const char *name, const char *type, const char *help, double v) {
+        w.family(name, type, help);
+        w.sample(name, v, m);
+    };
+    w.family("longscope:memory_bytes", "gauge",
+             "The memory ledger after the latest step, by category (weights, kv_reserved, kv_resident, scratch, "
+             "total, process_rss, device_used)");
+    const std::pair<const char *, uint64_t> now[] = {
+        {"weights", c.memory.weights},         {"kv_reserved", c.memory.kv_reserved},
+        {"kv_resident", c.memory.kv_resident}, {"scratch", c.memory.scratch},
+        {"total", c.memory.total},             {"process_rss", c.memory.process_rss},
+        {"device_used", c.memory.device_used}};
+    for (const auto &[category, bytes] : now)
+        w.sample("longscope:memory_bytes", double(bytes), Labels{{"category", category}, {"model_name", model}});
+    w.family("longscope:memory_peak_bytes", "gauge", "Peaks of the memory ledger since the server started");
+    const std::pair<const char *, uint64_t> peaks[] = {{"kv_reserved", c.memory.peak_kv_reserved},
+                                                       {"kv_resident", c.memory.peak_kv_resident},
+                                                       {"scratch", c.memory.peak_scratch},
+                                                       {"total", c.memory.peak_total}};
+    for (const auto &[category, bytes] : peaks)
+        w.sample("longscope:memory_peak_bytes", double(bytes), Labels{{"category", category}, {"model_name", model}});
+    one("longscope:kv_cache_tokens", "gauge", "Tokens held in the KV cache", c.kv_tokens);
+    one("longscope:context_limit_tokens", "gauge", "The context limit the server runs with", c.context_limit);
+    one("longscope:kv_cache_usage_ratio", "gauge", "KV cache usage: tokens held over the context limit (0 to 1)",
+        c.context_limit > 0 ? double(c.kv_tokens) / c.context_limit : 0.0);
+    one("longscope:requests_running", "gauge", "Requests the engine is generating for", c.requests_running);
+    one("longscope:requests_waiting", "gauge", "Requests queued for the engine", c.requests_waiting);
+    one("longscope:requests_completed_total", "counter", "Requests the engine finished", double(c.requests_completed));
+    one("longscope:prompt_tokens_total", "counter", "Prompt tokens evaluated (reused prefixes excluded)",
+        double(c.prompt_tokens));
+    one("longscope:prompt_tokens_cached_total", "counter", "Prompt tokens reused from the previous request's context",
+        double(c.cached_prompt_tokens));
+    one("longscope:generation_tokens_total", "counter", "Tokens generated", double(c.generation_tokens));
+    one("longscope:prompt_tokens_per_second", "gauge", "Prefill throughput of the latest request",
+        c.prompt_tokens_per_second);
+    one("longscope:generation_tokens_per_second", "gauge", "Decode throughput of the latest request",
+        c.generation_tokens_per_second);
+    one("longscope:step_tokens_per_second", "gauge", "Throughput of the latest evaluation step",
+        c.step_tokens_per_second);
+    return w.text();
 }
 
 json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &now)

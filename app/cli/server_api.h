@@ -45,6 +45,7 @@ enum class Endpoint { Chat, Completion };
 
 // OpenAI's limits and defaults.
 inline constexpr int k_max_stop_sequences = 4;
+inline constexpr int k_max_logprobs = 5;             // alternatives per token in /v1/completions
 inline constexpr int k_default_completion_tokens = 16; // /v1/completions without max_tokens
 inline constexpr int k_max_json_depth = 64;            // deeper request bodies are refused
 
@@ -62,6 +63,8 @@ struct CompletionRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;                 // stream_options.include_usage
+    bool echo = false;                          // completions: the prompt precedes the text
+    std::optional<int> logprobs;                // completions: log-probabilities, with this many alternatives
     Settings settings;                          // server defaults plus the extra fields
     std::string model;                          // as the client named it (informative)
 };
@@ -107,7 +110,20 @@ std::string new_id(Endpoint endpoint);
 json chat_response(const std::string &id, int64_t created, const std::string &model,
                    const ReplySplitter::Delta &reply, const std::string &finish, const Usage &usage);
 json completion_response(const std::string &id, int64_t created, const std::string &model,
-                         const std::string &text, const std::string &finish, const Usage &usage);
+                         const std::string &text, const std::string &finish, const Usage &usage,
+                         const json &logprobs = nullptr);
+
+// The log-probability of one token given the ones before it, with the most likely
+// alternatives (token text, log-probability), most likely first.
+struct TokenLogprob {
+    std::string text;
+    std::optional<double> logprob; // none for the first token of the context
+    std::vector<std::pair<std::string, double>> top;
+};
+// choices[0].logprobs of a completion: {"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"} (OpenAI's legacy shape, which vLLM returns), offsets counted from
+// `first_offset`. top_logprobs is null when no alternatives were asked for.
+json logprobs_json(const std::vector<TokenLogprob> &tokens, bool with_top, size_t first_offset = 0);
 
 // Stream chunks: `role` for the first chat chunk, `text` a piece of content, `finish` set
 // on the last choice chunk (with an empty delta). `usage` a final chunk with no choices.
@@ -132,9 +148,35 @@ inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
 // Serializes for the wire; invalid UTF-8 (never produced by the engine) replaced.
 std::string dump(const json &j);
 
-// GET /v1/models and /v1/models/{id}.
-json model_object(const std::string &name, int64_t created);
-json models_list(const std::string &name, int64_t created);
+// GET /v1/models and /v1/models/{id}: the model with what a client needs to know of it
+// (the context the server runs with, as vLLM's max_model_len and as context_length; the
+// architecture; the trained context and the vocabulary size).
+struct ModelMeta {
+    int context_length = 0;
+    int n_ctx_train = 0;
+    int n_vocab = 0;
+    std::string architecture;
+};
+json model_object(const std::string &name, int64_t created, const ModelMeta &meta = {});
+json models_list(const std::string &name, int64_t created, const ModelMeta &meta = {});
+
+// What GET /metrics publishes (docs/serve.md, "Prometheus metrics").
+struct ServerCounters {
+    MemoryLedger memory;
+    int kv_tokens = 0;           // tokens held in the context
+    int context_limit = 0;
+    int requests_running = 0;
+    int requests_waiting = 0;
+    uint64_t requests_completed = 0;
+    uint64_t prompt_tokens = 0;     // evaluated (prefix reuse excluded)
+    uint64_t cached_prompt_tokens = 0;
+    uint64_t generation_tokens = 0;
+    double prompt_tokens_per_second = 0;     // of the latest request
+    double generation_tokens_per_second = 0; // of the latest request
+    double step_tokens_per_second = 0;       // of the latest evaluation step
+};
+// The Prometheus text exposition of `c`, every name prefixed "longscope:".
+std::string prometheus_metrics(const ServerCounters &c, const std::string &model);
 
 // GET /v1/metrics: the latest step's metrics and ledger (step null before any request).
 json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &ledger_now);

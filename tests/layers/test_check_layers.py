@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-SOURCE_DIRS = ["engine", "kernels", "ui", "app"]
+SOURCE_DIRS = ["engine", "kernels", "ui", "app", "remote"]
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cu", ".cuh")
 SCRIPT_FILES = ["scripts/check-layers.py", "scripts/layer-allowlist.txt"]
 
@@ -155,6 +155,22 @@ def split_ui_core_includes_widgets(tree):
             "ui/core/controller.cpp:4 includes QtGui/QColor: ui/core may not include Qt GUI/Widgets"]
 
 
+def remote_includes_qt_or_engine(tree):
+    write(tree, "remote/client.cpp",
+          '#include <QString>\n#include "longscope/engine.h"\n#include "core/engine_worker.h"\n'
+          '#include <nlohmann/json.hpp>\n')
+    return ["remote/client.cpp:1 includes QString: remote may not include Qt",
+            "remote/client.cpp:2 includes longscope/engine.h: remote may not include runtime",
+            "remote/client.cpp:3 includes core/engine_worker.h: remote may not include ui/core"]
+
+
+def remote_included_by_ui_core_and_cli_passes(tree):
+    write(tree, "remote/client.h", "#pragma once\n#include <string>\n")
+    write(tree, "ui/core/uses_remote.cpp", '#include "remote/client.h"\n')
+    write(tree, "app/cli/uses_remote.cpp", '#include "remote/client.h"\n')
+    return []
+
+
 def split_ui_allowed_directions_pass(tree):
     write(tree, "ui/core/controller.h", "#pragma once\n#include <QObject>\n#include \"longscope/engine.h\"\n")
     write(tree, "ui/widgets/panel.h", '#pragma once\n#include "controller.h"\n#include <QWidget>\n')
@@ -179,6 +195,8 @@ CASES = [
     ("a stale allowlist entry is noted and passes", stale_allowlist_entry_is_noted, 0),
     ("ui/core including ui/widgets or Qt Widgets fails", split_ui_core_includes_widgets, 1),
     ("ui/widgets including ui/core passes", split_ui_allowed_directions_pass, 0),
+    ("remote including Qt, the engine or the ui fails", remote_includes_qt_or_engine, 1),
+    ("ui/core and app/cli including remote passes", remote_included_by_ui_core_and_cli_passes, 0),
 ]
 
 

@@ -264,8 +264,33 @@ void LongContextPanel::emitChanged()
 
 void LongContextPanel::updateEnabled()
 {
-    m_alpha->setEnabled(!m_autoAlpha->isChecked());
-    m_sinks->setEnabled(OverflowPolicy(m_overflow->currentData().toInt()) == OverflowPolicy::Shift);
+    m_alpha->setEnabled(!m_autoAlpha->isChecked() && !m_alphaLocked);
+    m_sinks->setEnabled(OverflowPolicy(m_overflow->currentData().toInt()) == OverflowPolicy::Shift && !m_remote);
+}
+
+void LongContextPanel::setRemote(bool remote, bool perRequest, const QString &reason)
+{
+    m_remote = remote;
+    const QString fixed = tr("Fixed by the server when it starts");
+    const QList<QWidget *> perRequestToggles{m_alpha, m_autoAlpha, m_keysBeforeRope, m_memoryEfficient, m_causalFlash,
+                                             m_kvMode};
+    const QList<QWidget *> serverOwned{m_contextLimit, m_overflow, m_sinks, m_kvTypeK, m_kvTypeV, m_backendChoice};
+    auto lock = [&](QWidget *w, bool locked, const QString &why) {
+        if (!m_localTips.contains(w))
+            m_localTips.insert(w, w->toolTip());
+        w->setEnabled(!locked);
+        w->setToolTip(locked ? why : m_localTips.value(w));
+    };
+    for (QWidget *w : perRequestToggles)
+        lock(w, remote && !perRequest, reason.isEmpty() ? fixed : reason);
+    for (QWidget *w : serverOwned)
+        lock(w, remote, fixed);
+    m_alphaLocked = remote && !perRequest;
+    updateAlphaEnabled();
+    m_applied->setText(remote ? (perRequest ? tr("Remote server: these switches go with each request; the context "
+                                                 "limit and backend are the server's")
+                                            : reason)
+                              : QString());
 }
 
 } // namespace longscope::ui

@@ -8,6 +8,7 @@
 #include "longscope/settings.h"
 
 #include <QGroupBox>
+#include <QHash>
 
 class QCheckBox;
 class QComboBox;
@@ -35,6 +36,13 @@ public:
     void setBackend(const QString &backend, const QString &gpuStatus, bool cudaAvailable = false);
     // The alpha the last step ran with (StepMetrics::ntk_alpha).
     void setEffectiveAlpha(double alpha);
+    // A remote engine: the toggles it cannot switch per request are greyed, `reason` their
+    // tooltip and the line under the backend. `perRequest` (a Longscope server, which takes
+    // NTK alpha, keys before RoPE, the attention switches and the KV mode as request fields)
+    // leaves those enabled; the context limit, the overflow policy and the backend are the
+    // server's either way. `remote` false gives the local panel back.
+    void setRemote(bool remote, bool perRequest = false, const QString &reason = {});
+    bool isRemote() const { return m_remote; }
     // A change was sent and waits for the next step / took effect at this token position.
     void setPending();
     void setApplied(int position);
@@ -82,6 +90,9 @@ private:
     longscope::Settings m_base; // fields without a control
     int m_trainedContext = 0;
     bool m_updating = false;
+    bool m_remote = false;
+    bool m_alphaLocked = false;
+    QHash<QWidget *, QString> m_localTips; // the tooltips a remote engine replaced
 };
 
 } // namespace longscope::ui

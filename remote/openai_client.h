@@ -1,0 +1,190 @@
+// The client side of the OpenAI HTTP API as vLLM, SGLang, TGI, llama.cpp's llama-server and
+// `longscope-cli serve` speak it, without a transport: the base URL and its routes, request
+// bodies from sampling settings, server-sent events and their chunks, responses, /v1/models,
+// prompt log-probabilities (echo + logprobs), and every failure as one clear sentence. The CLI
+// sends these over cpp-httplib, the app over QNetworkAccessManager.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace longscope::remote {
+
+using json = nlohmann::json;
+
+// The deepest nesting of arrays and objects in a JSON text (strings skipped): answers nested
+// deeper than k_max_json_depth are refused before parsing, so that a hostile server cannot
+// exhaust the stack.
+int json_nesting_depth(std::string_view text);
+inline constexpr int k_max_json_depth = 64;
+
+// What went wrong, for callers that act on it (retry, ask for a key, pick another model).
+enum class Failure {
+    BadUrl,        // the base URL is not http(s)://host[:port][/path]
+    Connection,    // refused, unreachable, name not found, TLS
+    Timeout,       // no answer (or no next chunk) in time
+    Unauthorized,  // 401: key missing or wrong
+    Forbidden,     // 403
+    ModelNotFound, // 404 naming the model
+    NotFound,      // 404: the route does not exist (not an OpenAI-compatible server, or a wrong path)
+    RateLimited,   // 429
+    BadRequest,    // 400 and other 4xx: the server's message is passed on
+    Server,        // 5xx
+    DroppedStream, // the stream ended before its last chunk
+    Protocol,      // the answer is not what the API defines (not JSON, fields missing)
+    Unsupported,   // the server lacks a feature (prompt log-probabilities, /metrics)
+};
+
+class ClientError : public std::runtime_error {
+public:
+    ClientError(Failure failure, std::string message, int status = 0)
+        : std::runtime_error(std::move(message)), m_failure(failure), m_status(status)
+    {
+    }
+    Failure failure() const { return m_failure; }
+    int status() const { return m_status; } // the HTTP status, 0 when none came
+private:
+    Failure m_failure;
+    int m_status;
+};
+
+// A server's base URL as the user gives it: "http://host:8000", "http://host:8000/v1" (the
+// form OpenAI's clients take) or with a path prefix behind a proxy ("https://h/llm/v1").
+struct BaseUrl {
+    std::string scheme;  // "http" or "https"
+    std::string host;    // a name, an IPv4 address or an IPv6 address without brackets
+    int port = 0;        // 80 / 443 when not given
+    std::string prefix;  // the path before /v1, without a trailing slash ("" or "/llm")
+
+    // "scheme://host:port" (IPv6 in brackets).
+    std::string origin() const;
+    // The path of an API route ("/v1/models") or of the server's root routes ("/metrics").
+    std::string api(std::string_view route) const;  // prefix + "/v1" + route
+    std::string root(std::string_view route) const; // prefix + route
+};
+
+// Throws ClientError(BadUrl) naming what is wrong.
+BaseUrl parse_base_url(std::string_view url);
+
+// The sampling controls a request carries; unset fields are left to the server's defaults.
+// top_k and repeat_penalty are extensions vLLM, SGLang, llama.cpp and Longscope accept.
+struct SamplingFields {
+    std::optional<double> temperature;
+    std::optional<double> top_p;
+    std::optional<int> top_k;            // 0: off
+    std::optional<double> repeat_penalty; // 1: off
+    std::optional<uint64_t> seed;
+    std::optional<int> max_tokens;
+    std::vector<std::string> stop;
+};
+
+struct ChatTurn {
+    std::string role; // "system", "user", "assistant"
+    std::string content;
+};
+
+// POST /v1/chat/completions and /v1/completions bodies. Streaming asks for the usage chunk.
+json chat_request(const std::string &model, const std::vector<ChatTurn> &messages, const SamplingFields &sampling,
+                  bool stream);
+json completion_request(const std::string &model, const std::string &prompt, const SamplingFields &sampling,
+                        bool stream);
+// A completion that echoes the prompt with the log-probability of each of its tokens and
+// generates one token (max_tokens 0 is refused by some servers).
+json prompt_logprobs_request(const std::string &model, const std::string &prompt);
+
+// The headers every request carries: JSON bodies, and the key when there is one.
+std::vector<std::pair<std::string, std::string>> request_headers(const std::string &api_key);
+
+// Server-sent events: bytes in as they arrive, the data of each complete event out (the
+// "data:" lines of one event joined by newlines; comments and other fields skipped).
+class SseDecoder {
+public:
+    std::vector<std::string> feed(std::string_view bytes);
+    // Whether bytes of an unfinished event are held.
+    bool partial() const { return !m_buffer.empty() || !m_data.empty(); }
+
+private:
+    std::string m_buffer; // an incomplete line
+    std::string m_data;   // data lines of the current event
+    bool m_has_data = false;
+};
+
+struct Usage {
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+};
+
+// One event of a streamed chat or completion.
+struct StreamEvent {
+    bool done = false;                 // "[DONE]"
+    std::string text;                  // delta.content (chat) or text (completions)
+    std::optional<std::string> finish; // finish_reason, on the last choice chunk
+    std::optional<Usage> usage;        // the usage chunk
+};
+
+// Parses the data of one event; throws ClientError (Protocol for a chunk that is not JSON,
+// BadRequest/Server for an error object sent in the stream, with its message).
+StreamEvent parse_stream_event(std::string_view data);
+
+// Follows a stream to its end: feed() the events' data, then finish() at the end of the
+// body, which throws ClientError(DroppedStream) when no finish_reason (or [DONE]) came.
+class StreamState {
+public:
+    // Returns the new text of the event (possibly empty).
+    std::string feed(std::string_view data);
+    void finish() const;
+    bool finished() const { return m_finish.has_value() || m_done; }
+    const std::string &text() const { return m_text; }
+    std::string finish_reason() const { return m_finish.value_or(""); }
+    const std::optional<Usage> &usage() const { return m_usage; }
+
+private:
+    std::string m_text;
+    std::optional<std::string> m_finish;
+    std::optional<Usage> m_usage;
+    bool m_done = false;
+};
+
+// A whole (not streamed) response.
+struct Completion {
+    std::string text;
+    std::string finish_reason;
+    std::optional<Usage> usage;
+};
+Completion parse_completion(std::string_view body, bool chat);
+
+// GET /v1/models: each model with what the server says of it (vLLM's max_model_len,
+// llama.cpp's meta.n_ctx_train, Longscope's context_length and architecture).
+struct RemoteModel {
+    std::string id;
+    std::optional<int> context_length;
+    std::string architecture;
+    std::string owned_by;
+};
+std::vector<RemoteModel> parse_models(std::string_view body);
+
+// The prompt's tokens and the log-probability of each given the ones before it (the first
+// has none: it is left out, so logprobs[i] belongs to tokens[i + 1]).
+struct PromptLogprobs {
+    std::vector<std::string> tokens;
+    std::vector<double> logprobs;
+};
+// From a response to prompt_logprobs_request: the first usage.prompt_tokens entries of
+// choices[0].logprobs. Throws ClientError(Unsupported) when the server sent none.
+PromptLogprobs parse_prompt_logprobs(std::string_view body);
+
+// An HTTP status other than 200 as a ClientError with a sentence that says what to do; the
+// server's own message (OpenAI's {"error": {"message"}}, TGI's {"error": "..."}, FastAPI's
+// {"detail"}) is quoted. `model` and `url` name what was asked for.
+ClientError http_error(int status, std::string_view body, std::string_view model, std::string_view url);
+// A transport failure: `detail` is the transport's own words.
+ClientError connection_error(std::string_view url, std::string_view detail);
+ClientError timeout_error(std::string_view url, double seconds);
+ClientError dropped_stream_error(std::string_view url, size_t chars_received);
+
+} // namespace longscope::remote
