@@ -286,7 +286,7 @@ void LongContextPanel::setRemote(bool remote, bool perRequest, const QString &re
     for (QWidget *w : serverOwned)
         lock(w, remote, fixed);
     m_alphaLocked = remote && !perRequest;
-    updateAlphaEnabled();
+    updateEnabled();
     m_applied->setText(remote ? (perRequest ? tr("Remote server: these switches go with each request; the context "
                                                  "limit and backend are the server's")
                                             : reason)
