@@ -4,6 +4,7 @@
 
 #include <QFontMetrics>
 #include <QHBoxLayout>
+#include <QVBoxLayout>
 #include <QListWidget>
 #include <QMouseEvent>
 #include <QPainter>
@@ -95,17 +96,21 @@ MetricsPlots::MetricsPlots(QWidget *parent) : QWidget(parent)
     m_markerList->setToolTip(tr("The setting changes marked on the plots, by number"));
     m_markerList->setWordWrap(true);
     m_markerList->setFont(smallFont(font(), 0.9));
-    m_markerList->setMinimumWidth(110);
-    m_markerList->setMaximumWidth(170);
+    // Under the plots, a few lines high, so the plots keep the width a laptop screen has.
+    m_markerList->setMinimumHeight(30);
+    m_markerList->setMaximumHeight(56);
     m_markerList->setSelectionMode(QAbstractItemView::NoSelection);
 
-    auto *layout = new QHBoxLayout(this);
+    auto *plots = new QHBoxLayout;
+    plots->setSpacing(6);
+    plots->addWidget(m_memory, 1);
+    plots->addWidget(m_speed, 1);
+    auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
-    layout->setSpacing(6);
-    layout->addWidget(m_memory, 1);
-    layout->addWidget(m_speed, 1);
+    layout->setSpacing(4);
+    layout->addLayout(plots, 1);
     layout->addWidget(m_markerList, 0);
-    setMinimumHeight(200);
+    setMinimumHeight(210);
 
     m_timer = new QTimer(this);
     m_timer->setInterval(kRefreshMs);
