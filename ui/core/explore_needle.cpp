@@ -136,29 +136,10 @@ QByteArray NeedleRunResult::toJsonBytes() const { return QJsonDocument(toJson())
 
 std::optional<NeedleRunResult> NeedleRunResult::fromJson(const QJsonObject &j, QString *error)
 {
-    if (j.value(QStringLiteral("format")).toString() != format()) {
-        setError(error, QStringLiteral("not a Longscope needle grid"));
-        return std::nullopt;
-    }
-    qint64 version = 0;
-    if (!jsonWholeNumber(j.value(QStringLiteral("version")), 1, k_version, version)) {
-        setError(error, QStringLiteral("unsupported needle grid version"));
-        return std::nullopt;
-    }
     NeedleRunResult r;
-    r.id = j.value(QStringLiteral("id")).toString();
-    r.label = j.value(QStringLiteral("label")).toString();
-    r.model_name = j.value(QStringLiteral("model")).toString();
-    r.book_title = j.value(QStringLiteral("book")).toString();
-    r.created = QDateTime::fromString(j.value(QStringLiteral("created")).toString(), Qt::ISODateWithMs);
-    r.cancelled = j.value(QStringLiteral("cancelled")).toBool();
-    QString why;
-    const std::optional<longscope::Settings> settings = settingsFromJson(j.value(QStringLiteral("settings")).toObject(), &why);
-    if (!settings) {
-        setError(error, why);
+    if (!readRunHeader(j, format(), k_version, QStringLiteral("not a Longscope needle grid"),
+                       QStringLiteral("unsupported needle grid version"), r, error))
         return std::nullopt;
-    }
-    r.settings = *settings;
     const std::optional<longscope::NeedleTask> task = parse_needle_task(j.value(QStringLiteral("task")).toString().toStdString());
     if (!task) {
         setError(error, QStringLiteral("unknown needle task \"%1\"").arg(j.value(QStringLiteral("task")).toString()));

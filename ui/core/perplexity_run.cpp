@@ -66,29 +66,10 @@ QByteArray PerplexityRunResult::toJsonBytes() const
 
 std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObject &j, QString *error)
 {
-    if (j.value(QStringLiteral("format")).toString() != format()) {
-        setError(error, QStringLiteral("not a Longscope perplexity run"));
-        return std::nullopt;
-    }
-    qint64 version = 0;
-    if (!jsonWholeNumber(j.value(QStringLiteral("version")), 1, k_version, version)) {
-        setError(error, QStringLiteral("unsupported run file version"));
-        return std::nullopt;
-    }
     PerplexityRunResult r;
-    r.id = j.value(QStringLiteral("id")).toString();
-    r.label = j.value(QStringLiteral("label")).toString();
-    r.model_name = j.value(QStringLiteral("model")).toString();
-    r.book_title = j.value(QStringLiteral("book")).toString();
-    r.created = QDateTime::fromString(j.value(QStringLiteral("created")).toString(), Qt::ISODateWithMs);
-    r.cancelled = j.value(QStringLiteral("cancelled")).toBool();
-    QString why;
-    const std::optional<longscope::Settings> settings = settingsFromJson(j.value(QStringLiteral("settings")).toObject(), &why);
-    if (!settings) {
-        setError(error, why);
+    if (!readRunHeader(j, format(), k_version, QStringLiteral("not a Longscope perplexity run"),
+                       QStringLiteral("unsupported run file version"), r, error))
         return std::nullopt;
-    }
-    r.settings = *settings;
 
     constexpr double k_max_ctx = double(1 << 24);
     constexpr double k_max_count = 9e15;
