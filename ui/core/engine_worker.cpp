@@ -744,6 +744,10 @@ void EngineWorker::run_perplexity(quint64 job, const QString &text, const longsc
         options.bucket = bucket;
         options.n_threads = m_n_threads;
         options.settings = run.settings;
+        // Through one context of `ctx` with the run's overflow policy, as
+        // `longscope-cli perplexity --stream` does; truncation restarts the window.
+        options.stream = perplexityStreams(run.settings);
+        run.streamed = options.stream;
         options.progress = [&](int64_t done, int64_t total) {
             run.n_total = total;
             emit perplexityProgress(label, done, total);
@@ -762,9 +766,16 @@ void EngineWorker::run_perplexity(quint64 job, const QString &text, const longsc
         run.n_scored = r.n_scored;
         run.windows = r.windows;
         run.cancelled = r.cancelled;
-        run.curve.reserve(qsizetype(r.curve.size()));
-        for (const PositionBucket &b : r.curve)
-            run.curve.append(PerplexityPoint{b.begin, b.end, b.count, b.mean_nll});
+        run.stopped = QString::fromStdString(r.stopped);
+        const auto points = [](const std::vector<PositionBucket> &buckets) {
+            QVector<PerplexityPoint> out;
+            out.reserve(qsizetype(buckets.size()));
+            for (const PositionBucket &b : buckets)
+                out.append(PerplexityPoint{b.begin, b.end, b.count, b.mean_nll});
+            return out;
+        };
+        run.curve = points(r.curve);
+        run.text_curve = points(r.text_curve);
     } catch (const Cancelled &) {
         run.cancelled = true; // nothing scored
     } catch (const std::bad_alloc &) {

@@ -154,8 +154,10 @@ public slots:
     // Forgets the context (the cache is kept, its contents cleared).
     void resetContext();
     // Perplexity by position: scores `text` (tokenized without BOS, nothing stripped; its
-    // first `maxTokens` tokens, 0: all) in windows of `ctx` tokens with `settings`, curve
-    // points of `bucket` positions. The run has a session of its own, so the chat's context
+    // first `maxTokens` tokens, 0: all) with `settings` in a context of `ctx` tokens: streamed
+    // through it when the overflow policy is error or shift (error stops where it is full,
+    // the result says why), else in windows restarted when full (perplexityStreams); curve
+    // points of `bucket` positions, by position in the context and in the text. The run has a session of its own, so the chat's context
     // and settings are untouched. Progress after every step; requestStop() cancels (the
     // result is then marked cancelled and covers what was scored). Ends with exactly one
     // perplexityFinished, after an errorOccurred when it failed (the result's error set).

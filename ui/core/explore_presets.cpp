@@ -41,6 +41,8 @@ const std::function<QString(const longscope::Settings &, const longscope::Settin
         return QStringLiteral("K %1 V %2").arg(qs(to_string(s.kv_type_k)), qs(to_string(s.kv_type_v)));
     },
     [](const auto &s, const auto &b) {
+        if (s.overflow == OverflowPolicy::Shift)
+            return shiftText(s);
         return s.overflow == b.overflow ? QString() : QStringLiteral("overflow %1").arg(qs(to_string(s.overflow)));
     },
     [](const auto &s, const auto &b) {
@@ -53,6 +55,7 @@ struct GroupData {
     const char *name;
     const char *description;
     std::initializer_list<const char *> entries;
+    bool across_text = false; // ExplorePresetGroup::acrossText
 };
 
 const GroupData k_groups[] = {
@@ -72,8 +75,13 @@ const GroupData k_groups[] = {
     {"KV cache precision", "Keys and values stored as F32 (the default), F16, Q8_0 or Q4_0",
      {R"({})", R"({"kv_type_k": "f16", "kv_type_v": "f16"})", R"({"kv_type_k": "q8_0", "kv_type_v": "q8_0"})",
       R"({"kv_type_k": "q8_0", "kv_type_v": "q4_0"})", R"({"kv_type_k": "q4_0", "kv_type_v": "q4_0"})"}},
-    {"Sinks vs truncation", "What happens past the context limit: an error, head and tail kept, sinks and a window",
-     {R"({"overflow": "error"})", R"({"overflow": "head-tail"})", R"({"overflow": "shift"})"}},
+    {"Sinks vs truncation",
+     "Past the context: error stops, truncation restarts the window, shift keeps 4 or 0 sinks and drops half the "
+     "rest (or one token per step); plotted across the text",
+     {R"({"overflow": "error"})", R"({"overflow": "head-tail"})", R"({"overflow": "shift", "sink_tokens": 4})",
+      R"({"overflow": "shift", "sink_tokens": 0})", R"({"overflow": "shift", "sink_tokens": 4, "shift_discard": 1})",
+      R"({"overflow": "shift", "sink_tokens": 0, "shift_discard": 1})"},
+     true},
 };
 
 // The entry's settings, or nullopt when the settings cannot hold it (a field or value that
@@ -102,6 +110,9 @@ longscope::Settings explorePresetBase()
     s.attention.memory_efficient = true;
     s.attention.causal_flash = true;
     s.kv_mode = KvMode::Static;
+    // Past the context the window restarts (as every run did before the policy counted), so
+    // a setting's curve is averaged over all the windows of the book it scores.
+    s.overflow = OverflowPolicy::DropOldestTurns;
     return s;
 }
 
@@ -130,7 +141,7 @@ QVector<ExplorePresetGroup> explorePresetGroups()
 {
     QVector<ExplorePresetGroup> out;
     for (const GroupData &g : k_groups) {
-        ExplorePresetGroup group{QString::fromUtf8(g.name), QString::fromUtf8(g.description), {}};
+        ExplorePresetGroup group{QString::fromUtf8(g.name), QString::fromUtf8(g.description), {}, g.across_text};
         for (const char *entry : g.entries)
             if (const std::optional<longscope::Settings> s = presetSettings(entry))
                 group.presets.append({exploreLabel(*s), *s});

@@ -8,12 +8,16 @@
 #include <QJsonParseError>
 
 #include <cmath>
+#include <limits>
 
 namespace longscope::ui {
 
 namespace {
 
 constexpr int k_version = 1;
+constexpr double k_max_count = 9e15;
+constexpr double k_max_ctx = double(1 << 24);
+constexpr double k_max_text = double(std::numeric_limits<int>::max());
 
 void setError(QString *error, const QString &message)
 {
@@ -21,13 +25,7 @@ void setError(QString *error, const QString &message)
         *error = message;
 }
 
-} // namespace
-
-double PerplexityPoint::perplexity() const { return std::exp(mean_nll); }
-
-double PerplexityRunResult::perplexity() const { return std::exp(mean_nll); }
-
-QJsonObject PerplexityRunResult::toJson() const
+QJsonArray curveToJson(const QVector<PerplexityPoint> &curve)
 {
     QJsonArray points;
     for (const PerplexityPoint &p : curve)
@@ -35,28 +33,69 @@ QJsonObject PerplexityRunResult::toJson() const
                                   {QStringLiteral("end"), p.end},
                                   {QStringLiteral("count"), double(p.count)},
                                   {QStringLiteral("mean_nll"), p.mean_nll}});
-    return QJsonObject{{QStringLiteral("format"), format()},
-                       {QStringLiteral("version"), k_version},
-                       {QStringLiteral("id"), id},
-                       {QStringLiteral("label"), label},
-                       {QStringLiteral("settings"), settingsToJson(settings)},
-                       {QStringLiteral("ctx"), ctx},
-                       {QStringLiteral("bucket"), bucket},
-                       {QStringLiteral("n_ctx_train"), n_ctx_train},
-                       {QStringLiteral("model"), model_name},
-                       {QStringLiteral("book"), book_title},
-                       {QStringLiteral("created"), created.toUTC().toString(Qt::ISODateWithMs)},
-                       {QStringLiteral("mean_nll"), mean_nll},
-                       {QStringLiteral("perplexity"), perplexity()},
-                       {QStringLiteral("n_scored"), double(n_scored)},
-                       {QStringLiteral("n_total"), double(n_total)},
-                       {QStringLiteral("windows"), windows},
-                       {QStringLiteral("cancelled"), cancelled},
-                       {QStringLiteral("seconds"), seconds},
-                       {QStringLiteral("peak_memory_bytes"), double(peak_memory_bytes)},
-                       {QStringLiteral("tokens_per_second"), tokens_per_second},
-                       {QStringLiteral("steps"), steps},
-                       {QStringLiteral("curve"), points}};
+    return points;
+}
+
+// A curve's points, each with whole begin < end within `maxPosition`, a count and a finite NLL.
+std::optional<QVector<PerplexityPoint>> curveFromJson(const QJsonArray &points, double maxPosition)
+{
+    QVector<PerplexityPoint> curve;
+    for (const QJsonValue &v : points) {
+        const QJsonObject o = v.toObject();
+        PerplexityPoint p;
+        qint64 begin = 0, end = 0;
+        if (!jsonWholeNumber(o.value(QStringLiteral("begin")), 0, maxPosition, begin) ||
+            !jsonWholeNumber(o.value(QStringLiteral("end")), 1, maxPosition, end) || end <= begin ||
+            !jsonWholeNumber(o.value(QStringLiteral("count")), 0, k_max_count, p.count) ||
+            !jsonFiniteNumber(o.value(QStringLiteral("mean_nll")), 0, p.mean_nll))
+            return std::nullopt;
+        p.begin = int(begin);
+        p.end = int(end);
+        curve.append(p);
+    }
+    return curve;
+}
+
+} // namespace
+
+bool perplexityStreams(const longscope::Settings &settings)
+{
+    return settings.overflow == longscope::OverflowPolicy::Error || settings.overflow == longscope::OverflowPolicy::Shift;
+}
+
+double PerplexityPoint::perplexity() const { return std::exp(mean_nll); }
+
+double PerplexityRunResult::perplexity() const { return std::exp(mean_nll); }
+
+QJsonObject PerplexityRunResult::toJson() const
+{
+    QJsonObject json{{QStringLiteral("format"), format()},
+                     {QStringLiteral("version"), k_version},
+                     {QStringLiteral("id"), id},
+                     {QStringLiteral("label"), label},
+                     {QStringLiteral("settings"), settingsToJson(settings)},
+                     {QStringLiteral("ctx"), ctx},
+                     {QStringLiteral("bucket"), bucket},
+                     {QStringLiteral("n_ctx_train"), n_ctx_train},
+                     {QStringLiteral("model"), model_name},
+                     {QStringLiteral("book"), book_title},
+                     {QStringLiteral("created"), created.toUTC().toString(Qt::ISODateWithMs)},
+                     {QStringLiteral("mean_nll"), mean_nll},
+                     {QStringLiteral("perplexity"), perplexity()},
+                     {QStringLiteral("n_scored"), double(n_scored)},
+                     {QStringLiteral("n_total"), double(n_total)},
+                     {QStringLiteral("windows"), windows},
+                     {QStringLiteral("cancelled"), cancelled},
+                     {QStringLiteral("seconds"), seconds},
+                     {QStringLiteral("peak_memory_bytes"), double(peak_memory_bytes)},
+                     {QStringLiteral("tokens_per_second"), tokens_per_second},
+                     {QStringLiteral("steps"), steps},
+                     {QStringLiteral("curve"), curveToJson(curve)},
+                     {QStringLiteral("text_curve"), curveToJson(text_curve)},
+                     {QStringLiteral("streamed"), streamed}};
+    if (!stopped.isEmpty())
+        json.insert(QStringLiteral("stopped"), stopped);
+    return json;
 }
 
 QByteArray PerplexityRunResult::toJsonBytes() const
@@ -71,8 +110,6 @@ std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObje
                        QStringLiteral("unsupported run file version"), r, error))
         return std::nullopt;
 
-    constexpr double k_max_ctx = double(1 << 24);
-    constexpr double k_max_count = 9e15;
     qint64 ctx = 0, bucket = 0, train = 0, windows = 0, steps = 0;
     if (!jsonWholeNumber(j.value(QStringLiteral("ctx")), 2, k_max_ctx, ctx) ||
         !jsonWholeNumber(j.value(QStringLiteral("bucket")), 1, k_max_ctx, bucket) ||
@@ -99,21 +136,29 @@ std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObje
         setError(error, QStringLiteral("the curve is missing"));
         return std::nullopt;
     }
-    for (const QJsonValue &v : curve.toArray()) {
-        const QJsonObject o = v.toObject();
-        PerplexityPoint p;
-        qint64 begin = 0, end = 0;
-        if (!jsonWholeNumber(o.value(QStringLiteral("begin")), 0, k_max_ctx, begin) ||
-            !jsonWholeNumber(o.value(QStringLiteral("end")), 1, k_max_ctx, end) || end <= begin ||
-            !jsonWholeNumber(o.value(QStringLiteral("count")), 0, k_max_count, p.count) ||
-            !jsonFiniteNumber(o.value(QStringLiteral("mean_nll")), 0, p.mean_nll)) {
-            setError(error, QStringLiteral("a curve point is malformed"));
-            return std::nullopt;
-        }
-        p.begin = int(begin);
-        p.end = int(end);
-        r.curve.append(p);
+    std::optional<QVector<PerplexityPoint>> points = curveFromJson(curve.toArray(), k_max_ctx);
+    if (!points) {
+        setError(error, QStringLiteral("a curve point is malformed"));
+        return std::nullopt;
     }
+    r.curve = std::move(*points);
+    // Kept since runs stream through their context; absent in older files.
+    const QJsonValue textCurve = j.value(QStringLiteral("text_curve"));
+    const QJsonValue streamed = j.value(QStringLiteral("streamed"));
+    const QJsonValue stopped = j.value(QStringLiteral("stopped"));
+    if ((!textCurve.isUndefined() && !textCurve.isArray()) || (!streamed.isUndefined() && !streamed.isBool()) ||
+        (!stopped.isUndefined() && !stopped.isString())) {
+        setError(error, QStringLiteral("text_curve, streamed or stopped has the wrong type"));
+        return std::nullopt;
+    }
+    points = curveFromJson(textCurve.toArray(), k_max_text);
+    if (!points) {
+        setError(error, QStringLiteral("a text curve point is malformed"));
+        return std::nullopt;
+    }
+    r.text_curve = std::move(*points);
+    r.streamed = streamed.toBool();
+    r.stopped = stopped.toString();
     return r;
 }
 

@@ -25,6 +25,12 @@ struct PerplexityPoint {
     double perplexity() const;
 };
 
+// How a run treats the end of its context, from the overflow policy: `error` and `shift`
+// stream the text through one context of the run's length (error stops where it is full,
+// shift drops the middle and goes on); the others restart the window from an empty context
+// when it is full (plain truncation, what every run did before the policy counted).
+bool perplexityStreams(const longscope::Settings &settings);
+
 struct PerplexityRunResult {
     QString id;                  // its file in the ExploreStore; empty until saved
     QString label;               // what the legend shows: "α 2 · keys before RoPE"
@@ -36,6 +42,10 @@ struct PerplexityRunResult {
     QString book_title;
     QDateTime created;           // UTC, when the run ended
     QVector<PerplexityPoint> curve;
+    // The same NLL by the token's index in the text (empty in runs saved before it was kept).
+    QVector<PerplexityPoint> text_curve;
+    bool streamed = false;       // through one context (perplexityStreams), not windows
+    QString stopped;             // the stream stopped at the full context: why (empty otherwise)
     double mean_nll = 0;         // over every scored token
     qint64 n_scored = 0;
     qint64 n_total = 0;          // tokens the run set out to score

@@ -165,7 +165,9 @@ bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b)
         m.kv_mode = s.kv_mode;
         m.kv_type_k = s.kv_type_k;
         m.kv_type_v = s.kv_type_v;
-        // Under the shift policy the text streams through one context: another measurement.
+        // Error and shift stream the text through one context (error stops where it is full,
+        // shift with its sinks and discard goes on); the other policies restart the window.
+        m.overflow = s.overflow == OverflowPolicy::Error ? s.overflow : OverflowPolicy::HeadTail;
         if (s.overflow == OverflowPolicy::Shift) {
             m.overflow = s.overflow;
             m.sink_tokens = s.sink_tokens;
@@ -206,8 +208,16 @@ QString describeSettings(const longscope::Settings &s)
     if (s.kv_type_k != longscope::KvType::F32 || s.kv_type_v != longscope::KvType::F32)
         parts << QStringLiteral("K %1 V %2").arg(qs(to_string(s.kv_type_k)), qs(to_string(s.kv_type_v)));
     if (s.overflow == OverflowPolicy::Shift)
-        parts << QStringLiteral("shift, %1 sinks").arg(s.sink_tokens);
+        parts << shiftText(s);
     return parts.join(QStringLiteral(" · "));
+}
+
+QString shiftText(const longscope::Settings &s)
+{
+    QString text = QStringLiteral("shift, %1 sinks").arg(s.sink_tokens);
+    if (s.shift_discard > 0)
+        text += QStringLiteral(", drop %1").arg(s.shift_discard);
+    return text;
 }
 
 } // namespace longscope::ui

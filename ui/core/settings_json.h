@@ -20,15 +20,17 @@ QJsonObject settingsToJson(const longscope::Settings &settings);
 std::optional<longscope::Settings> settingsFromJson(const QJsonObject &json, QString *error = nullptr);
 
 // Whether two settings measure the same perplexity: equal in what describeSettings() lists
-// (alpha only when not auto); the context limit, overflow policy and backend do not count
-// (a run sets its own context length), except the shift policy, under which the text streams
-// through one context (with its sinks and discard).
+// (alpha only when not auto); the context limit and backend do not count (a run sets its own
+// context length), and of the overflow policy only how a run treats a full context: error
+// stops the stream, shift (with its sinks and discard) goes on, the others restart the window.
 bool sameMeasurement(const longscope::Settings &a, const longscope::Settings &b);
 
 // "α 2", "α auto", "α 1.5".
 QString alphaText(const longscope::Settings &settings);
 // "RoPE linear ×4", "RoPE yarn ×8 from 512"; empty when the model file's own scaling is used.
 QString ropeScalingText(const longscope::Settings &settings);
+// "shift, 4 sinks", "shift, 0 sinks, drop 1": the shift policy's sinks and discard.
+QString shiftText(const longscope::Settings &settings);
 // Every setting that changes what perplexity measures, in one line.
 QString describeSettings(const longscope::Settings &settings);
 

@@ -157,6 +157,21 @@ void ExplorePlot::setLogScale(bool on)
     emit logScaleChanged(on);
 }
 
+void ExplorePlot::setAcrossText(bool on)
+{
+    if (on == m_acrossText)
+        return;
+    m_acrossText = on;
+    m_plot->xAxis->setLabel(on ? tr("position in the text (tokens before the token)")
+                               : tr("position in the window (tokens of context before the token)"));
+    rebuild();
+}
+
+const QVector<PerplexityPoint> &ExplorePlot::shownCurve(const PerplexityRunResult &run) const
+{
+    return m_acrossText ? run.text_curve : run.curve;
+}
+
 int ExplorePlot::curveCount() const { return m_plot->graphCount(); }
 
 void ExplorePlot::rebuild()
@@ -177,10 +192,12 @@ void ExplorePlot::rebuild()
         QString name = run.label;
         if (run.cancelled)
             name += tr(" (cancelled)");
+        if (!run.stopped.isEmpty())
+            name += tr(" (stopped at %L1)").arg(run.n_scored);
         name += tr("  —  %L1").arg(run.perplexity(), 0, 'f', run.perplexity() < 100 ? 1 : 0);
         g->setName(name);
         QVector<double> x, y;
-        for (const PerplexityPoint &p : run.curve) {
+        for (const PerplexityPoint &p : shownCurve(run)) {
             if (p.count <= 0)
                 continue;
             x << 0.5 * (p.begin + p.end);
@@ -189,11 +206,12 @@ void ExplorePlot::rebuild()
         g->setData(x, y, true);
     }
 
-    // The trained context: a dashed line, labelled, with the positions beyond it shaded.
+    // The trained context (across the text: where the context is full): a dashed line,
+    // labelled, with the positions beyond it shaded.
     std::set<int> trained;
     for (const PerplexityRunResult &run : m_runs)
-        if (run.n_ctx_train > 0)
-            trained.insert(run.n_ctx_train);
+        if (const int edge = m_acrossText ? run.ctx : run.n_ctx_train; edge > 0)
+            trained.insert(edge);
     QFont labelFont = font();
     labelFont.setPointSizeF(std::max(7.0, labelFont.pointSizeF() * 0.9));
     for (const int position : trained) {
@@ -225,7 +243,7 @@ void ExplorePlot::rebuild()
         text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
         text->position->setCoords(position, 0.015 + 0.07 * m_trainedLines);
         text->setObjectName(QStringLiteral("trainedContextLabel"));
-        text->setText(tr("trained context (%L1)").arg(position));
+        text->setText(m_acrossText ? tr("context full (%L1)").arg(position) : tr("trained context (%L1)").arg(position));
         text->setFont(labelFont);
         text->setColor(k_trained);
         text->setBrush(QColor(255, 255, 255, 200));
@@ -249,7 +267,8 @@ void ExplorePlot::rebuild()
             bucket = bucket == 0 || bucket == run.bucket ? run.bucket : -1;
             scored = std::max(scored, run.n_scored);
         }
-        about << tr("windows of %L1 tokens").arg(ctx);
+        about << (m_acrossText ? tr("a context of %L1 tokens, by position in the text").arg(ctx)
+                               : tr("windows of %L1 tokens").arg(ctx));
         if (bucket > 0)
             about << tr("buckets of %L1 positions").arg(bucket);
         about << tr("%L1 tokens scored per run").arg(scored);
@@ -269,7 +288,8 @@ void ExplorePlot::rescale()
     bool found = false;
     for (const PerplexityRunResult &run : m_runs) {
         right = std::max(right, double(run.ctx));
-        for (const PerplexityPoint &p : run.curve) {
+        for (const PerplexityPoint &p : shownCurve(run)) {
+            right = std::max(right, double(p.end));
             if (p.count <= 0)
                 continue;
             const double v = p.perplexity();
@@ -358,13 +378,13 @@ bool ExplorePlot::exportPng(const QString &path, QString *error, int width, int 
     return true;
 }
 
-QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs)
+QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs, bool acrossText)
 {
     QByteArray out = "label,settings,bucket_begin,bucket_end,count,mean_nll,perplexity\n";
     for (const PerplexityRunResult &run : runs) {
         const QByteArray label = exploreCsvField(run.label);
         const QByteArray settings = exploreCsvField(describeSettings(run.settings));
-        for (const PerplexityPoint &p : run.curve) {
+        for (const PerplexityPoint &p : acrossText ? run.text_curve : run.curve) {
             out += label + ',' + settings + ',' + QByteArray::number(p.begin) + ',' + QByteArray::number(p.end) + ',' +
                    QByteArray::number(p.count) + ',' + QByteArray::number(p.mean_nll, 'g', 10) + ',' +
                    QByteArray::number(p.perplexity(), 'g', 10) + '\n';
@@ -375,7 +395,7 @@ QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs)
 
 bool ExplorePlot::exportCsv(const QString &path, QString *error) const
 {
-    const QByteArray bytes = csv(m_runs);
+    const QByteArray bytes = csv(m_runs, m_acrossText);
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit()) {
         if (error)

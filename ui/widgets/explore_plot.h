@@ -36,9 +36,17 @@ public:
 
     void setLogScale(bool on);
     bool isLogScale() const { return m_logScale; }
+    // x: the token's index in the text (PerplexityRunResult::text_curve) instead of its
+    // position in the context; the dashed lines then mark where each run's context is full.
+    // Runs saved before the text curve was kept draw nothing there.
+    void setAcrossText(bool on);
+    bool isAcrossText() const { return m_acrossText; }
+    // The curve a run draws in the current mode.
+    const QVector<PerplexityPoint> &shownCurve(const PerplexityRunResult &run) const;
 
     int curveCount() const;
-    // Vertical "trained context" lines (one per distinct trained context among the runs).
+    // Vertical "trained context" lines (one per distinct trained context among the runs);
+    // across the text, "context full" lines (one per distinct context length).
     int trainedContextLineCount() const { return m_trainedLines; }
     QCustomPlot *plot() const { return m_plot; }
 
@@ -53,7 +61,8 @@ public:
     // The subtitle as drawn (lines wrapped to the width the legend leaves).
     QString subtitle() const;
     static constexpr double kExportScale = 2.0;
-    static QByteArray csv(const QVector<PerplexityRunResult> &runs);
+    // Across the text, bucket_begin and bucket_end are indices in the text.
+    static QByteArray csv(const QVector<PerplexityRunResult> &runs, bool acrossText = false);
 
 signals:
     void logScaleChanged(bool on);
@@ -69,6 +78,7 @@ private:
     QStringList m_subtitleParts;
     QVector<PerplexityRunResult> m_runs;
     bool m_logScale = true;
+    bool m_acrossText = false;
     int m_trainedLines = 0;
 };
 

@@ -301,9 +301,14 @@ QWidget *ExploreView::createPlotPage()
     m_logScale->setToolTip(tr("Perplexity on a logarithmic axis (a jump stays readable next to small differences)"));
     m_exportPng = new QPushButton(tr("Export PNG…"), area);
     m_exportCsv = new QPushButton(tr("Export CSV…"), area);
+    m_acrossText = new QCheckBox(tr("Across the text"), area);
+    m_acrossText->setObjectName(QStringLiteral("exploreAcrossText"));
+    m_acrossText->setToolTip(tr("Plot by the token's index in the text instead of its position in the context: "
+                                "shows where a stream stopped, and what restarting or shifting the context did"));
     auto *legendHint = hintLabel(tr("Dashed: keys cached before RoPE · shaded: beyond the trained context"), area);
     auto *toolbar = new QHBoxLayout;
     toolbar->addWidget(m_logScale);
+    toolbar->addWidget(m_acrossText);
     toolbar->addSpacing(12);
     toolbar->addWidget(legendHint, 1);
     toolbar->addWidget(m_exportPng);
@@ -327,6 +332,11 @@ QWidget *ExploreView::createPlotPage()
     v->addWidget(vertical, 1);
 
     connect(m_logScale, &QCheckBox::toggled, m_plot, &ExplorePlot::setLogScale);
+    connect(m_acrossText, &QCheckBox::toggled, this, [this, legendHint](bool on) {
+        m_plot->setAcrossText(on);
+        legendHint->setText(on ? tr("Dashed: keys cached before RoPE · shaded: past the full context")
+                               : tr("Dashed: keys cached before RoPE · shaded: beyond the trained context"));
+    });
     connect(m_exportPng, &QPushButton::clicked, this, &ExploreView::exportPngRequested);
     connect(m_exportCsv, &QPushButton::clicked, this, &ExploreView::exportCsvRequested);
     return area;
@@ -497,6 +507,7 @@ void ExploreView::loadPresetGroup(const QString &name)
     for (const ExplorePresetGroup &group : explorePresetGroups())
         if (group.name == name) {
             m_settingsList->setPresets(group.presets);
+            m_acrossText->setChecked(group.acrossText);
             setStatus(tr("Comparing %1: %2").arg(group.name, group.description));
             return;
         }
@@ -556,6 +567,7 @@ bool ExploreView::run()
     m_running = true;
     m_cancelling = false;
     m_lastError.clear();
+    m_stops.clear();
 
     // Runs that do not compare with these (another book, model, length or bucket; another
     // grid) leave the plot.
@@ -693,6 +705,8 @@ void ExploreView::onPerplexityFinished(const QString &label, const PerplexityRun
     if (!run.failed() && run.n_scored > 0) {
         keepRun(run, m_runs, m_runList);
         m_runProgress->setFormat(tr("%1: perplexity %L2").arg(label).arg(run.perplexity(), 0, 'f', 1));
+        if (!run.stopped.isEmpty())
+            m_stops << tr("%1 stopped after %L2 tokens: %3").arg(label).arg(run.n_scored).arg(run.stopped);
     }
     afterFinished(run.cancelled);
 }
@@ -722,7 +736,8 @@ void ExploreView::finishQueue()
                       ? tr("Done: %L1 needle grids of %L2 cells each.")
                             .arg(m_queueDone)
                             .arg(m_needleRequest.lengths.size() * m_needleRequest.depths.size())
-                      : tr("Done: %L1 runs of %L2 tokens each.").arg(m_queueDone).arg(m_runTokens));
+                      : tr("Done: %L1 runs of %L2 tokens each.").arg(m_queueDone).arg(m_runTokens) +
+                            (m_stops.isEmpty() ? QString() : QLatin1Char(' ') + m_stops.join(QStringLiteral(" · "))));
     m_overallProgress->setFormat(cancelled ? tr("cancelled") : tr("%L1 runs done").arg(m_queueDone));
     updateEnabled();
     emit runningChanged(false);

@@ -95,6 +95,8 @@ public:
     QProgressBar *runProgress() const { return m_runProgress; }
     QProgressBar *overallProgress() const { return m_overallProgress; }
     QCheckBox *logScaleBox() const { return m_logScale; }
+    // The plot's x axis: the token's index in the text instead of its position in the context.
+    QCheckBox *acrossTextBox() const { return m_acrossText; }
     QComboBox *runKindBox() const { return m_kind; }
     ExploreNeedleControls *needleControls() const { return m_needle; }
     ExploreHeatmaps *heatmaps() const { return m_heatmaps; }
@@ -191,6 +193,7 @@ private:
     int m_defaultContext = kDefaultContext; // the length a new model may move
     int m_finishedRuns = 0;
     QString m_lastError;
+    QStringList m_stops; // the queue's streams stopped at a full context: which and why
 
     // Widgets.
     QComboBox *m_kind = nullptr;
@@ -223,6 +226,7 @@ private:
     QPushButton *m_deleteRun = nullptr;
     QPushButton *m_uncheckRuns = nullptr;
     QCheckBox *m_logScale = nullptr;
+    QCheckBox *m_acrossText = nullptr;
     QPushButton *m_exportPng = nullptr;
     QPushButton *m_exportCsv = nullptr;
     ExplorePlot *m_plot = nullptr;

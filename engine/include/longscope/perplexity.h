@@ -48,7 +48,13 @@ struct PerplexityResult {
     bool cancelled = false;
     std::string stopped; // a stream stopped by the context error: why (empty otherwise)
     std::vector<PositionBucket> curve;
-    // Per scored token: position in its window and negative log-likelihood.
+    // The same NLL by the token's index in the text (bucket i: text tokens [begin, end)), so
+    // a stream that goes past the context shows what happens there: where it stopped, or how
+    // the windows restarting or the context shifting changed the prediction.
+    std::vector<PositionBucket> text_curve;
+    // Per scored token: position in its window and negative log-likelihood. Every token is
+    // scored once, in the text's order: nll[i] is text token i's (i + 1's for a model without
+    // BOS, whose first token nothing predicts).
     std::vector<int> positions;
     std::vector<float> nll;
     double perplexity() const;

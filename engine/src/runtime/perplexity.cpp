@@ -116,6 +116,33 @@ double score_stream(Session &session, const Model &model, std::span<const int32_
     return sum;
 }
 
+// Mean NLL per bucket of `bucket` keys, key(i) in [0, max_key] for scored token i; empty
+// buckets are left out, the last one ends at max_key + 1.
+template <class Key>
+std::vector<PositionBucket> bucket_nll(const std::vector<float> &nll, Key key, int64_t max_key, int bucket)
+{
+    const size_t n_buckets = size_t(max_key / bucket + 1);
+    std::vector<double> sum(n_buckets, 0.0);
+    std::vector<int64_t> count(n_buckets, 0);
+    for (size_t i = 0; i < nll.size(); ++i) {
+        const size_t b = size_t(key(i) / bucket);
+        sum[b] += nll[i];
+        ++count[b];
+    }
+    std::vector<PositionBucket> out;
+    for (size_t b = 0; b < n_buckets; ++b) {
+        if (!count[b])
+            continue;
+        PositionBucket pb;
+        pb.begin = int(int64_t(b) * bucket);
+        pb.end = int(std::min<int64_t>(max_key + 1, int64_t(b + 1) * bucket));
+        pb.count = count[b];
+        pb.mean_nll = sum[b] / double(pb.count);
+        out.push_back(pb);
+    }
+    return out;
+}
+
 } // namespace
 
 PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens, const PerplexityOptions &o)
@@ -143,24 +170,11 @@ PerplexityResult perplexity(const Model &model, std::span<const int32_t> tokens,
     // The curve: mean NLL by position bucket. A streamed token can have a full context
     // before it (position ctx); in a window at most ctx - 1 tokens.
     const int max_pos = stream ? ctx : ctx - 1;
-    const int n_buckets = max_pos / o.bucket + 1;
-    std::vector<double> bsum(size_t(n_buckets), 0.0);
-    std::vector<int64_t> bcount(size_t(n_buckets), 0);
-    for (size_t i = 0; i < r.positions.size(); ++i) {
-        const size_t b = size_t(r.positions[i] / o.bucket);
-        bsum[b] += r.nll[i];
-        ++bcount[b];
-    }
-    for (int b = 0; b < n_buckets; ++b) {
-        if (!bcount[size_t(b)])
-            continue;
-        PositionBucket pb;
-        pb.begin = b * o.bucket;
-        pb.end = std::min(max_pos + 1, (b + 1) * o.bucket);
-        pb.count = bcount[size_t(b)];
-        pb.mean_nll = bsum[size_t(b)] / double(pb.count);
-        r.curve.push_back(pb);
-    }
+    r.curve = bucket_nll(r.nll, [&](size_t i) { return int64_t(r.positions[i]); }, max_pos, o.bucket);
+    // Every text token is scored once, in order, from the first (the second without a BOS to
+    // predict it from).
+    const int64_t first = model.tokenizer().bos_id() >= 0 ? 0 : 1;
+    r.text_curve = bucket_nll(r.nll, [first](size_t i) { return first + int64_t(i); }, int64_t(tokens.size()) - 1, o.bucket);
     return r;
 }
 
