@@ -103,6 +103,19 @@ private slots:
         }
         QCOMPARE(count, r.n_scored);
         QVERIFY(std::fabs(weighted / double(count) - r.mean_nll) < 1e-5); // per-token values are stored as float
+        // By the token's index in the text: the reference's values (each text token once, in
+        // order) averaged over every 16.
+        QCOMPARE(r.text_curve.size(), (text.size() + 15) / 16);
+        for (size_t b = 0; b < r.text_curve.size(); ++b) {
+            const size_t begin = b * 16, end = std::min(text.size(), begin + 16);
+            double want_sum = 0;
+            for (size_t i = begin; i < end; ++i)
+                want_sum += want[i];
+            QCOMPARE(r.text_curve[b].begin, int(begin));
+            QCOMPARE(r.text_curve[b].end, int(end));
+            QCOMPARE(r.text_curve[b].count, int64_t(end - begin));
+            QVERIFY(std::fabs(r.text_curve[b].mean_nll - want_sum / double(end - begin)) < 1e-3);
+        }
     }
 
     void auto_alpha_is_chosen_per_step()

@@ -962,7 +962,7 @@ void TestExplore::presetGroupsCoverEverySetting()
     const QJsonObject json = settingsToJson(longscope::Settings{});
     QCOMPARE(names.contains(QStringLiteral("KV cache precision")), json.contains(QStringLiteral("kv_type_k")));
     const ExplorePresetGroup &overflow = groups[int(names.indexOf(QStringLiteral("Sinks vs truncation")))];
-    QCOMPARE(overflow.presets.size(), parse_overflow("shift") ? 3 : 2);
+    QCOMPARE(overflow.presets.size(), 6); // error, truncation, shift with 4 or 0 sinks dropping half or one
     QCOMPARE(overflow.presets[1].settings.overflow, OverflowPolicy::HeadTail);
     QCOMPARE(overflow.presets[1].label, QStringLiteral("α 1 · overflow head-tail"));
     const ExplorePresetGroup &scaling = groups[int(names.indexOf(QStringLiteral("RoPE scaling methods")))];

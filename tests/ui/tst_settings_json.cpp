@@ -119,9 +119,16 @@ private slots:
         Settings b = a;
         b.rope.ntk_alpha = 4.0f; // unused with auto
         b.context_limit = 1024;  // a run sets its own
-        b.overflow = OverflowPolicy::HeadTail;
         b.backend = ComputeBackend::Cuda;
         QVERIFY(sameMeasurement(a, b));
+        // Head-tail and drop-oldest both restart the window: one measurement; error stops the
+        // stream where the context is full: another.
+        a.overflow = OverflowPolicy::HeadTail;
+        b.overflow = OverflowPolicy::DropOldestTurns;
+        QVERIFY(sameMeasurement(a, b));
+        b.overflow = OverflowPolicy::Error;
+        QVERIFY(!sameMeasurement(a, b));
+        b.overflow = OverflowPolicy::HeadTail;
         QVERIFY(!(a == b));
         b.rope.store_kv_before_rope = true;
         QVERIFY(!sameMeasurement(a, b));
