@@ -2,6 +2,7 @@
 // for automation, streams a book, sends a prompt, explores a book's perplexity by position
 // and renders the window to a PNG.
 #include "core/chat_model.h"
+#include "core/explore_presets.h"
 #include "widgets/chat_panel.h"
 #include "widgets/chat_view.h"
 #include "widgets/explore_plot.h"
@@ -49,6 +50,8 @@ constexpr const char *kUsage =
     "  --explore-ctx N        With --explore: the context length to score to (default\n"
     "                         2048; above the trained context is allowed).\n"
     "  --explore-windows N    With --explore: windows scored per setting (default 8).\n"
+    "  --explore-presets NAME With --explore: the preset group to compare (the Presets\n"
+    "                         menu's name, e.g. \"Sinks vs truncation\"; default the first).\n"
     "  --screenshot FILE      After the first reply (or once the book is streamed, or\n"
     "                         the exploration is done), save the window as a PNG and\n"
     "                         quit. Without --prompt, --book or --explore it sends\n"
@@ -81,7 +84,7 @@ int answerWithoutDisplay(int argc, char **argv)
         if (std::strcmp(a, "--model") == 0 || std::strcmp(a, "--book") == 0 ||
             std::strcmp(a, "--prompt") == 0 || std::strcmp(a, "--screenshot") == 0 ||
             std::strcmp(a, "--explore") == 0 || std::strcmp(a, "--explore-ctx") == 0 ||
-            std::strcmp(a, "--explore-windows") == 0 || std::strcmp(a, "--screenshot-at") == 0 || std::strcmp(a, "--export-plots") == 0 ||
+            std::strcmp(a, "--explore-windows") == 0 || std::strcmp(a, "--explore-presets") == 0 || std::strcmp(a, "--screenshot-at") == 0 || std::strcmp(a, "--export-plots") == 0 ||
             std::strcmp(a, "--window-size") == 0)
             ++i;
     }
@@ -131,6 +134,9 @@ int main(int argc, char **argv)
     const QCommandLineOption exploreWindowsOption(QStringLiteral("explore-windows"),
                                                   QStringLiteral("With --explore: windows scored per setting."),
                                                   QStringLiteral("N"));
+    const QCommandLineOption explorePresetsOption(QStringLiteral("explore-presets"),
+                                                  QStringLiteral("With --explore: the preset group to compare."),
+                                                  QStringLiteral("NAME"));
     const QCommandLineOption screenshotAtOption(QStringLiteral("screenshot-at"),
                                                 QStringLiteral("With --screenshot: save it during the reply, at N characters."),
                                                 QStringLiteral("N"));
@@ -140,7 +146,8 @@ int main(int argc, char **argv)
                                                QStringLiteral("With --screenshot: also export the plots as PNG."),
                                                QStringLiteral("FILE"));
     parser.addOptions({modelOption, bookOption, promptOption, screenshotOption, exploreOption, exploreCtxOption,
-                       exploreWindowsOption, screenshotAtOption, windowSizeOption, exportPlotsOption});
+                       exploreWindowsOption, explorePresetsOption, screenshotAtOption, windowSizeOption,
+                       exportPlotsOption});
     parser.process(app);
 
     const QString explore = parser.value(exploreOption);
@@ -159,6 +166,22 @@ int main(int argc, char **argv)
         }
         if (explore.isEmpty()) {
             std::fprintf(stderr, "longscope: --%s goes with --explore BOOK\n", qPrintable(option->names().first()));
+            return 2;
+        }
+    }
+
+    const QString explorePresets = parser.value(explorePresetsOption);
+    if (!explorePresets.isEmpty()) {
+        if (explore.isEmpty()) {
+            std::fprintf(stderr, "longscope: --explore-presets goes with --explore BOOK\n");
+            return 2;
+        }
+        QStringList names;
+        for (const longscope::ui::ExplorePresetGroup &g : longscope::ui::explorePresetGroups())
+            names << g.name;
+        if (!names.contains(explorePresets)) {
+            std::fprintf(stderr, "longscope: no preset group \"%s\" (there are: %s)\n", qPrintable(explorePresets),
+                         qPrintable(names.join(QStringLiteral(", "))));
             return 2;
         }
     }
@@ -249,7 +272,10 @@ int main(int argc, char **argv)
                     takeScreenshot(1);
                 return;
             }
-            view->settingsList()->resetToPresets();
+            if (explorePresets.isEmpty())
+                view->settingsList()->resetToPresets();
+            else
+                view->loadPresetGroup(explorePresets);
             if (exploreCtx > 0)
                 view->setContextLength(exploreCtx);
             if (exploreWindows > 0)
