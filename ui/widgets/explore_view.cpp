@@ -303,6 +303,7 @@ QWidget *ExploreView::createPlotPage()
     m_exportCsv = new QPushButton(tr("Export CSV…"), area);
     m_acrossText = new QCheckBox(tr("Across the text"), area);
     m_acrossText->setObjectName(QStringLiteral("exploreAcrossText"));
+    m_acrossText->setAccessibleName(tr("Plot across the text"));
     m_acrossText->setToolTip(tr("Plot by the token's index in the text instead of its position in the context: "
                                 "shows where a stream stopped, and what restarting or shifting the context did"));
     auto *legendHint = hintLabel(tr("Dashed: keys cached before RoPE · shaded: beyond the trained context"), area);
