@@ -9,6 +9,9 @@
 // Nothing talks to anything but 127.0.0.1.
 #include <QCoreApplication>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QMenu>
 #include <QSettings>
 #include <QSignalSpy>
@@ -21,6 +24,7 @@
 #include "core/chat_model.h"
 #include "core/remote_endpoint.h"
 #include "core/remote_worker.h"
+#include "widgets/book_panel.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/main_window.h"
@@ -324,6 +328,53 @@ private slots:
         w.queueNeedle(NeedleRequest{});
         QVERIFY(needles.wait(5000));
         QVERIFY(needles.first().at(1).value<NeedleRunResult>().error.contains(QLatin1String("local model only")));
+    }
+
+    // A book streamed into the context goes to the server as a long prompt ahead of the chat:
+    // the server counts its tokens (as many as a completion over it reports), the question
+    // after it is answered, and Continue writes on from it.
+    void bookGoesAheadAsALongPrompt()
+    {
+        auto w = makeWindow();
+        QVERIFY(w);
+        QVERIFY(connectTo(*w));
+        const QString path = m_dir.filePath(QStringLiteral("story.txt"));
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(k_story.toUtf8());
+        }
+        QVERIFY(w->openBook(path));
+        const QString book = w->bookPanel()->book().text; // as read: a line break at its end
+        QVERIFY(book.startsWith(k_story));
+        QSignalSpy streamed(w.get(), &MainWindow::bookStreamFinished);
+        w->streamBook();
+        QVERIFY(streamed.wait(kTimeoutMs));
+        QCOMPARE(streamed.first().at(0).toBool(), false);
+        const int tokens = streamed.first().at(1).toInt();
+        const QJsonObject direct =
+            longscope::test::http(m_server.url() + QStringLiteral("/v1/completions"),
+                                  QJsonDocument(QJsonObject{{"model", k_model}, {"prompt", book}, {"max_tokens", 1}})
+                                      .toJson(),
+                                  k_key)
+                .json();
+        QCOMPARE(tokens, direct["usage"].toObject()["prompt_tokens"].toInt());
+        QCOMPARE(w->contextUsed(), tokens);
+        QCOMPARE(w->remoteWorker()->document(), book);
+
+        QVERIFY(!sendAndWait(*w, QStringLiteral("What did Lily kick?")).isEmpty());
+        QVERIFY(w->contextUsed() > tokens); // the reply's context holds the book
+
+        QSignalSpy finished(w.get(), &MainWindow::replyFinished);
+        w->clearConversation(); // forgets the book
+        QCOMPARE(w->remoteWorker()->document(), QString());
+        QVERIFY(w->openBook(path));
+        w->streamBook();
+        QVERIFY(streamed.wait(kTimeoutMs));
+        w->continueText();
+        QVERIFY(finished.wait(kTimeoutMs));
+        QVERIFY(!lastReply(*w).isEmpty());
+        QCOMPARE(w->remoteWorker()->document(), book + lastReply(*w)); // what Continue wrote joined it
     }
 
     // Two Longscope instances: this window's engine and the server (another process with the
