@@ -539,11 +539,17 @@ void RemoteWorker::run_perplexity(const QString &text, const QString &label, Per
                 throw *failure;
             lp = remote::parse_prompt_logprobs(reply->readAll().toStdString());
         } catch (const remote::ClientError &e) {
-            // A server that sends no prompt log-probabilities, or refuses the fields.
-            const bool unsupported =
-                e.failure() == remote::Failure::Unsupported || e.failure() == remote::Failure::BadRequest;
-            return fail(r, unsupported ? QStringLiteral("%1: %2").arg(explorePerplexityNeeds(), text_of(e))
-                                       : text_of(e));
+            // A server that sends no prompt log-probabilities; one that refuses the request
+            // (the fields, or a text longer than its context: it scores the text as one window).
+            if (e.failure() == remote::Failure::Unsupported)
+                return fail(r, QStringLiteral("%1: %2").arg(explorePerplexityNeeds(), text_of(e)));
+            if (e.failure() == remote::Failure::BadRequest)
+                return fail(r, QStringLiteral("%1. A server scores the text as one window, so it must fit the server's "
+                                              "context (%2 tokens), and the server must return prompt "
+                                              "log-probabilities (echo with logprobs)")
+                                   .arg(text_of(e))
+                                   .arg(m_context_length > 0 ? QString::number(m_context_length) : QStringLiteral("?")));
+            return fail(r, text_of(e));
         }
         if (lp.logprobs.empty())
             return fail(r, QStringLiteral("the text is too short to score (fewer than 2 tokens)"));
