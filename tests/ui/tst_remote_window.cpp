@@ -8,6 +8,7 @@
 // local, then this window on the server) giving the same greedy text on the same plots.
 // Nothing talks to anything but 127.0.0.1.
 #include <QCoreApplication>
+#include <QDir>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -267,6 +268,10 @@ private slots:
         QCOMPARE(last.requests_waiting, 0.0);
         QVERIFY(plots->serverPointCount() >= 3 * 2);
         QVERIFY(plots->plottedPointCount() >= 2); // the client's prefill and decode points
+        if (const QString dir = qEnvironmentVariable("LONGSCOPE_TEST_ARTIFACTS"); !dir.isEmpty()) {
+            plots->replotNow();
+            QVERIFY(w->grab().save(QDir(dir).filePath(QStringLiteral("remote-window.png")))); // for a look by eye
+        }
         const QByteArray csv = plots->history().toCsv();
         QVERIFY(csv.startsWith("run,model,"));
         QVERIFY(csv.contains(",server_kv_usage,"));

@@ -293,6 +293,7 @@ void RemoteWorker::stream_reply(const std::string &path, const remote::json &bod
     m_stream = remote::StreamState{};
     m_stopping = false;
     m_first_token_ns = -1;
+    m_text_reads = 0;
     m_started.start();
     m_chat = send(m_base->api(path), &body);
     QNetworkReply *reply = m_chat;
@@ -300,8 +301,13 @@ void RemoteWorker::stream_reply(const std::string &path, const remote::json &bod
         if (reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() != 200)
             return; // an error body, read when the reply finishes
         try {
+            bool text_read = false;
             for (const std::string &event : m_sse.feed(reply->readAll().toStdString())) {
                 const std::string piece = m_stream.feed(event);
+                if (!piece.empty() && !text_read) {
+                    text_read = true;
+                    ++m_text_reads;
+                }
                 if (piece.empty())
                     continue;
                 if (m_first_token_ns < 0)
@@ -359,9 +365,16 @@ void RemoteWorker::finish_chat(FinishReason reason)
         rm.completion_tokens = u->completion_tokens;
     }
     rm.context_tokens = rm.prompt_tokens + rm.completion_tokens;
-    const double decode_s = total - rm.time_to_first_token_s;
-    if (rm.completion_tokens > 1 && decode_s > 0)
+    double decode_s = total - rm.time_to_first_token_s;
+    if (m_text_reads < 2) {
+        // The reply came in one read (a fast server, or one that buffers): the time after
+        // the first token says nothing, so the whole request is the decode time, a lower bound.
+        decode_s = total;
+        if (rm.completion_tokens > 0 && decode_s > 0)
+            rm.decode_tokens_per_second = rm.completion_tokens / decode_s;
+    } else if (rm.completion_tokens > 1 && decode_s > 0) {
         rm.decode_tokens_per_second = (rm.completion_tokens - 1) / decode_s;
+    }
     m_summary.prompt_tokens = rm.prompt_tokens;
     m_summary.generated_tokens = rm.completion_tokens;
     m_summary.decode_tokens_per_second = rm.decode_tokens_per_second;

@@ -185,6 +185,7 @@ private:
     bool m_stopping = false;
     QElapsedTimer m_started;
     qint64 m_first_token_ns = -1; // nanoseconds after the request, -1 before the first token
+    int m_text_reads = 0;         // reads of the reply that brought text
     qint64 m_steps = 0;
 
     QTimer m_poll;

@@ -95,13 +95,13 @@ MetricsPlots::MetricsPlots(QWidget *parent) : QWidget(parent)
     }
 
     // A remote server's own figures, on the right axes; listed in the legends once they come.
-    m_serverKv = addGraph(m_memory, tr("server KV used (right, %)"), kServerKv, true, true);
-    m_serverRunning = addGraph(m_memory, tr("running (right)"), kServerRunning, true, true);
-    m_serverWaiting = addGraph(m_memory, tr("waiting (right)"), kServerWaiting, true, true);
+    m_serverKv = addGraph(m_memory, tr("server KV %"), kServerKv, true, true);
+    m_serverRunning = addGraph(m_memory, tr("running"), kServerRunning, true, true);
+    m_serverWaiting = addGraph(m_memory, tr("waiting"), kServerWaiting, true, true);
     m_serverGeneration = addGraph(m_speed, tr("server generation"), kServerGeneration, true);
     for (QCPGraph *g : {m_serverKv, m_serverRunning, m_serverWaiting, m_serverGeneration})
         g->removeFromLegend();
-    m_memory->yAxis2->setLabel(tr("server: KV % · requests"));
+    m_memory->yAxis2->setLabel(tr("server"));
     m_memory->yAxis2->setLabelFont(m_memory->yAxis->labelFont());
     m_memory->yAxis2->setTickLabelFont(m_memory->yAxis->tickLabelFont());
 
