@@ -433,6 +433,30 @@ PromptLogprobs parse_prompt_logprobs(std::string_view body)
     return out;
 }
 
+NllCurve nll_by_position(const PromptLogprobs &lp, int bucket, int context)
+{
+    NllCurve out;
+    bucket = std::max(1, bucket);
+    double sum = 0;
+    for (size_t i = 0; i < lp.logprobs.size();) {
+        NllBucket b;
+        const int position = int(i + 1);
+        b.begin = position / bucket * bucket;
+        b.end = b.begin + bucket;
+        double bsum = 0;
+        for (; i < lp.logprobs.size() && int(i + 1) < b.end; ++i, ++b.count)
+            bsum -= lp.logprobs[i];
+        if (context > 0)
+            b.end = std::min(b.end, context);
+        b.mean_nll = bsum / double(b.count);
+        sum += bsum;
+        out.buckets.push_back(b);
+    }
+    out.n_scored = int64_t(lp.logprobs.size());
+    out.mean_nll = out.n_scored > 0 ? sum / double(out.n_scored) : 0;
+    return out;
+}
+
 ClientError http_error(int status, std::string_view body, std::string_view model, std::string_view url)
 {
     const std::string says = error_text(body);

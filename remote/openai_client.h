@@ -178,6 +178,23 @@ struct PromptLogprobs {
 // choices[0].logprobs. Throws ClientError(Unsupported) when the server sent none.
 PromptLogprobs parse_prompt_logprobs(std::string_view body);
 
+// Perplexity by position from prompt log-probabilities: the server scored the text as one
+// window from its start, so logprobs[i] is the token that had i + 1 tokens before it, as in a
+// local run's first window. Points of `bucket` positions [begin, end), the last one's end cut
+// at `context` (the server's context length) when it is known (positive).
+struct NllBucket {
+    int begin = 0;
+    int end = 0;
+    int64_t count = 0;
+    double mean_nll = 0; // nats
+};
+struct NllCurve {
+    std::vector<NllBucket> buckets;
+    double mean_nll = 0;
+    int64_t n_scored = 0;
+};
+NllCurve nll_by_position(const PromptLogprobs &lp, int bucket, int context = 0);
+
 // An HTTP status other than 200 as a ClientError with a sentence that says what to do; the
 // server's own message (OpenAI's {"error": {"message"}}, TGI's {"error": "..."}, FastAPI's
 // {"detail"}) is quoted. `model` and `url` name what was asked for.

@@ -182,30 +182,18 @@ int cmd_perplexity_remote(const std::vector<std::string> &argv)
     if (lp.logprobs.empty())
         throw UsageError(*file + " is too short to score (fewer than 2 tokens)");
 
-    // The server scored the text as one window from its start: the token at index i + 1 had
-    // i + 1 tokens before it, as in a local run's first window.
+    // The server scored the text as one window from its start, as a local run's first window.
+    const remote::NllCurve curve = remote::nll_by_position(lp, bucket, model.context_length.value_or(0));
     PerplexityResult r;
     r.windows = 1;
-    double sum = 0;
     for (size_t i = 0; i < lp.logprobs.size(); ++i) {
         r.positions.push_back(int(i + 1));
         r.nll.push_back(float(-lp.logprobs[i]));
-        sum += -lp.logprobs[i];
     }
-    r.n_scored = int64_t(lp.logprobs.size());
-    r.mean_nll = sum / double(r.n_scored);
-    for (size_t i = 0; i < r.positions.size();) {
-        PositionBucket b;
-        b.begin = r.positions[i] / bucket * bucket;
-        b.end = b.begin + bucket;
-        double bsum = 0;
-        for (; i < r.positions.size() && r.positions[i] < b.end; ++i, ++b.count)
-            bsum += -lp.logprobs[i];
-        if (model.context_length) // as a local run's window of the server's context
-            b.end = std::min(b.end, *model.context_length);
-        b.mean_nll = bsum / double(b.count);
-        r.curve.push_back(b);
-    }
+    r.n_scored = curve.n_scored;
+    r.mean_nll = curve.mean_nll;
+    for (const remote::NllBucket &b : curve.buckets)
+        r.curve.push_back(PositionBucket{b.begin, b.end, b.count, b.mean_nll});
     return report_perplexity(a, r, model.context_length.value_or(0), "server context", "context_length");
 }
 

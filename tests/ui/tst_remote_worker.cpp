@@ -10,51 +10,19 @@
 #include <QTcpSocket>
 #include <QtTest>
 
+#include "../cli/canned_server.h"
 #include "../cli/serve_process.h"
 #include "core/remote_endpoint.h"
 #include "core/remote_worker.h"
 
 using namespace longscope::ui;
+using longscope::test::CannedServer;
 using longscope::test::http;
+using longscope::test::http_response;
 
 namespace {
 
 const QByteArray k_own_key = "sk-app-test";
-
-// Answers every connection with `response` (then closes), or with nothing when it is empty.
-class CannedServer : public QTcpServer {
-public:
-    explicit CannedServer(QByteArray response) : m_response(std::move(response))
-    {
-        connect(this, &QTcpServer::newConnection, this, [this] {
-            while (QTcpSocket *s = nextPendingConnection()) {
-                m_sockets.push_back(s);
-                connect(s, &QTcpSocket::readyRead, s, [this, s] {
-                    s->readAll();
-                    if (m_response.isEmpty())
-                        return; // silent
-                    s->write(m_response);
-                    s->flush();
-                    s->disconnectFromHost();
-                });
-            }
-        });
-        listen(QHostAddress::LocalHost);
-    }
-    QString url() const { return QStringLiteral("http://127.0.0.1:%1").arg(serverPort()); }
-
-private:
-    QByteArray m_response;
-    QList<QTcpSocket *> m_sockets;
-};
-
-QByteArray http_response(int status, const QByteArray &type, const QByteArray &body, bool close_early = false)
-{
-    QByteArray r = "HTTP/1.1 " + QByteArray::number(status) + " X\r\nContent-Type: " + type + "\r\n";
-    if (close_early) // a stream the server drops: chunked, never finished
-        return r + "Transfer-Encoding: chunked\r\n\r\n" + QByteArray::number(body.size(), 16) + "\r\n" + body + "\r\n";
-    return r + "Content-Length: " + QByteArray::number(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-}
 
 ChatRequest chat(const QString &text, int max_tokens)
 {
@@ -159,7 +127,13 @@ private slots:
         QVERIFY(m.time_to_first_token_s > 0);
         QVERIFY(m.decode_tokens_per_second > 0);
         QCOMPARE(m.context_tokens, prompt + 16);
-        const auto step = steps.first().first().value<longscope::StepMetrics>();
+        QCOMPARE(steps.size(), 2); // the prompt as a prefill step, the reply as a decode step
+        const auto prefill = steps.first().first().value<longscope::StepMetrics>();
+        QCOMPARE(prefill.phase, longscope::StepPhase::Prefill);
+        QCOMPARE(prefill.position, prompt);
+        QCOMPARE(prefill.seconds, m.time_to_first_token_s);
+        const auto step = steps.last().first().value<longscope::StepMetrics>();
+        QCOMPARE(step.phase, longscope::StepPhase::Decode);
         QCOMPARE(step.position, prompt + 16);
         QCOMPARE(step.tokens_per_second, m.decode_tokens_per_second);
         m_generated += 32; // this reply and the direct one

@@ -352,6 +352,24 @@ void AppSettings::saveLastModel(const QString &path)
         m_settings->setValue(QStringLiteral("models/last"), path);
 }
 
+QVector<RemoteEndpoint> AppSettings::loadRemoteEndpoints() const
+{
+    const QJsonDocument doc = QJsonDocument::fromJson(m_settings->value(QStringLiteral("remote/endpoints")).toByteArray());
+    return endpointsFromJson(doc.array());
+}
+
+void AppSettings::addRemoteEndpoint(const RemoteEndpoint &endpoint)
+{
+    QVector<RemoteEndpoint> list = loadRemoteEndpoints();
+    list.removeIf([&](const RemoteEndpoint &e) { return e.base_url == endpoint.base_url && e.model == endpoint.model; });
+    list.prepend(endpoint);
+    if (list.size() > kMaxRecentModels)
+        list.resize(kMaxRecentModels);
+    if (backUpOnce())
+        m_settings->setValue(QStringLiteral("remote/endpoints"),
+                             QJsonDocument(endpointsToJson(list)).toJson(QJsonDocument::Compact));
+}
+
 QByteArray AppSettings::loadWindowGeometry() const
 {
     return m_settings->value(QStringLiteral("window/geometry")).toByteArray();

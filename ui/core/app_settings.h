@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/engine_worker.h"
+#include "core/remote_endpoint.h"
 #include "longscope/settings.h"
 
 #include <QByteArray>
@@ -73,6 +74,11 @@ public:
 
     QString loadLastModel() const;
     void saveLastModel(const QString &path);
+
+    // The remote servers used, most recent first (URL and model; their keys are in the
+    // keychain, never here). Adding one already listed moves it first.
+    QVector<RemoteEndpoint> loadRemoteEndpoints() const;
+    void addRemoteEndpoint(const RemoteEndpoint &endpoint);
 
     QByteArray loadWindowGeometry() const;
     void saveWindowGeometry(const QByteArray &geometry);

@@ -1,6 +1,6 @@
 #include "core/book_controller.h"
 
-#include "core/engine_worker.h"
+#include "core/inference_worker.h"
 
 #include <algorithm>
 
@@ -8,19 +8,19 @@ namespace longscope::ui {
 
 BookController::BookController(QObject *parent) : QObject(parent) {}
 
-void BookController::setWorker(EngineWorker *worker)
+void BookController::setWorker(InferenceWorker *worker)
 {
     if (m_worker)
         disconnect(m_worker, nullptr, this, nullptr);
     m_worker = worker;
     if (!worker)
         return;
-    connect(worker, &EngineWorker::streamFitted, this, [this](int textTokens, int kept) {
+    connect(worker, &InferenceWorker::streamFitted, this, [this](int textTokens, int kept) {
         m_textTokens = textTokens;
         m_total = kept;
     });
-    connect(worker, &EngineWorker::streamProgress, this, &BookController::onProgress);
-    connect(worker, &EngineWorker::streamFinished, this, &BookController::onFinished);
+    connect(worker, &InferenceWorker::streamProgress, this, &BookController::onProgress);
+    connect(worker, &InferenceWorker::streamFinished, this, &BookController::onFinished);
 }
 
 bool BookController::mayNotFit(const QString &text, int room)

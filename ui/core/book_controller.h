@@ -9,7 +9,7 @@
 
 namespace longscope::ui {
 
-class EngineWorker;
+class InferenceWorker;
 
 class BookController : public QObject {
     Q_OBJECT
@@ -20,8 +20,9 @@ public:
 
     explicit BookController(QObject *parent = nullptr);
 
-    // Connects the worker's streaming signals; the worker lives on its own thread.
-    void setWorker(EngineWorker *worker);
+    // Connects the worker's streaming signals (the local engine on its own thread, or a
+    // remote server, where the text goes ahead of the chat as a long prompt).
+    void setWorker(InferenceWorker *worker);
 
     // Whether `text` may not fit in `room` free tokens: every UTF-8 byte is at most one token
     // (byte fallback), plus BOS and the prefix space.
@@ -48,7 +49,7 @@ private:
     void onProgress(int done, int total);
     void onFinished(bool stopped, int tokensInContext);
 
-    QPointer<EngineWorker> m_worker;
+    QPointer<InferenceWorker> m_worker;
     bool m_streaming = false;
     int m_room = 0;
     int m_done = 0;

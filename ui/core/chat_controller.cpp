@@ -47,17 +47,17 @@ ChatController::ChatController(ConversationStore *store, QObject *parent)
 
 ChatController::~ChatController() = default;
 
-void ChatController::setWorker(EngineWorker *worker)
+void ChatController::setWorker(InferenceWorker *worker)
 {
     if (m_worker)
         disconnect(m_worker, nullptr, this, nullptr);
     m_worker = worker;
     if (!worker)
         return;
-    connect(worker, &EngineWorker::promptFitted, this, &ChatController::onPromptFitted);
-    connect(worker, &EngineWorker::chatFormatUsed, this, &ChatController::onChatFormatUsed);
-    connect(worker, &EngineWorker::tokenStreamed, this, &ChatController::onTokenStreamed);
-    connect(worker, &EngineWorker::generationFinished, this, &ChatController::onGenerationFinished);
+    connect(worker, &InferenceWorker::promptFitted, this, &ChatController::onPromptFitted);
+    connect(worker, &InferenceWorker::chatFormatUsed, this, &ChatController::onChatFormatUsed);
+    connect(worker, &InferenceWorker::tokenStreamed, this, &ChatController::onTokenStreamed);
+    connect(worker, &InferenceWorker::generationFinished, this, &ChatController::onGenerationFinished);
 }
 
 bool ChatController::hasUserMessage() const
@@ -144,7 +144,7 @@ void ChatController::setConversation(const Conversation &conversation)
     m_conversation = conversation;
     m_model->setMessages(conversation.messages());
     if (m_worker)
-        QMetaObject::invokeMethod(m_worker.data(), &EngineWorker::resetContext, Qt::QueuedConnection);
+        m_worker->queueResetContext();
 }
 
 bool ChatController::open(const QString &id, QString *error)

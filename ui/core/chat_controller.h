@@ -7,7 +7,7 @@
 
 #include "core/chat_template_choice.h"
 #include "core/conversation.h"
-#include "core/engine_worker.h"
+#include "core/inference_worker.h"
 
 #include "longscope/settings.h"
 
@@ -45,8 +45,9 @@ public:
     explicit ChatController(ConversationStore *store, QObject *parent = nullptr);
     ~ChatController() override;
 
-    // Connects the worker's chat signals; the worker lives on its own thread.
-    void setWorker(EngineWorker *worker);
+    // Connects the worker's chat signals (the local engine on its own thread, or a remote
+    // server); null: none.
+    void setWorker(InferenceWorker *worker);
     void setInputs(InputsSource source) { m_inputs = std::move(source); }
 
     const Conversation &conversation() const { return m_conversation; }
@@ -107,7 +108,7 @@ private:
 
     ConversationStore *m_store = nullptr;
     ChatModel *m_model = nullptr;
-    QPointer<EngineWorker> m_worker;
+    QPointer<InferenceWorker> m_worker;
     InputsSource m_inputs;
     Conversation m_conversation;
     State m_state = State::Idle;

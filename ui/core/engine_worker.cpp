@@ -90,7 +90,7 @@ void registerMetaTypes()
 }
 
 EngineWorker::EngineWorker(int n_threads, QObject *parent)
-    : QObject(parent), m_n_threads(std::max(0, n_threads))
+    : InferenceWorker(parent), m_n_threads(std::max(0, n_threads))
 {
     registerMetaTypes();
 }
@@ -138,6 +138,11 @@ quint64 EngineWorker::queueStream(const QString &text, int chunk_tokens)
     QMetaObject::invokeMethod(
         this, [this, job, text, chunk_tokens] { run_stream(job, text, chunk_tokens); }, Qt::QueuedConnection);
     return job;
+}
+
+void EngineWorker::queueResetContext()
+{
+    QMetaObject::invokeMethod(this, &EngineWorker::resetContext, Qt::QueuedConnection);
 }
 
 quint64 EngineWorker::queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,

@@ -11,8 +11,7 @@
 // they queue it; a job started through its slot directly is numbered when it starts.
 #pragma once
 
-#include "core/explore_needle.h"
-#include "core/perplexity_run.h"
+#include "core/inference_worker.h"
 
 #include "longscope/engine.h"
 #include "longscope/metrics.h"
@@ -34,86 +33,7 @@
 
 namespace longscope::ui {
 
-// What the UI shows about a loaded model.
-struct ModelSummary {
-    QString path;
-    QString name;
-    QString format;        // "GGUF v3", "Hugging Face"
-    int n_ctx_train = 0;
-    int n_vocab = 0;
-    int n_layer = 0;
-    qint64 weight_bytes = 0;
-    QString backend;        // "CPU (2 threads)"
-    QString gpu_status;     // why CUDA is not used, or which GPU is
-    bool cuda_available = false; // the probe found a usable GPU and the plugin
-    QString cpu_warning;    // empty, or why only the slow portable CPU kernels run
-    QString chat_template;  // the Jinja chat template the model carries (empty: none)
-};
-
-struct ChatTurn {
-    enum class Role { User, Assistant };
-    Role role = Role::User;
-    QString text;
-};
-
-struct GenerationParams {
-    int max_new_tokens = 512;
-    float temperature = 0.2f;
-    float top_p = 0.9f;
-    int top_k = 40;
-    bool do_sample = true;       // false: greedy
-    float repetition_penalty = 1.1f;
-    quint64 seed = 0;
-    // Every request draws a new seed (the one used is reported); false: `seed` is pinned, and
-    // the same seed and settings give the same text.
-    bool random_seed = true;
-};
-
-// A chat request: the system prompt and the turns so far, the last one the user's. The
-// worker formats them with the model's chat template and fits them into the context,
-// dropping the oldest turns or keeping head and tail as the overflow policy says.
-struct ChatRequest {
-    QString system_prompt;
-    QVector<ChatTurn> turns;
-    GenerationParams params;
-    // The template chosen for this model (ChatTemplateChoice): a custom Jinja text or a
-    // built-in format's name; both empty: the model's own.
-    QString chat_template;
-    QString chat_format;
-};
-
-// A conversation rendered with a chat template, as the model would receive it.
-struct RenderedPrompt {
-    QString text;   // the prompt text, a BOS the tokenizer adds written in front
-    int tokens = 0; // how many tokens it makes
-    QString format; // "model", "custom" or the built-in format's name
-    QString note;   // why a built-in format is used
-    QString error;  // the renderer's message when the template failed (the rest empty)
-};
-
-enum class FinishReason { MaxTokens, EndOfText, ContextFull, Stopped, Error };
-
-// "max tokens", "end of text", "context full", "stopped", "error".
-QString finishReasonText(FinishReason reason);
-
-struct GenerationSummary {
-    FinishReason reason = FinishReason::MaxTokens;
-    QString text;             // the whole reply
-    int prompt_tokens = 0;
-    int generated_tokens = 0;
-    int dropped_turns = 0;    // oldest turns left out to fit the context
-    // Max new tokens was more than the context had free after the prompt: the tokens the
-    // reply was capped to; -1 when it was not capped.
-    int reply_room = -1;
-    double prefill_tokens_per_second = 0;
-    double decode_tokens_per_second = 0;
-};
-
-// Registers every type the worker's queued signals and slots carry (called by the
-// EngineWorker constructor; harmless to call again).
-void registerMetaTypes();
-
-class EngineWorker : public QObject {
+class EngineWorker : public InferenceWorker {
     Q_OBJECT
 
 public:
@@ -123,22 +43,23 @@ public:
     // Thread-safe: called from the UI thread while the worker is busy.
     // Ends the generation, book or perplexity run at the next step, and cancels every job
     // queued before this call (each then finishes at once, as stopped).
-    void requestStop();
+    void requestStop() override;
     void cancelLoad();                                 // abandons a model load in progress
-    void setSettings(const longscope::Settings &s);    // applied at the next step
+    void setSettings(const longscope::Settings &s) override; // applied at the next step
     longscope::Settings settings() const;
 
     // Thread-safe: queue a job on the worker's thread (the slot of the same name below) and
     // return its number, which grows with every job queued.
-    quint64 queueChat(const longscope::ui::ChatRequest &request);
+    quint64 queueChat(const longscope::ui::ChatRequest &request) override;
     // Renders the request's conversation with its template (without generating); answered by
     // chatPromptRendered with the returned number.
     quint64 queueRenderChat(const longscope::ui::ChatRequest &request);
-    quint64 queueContinue(const longscope::ui::GenerationParams &params);
-    quint64 queueStream(const QString &text, int chunk_tokens);
+    quint64 queueContinue(const longscope::ui::GenerationParams &params) override;
+    quint64 queueStream(const QString &text, int chunk_tokens) override;
+    void queueResetContext() override;
     quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
-                            const QString &label, qint64 maxTokens = 0);
-    quint64 queueNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString());
+                            const QString &label, qint64 maxTokens = 0) override;
+    quint64 queueNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString()) override;
 
 public slots:
     void loadModel(const QString &path);
@@ -170,44 +91,14 @@ public slots:
     void runNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString());
 
 signals:
+    // The chat, stream, perplexity, needle, metrics and error signals are InferenceWorker's.
     // The backend in use changed (a switch took effect, or CUDA failed and the CPU took over).
     void backendChanged(const longscope::ui::ModelSummary &summary);
     void loadStarted(const QString &path);
     void loadProgress(double fraction);
     void modelLoaded(const longscope::ui::ModelSummary &summary);
     void loadFailed(const QString &path, const QString &message); // the previous model stays
-
-    // Every generateChat() / continueText() emits generationStarted, then exactly one
-    // generationFinished (reason Error after an errorOccurred, "no model" included).
-    void generationStarted();
-    void promptFitted(int prompt_tokens, int dropped_turns, bool truncated);
-    // The chat format the prompt was rendered with: "model" for the model's own template, else
-    // a built-in format's name, with the reason in `note`.
-    void chatFormatUsed(const QString &format, const QString &note);
     void chatPromptRendered(quint64 job, const longscope::ui::RenderedPrompt &prompt);
-    // Whole UTF-8 characters only; a chat reply's leading whitespace is left out. The pieces
-    // concatenated equal GenerationSummary::text.
-    void tokenStreamed(const QString &text);
-    void generationFinished(const longscope::ui::GenerationSummary &summary);
-
-    // Before a text is streamed: its length in tokens, and how many of them go in (fewer when
-    // only its head and tail fit).
-    void streamFitted(int text_tokens, int kept_tokens);
-    void streamProgress(int tokens_done, int tokens_total);
-    // Every streamText() ends with one: `stopped` when the text did not go in whole
-    // (requestStop, or an error reported just before through errorOccurred).
-    void streamFinished(bool stopped, int tokens_in_context);
-
-    void perplexityProgress(const QString &label, qint64 done, qint64 total);
-    void perplexityFinished(const QString &label, const longscope::ui::PerplexityRunResult &result);
-    void needleProgress(const QString &label, qint64 done, qint64 total);
-    void needleFinished(const QString &label, const longscope::ui::NeedleRunResult &result);
-
-    void stepMetrics(const longscope::StepMetrics &metrics);
-    // New settings took effect at this step (the first step that ran with them).
-    void settingsApplied(qint64 step, int position, const longscope::Settings &settings);
-
-    void errorOccurred(const QString &message);
 
 private:
     // With `may_reset` (no context worth keeping), a context limit below the current length
@@ -272,10 +163,3 @@ private:
 
 } // namespace longscope::ui
 
-Q_DECLARE_METATYPE(longscope::ui::ModelSummary)
-Q_DECLARE_METATYPE(longscope::ui::ChatRequest)
-Q_DECLARE_METATYPE(longscope::ui::RenderedPrompt)
-Q_DECLARE_METATYPE(longscope::ui::GenerationParams)
-Q_DECLARE_METATYPE(longscope::ui::GenerationSummary)
-Q_DECLARE_METATYPE(longscope::StepMetrics)
-Q_DECLARE_METATYPE(longscope::Settings)

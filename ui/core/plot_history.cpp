@@ -83,6 +83,33 @@ QString parseStep(const QString &line, StepMetrics *m, int *settingsIndex)
     return ok ? QString() : QStringLiteral("has a field that is not a valid number");
 }
 
+// The server samples of a saved run (none in runs saved before they existed). Empty: fine.
+QString parseServer(const QJsonObject &json, PlotHistory *h)
+{
+    const QJsonValue lines = json.value(QStringLiteral("server"));
+    if (lines.isUndefined())
+        return {};
+    if (!lines.isArray() || lines.toArray().size() > PlotHistory::kMaxSteps)
+        return QStringLiteral("server samples must be a list of at most %1").arg(PlotHistory::kMaxSteps);
+    h->serverEngine = json.value(QStringLiteral("server_engine")).toString().left(64);
+    const QJsonArray array = lines.toArray();
+    for (qsizetype i = 0; i < array.size(); ++i) {
+        const QStringList f = array[i].toString().split(QLatin1Char(' '), Qt::SkipEmptyParts);
+        double v[6];
+        bool ok = f.size() == 6;
+        for (int k = 0; ok && k < 6; ++k) {
+            v[k] = f[k] == QLatin1String("-") && k >= 2 ? std::nan("") : f[k].toDouble(&ok);
+            ok = ok || (f[k] == QLatin1String("-") && k >= 2);
+        }
+        if (!ok || v[0] < 0 || v[0] > (1 << 30))
+            return QStringLiteral("server sample %1 is not six numbers (position, seconds, KV usage, running, "
+                                  "waiting, tokens/s)")
+                .arg(i + 1);
+        h->server.push_back(ServerSample{int(v[0]), v[1], v[2], v[3], v[4], v[5]});
+    }
+    return {};
+}
+
 } // namespace
 
 QString csvField(const QString &text)
@@ -127,12 +154,32 @@ QStringList PlotHistory::markerLines() const
 
 QByteArray PlotHistory::toCsv() const
 {
-    QByteArray out = "run,model,marker,settings," + QByteArray::fromStdString(metrics_csv_header());
+    const QByteArray metricsHeader = QByteArray::fromStdString(metrics_csv_header());
+    const bool withServer = !server.isEmpty();
+    QByteArray out = "run,model,marker,settings," + metricsHeader;
+    if (withServer)
+        out += ",server_engine,server_seconds,server_kv_usage,server_requests_running,server_requests_waiting,"
+               "server_generation_tokens_per_second";
     out += '\n';
     const QByteArray prefixRun = QByteArray::number(run) + ',' + csvField(model).toUtf8() + ',';
     for (const StepMetrics &m : steps) {
         out += prefixRun + QByteArray::number(markerAt(m.position)) + ',' +
                csvField(describeSettings(m.settings)).toUtf8() + ',' + QByteArray::fromStdString(metrics_csv_row(m));
+        if (withServer)
+            out += ",,,,,,";
+        out += '\n';
+    }
+    if (!withServer)
+        return out;
+    const QList<QByteArray> columns = metricsHeader.split(',');
+    auto value = [](double v) { return std::isfinite(v) ? number(v).toUtf8() : QByteArray(); };
+    for (const ServerSample &s : server) {
+        QList<QByteArray> cells;
+        for (const QByteArray &c : columns)
+            cells << (c == "position" ? QByteArray::number(s.position) : c == "phase" ? QByteArray("server") : QByteArray());
+        out += prefixRun + QByteArray::number(markerAt(s.position)) + ",," + cells.join(',') + ',' +
+               csvField(serverEngine).toUtf8() + ',' + value(s.seconds) + ',' + value(s.kv_usage) + ',' +
+               value(s.requests_running) + ',' + value(s.requests_waiting) + ',' + value(s.generation_tokens_per_second);
         out += '\n';
     }
     return out;
@@ -155,11 +202,24 @@ QJsonObject PlotHistory::toJson() const
     QJsonArray markerArray;
     for (const PlotMarker &mk : markers)
         markerArray.append(QJsonObject{{QStringLiteral("position"), mk.position}, {QStringLiteral("label"), mk.label}});
-    return QJsonObject{{QStringLiteral("run"), run},
-                       {QStringLiteral("model"), model},
-                       {QStringLiteral("settings"), settingsTable},
-                       {QStringLiteral("steps"), stepLines},
-                       {QStringLiteral("markers"), markerArray}};
+    QJsonObject out{{QStringLiteral("run"), run},
+                    {QStringLiteral("model"), model},
+                    {QStringLiteral("settings"), settingsTable},
+                    {QStringLiteral("steps"), stepLines},
+                    {QStringLiteral("markers"), markerArray}};
+    if (!server.isEmpty()) {
+        // One line a sample: position, seconds, then the four quantities ("-": not published).
+        QJsonArray serverLines;
+        auto field = [](double v) { return std::isfinite(v) ? number(v) : QStringLiteral("-"); };
+        for (const ServerSample &x : server)
+            serverLines.append(QStringList{QString::number(x.position), number(x.seconds), field(x.kv_usage),
+                                           field(x.requests_running), field(x.requests_waiting),
+                                           field(x.generation_tokens_per_second)}
+                                   .join(QLatin1Char(' ')));
+        out.insert(QStringLiteral("server_engine"), serverEngine);
+        out.insert(QStringLiteral("server"), serverLines);
+    }
+    return out;
 }
 
 std::optional<PlotHistory> PlotHistory::fromJson(const QJsonObject &json, QString *error)
@@ -220,6 +280,8 @@ std::optional<PlotHistory> PlotHistory::fromJson(const QJsonObject &json, QStrin
             return bad(QStringLiteral("marker %1 needs a position and a label").arg(i + 1));
         h.markers.push_back(PlotMarker{position.toInt(), label.toString()});
     }
+    if (const QString why = parseServer(json, &h); !why.isEmpty())
+        return bad(why);
     if (error)
         error->clear();
     return h;

@@ -11,6 +11,7 @@
 #include <QStringList>
 #include <QVector>
 
+#include <cmath>
 #include <optional>
 
 namespace longscope::ui {
@@ -18,6 +19,17 @@ namespace longscope::ui {
 struct PlotMarker {
     int position = 0; // the token the change took effect at
     QString label;    // "causal flash on, KV vmm"
+};
+
+// One poll of a remote server's /metrics, placed at the token position the conversation had
+// reached then. A quantity the server does not publish is NaN.
+struct ServerSample {
+    int position = 0;
+    double seconds = 0; // on the client's clock, since the connection
+    double kv_usage = std::nan("");               // fraction of the server's KV cache in use, 0..1
+    double requests_running = std::nan("");
+    double requests_waiting = std::nan("");
+    double generation_tokens_per_second = std::nan(""); // server-side, all requests together
 };
 
 struct PlotHistory {
@@ -28,8 +40,10 @@ struct PlotHistory {
     QString model; // the model's name
     QVector<longscope::StepMetrics> steps;
     QVector<PlotMarker> markers; // in the order they were applied; marker n is markers[n - 1]
+    QString serverEngine;        // "vllm", "sglang", "llama.cpp", "longscope": whose /metrics
+    QVector<ServerSample> server; // a remote server's metrics, in the order polled
 
-    bool isEmpty() const { return steps.isEmpty() && markers.isEmpty(); }
+    bool isEmpty() const { return steps.isEmpty() && markers.isEmpty() && server.isEmpty(); }
 
     // The number of the last marker at or before `position`; 0: none.
     int markerAt(int position) const;
@@ -40,6 +54,10 @@ struct PlotHistory {
     QStringList markerLines() const;
 
     // run, model, marker, settings, then metrics_csv_header()'s columns; one row per step.
+    // With server samples, six columns more (server_engine, server_seconds, server_kv_usage,
+    // server_requests_running, server_requests_waiting, server_generation_tokens_per_second,
+    // empty on the step rows) and one row per sample after the steps, its phase "server" and
+    // only its position among the step columns.
     QByteArray toCsv() const;
 
     // Compact: one line of numbers per step, the distinct settings once.

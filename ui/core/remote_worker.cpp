@@ -5,6 +5,7 @@
 #include <QNetworkAccessManager>
 #include <QNetworkReply>
 #include <QNetworkRequest>
+#include <QDateTime>
 #include <QUrl>
 
 namespace longscope::ui {
@@ -30,7 +31,7 @@ FinishReason reason_of(const std::string &finish)
 
 } // namespace
 
-RemoteWorker::RemoteWorker(QObject *parent) : QObject(parent), m_nam(new QNetworkAccessManager(this))
+RemoteWorker::RemoteWorker(QObject *parent) : InferenceWorker(parent), m_nam(new QNetworkAccessManager(this))
 {
     registerMetaTypes();
     qRegisterMetaType<longscope::ui::RemoteModelInfo>();
@@ -56,6 +57,12 @@ RemoteCapabilities RemoteWorker::capabilities() const
                                   "only sampling is sent with each request")};
 }
 
+void RemoteWorker::setModelInfo(const RemoteModelInfo &info)
+{
+    m_owned_by = info.owned_by;
+    m_context_length = info.context_length;
+}
+
 void RemoteWorker::setEndpoint(const QString &baseUrl, const QString &apiKey, const QString &model)
 {
     m_url = baseUrl;
@@ -63,6 +70,9 @@ void RemoteWorker::setEndpoint(const QString &baseUrl, const QString &apiKey, co
     m_model = model;
     m_base.reset();
     m_last_poll.reset();
+    m_context_length = 0;
+    m_document.clear();
+    m_document_tokens = 0;
     try {
         m_base = remote::parse_base_url(baseUrl.toStdString());
     } catch (const remote::ClientError &e) {
@@ -115,9 +125,11 @@ void RemoteWorker::listModels()
             QVector<RemoteModelInfo> out;
             for (const remote::RemoteModel &m : remote::parse_models(reply->readAll().toStdString())) {
                 out.push_back({QString::fromStdString(m.id), m.context_length.value_or(0),
-                               QString::fromStdString(m.architecture)});
-                if (QString::fromStdString(m.id) == m_model || m_model.isEmpty())
+                               QString::fromStdString(m.architecture), QString::fromStdString(m.owned_by)});
+                if (QString::fromStdString(m.id) == m_model || m_model.isEmpty()) {
                     m_owned_by = QString::fromStdString(m.owned_by);
+                    m_context_length = m.context_length.value_or(0);
+                }
             }
             emit modelsListed(out);
         } catch (const remote::ClientError &e) {
@@ -126,29 +138,65 @@ void RemoteWorker::listModels()
     });
 }
 
-void RemoteWorker::generateChat(const ChatRequest &request)
+// ---------------------------------------------------------------------------------------
+// Jobs
+
+quint64 RemoteWorker::enqueue(std::function<void()> start, std::function<void()> cancelled)
 {
-    emit generationStarted();
-    m_summary = GenerationSummary{};
-    if (!m_base || m_model.isEmpty()) {
-        emit errorOccurred(QStringLiteral("no remote server and model are set"));
-        m_summary.reason = FinishReason::Error;
-        emit generationFinished(m_summary);
-        return;
+    const quint64 number = ++m_last_job;
+    m_jobs.push_back({number, std::move(start), std::move(cancelled)});
+    QMetaObject::invokeMethod(this, [this] { pump(); }, Qt::QueuedConnection);
+    return number;
+}
+
+void RemoteWorker::pump()
+{
+    while (!m_busy && !m_jobs.empty()) {
+        Job job = std::move(m_jobs.front());
+        m_jobs.pop_front();
+        if (job.number <= m_cancelled_through) {
+            job.cancelled();
+            continue;
+        }
+        m_busy = true;
+        job.start();
     }
-    if (m_chat) {
-        emit errorOccurred(QStringLiteral("a reply is still streaming from the server"));
-        GenerationSummary busy;
-        busy.reason = FinishReason::Error;
-        emit generationFinished(busy);
+}
+
+void RemoteWorker::job_done()
+{
+    m_busy = false;
+    QMetaObject::invokeMethod(this, [this] { pump(); }, Qt::QueuedConnection);
+}
+
+bool RemoteWorker::ready_or_say()
+{
+    if (m_base && !m_model.isEmpty())
+        return true;
+    emit errorOccurred(QStringLiteral("no remote server and model are set"));
+    return false;
+}
+
+void RemoteWorker::requestStop()
+{
+    m_cancelled_through = m_last_job;
+    if (!m_chat)
         return;
-    }
-    std::vector<remote::ChatTurn> turns;
-    if (!request.system_prompt.isEmpty())
-        turns.push_back({"system", request.system_prompt.toStdString()});
-    for (const ChatTurn &t : request.turns)
-        turns.push_back({t.role == ChatTurn::Role::User ? "user" : "assistant", t.text.toStdString()});
-    const GenerationParams &p = request.params;
+    m_stopping = true;
+    m_chat->abort(); // closes the connection: the server cancels the generation
+}
+
+QString RemoteWorker::explorePerplexityNeeds()
+{
+    return QStringLiteral("Explore needs a local model or a server that returns prompt log-probabilities (echo with "
+                          "logprobs)");
+}
+
+// ---------------------------------------------------------------------------------------
+// Chat and continue
+
+remote::SamplingFields RemoteWorker::sampling(const GenerationParams &p) const
+{
     remote::SamplingFields s;
     s.max_tokens = p.max_new_tokens;
     s.temperature = p.do_sample ? double(p.temperature) : 0.0;
@@ -160,23 +208,106 @@ void RemoteWorker::generateChat(const ChatRequest &request)
     }
     if (p.repetition_penalty != 1.0f)
         s.repeat_penalty = p.repetition_penalty;
-    remote::json body = remote::chat_request(m_model.toStdString(), turns, s, true);
+    return s;
+}
+
+quint64 RemoteWorker::queueChat(const ChatRequest &request)
+{
+    return enqueue([this, request] { run_chat(request); },
+                   [this] {
+                       emit generationStarted();
+                       GenerationSummary stopped;
+                       stopped.reason = FinishReason::Stopped;
+                       emit generationFinished(stopped);
+                   });
+}
+
+void RemoteWorker::generateChat(const ChatRequest &request)
+{
+    if (m_busy) {
+        emit generationStarted();
+        emit errorOccurred(QStringLiteral("a reply is still streaming from the server"));
+        GenerationSummary busy;
+        busy.reason = FinishReason::Error;
+        emit generationFinished(busy);
+        return;
+    }
+    ++m_last_job; // numbered as it starts
+    m_busy = true;
+    run_chat(request);
+}
+
+void RemoteWorker::run_chat(const ChatRequest &request)
+{
+    std::vector<remote::ChatTurn> turns;
+    // The document (a book streamed in) goes ahead of the system prompt, as the local context
+    // holds it ahead of the chat.
+    QString system = m_document;
+    if (!request.system_prompt.isEmpty())
+        system = system.isEmpty() ? request.system_prompt : system + QStringLiteral("\n\n") + request.system_prompt;
+    if (!system.isEmpty())
+        turns.push_back({"system", system.toStdString()});
+    for (const ChatTurn &t : request.turns)
+        turns.push_back({t.role == ChatTurn::Role::User ? "user" : "assistant", t.text.toStdString()});
+    remote::json body = remote::chat_request(m_model.toStdString(), turns, sampling(request.params), true);
     if (m_settings && capabilities().per_request_settings)
         put_settings(body, *m_settings);
+    stream_reply("/chat/completions", body, [this] { job_done(); });
+}
 
+quint64 RemoteWorker::queueContinue(const GenerationParams &params)
+{
+    return enqueue([this, params] { run_continue(params); },
+                   [this] {
+                       emit generationStarted();
+                       GenerationSummary stopped;
+                       stopped.reason = FinishReason::Stopped;
+                       emit generationFinished(stopped);
+                   });
+}
+
+void RemoteWorker::run_continue(const GenerationParams &params)
+{
+    const remote::json body =
+        remote::completion_request(m_model.toStdString(), m_document.toStdString(), sampling(params), true);
+    stream_reply("/completions", body, [this] {
+        // What was written joins the document: the next Continue goes on from it.
+        m_document += m_summary.text;
+        if (m_summary.prompt_tokens > 0)
+            m_document_tokens = m_summary.prompt_tokens + m_summary.generated_tokens;
+        job_done();
+    });
+}
+
+void RemoteWorker::stream_reply(const std::string &path, const remote::json &body, std::function<void()> done)
+{
+    emit generationStarted();
+    m_summary = GenerationSummary{};
+    if (!ready_or_say()) {
+        m_summary.reason = FinishReason::Error;
+        emit generationFinished(m_summary);
+        done();
+        return;
+    }
     m_sse = remote::SseDecoder{};
     m_stream = remote::StreamState{};
     m_stopping = false;
     m_first_token_ns = -1;
+    m_text_reads = 0;
     m_started.start();
-    m_chat = send(m_base->api("/chat/completions"), &body);
+    m_chat = send(m_base->api(path), &body);
     QNetworkReply *reply = m_chat;
-    connect(reply, &QNetworkReply::readyRead, this, [this, reply] {
+    connect(reply, &QNetworkReply::readyRead, this, [this, reply, done] {
         if (reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() != 200)
             return; // an error body, read when the reply finishes
         try {
+            bool text_read = false;
             for (const std::string &event : m_sse.feed(reply->readAll().toStdString())) {
                 const std::string piece = m_stream.feed(event);
+                if (!piece.empty() && !text_read) {
+                    text_read = true;
+                    ++m_text_reads;
+                }
                 if (piece.empty())
                     continue;
                 if (m_first_token_ns < 0)
@@ -191,15 +322,17 @@ void RemoteWorker::generateChat(const ChatRequest &request)
             reply->abort();
             finish_chat(FinishReason::Error);
             reply->deleteLater();
+            done();
         }
     });
-    connect(reply, &QNetworkReply::finished, this, [this, reply] {
+    connect(reply, &QNetworkReply::finished, this, [this, reply, done] {
         reply->deleteLater();
         if (m_chat != reply)
             return; // already finished (a stream error)
         m_chat = nullptr;
         if (m_stopping) {
             finish_chat(FinishReason::Stopped);
+            done();
             return;
         }
         const bool started = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 200;
@@ -214,9 +347,10 @@ void RemoteWorker::generateChat(const ChatRequest &request)
         if (failure) {
             emit errorOccurred(text_of(*failure));
             finish_chat(FinishReason::Error);
-            return;
+        } else {
+            finish_chat(reason_of(m_stream.finish_reason()));
         }
-        finish_chat(reason_of(m_stream.finish_reason()));
+        done();
     });
 }
 
@@ -231,15 +365,31 @@ void RemoteWorker::finish_chat(FinishReason reason)
         rm.completion_tokens = u->completion_tokens;
     }
     rm.context_tokens = rm.prompt_tokens + rm.completion_tokens;
-    const double decode_s = total - rm.time_to_first_token_s;
-    if (rm.completion_tokens > 1 && decode_s > 0)
+    double decode_s = total - rm.time_to_first_token_s;
+    if (m_text_reads < 2) {
+        // The reply came in one read (a fast server, or one that buffers): the time after
+        // the first token says nothing, so the whole request is the decode time, a lower bound.
+        decode_s = total;
+        if (rm.completion_tokens > 0 && decode_s > 0)
+            rm.decode_tokens_per_second = rm.completion_tokens / decode_s;
+    } else if (rm.completion_tokens > 1 && decode_s > 0) {
         rm.decode_tokens_per_second = (rm.completion_tokens - 1) / decode_s;
+    }
     m_summary.prompt_tokens = rm.prompt_tokens;
     m_summary.generated_tokens = rm.completion_tokens;
     m_summary.decode_tokens_per_second = rm.decode_tokens_per_second;
     if (m_stream.usage()) {
         emit promptFitted(rm.prompt_tokens, 0, false);
         emit requestMetrics(rm);
+        // The prompt as a prefill step (its tokens over the time to the first token, what a
+        // local run plots as prefill), then the reply as one decode step.
+        StepMetrics prefill;
+        prefill.step = m_steps++;
+        prefill.phase = StepPhase::Prefill;
+        prefill.n_tokens = rm.prompt_tokens;
+        prefill.position = rm.prompt_tokens;
+        prefill.seconds = rm.time_to_first_token_s;
+        prefill.tokens_per_second = rm.time_to_first_token_s > 0 ? rm.prompt_tokens / rm.time_to_first_token_s : 0;
         StepMetrics step;
         step.step = m_steps++;
         step.phase = StepPhase::Decode;
@@ -257,17 +407,206 @@ void RemoteWorker::finish_chat(FinishReason reason)
             step.memory.total = get("total");
             step.memory.process_rss = get("process_rss");
         }
+        prefill.memory = step.memory;
+        emit stepMetrics(prefill);
         emit stepMetrics(step);
     }
     emit generationFinished(m_summary);
 }
 
-void RemoteWorker::requestStop()
+// ---------------------------------------------------------------------------------------
+// Books, perplexity, needles
+
+std::optional<remote::ClientError> RemoteWorker::finished_failure(QNetworkReply *reply, bool *stopped)
 {
-    if (!m_chat)
+    reply->deleteLater();
+    if (m_chat == reply)
+        m_chat = nullptr;
+    *stopped = m_stopping;
+    if (m_stopping)
+        return std::nullopt;
+    return failure_of(reply, false, 0);
+}
+
+quint64 RemoteWorker::queueStream(const QString &text, int chunk_tokens)
+{
+    Q_UNUSED(chunk_tokens);
+    return enqueue([this, text] { run_stream(text); }, [this] { emit streamFinished(true, m_document_tokens); });
+}
+
+void RemoteWorker::run_stream(const QString &text)
+{
+    if (!ready_or_say()) {
+        emit streamFinished(true, m_document_tokens);
+        job_done();
         return;
-    m_stopping = true;
-    m_chat->abort(); // closes the connection: the server cancels the generation
+    }
+    // One token generated over the whole document: the server evaluates the prompt (and keeps
+    // it in its prefix cache where it has one), and its usage counts the tokens.
+    const QString document = m_document + text;
+    remote::SamplingFields one;
+    one.max_tokens = 1;
+    one.temperature = 0.0;
+    const remote::json body = remote::completion_request(m_model.toStdString(), document.toStdString(), one, false);
+    m_stopping = false;
+    m_started.start();
+    emit streamProgress(0, 1);
+    m_chat = send(m_base->api("/completions"), &body);
+    QNetworkReply *reply = m_chat;
+    connect(reply, &QNetworkReply::finished, this, [this, reply, document] {
+        bool stopped = false;
+        std::optional<remote::ClientError> failure = finished_failure(reply, &stopped);
+        std::optional<remote::Usage> usage;
+        if (!stopped && !failure) {
+            try {
+                usage = remote::parse_completion(reply->readAll().toStdString(), false).usage;
+                if (!usage)
+                    failure = remote::ClientError(remote::Failure::Protocol, "the server's answer has no 'usage'");
+            } catch (const remote::ClientError &e) {
+                failure = e;
+            }
+        }
+        if (failure)
+            emit errorOccurred(text_of(*failure));
+        if (stopped || failure) {
+            emit streamFinished(true, m_document_tokens);
+            job_done();
+            return;
+        }
+        const double seconds = double(m_started.nsecsElapsed()) / 1e9;
+        const int total = usage->prompt_tokens;
+        const int added = std::max(0, total - m_document_tokens);
+        m_document = document;
+        m_document_tokens = total;
+        emit streamFitted(added, added);
+        emit streamProgress(added, added);
+        StepMetrics step;
+        step.step = m_steps++;
+        step.phase = StepPhase::Prefill;
+        step.n_tokens = added;
+        step.position = total;
+        step.seconds = seconds;
+        step.tokens_per_second = seconds > 0 ? added / seconds : 0;
+        emit stepMetrics(step);
+        emit streamFinished(false, total);
+        job_done();
+    });
+}
+
+void RemoteWorker::queueResetContext()
+{
+    m_document.clear();
+    m_document_tokens = 0;
+}
+
+quint64 RemoteWorker::queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                                      const QString &label, qint64 maxTokens)
+{
+    Q_UNUSED(maxTokens);
+    auto result = [=, this] {
+        PerplexityRunResult r;
+        r.label = label;
+        r.settings = settings;
+        r.ctx = m_context_length > 0 ? m_context_length : ctx;
+        r.bucket = bucket;
+        r.model_name = m_model;
+        r.created = QDateTime::currentDateTimeUtc();
+        return r;
+    };
+    return enqueue([this, text, label, result] { run_perplexity(text, label, result()); },
+                   [this, label, result] {
+                       PerplexityRunResult r = result();
+                       r.cancelled = true;
+                       emit perplexityFinished(label, r);
+                   });
+}
+
+void RemoteWorker::run_perplexity(const QString &text, const QString &label, PerplexityRunResult r)
+{
+    auto fail = [this, label](PerplexityRunResult out, const QString &message) {
+        out.error = message;
+        emit errorOccurred(message);
+        emit perplexityFinished(label, out);
+        job_done();
+    };
+    if (!m_base || m_model.isEmpty())
+        return fail(r, QStringLiteral("no remote server and model are set"));
+    const remote::json body = remote::prompt_logprobs_request(m_model.toStdString(), text.toStdString());
+    m_stopping = false;
+    m_started.start();
+    emit perplexityProgress(label, 0, 1);
+    m_chat = send(m_base->api("/completions"), &body);
+    QNetworkReply *reply = m_chat;
+    connect(reply, &QNetworkReply::finished, this, [this, reply, label, r, fail]() mutable {
+        bool stopped = false;
+        const std::optional<remote::ClientError> failure = finished_failure(reply, &stopped);
+        if (stopped) {
+            r.cancelled = true;
+            emit perplexityFinished(label, r);
+            job_done();
+            return;
+        }
+        remote::PromptLogprobs lp;
+        try {
+            if (failure)
+                throw *failure;
+            lp = remote::parse_prompt_logprobs(reply->readAll().toStdString());
+        } catch (const remote::ClientError &e) {
+            // A server that sends no prompt log-probabilities; one that refuses the request
+            // (the fields, or a text longer than its context: it scores the text as one window).
+            if (e.failure() == remote::Failure::Unsupported)
+                return fail(r, QStringLiteral("%1: %2").arg(explorePerplexityNeeds(), text_of(e)));
+            if (e.failure() == remote::Failure::BadRequest)
+                return fail(r, QStringLiteral("%1. A server scores the text as one window, so it must fit the server's "
+                                              "context (%2 tokens), and the server must return prompt "
+                                              "log-probabilities (echo with logprobs)")
+                                   .arg(text_of(e))
+                                   .arg(m_context_length > 0 ? QString::number(m_context_length) : QStringLiteral("?")));
+            return fail(r, text_of(e));
+        }
+        if (lp.logprobs.empty())
+            return fail(r, QStringLiteral("the text is too short to score (fewer than 2 tokens)"));
+        const remote::NllCurve curve = remote::nll_by_position(lp, r.bucket, m_context_length);
+        for (const remote::NllBucket &b : curve.buckets)
+            r.curve.append(PerplexityPoint{b.begin, b.end, qint64(b.count), b.mean_nll});
+        r.mean_nll = curve.mean_nll;
+        r.n_scored = curve.n_scored;
+        r.n_total = curve.n_scored;
+        r.windows = 1;
+        r.steps = 1;
+        r.seconds = double(m_started.nsecsElapsed()) / 1e9;
+        r.tokens_per_second = r.seconds > 0 ? double(lp.tokens.size()) / r.seconds : 0;
+        if (m_last_poll)
+            if (auto it = m_last_poll->metrics.memory_bytes.find("total"); it != m_last_poll->metrics.memory_bytes.end())
+                r.peak_memory_bytes = qint64(it->second);
+        r.created = QDateTime::currentDateTimeUtc();
+        emit perplexityProgress(label, r.n_scored, r.n_scored);
+        emit perplexityFinished(label, r);
+        job_done();
+    });
+}
+
+QString RemoteWorker::needleNeedsLocal()
+{
+    return QStringLiteral("Needle grids run on a local model only: they need the engine's own sessions, which a "
+                          "remote server does not offer. Open a model file (File > Open Model…) to run them.");
+}
+
+quint64 RemoteWorker::queueNeedle(const NeedleRequest &request, const QString &bookText)
+{
+    Q_UNUSED(bookText);
+    const QString label = request.label;
+    auto refuse = [this, label] {
+        NeedleRunResult r;
+        r.label = label;
+        r.error = needleNeedsLocal();
+        emit errorOccurred(r.error);
+        emit needleFinished(label, r);
+    };
+    return enqueue([this, refuse] {
+        refuse();
+        job_done();
+    }, refuse);
 }
 
 void RemoteWorker::setSettings(const longscope::Settings &settings) { m_settings = settings; }

@@ -1,12 +1,13 @@
-// A remote engine behind the same signals as EngineWorker: chat replies stream from an
-// OpenAI-compatible server's /v1/chat/completions (server-sent events over
-// QNetworkAccessManager, the protocol of remote/), Stop aborts the request, and what the plots
-// need is measured here (time to first token, decode tokens/s, tokens in context) and polled
-// from the server's Prometheus /metrics when it has one. Like EngineWorker it may live on a
-// thread of its own; its slots are then called through queued connections.
+// A remote engine behind the same interface as EngineWorker (InferenceWorker): chat replies
+// stream from an OpenAI-compatible server's /v1/chat/completions (server-sent events over
+// QNetworkAccessManager, the protocol of remote/), Stop aborts the request, a book goes ahead
+// of the chat as a long prompt, Explore's perplexity comes from the prompt's log-probabilities,
+// and what the plots need is measured here (time to first token, decode tokens/s, tokens in
+// context) and polled from the server's Prometheus /metrics when it has one. Its requests are
+// asynchronous, so it lives on the thread that drives it (the window's).
 #pragma once
 
-#include "core/engine_worker.h"
+#include "core/inference_worker.h"
 
 #include "remote/openai_client.h"
 #include "remote/server_metrics.h"
@@ -19,6 +20,8 @@
 #include <QTimer>
 #include <QVector>
 
+#include <deque>
+#include <functional>
 #include <optional>
 
 class QNetworkAccessManager;
@@ -30,6 +33,7 @@ struct RemoteModelInfo {
     QString id;
     int context_length = 0; // 0: the server does not say
     QString architecture;
+    QString owned_by;       // "longscope" for `longscope-cli serve`
 };
 
 // One reply as the client saw it.
@@ -56,7 +60,7 @@ struct RemoteCapabilities {
     QString reason;                    // why the long-context toggles are greyed otherwise
 };
 
-class RemoteWorker : public QObject {
+class RemoteWorker : public InferenceWorker {
     Q_OBJECT
 
 public:
@@ -68,6 +72,34 @@ public:
     void setTimeout(double seconds) { m_timeout_s = seconds; }
     // What the long-context panel may offer for the current endpoint (after listModels()).
     RemoteCapabilities capabilities() const;
+    // What /v1/models said of the model in use (listed by another worker, say): its context
+    // length and who serves it (capabilities()).
+    void setModelInfo(const RemoteModelInfo &info);
+    // The text streamed in ahead of the chat (books, and what Continue wrote after them): each
+    // chat request carries it in front of the system prompt, as the local context holds it.
+    const QString &document() const { return m_document; }
+    int documentTokens() const { return m_document_tokens; }
+
+    // InferenceWorker. The jobs run one after another on this object's thread.
+    quint64 queueChat(const longscope::ui::ChatRequest &request) override;
+    // Continues the document through /v1/completions (streamed); the text joins the document.
+    quint64 queueContinue(const longscope::ui::GenerationParams &params) override;
+    // Appends `text` to the document and has the server evaluate it (a one-token completion
+    // over the whole document), which counts its tokens; `chunk_tokens` is not used: the
+    // server takes the prompt whole.
+    quint64 queueStream(const QString &text, int chunk_tokens) override;
+    void queueResetContext() override;
+    // Perplexity by position from the server's prompt log-probabilities (/v1/completions with
+    // echo and logprobs): the text (its first `maxTokens` tokens are not chosen: the server
+    // scores it whole) as one window from its start; `settings` and `ctx` are the server's.
+    quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
+                            const QString &label, qint64 maxTokens = 0) override;
+    // Needle grids need a local model: answered at once with that error.
+    quint64 queueNeedle(const longscope::ui::NeedleRequest &request, const QString &bookText = QString()) override;
+
+    // Explore's messages for what a remote server cannot run.
+    static QString explorePerplexityNeeds();
+    static QString needleNeedsLocal();
 
 public slots:
     // The server to talk to. An invalid URL is reported through errorOccurred.
@@ -78,12 +110,12 @@ public slots:
     // generationFinished (Stopped after requestStop(), Error after an errorOccurred with the
     // text that came kept in the summary).
     void generateChat(const longscope::ui::ChatRequest &request);
-    // Aborts the reply being streamed.
-    void requestStop();
+    // Aborts the request in flight and cancels the jobs queued so far.
+    void requestStop() override;
     // The long-context switches, sent with each chat request to a server that takes them
     // (capabilities().per_request_settings: NTK alpha, keys before RoPE, the attention
     // switches, the KV mode); other servers fix them when they start.
-    void setSettings(const longscope::Settings &settings);
+    void setSettings(const longscope::Settings &settings) override;
     // GET /metrics once (serverMetrics, or metricsUnavailable), and every `ms` after when
     // positive.
     void pollMetrics();
@@ -91,24 +123,40 @@ public slots:
 
 signals:
     void modelsListed(const QVector<longscope::ui::RemoteModelInfo> &models);
-    void generationStarted();
-    void promptFitted(int prompt_tokens, int dropped_turns, bool truncated);
-    void tokenStreamed(const QString &text);
-    void generationFinished(const longscope::ui::GenerationSummary &summary);
+    // The client's measurements of one reply; stepMetrics carries them in the shape the speed
+    // and memory plots take (one step per reply, the ledger from the server's when it gives one).
     void requestMetrics(const longscope::ui::RemoteRequestMetrics &metrics);
-    // The client's measurements in the shape the speed and memory plots take: one step per
-    // reply (decode tokens/s, context length; the ledger from the server's when it gives one).
-    void stepMetrics(const longscope::StepMetrics &metrics);
     void serverMetrics(const longscope::ui::RemoteServerMetrics &metrics);
     void metricsUnavailable(const QString &reason);
-    void errorOccurred(const QString &message);
 
 private:
+    struct Job {
+        quint64 number = 0;
+        std::function<void()> start;     // runs it; it calls job_done() when it ends
+        std::function<void()> cancelled; // answers it as stopped without running it
+    };
+    quint64 enqueue(std::function<void()> start, std::function<void()> cancelled);
+    void pump();
+    void job_done();
+    bool ready_or_say(); // a base URL and a model are set; errorOccurred otherwise
+
     QNetworkReply *send(const std::string &path, const remote::json *body);
     // The failure of a finished reply as a ClientError (nullopt: it succeeded).
     std::optional<remote::ClientError> failure_of(QNetworkReply *reply, bool stream_started, size_t text_bytes);
+    // Streams `body` to `path` (a chat or a completion) into m_summary; `done` after
+    // generationFinished.
+    void stream_reply(const std::string &path, const remote::json &body, std::function<void()> done);
     // Ends the reply: the client's measurements when usage came, then generationFinished.
     void finish_chat(FinishReason reason);
+    remote::SamplingFields sampling(const GenerationParams &p) const;
+    void run_chat(const ChatRequest &request);
+    void run_stream(const QString &text);
+    void run_continue(const GenerationParams &params);
+    // `r`: the result with what was asked filled in.
+    void run_perplexity(const QString &text, const QString &label, PerplexityRunResult r);
+    // The finished `reply` of a job that is not streamed (deleted later): its failure, none
+    // when it succeeded or requestStop() aborted it (`stopped`).
+    std::optional<remote::ClientError> finished_failure(QNetworkReply *reply, bool *stopped);
 
     QNetworkAccessManager *m_nam;
     QString m_url;
@@ -116,18 +164,28 @@ private:
     QString m_key;
     QString m_model;
     QString m_owned_by;
+    int m_context_length = 0;
     std::optional<longscope::Settings> m_settings;
     double m_timeout_s = 120;
 
-    // The reply being streamed.
+    // Jobs: numbered as queued; requestStop() cancels those numbered up to m_last_job.
+    std::deque<Job> m_jobs;
+    bool m_busy = false;
+    quint64 m_last_job = 0;
+    quint64 m_cancelled_through = 0;
+
+    QString m_document;
+    int m_document_tokens = 0;
+
+    // The request in flight (a streamed reply, a book, a perplexity run).
     QPointer<QNetworkReply> m_chat;
     remote::SseDecoder m_sse;
     remote::StreamState m_stream;
     GenerationSummary m_summary;
     bool m_stopping = false;
-    bool m_timed_out = false;
     QElapsedTimer m_started;
     qint64 m_first_token_ns = -1; // nanoseconds after the request, -1 before the first token
+    int m_text_reads = 0;         // reads of the reply that brought text
     qint64 m_steps = 0;
 
     QTimer m_poll;

@@ -346,16 +346,16 @@ QWidget *ExploreView::createPlotPage()
 // ---------------------------------------------------------------------------------------
 // Inputs
 
-void ExploreView::setWorker(EngineWorker *worker)
+void ExploreView::setWorker(InferenceWorker *worker)
 {
     if (m_worker)
         disconnect(m_worker, nullptr, this, nullptr);
     m_worker = worker;
     if (worker) {
-        connect(worker, &EngineWorker::perplexityProgress, this, &ExploreView::onPerplexityProgress);
-        connect(worker, &EngineWorker::perplexityFinished, this, &ExploreView::onPerplexityFinished);
-        connect(worker, &EngineWorker::needleProgress, this, &ExploreView::onNeedleProgress);
-        connect(worker, &EngineWorker::needleFinished, this, &ExploreView::onNeedleFinished);
+        connect(worker, &InferenceWorker::perplexityProgress, this, &ExploreView::onPerplexityProgress);
+        connect(worker, &InferenceWorker::perplexityFinished, this, &ExploreView::onPerplexityFinished);
+        connect(worker, &InferenceWorker::needleProgress, this, &ExploreView::onNeedleProgress);
+        connect(worker, &InferenceWorker::needleFinished, this, &ExploreView::onNeedleFinished);
     }
     updateEnabled();
 }

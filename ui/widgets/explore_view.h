@@ -31,7 +31,7 @@ class QStackedWidget;
 
 namespace longscope::ui {
 
-class EngineWorker;
+class InferenceWorker;
 class ExplorePlot;
 class ExploreHeatmaps;
 class ExploreNeedleControls;
@@ -54,7 +54,7 @@ public:
     explicit ExploreView(ExploreStore *store, QWidget *parent = nullptr);
 
     // The worker the runs go to (connected here; it lives on its own thread).
-    void setWorker(EngineWorker *worker);
+    void setWorker(InferenceWorker *worker);
     // Whether runs may start: a model is loaded and the worker is not busy with a chat.
     void setEngineAvailable(bool available);
     void setModel(const QString &name, int nCtxTrain);
@@ -164,7 +164,7 @@ private:
     void setStatus(const QString &text, bool error = false);
 
     ExploreStore *m_store = nullptr;
-    QPointer<EngineWorker> m_worker;
+    QPointer<InferenceWorker> m_worker;
     Book m_book;
     QString m_modelName;
     int m_nCtxTrain = 0;

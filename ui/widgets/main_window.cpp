@@ -19,6 +19,7 @@
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/metrics_plots.h"
+#include "widgets/remote_endpoint_dialog.h"
 
 #include <QAction>
 #include <QApplication>
@@ -48,6 +49,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #ifndef LONGSCOPE_VERSION
@@ -74,6 +76,7 @@ void initResources()
 namespace {
 
 constexpr int kStatusRefreshMs = 250;
+constexpr int kMetricsPollMs = 1000; // a remote server's /metrics, while one is in use
 
 QString qs(std::string_view s)
 {
@@ -151,6 +154,11 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     initResources();
     m_appSettings = options.settings ? std::make_unique<AppSettings>(options.settings)
                                      : std::make_unique<AppSettings>();
+    m_secrets = options.secrets;
+    if (!m_secrets) {
+        m_ownSecrets = std::make_unique<KeychainStore>();
+        m_secrets = m_ownSecrets.get();
+    }
     m_store = new ConversationStore(options.conversationDirectory, this);
     m_exploreStore = new ExploreStore(options.runsDirectory, this);
     m_conversationList = new ConversationListModel(m_store, this);
@@ -160,7 +168,9 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
         in.systemPrompt = m_chatPanel->systemPrompt();
         in.params = m_generation->params();
         in.settings = m_longContext->settings();
-        if (m_models->isLoaded())
+        if (m_endpoint)
+            in.modelPath = tr("%1 (%2)").arg(m_endpoint->model, m_endpoint->base_url);
+        else if (m_models->isLoaded())
             in.modelPath = m_models->summary().path;
         in.chatTemplate = loadChatTemplateChoice(*m_appSettings->settings(), in.modelPath);
         in.contextLimit = contextLimit();
@@ -286,7 +296,9 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     worker->moveToThread(&m_thread);
     m_worker = worker;
     connect(&m_thread, &QThread::finished, worker, &QObject::deleteLater);
+    m_remote = new RemoteWorker(this);
     connectWorker();
+    connectRemote();
     connectExplore();
     m_thread.setObjectName(QStringLiteral("longscope-engine"));
     m_thread.start();
@@ -303,7 +315,8 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
             path = !last.isEmpty() && QFileInfo::exists(last) ? last : bundledModelPath();
         }
         if (path.isEmpty())
-            showStatus(tr("No model: open one with File > Open Model…"));
+            showStatus(tr("No model: open one with File > Open Model…, or connect to a server with File > Connect to "
+                          "Server…"));
         else
             loadModel(path);
     }
@@ -431,6 +444,19 @@ void MainWindow::createMenus()
     connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
     rebuildRecentMenu();
     file->addSeparator();
+    // Remote servers (vLLM, SGLang, llama-server, longscope-cli serve) in place of a model file.
+    m_connectAction = file->addAction(tr("Connect to &Server…"), this, &MainWindow::showConnectDialog);
+    m_connectAction->setObjectName(QStringLiteral("connectServer"));
+    m_connectAction->setStatusTip(tr("Chat with a model on an OpenAI-compatible server (vLLM, SGLang, llama-server, "
+                                     "longscope-cli serve)"));
+    m_serversMenu = file->addMenu(tr("Remote Ser&vers"));
+    m_serversMenu->menuAction()->setObjectName(QStringLiteral("remoteServers"));
+    connect(m_serversMenu, &QMenu::aboutToShow, this, &MainWindow::rebuildServersMenu);
+    rebuildServersMenu();
+    m_useLocalAction = file->addAction(tr("Use the &Local Model"), this, &MainWindow::useLocalModel);
+    m_useLocalAction->setObjectName(QStringLiteral("useLocalModel"));
+    m_useLocalAction->setStatusTip(tr("Leave the server: the chat goes to the model file loaded here"));
+    file->addSeparator();
     QAction *newChat = file->addAction(tr("&New Conversation"), this, &MainWindow::clearConversation);
     newChat->setShortcut(QKeySequence::New);
     m_openBookAction = file->addAction(tr("Open &Book…"), this, [this] {
@@ -476,8 +502,8 @@ void MainWindow::createMenus()
     }
     view->addSeparator();
     view->addAction(tr("Clear &Plots"), m_plots, &MetricsPlots::clear);
-    view->addAction(tr("Chat &Template…"), this, [this] {
-        if (m_worker && m_models->isLoaded())
+    m_chatTemplateAction = view->addAction(tr("Chat &Template…"), this, [this] {
+        if (m_worker && m_models->isLoaded() && !isRemote())
             openChatTemplateDialog(this, m_worker, m_chat->conversation().chatTurns(), *m_appSettings->settings(),
                                    m_models->summary(), m_chatPanel->systemPrompt());
     });
@@ -675,19 +701,38 @@ void MainWindow::connectWorker()
     connect(m_models, &ModelController::loadProgress, this, &MainWindow::onLoadProgress);
     connect(m_models, &ModelController::loaded, this, &MainWindow::onModelLoaded);
     connect(m_models, &ModelController::loadFailed, this, &MainWindow::onLoadFailed);
-    m_chat->setWorker(w);
-    m_books->setWorker(w);
     connect(m_books, &BookController::progress, m_bookPanel, &BookPanel::setProgress);
     connect(m_books, &BookController::finished, this, &MainWindow::onStreamFinished);
-    connect(w, &EngineWorker::stepMetrics, this, &MainWindow::onStepMetrics);
-    connect(w, &EngineWorker::settingsApplied, this, &MainWindow::onSettingsApplied);
     connect(m_models, &ModelController::backendChanged, this, &MainWindow::showBackend);
-    connect(w, &EngineWorker::errorOccurred, this, &MainWindow::onWorkerError);
+    // Both workers report to the window; only the active one's reports count.
+    for (InferenceWorker *worker : std::initializer_list<InferenceWorker *>{w, m_remote}) {
+        connect(worker, &InferenceWorker::stepMetrics, this, [this, worker](const StepMetrics &m) {
+            if (worker == m_active)
+                onStepMetrics(m);
+        });
+        connect(worker, &InferenceWorker::settingsApplied, this,
+                [this, worker](qint64 step, int position, const longscope::Settings &settings) {
+                    if (worker == m_active)
+                        onSettingsApplied(step, position, settings);
+                });
+    }
+    connect(w, &InferenceWorker::errorOccurred, this, [this, w](const QString &message) {
+        if (w == m_active)
+            onWorkerError(message);
+    });
+    setActiveWorker(w);
+}
+
+void MainWindow::setActiveWorker(InferenceWorker *worker)
+{
+    m_active = worker;
+    m_chat->setWorker(worker);
+    m_books->setWorker(worker);
+    m_explore->setWorker(worker);
 }
 
 void MainWindow::connectExplore()
 {
-    m_explore->setWorker(m_worker);
     connect(m_explore, &ExploreView::runningChanged, this, &MainWindow::onExploreRunningChanged);
     connect(m_explore, &ExploreView::openBookRequested, this, &MainWindow::onExploreOpenBookRequested);
     connect(m_explore, &ExploreView::deleteRunRequested, this, &MainWindow::onExploreDeleteRequested);
@@ -718,6 +763,8 @@ void MainWindow::rebuildRecentMenu()
 
 int MainWindow::contextLimit() const
 {
+    if (isRemote())
+        return m_remoteModel.context_length; // the server's, fixed when it started (0: it does not say)
     const int requested = m_longContext->settings().context_limit;
     if (requested > 0)
         return requested;
@@ -746,24 +793,37 @@ void MainWindow::updateActions()
     const bool running = m_activity == Activity::Chatting || m_activity == Activity::Continuing ||
                          m_activity == Activity::Streaming || m_activity == Activity::Exploring;
     const bool hasUser = m_chat->hasUserMessage();
-    m_chatPanel->setActionsEnabled(m_models->isLoaded() && idle, running, m_models->isLoaded() && idle && hasUser, idle);
-    m_bookPanel->setActionsEnabled(m_models->isLoaded() && idle);
+    const bool ready = engineReady();
+    m_chatPanel->setActionsEnabled(ready && idle, running, ready && idle && hasUser, idle);
+    m_bookPanel->setActionsEnabled(ready && idle);
     m_openModelAction->setEnabled(m_activity != Activity::Loading);
     m_openModelDirAction->setEnabled(m_activity != Activity::Loading);
     m_recentMenu->setEnabled(m_activity != Activity::Loading);
     m_openBookAction->setEnabled(m_activity != Activity::Streaming);
     m_sidebar->setEnabled(idle || m_activity == Activity::Loading);
-    m_explore->setEngineAvailable(m_models->isLoaded() && (idle || m_activity == Activity::Exploring));
+    m_explore->setEngineAvailable(ready && (idle || m_activity == Activity::Exploring));
     if (m_stopAction) {
         m_stopAction->setEnabled(running);
-        m_regenerateAction->setEnabled(m_models->isLoaded() && idle && hasUser);
+        m_regenerateAction->setEnabled(ready && idle && hasUser);
     }
+    if (!m_connectAction)
+        return;
+    m_connectAction->setEnabled(idle);
+    m_serversMenu->setEnabled(idle && !m_serversMenu->isEmpty());
+    m_useLocalAction->setEnabled(idle && isRemote());
+    m_useLocalAction->setText(m_models->isLoaded() ? tr("Use the &Local Model (%1)").arg(m_models->summary().name)
+                                                   : tr("Use the &Local Model"));
+    if (m_chatTemplateAction)
+        m_chatTemplateAction->setEnabled(!isRemote()); // the server renders with its own template
 }
 
 void MainWindow::refreshStatus()
 {
     m_statusDirty = false;
-    if (m_models->isLoaded()) {
+    if (isRemote()) {
+        m_statusModel->setText(tr("Server: <b>%1</b>").arg(remoteName().toHtmlEscaped()));
+        m_statusModel->setToolTip(m_endpoint->base_url);
+    } else if (m_models->isLoaded()) {
         m_statusModel->setText(tr("Model: <b>%1</b>").arg(m_models->summary().name.toHtmlEscaped()));
         m_statusModel->setToolTip(m_models->summary().path);
     } else {
@@ -823,6 +883,13 @@ void MainWindow::loadModel(const QString &path)
 {
     if (path.isEmpty() || m_shutDown)
         return;
+    if (isRemote()) {
+        if (m_activity != Activity::Idle) {
+            showStatus(tr("The server is still answering: press Stop (Esc), then open the model"), 5000);
+            return;
+        }
+        useLocalModel();
+    }
     if (m_activity == Activity::Exploring)
         m_explore->cancel();
     else if (m_activity == Activity::Chatting || m_activity == Activity::Continuing || m_activity == Activity::Streaming)
@@ -877,6 +944,17 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
     showBackend(summary);
+    showLocalBanner(summary);
+    showStatus(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
+    setActivity(Activity::Idle);
+    updateActions();
+    updateBookFit();
+    refreshStatus();
+    emit modelReady(summary.name);
+}
+
+void MainWindow::showLocalBanner(const ModelSummary &summary)
+{
     const double mib = double(summary.weight_bytes) / (1024.0 * 1024.0);
     m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>%2 · %L3 layers · %L4-token trained context · "
                               "%5 MiB · %6</span>")
@@ -886,12 +964,6 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
                                .arg(mib, 0, 'f', mib < 10 ? 2 : 0)
                                .arg(summary.backend.toHtmlEscaped()));
     m_bannerModel->setToolTip(summary.path);
-    showStatus(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
-    setActivity(Activity::Idle);
-    updateActions();
-    updateBookFit();
-    refreshStatus();
-    emit modelReady(summary.name);
 }
 
 void MainWindow::onLoadFailed(const QString &path, const QString &message)
@@ -916,6 +988,202 @@ void MainWindow::onLoadFailed(const QString &path, const QString &message)
 }
 
 // ---------------------------------------------------------------------------------------
+// Remote servers
+
+QString MainWindow::remoteName() const
+{
+    if (!m_endpoint)
+        return {};
+    const QUrl url(m_endpoint->base_url);
+    const QString where = url.port() > 0 ? QStringLiteral("%1:%2").arg(url.host()).arg(url.port()) : url.host();
+    return tr("%1 @ %2").arg(m_endpoint->model, where);
+}
+
+void MainWindow::connectRemote()
+{
+    connect(m_remote, &InferenceWorker::errorOccurred, this, [this](const QString &message) {
+        if (m_active == m_remote)
+            onWorkerError(message);
+    });
+    connect(m_remote, &RemoteWorker::serverMetrics, this, &MainWindow::onRemoteServerMetrics);
+    connect(m_remote, &InferenceWorker::tokenStreamed, this, [this] { ++m_remoteStreamed; });
+    connect(m_remote, &RemoteWorker::metricsUnavailable, this, [this](const QString &reason) {
+        if (m_metricsMissingSaid || !isRemote())
+            return;
+        m_metricsMissingSaid = true; // said once per server: the polls go on quietly
+        m_remote->setPollInterval(0);
+        showStatus(tr("No server metrics on the plots: %1. The client's own figures are plotted.").arg(reason), 10000);
+    });
+}
+
+std::optional<RemoteEndpoint> MainWindow::askEndpoint()
+{
+    RemoteEndpointDialog dialog(*m_secrets, this);
+    if (m_endpoint)
+        dialog.setEndpoint(*m_endpoint);
+    if (dialog.exec() != QDialog::Accepted)
+        return std::nullopt;
+    return dialog.endpoint();
+}
+
+void MainWindow::showConnectDialog()
+{
+    if (const std::optional<RemoteEndpoint> endpoint = askEndpoint())
+        connectToServer(*endpoint);
+}
+
+void MainWindow::rebuildServersMenu()
+{
+    m_serversMenu->clear();
+    for (const RemoteEndpoint &e : m_appSettings->loadRemoteEndpoints()) {
+        QAction *a = m_serversMenu->addAction(tr("%1 at %2").arg(e.model, e.base_url), this,
+                                              [this, e] { connectToServer(e); });
+        a->setStatusTip(tr("Connect to %1 (its key, if any, is read from the keychain)").arg(e.base_url));
+    }
+    m_serversMenu->setEnabled(!m_serversMenu->isEmpty() && m_activity == Activity::Idle);
+}
+
+void MainWindow::connectToServer(const RemoteEndpoint &endpoint)
+{
+    if (m_shutDown)
+        return;
+    if (m_activity != Activity::Idle) {
+        failRemote(tr("the engine is busy: press Stop (Esc) or wait, then connect"));
+        return;
+    }
+    m_connecting = endpoint;
+    showStatus(tr("Connecting to %1…").arg(endpoint.base_url));
+    const QPointer<MainWindow> self(this);
+    m_secrets->read(endpoint.base_url, [self, endpoint](const QString &key, const QString &error) {
+        if (!self || !self->m_connecting || self->m_connecting->base_url != endpoint.base_url)
+            return;
+        if (!error.isEmpty())
+            self->showStatus(tr("The API key could not be read (%1): connecting without one").arg(error), 6000);
+        // A worker of its own lists the models, so that the server in use stays if this fails.
+        auto *probe = new RemoteWorker(self);
+        QObject::connect(probe, &RemoteWorker::modelsListed, self,
+                         [self, probe, endpoint, key](const QVector<RemoteModelInfo> &models) {
+                             probe->deleteLater();
+                             self->activateRemote(endpoint, key, models);
+                         });
+        QObject::connect(probe, &InferenceWorker::errorOccurred, self, [self, probe](const QString &message) {
+            probe->deleteLater();
+            self->failRemote(message);
+        });
+        probe->setEndpoint(endpoint.base_url, key, endpoint.model);
+        if (self->m_connecting) // a bad URL has failed already
+            probe->listModels();
+    });
+}
+
+void MainWindow::failRemote(const QString &message)
+{
+    const QString where = m_connecting ? m_connecting->base_url : QString();
+    m_connecting.reset();
+    const QString still = isRemote()              ? tr("%1 is still in use.").arg(remoteName())
+                          : m_models->isLoaded() ? tr("%1 is still loaded.").arg(m_models->summary().name)
+                                                 : tr("No model is loaded.");
+    showStatus(tr("Could not connect: %1").arg(message), 10000);
+    showError(tr("Cannot connect to the server"),
+              where.isEmpty() ? tr("%1\n\n%2").arg(message, still) : tr("%1\n\n%2\n\n%3").arg(where, message, still));
+    emit remoteFailed(message);
+}
+
+void MainWindow::activateRemote(const RemoteEndpoint &endpoint, const QString &key, const QVector<RemoteModelInfo> &models)
+{
+    if (!m_connecting)
+        return;
+    const auto it = std::find_if(models.begin(), models.end(), [&](const RemoteModelInfo &m) { return m.id == endpoint.model; });
+    if (it == models.end()) {
+        QStringList served;
+        for (const RemoteModelInfo &m : models)
+            served << m.id;
+        failRemote(tr("the server has no model '%1' (it serves: %2)")
+                       .arg(endpoint.model, served.isEmpty() ? tr("none") : served.join(QStringLiteral(", "))));
+        return;
+    }
+    m_connecting.reset();
+    m_endpoint = endpoint;
+    m_remoteModel = *it;
+    m_metricsMissingSaid = false;
+    m_remote->setEndpoint(endpoint.base_url, key, endpoint.model);
+    m_remote->setModelInfo(*it);
+    m_remote->setSettings(m_longContext->settings());
+    m_appSettings->addRemoteEndpoint(endpoint);
+    rebuildServersMenu();
+    m_worker->queueResetContext(); // the local context is not the conversation's any more
+    setActiveWorker(m_remote);
+    const RemoteCapabilities caps = m_remote->capabilities();
+    m_longContext->setRemote(true, caps.per_request_settings, caps.reason);
+    if (it->context_length > 0)
+        m_longContext->setTrainedContext(it->context_length);
+    m_stats.reset();
+    resetContextState();
+    m_plots->setModel(remoteName());
+    m_explore->setModel(remoteName(), it->context_length);
+    m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>remote · %2%3%4</span>")
+                               .arg(endpoint.model.toHtmlEscaped(), endpoint.base_url.toHtmlEscaped(),
+                                    it->context_length > 0 ? tr(" · %L1-token context").arg(it->context_length) : QString(),
+                                    it->architecture.isEmpty() ? QString() : tr(" · %1").arg(it->architecture.toHtmlEscaped())));
+    m_bannerModel->setToolTip(endpoint.base_url);
+    m_remote->setPollInterval(kMetricsPollMs);
+    m_remote->pollMetrics();
+    showStatus(tr("Connected to %1: the chat, books and Explore's perplexity go to the server").arg(remoteName()), 6000);
+    updateActions();
+    updateBookFit();
+    refreshStatus();
+    emit remoteConnected(remoteName());
+}
+
+void MainWindow::useLocalModel()
+{
+    if (!isRemote())
+        return;
+    if (m_activity != Activity::Idle) {
+        showStatus(tr("The server is still answering: press Stop (Esc) first"), 4000);
+        return;
+    }
+    m_remote->setPollInterval(0);
+    m_remote->queueResetContext();
+    m_endpoint.reset();
+    setActiveWorker(m_worker);
+    m_worker->queueResetContext();
+    m_longContext->setRemote(false);
+    m_stats.reset();
+    resetContextState();
+    if (m_models->isLoaded()) {
+        const ModelSummary &summary = m_models->summary();
+        m_longContext->setTrainedContext(summary.n_ctx_train);
+        m_plots->setModel(summary.name);
+        m_explore->setModel(summary.name, summary.n_ctx_train);
+        showLocalBanner(summary);
+        showStatus(tr("Back to %1 (local)").arg(summary.name), 4000);
+    } else {
+        m_bannerModel->setText(tr("No model: File > Open Model…"));
+        m_bannerModel->setToolTip(QString());
+    }
+    updateActions();
+    updateBookFit();
+    refreshStatus();
+}
+
+void MainWindow::onRemoteServerMetrics(const RemoteServerMetrics &metrics)
+{
+    if (!isRemote())
+        return;
+    const remote::ServerMetrics &m = metrics.metrics;
+    ServerSample sample;
+    // Where the conversation is now: the context before this reply and what streamed since.
+    sample.position = m_stats.contextUsed() + m_remoteStreamed;
+    sample.seconds = metrics.seconds_since_start;
+    sample.kv_usage = m.kv_usage.value_or(std::nan(""));
+    sample.requests_running = m.requests_running.value_or(std::nan(""));
+    sample.requests_waiting = m.requests_waiting.value_or(std::nan(""));
+    sample.generation_tokens_per_second = metrics.generation_tokens_per_second.value_or(std::nan(""));
+    m_plots->addServerSample(sample, QString::fromStdString(m.engine));
+}
+
+// ---------------------------------------------------------------------------------------
 // Chat
 
 void MainWindow::sendMessage(const QString &text)
@@ -929,7 +1197,7 @@ void MainWindow::send()
     const QString text = m_chatPanel->chatInput()->toPlainText().trimmed();
     if (text.isEmpty())
         return;
-    if (!m_models->isLoaded()) {
+    if (!engineReady()) {
         showStatus(tr("No model is loaded yet"), 4000);
         return;
     }
@@ -950,6 +1218,7 @@ void MainWindow::send()
 
 void MainWindow::onReplyStarted(ChatController::State state)
 {
+    m_remoteStreamed = 0;
     m_stats.startReply();
     setActivity(state == ChatController::State::Continuing ? Activity::Continuing : Activity::Chatting);
     if (state == ChatController::State::Chatting)
@@ -962,15 +1231,15 @@ void MainWindow::stop()
         m_explore->cancel();
         return;
     }
-    if (m_worker && m_activity != Activity::Idle && m_activity != Activity::Loading) {
-        m_worker->requestStop();
+    if (m_active && m_activity != Activity::Idle && m_activity != Activity::Loading) {
+        m_active->requestStop();
         showStatus(tr("Stopping…"), 2000);
     }
 }
 
 void MainWindow::regenerate()
 {
-    if (!m_models->isLoaded() || m_activity != Activity::Idle)
+    if (!engineReady() || m_activity != Activity::Idle)
         return;
     m_chat->regenerate();
 }
@@ -1037,6 +1306,7 @@ void MainWindow::onDeleteRequested(const QString &id)
 
 void MainWindow::onReplyFinished(const GenerationSummary &summary)
 {
+    m_remoteStreamed = 0; // counted in the context now
     m_stats.addReply(summary);
     setActivity(Activity::Idle);
     refreshStatus();
@@ -1067,6 +1337,7 @@ void MainWindow::onLongContextChanged(const longscope::Settings &settings)
 {
     if (m_worker)
         m_worker->setSettings(settings); // thread-safe: reaches a running generation
+    m_remote->setSettings(settings);     // sent with the next request where the server takes it
     m_explore->setCurrentSettings(settings);
     m_appSettings->saveEngineSettings(settings);
     m_longContext->setPending();
@@ -1157,13 +1428,14 @@ void MainWindow::updateBookFit()
     if (!m_bookPanel || !m_bookPanel->hasBook())
         return;
     // Tiny vocabularies (stories260K has 512 tokens) spend far fewer characters per token.
-    const double charsPerToken = m_models->summary().n_vocab > 0 && m_models->summary().n_vocab < 4096 ? 1.8 : 4.0;
-    m_bookPanel->setContext(m_models->isLoaded() ? contextLimit() : 0, m_stats.contextUsed(), charsPerToken);
+    const double charsPerToken =
+        !isRemote() && m_models->summary().n_vocab > 0 && m_models->summary().n_vocab < 4096 ? 1.8 : 4.0;
+    m_bookPanel->setContext(engineReady() ? contextLimit() : 0, m_stats.contextUsed(), charsPerToken);
 }
 
 void MainWindow::streamBook()
 {
-    if (!m_models->isLoaded() || m_activity != Activity::Idle || !m_bookPanel->hasBook())
+    if (!engineReady() || m_activity != Activity::Idle || !m_bookPanel->hasBook())
         return;
     const Book &book = m_bookPanel->book();
     const int room = std::max(0, contextLimit() - m_stats.contextUsed());
@@ -1218,7 +1490,7 @@ void MainWindow::onStreamFinished(bool stopped, int tokensInContext)
 
 void MainWindow::continueText()
 {
-    if (!m_models->isLoaded() || m_activity != Activity::Idle)
+    if (!engineReady() || m_activity != Activity::Idle)
         return;
     if (m_stats.contextUsed() <= 0) {
         showStatus(tr("The context is empty: stream a book first"), 4000);
@@ -1401,6 +1673,12 @@ void MainWindow::shutDownWorker()
             disconnect(m_worker, nullptr, controller, nullptr);
         m_worker->requestStop();
         m_worker->cancelLoad();
+    }
+    if (m_remote) {
+        m_remote->setPollInterval(0);
+        for (QObject *receiver : std::initializer_list<QObject *>{this, m_explore, m_chat, m_books})
+            disconnect(m_remote, nullptr, receiver, nullptr);
+        m_remote->requestStop();
     }
     m_thread.quit();
     m_thread.wait();

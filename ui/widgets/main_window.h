@@ -20,6 +20,8 @@
 #include "core/conversation.h"
 #include "core/engine_worker.h"
 #include "core/model_controller.h"
+#include "core/remote_endpoint.h"
+#include "core/remote_worker.h"
 #include "core/session_stats.h"
 
 #include <QMainWindow>
@@ -27,6 +29,7 @@
 #include <QThread>
 
 #include <memory>
+#include <optional>
 
 class QAction;
 class QDockWidget;
@@ -69,6 +72,8 @@ struct MainWindowOptions {
     // false (automation): errors go to stderr instead of message boxes, and questions are
     // answered yes.
     bool interactive = true;
+    // Where remote servers' API keys are kept (not owned); null: the system keychain.
+    SecretStore *secrets = nullptr;
 };
 
 class MainWindow : public QMainWindow {
@@ -82,6 +87,19 @@ public:
     ~MainWindow() override;
 
     bool isModelLoaded() const { return m_models->isLoaded(); }
+    // A remote server answers the chat, the book and Explore instead of the local model.
+    bool isRemote() const { return m_endpoint.has_value(); }
+    const std::optional<RemoteEndpoint> &remoteEndpoint() const { return m_endpoint; }
+    RemoteWorker *remoteWorker() const { return m_remote; }
+    // The worker the chat drives now: the local engine's or the remote one.
+    InferenceWorker *activeWorker() const { return m_active; }
+    // A model answers: the local one is loaded, or a remote server is connected.
+    bool engineReady() const { return isRemote() || m_models->isLoaded(); }
+    // "stories260K @ 127.0.0.1:8080": what the header, the status bar and the plots name.
+    QString remoteName() const;
+    QAction *connectServerAction() const { return m_connectAction; }
+    QMenu *serversMenu() const { return m_serversMenu; }
+    QAction *useLocalModelAction() const { return m_useLocalAction; }
     const ModelSummary &modelSummary() const { return m_models->summary(); }
     Activity activity() const { return m_activity; }
     bool isBusy() const { return m_activity != Activity::Idle; }
@@ -127,6 +145,14 @@ public:
 
 public slots:
     void loadModel(const QString &path);
+    // Switches to a remote server: its key from the secret store, its models listed, then the
+    // chat, the book and Explore go to it (remoteConnected), or the error is said and what
+    // was in use stays (remoteFailed).
+    void connectToServer(const longscope::ui::RemoteEndpoint &endpoint);
+    // File > Connect to Server…: the endpoint dialog, then connectToServer().
+    void showConnectDialog();
+    // Back to the local model (loaded, or loaded next).
+    void useLocalModel();
     // Sends what the input holds (Enter, the Send button).
     void send();
     // Puts `text` in the input and sends it.
@@ -156,6 +182,8 @@ signals:
     // The chat's context was emptied: another model was loaded, a conversation opened or a new
     // one started. What shows the old context (the plots) should start over.
     void contextReset();
+    void remoteConnected(const QString &name);
+    void remoteFailed(const QString &message);
 
 protected:
     // Every message box goes through these, so tests can capture them instead of blocking.
@@ -164,6 +192,8 @@ protected:
     virtual QString chooseOpenFile(const QString &caption, const QString &filter);
     virtual QString chooseDirectory(const QString &caption);
     virtual QString chooseSaveFile(const QString &caption, const QString &suggestedName, const QString &filter);
+    // The endpoint dialog (modal); nullopt when cancelled.
+    virtual std::optional<RemoteEndpoint> askEndpoint();
 
     void closeEvent(QCloseEvent *event) override;
     void dragEnterEvent(QDragEnterEvent *event) override;
@@ -211,6 +241,17 @@ private:
     void createStatusBar();
     void showDataNotices();
     void connectWorker();
+    void connectRemote();
+    // The chat, the book, Explore and the window's metrics and errors follow `worker`.
+    void setActiveWorker(InferenceWorker *worker);
+    // The probe listed the server's models: the endpoint's is used, or the error is said.
+    void activateRemote(const RemoteEndpoint &endpoint, const QString &key,
+                        const QVector<longscope::ui::RemoteModelInfo> &models);
+    void onRemoteServerMetrics(const longscope::ui::RemoteServerMetrics &metrics);
+    void failRemote(const QString &message);
+    void rebuildServersMenu();
+    // The header's model line for the local model.
+    void showLocalBanner(const ModelSummary &summary);
     void rebuildRecentMenu();
     void setActivity(Activity activity);
     void updateActions();
@@ -225,6 +266,15 @@ private:
     std::unique_ptr<AppSettings> m_appSettings;
     QThread m_thread;
     QPointer<EngineWorker> m_worker;
+    std::unique_ptr<SecretStore> m_ownSecrets; // the keychain, when the options give no store
+    SecretStore *m_secrets = nullptr;
+    RemoteWorker *m_remote = nullptr;            // lives on the window's thread
+    QPointer<InferenceWorker> m_active;          // m_worker or m_remote
+    std::optional<RemoteEndpoint> m_endpoint;    // the server in use
+    std::optional<RemoteEndpoint> m_connecting;  // the server being connected to
+    RemoteModelInfo m_remoteModel;
+    bool m_metricsMissingSaid = false;
+    int m_remoteStreamed = 0; // pieces of the reply streaming from the server, for the plots' position
     ConversationStore *m_store = nullptr;
     ConversationListModel *m_conversationList = nullptr;
     ChatController *m_chat = nullptr;
@@ -260,6 +310,10 @@ private:
     QAction *m_openModelDirAction = nullptr;
     QAction *m_openBookAction = nullptr;
     QMenu *m_recentMenu = nullptr;
+    QAction *m_connectAction = nullptr;
+    QMenu *m_serversMenu = nullptr;
+    QAction *m_useLocalAction = nullptr;
+    QAction *m_chatTemplateAction = nullptr;
     QAction *m_showConversations = nullptr;
     QAction *m_showSidePanel = nullptr;
     QAction *m_showPlots = nullptr;

@@ -36,6 +36,10 @@ const QColor kTotal(0x33, 0x33, 0x33);
 const QColor kPrefill(0xb0, 0x7a, 0xa1);
 const QColor kDecode(0x4e, 0x79, 0xa7);
 const QColor kMarker(0x8c, 0x56, 0x4b);
+const QColor kServerKv(0x76, 0xb7, 0xb2);
+const QColor kServerRunning(0xed, 0xc9, 0x48);
+const QColor kServerWaiting(0xff, 0x9d, 0xa7);
+const QColor kServerGeneration(0x9c, 0x75, 0x5f);
 
 QFont smallFont(const QFont &base, double factor)
 {
@@ -89,6 +93,17 @@ MetricsPlots::MetricsPlots(QWidget *parent) : QWidget(parent)
         axis->setTickPen(QPen(color));
         axis->setSubTickPen(QPen(color));
     }
+
+    // A remote server's own figures, on the right axes; listed in the legends once they come.
+    m_serverKv = addGraph(m_memory, tr("server KV %"), kServerKv, true, true);
+    m_serverRunning = addGraph(m_memory, tr("running"), kServerRunning, true, true);
+    m_serverWaiting = addGraph(m_memory, tr("waiting"), kServerWaiting, true, true);
+    m_serverGeneration = addGraph(m_speed, tr("server generation"), kServerGeneration, true);
+    for (QCPGraph *g : {m_serverKv, m_serverRunning, m_serverWaiting, m_serverGeneration})
+        g->removeFromLegend();
+    m_memory->yAxis2->setLabel(tr("server"));
+    m_memory->yAxis2->setLabelFont(m_memory->yAxis->labelFont());
+    m_memory->yAxis2->setTickLabelFont(m_memory->yAxis->tickLabelFont());
 
     m_markerList = new QListWidget(this);
     m_markerList->setObjectName(QStringLiteral("markerList"));
@@ -257,6 +272,49 @@ void MetricsPlots::addMetrics(const longscope::StepMetrics &metrics)
         m_timer->start();
 }
 
+void MetricsPlots::addServerSample(const ServerSample &sample, const QString &engine)
+{
+    numberRun();
+    ServerSample s = sample;
+    if (!m_run.steps.isEmpty())
+        s.position = std::max(s.position, m_run.steps.last().position);
+    if (!m_run.server.isEmpty())
+        s.position = std::max(s.position, m_run.server.last().position);
+    m_run.serverEngine = engine;
+    m_run.server.append(s);
+    if (!m_timer->isActive())
+        m_timer->start();
+}
+
+void MetricsPlots::drawServerSamples()
+{
+    for (; m_serverDrawn < m_run.server.size(); ++m_serverDrawn) {
+        const ServerSample &s = m_run.server[m_serverDrawn];
+        const double x = s.position;
+        m_maxPosition = std::max(m_maxPosition, x);
+        const std::pair<QCPGraph *, double> values[] = {{m_serverKv, s.kv_usage * 100.0},
+                                                        {m_serverRunning, s.requests_running},
+                                                        {m_serverWaiting, s.requests_waiting},
+                                                        {m_serverGeneration, s.generation_tokens_per_second}};
+        for (auto [graph, v] : values) {
+            if (!std::isfinite(v))
+                continue;
+            if (graph->dataCount() == 0) {
+                graph->addToLegend();
+                if (graph->valueAxis() == m_memory->yAxis2)
+                    m_memory->yAxis2->setVisible(true);
+            }
+            graph->addData(x, v);
+        }
+    }
+}
+
+int MetricsPlots::serverPointCount() const
+{
+    return m_serverKv->dataCount() + m_serverRunning->dataCount() + m_serverWaiting->dataCount() +
+           m_serverGeneration->dataCount();
+}
+
 void MetricsPlots::addMarker(int position, const QString &label)
 {
     flush();
@@ -286,6 +344,10 @@ void MetricsPlots::clearCurves()
     m_speedMarkers.clear();
     m_maxPosition = 0;
     m_decodeEma = 0;
+    m_serverDrawn = 0;
+    for (QCPGraph *g : {m_serverKv, m_serverRunning, m_serverWaiting, m_serverGeneration})
+        g->removeFromLegend();
+    m_memory->yAxis2->setVisible(false);
 }
 
 const QVector<MetricsPlots::MarkerItems> &MetricsPlots::itemsOf(QCustomPlot *plot) const
@@ -390,8 +452,9 @@ void MetricsPlots::updateMarkerList()
 void MetricsPlots::flush()
 {
     m_timer->stop();
-    if (m_drawn >= m_run.steps.size())
+    if (m_drawn >= m_run.steps.size() && m_serverDrawn >= m_run.server.size())
         return;
+    drawServerSamples();
     for (; m_drawn < m_run.steps.size(); ++m_drawn) {
         const StepMetrics &m = m_run.steps[m_drawn];
         const double x = m.position;
@@ -506,6 +569,11 @@ QStringList MetricsPlots::captionLines() const
     const QStringList markers = m_run.markerLines();
     if (!markers.isEmpty())
         lines << tr("Setting changes: %1").arg(markers.join(QStringLiteral("; ")));
+    if (!m_run.server.isEmpty())
+        lines << tr("Server metrics (%1 /metrics, %L2 polls): KV-cache use and requests on the memory plot's right "
+                    "axis, generation throughput on the speed plot")
+                     .arg(m_run.serverEngine.isEmpty() ? tr("unknown engine") : m_run.serverEngine)
+                     .arg(m_run.server.size());
     return lines;
 }
 

@@ -33,6 +33,11 @@ public:
     // Buffered; drawn at the next refresh. A position lower than the last one is a new
     // context: a new run starts, with fresh curves.
     void addMetrics(const longscope::StepMetrics &metrics);
+    // A remote server's /metrics at the conversation's token `sample.position` (no earlier
+    // than the last step): the memory plot's right axis takes its KV-cache usage (percent) and
+    // requests running and waiting, the speed plot its generation throughput. `engine` names
+    // whose metrics they are. The curves and their legend entries show once a sample has them.
+    void addServerSample(const ServerSample &sample, const QString &engine);
     // Setting change `label` took effect at token `position`: marker number markerCount().
     // A change at token 0 is not a change within the run (the caption gives the settings the
     // run started with) and is not marked; one below the last step starts a new run.
@@ -60,6 +65,8 @@ public:
 
     int stepCount() const { return int(m_run.steps.size()); }
     int plottedPointCount() const; // points in the decode + prefill speed graphs
+    // Points in the server's curves: KV usage, running, waiting, generation throughput.
+    int serverPointCount() const;
     int markerCount() const { return int(m_run.markers.size()); }
     QCustomPlot *memoryPlot() const { return m_memory; }
     QCustomPlot *speedPlot() const { return m_speed; }
@@ -89,6 +96,7 @@ private:
     void startRun(); // an empty run, numbered when something arrives
     void numberRun();
     void clearCurves();
+    void drawServerSamples();
     void drawMarker(int number);
     void fitLegend(QCustomPlot *plot);
     void layOutMarkerNumbers(QCustomPlot *plot);
@@ -108,6 +116,11 @@ private:
     QCPGraph *m_prefill = nullptr;
     QCPGraph *m_decode = nullptr;
     QCPGraph *m_decodeAvg = nullptr;
+    QCPGraph *m_serverKv = nullptr;
+    QCPGraph *m_serverRunning = nullptr;
+    QCPGraph *m_serverWaiting = nullptr;
+    QCPGraph *m_serverGeneration = nullptr;
+    int m_serverDrawn = 0; // server samples of m_run already on the curves
     QTimer *m_timer = nullptr;
 
     PlotHistory m_run;
