@@ -569,6 +569,8 @@ void RemoteWorker::run_perplexity(const QString &text, const QString &label, Per
         const remote::NllCurve curve = remote::nll_by_position(lp, r.bucket, m_context_length);
         for (const remote::NllBucket &b : curve.buckets)
             r.curve.append(PerplexityPoint{b.begin, b.end, qint64(b.count), b.mean_nll});
+        // One window from the text's start: the position in the window is the index in the text.
+        r.text_curve = r.curve;
         r.mean_nll = curve.mean_nll;
         r.n_scored = curve.n_scored;
         r.n_total = curve.n_scored;
