@@ -44,6 +44,13 @@ float score_scale(const AttentionProblem &p)
     return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.head_dim));
 }
 
+// Whether key j is visible from the query at position pos: causal (j <= pos) and, in a sliding
+// window, one of the last `window` positions (j > pos - window).
+bool key_visible(int64_t j, int64_t pos, int64_t window)
+{
+    return j <= pos && (window == 0 || j > pos - window);
+}
+
 void check_problem(const AttentionProblem &p, const char *who)
 {
     const auto fail = [&](const std::string &what) {
@@ -55,8 +62,10 @@ void check_problem(const AttentionProblem &p, const char *who)
     if (p.n_head % p.n_head_kv != 0)
         fail("n_head " + std::to_string(p.n_head) + " is not a multiple of n_head_kv " +
              std::to_string(p.n_head_kv));
-    if (p.n_q < 0 || p.n_kv < 0 || p.q_pos0 < 0)
-        fail("n_q, n_kv and q_pos0 must not be negative");
+    if (p.n_q < 0 || p.n_kv < 0 || p.q_pos0 < 0 || p.window < 0)
+        fail("n_q, n_kv, q_pos0 and window must not be negative");
+    if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
+        fail("softcap must be a finite number >= 0 (got " + std::to_string(p.softcap) + ")");
     if (p.n_q > 0 && (!p.q || !p.out))
         fail("q and out must be set");
     if (p.n_q > 0 && p.n_kv > 0 && (!p.k || !p.v))
@@ -407,7 +416,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     float *row = mask.data() + i * n_kv;
                     const int64_t pos = p.q_pos0 + i;
                     for (int64_t j = 0; j < n_kv; ++j)
-                        row[j] = j <= pos && (p.window == 0 || j > pos - p.window) ? 0.0f : kNegInf;
+                        row[j] = key_visible(j, pos, p.window) ? 0.0f : kNegInf;
                 }
             },
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
@@ -477,6 +486,33 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 namespace {
 
 
+// What hides keys from one query row in one key tile, and the soft cap of its scores. mask:
+// the explicit additive mask row (0 / -inf), without causal flash; otherwise by positions:
+// with `diagonal` the columns after last_visible, in a sliding window those before
+// first_visible (<= 0: none).
+struct TileMask {
+    const float *mask = nullptr;
+    bool diagonal = false;
+    int64_t last_visible = 0;
+    int64_t first_visible = 0;
+    float softcap = 0.0f;
+};
+
+// The TileMask of the query at position pos over the key tile starting at key j0.
+TileMask tile_mask(const AttentionProblem &p, const float *mask, bool diagonal, int64_t pos, int64_t j0)
+{
+    return {mask, diagonal, pos - j0, p.window > 0 ? pos - p.window + 1 - j0 : 0, p.softcap};
+}
+
+// The explicit additive mask of the key tile [j0, j0 + w) for n_rows queries at positions
+// pos0, pos0 + 1, ...: 0 where the key is visible, -inf elsewhere; rows T apart.
+void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_t j0, int64_t w, int64_t window)
+{
+    for (int64_t qi = 0; qi < n_rows; ++qi)
+        for (int64_t c = 0; c < w; ++c)
+            mask[size_t(qi * T + c)] = key_visible(j0 + c, pos0 + qi, window) ? 0.0f : kNegInf;
+}
+
 // exp(x) for sixteen x <= 0 (softmax arguments, x - max): x = n ln2 + r with |r| <= ln2 / 2,
 // exp(r) by its Taylor polynomial to r^7 (truncation below 2e-9, under one float ulp), times
 // 2^n built in the exponent bits. Exactly 0 below -87.3 (the smallest normal float's
@@ -508,20 +544,28 @@ __attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
     return lo != 0.0f ? V16{} : e;
 }
 
-// The online-softmax step of one query row over one tile of raw scores s[0, w): applies the
-// mask (explicit, or with `diagonal` every key after column last_visible), updates the running
-// max m and sum l, turns s into the weights e^{s - m} and gives the factor alpha by which the
-// row's accumulator is to be rescaled. False (nothing changed) while the row has seen no
-// visible key: exp(-inf - -inf) would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
-__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const float *mask, bool diagonal,
-                                                        int64_t last_visible, float &m, float &l, float &alpha)
+// The online-softmax step of one query row over one tile of scaled scores s[0, w): soft-caps
+// them (softcap * tanh(s / softcap), as attention_naive does), applies the mask (the explicit
+// one, or by comparing positions every key after column last_visible and, in a sliding
+// window, every key before column first_visible), updates the running max m and sum l, turns s
+// into the weights e^{s - m} and gives the factor alpha by which the row's accumulator is to
+// be rescaled. False (nothing changed) while the row has seen no visible key: exp(-inf - -inf)
+// would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
+__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const TileMask &tm, float &m, float &l,
+                                                        float &alpha)
 {
-    if (mask) {
+    if (tm.softcap > 0.0f)
         for (int64_t c = 0; c < w; ++c)
-            s[c] += mask[c];
-    } else if (diagonal) {
-        // Keys past this query's position, by comparing positions.
-        for (int64_t c = std::max<int64_t>(0, last_visible + 1); c < w; ++c)
+            s[c] = tm.softcap * std::tanh(s[c] / tm.softcap);
+    if (tm.mask) {
+        for (int64_t c = 0; c < w; ++c)
+            s[c] += tm.mask[c];
+    } else {
+        // Keys past this query's position and before its window, by comparing positions.
+        if (tm.diagonal)
+            for (int64_t c = std::max<int64_t>(0, tm.last_visible + 1); c < w; ++c)
+                s[c] = kNegInf;
+        for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
     float tile_max = kNegInf;
@@ -641,9 +685,8 @@ template <int GB, int KB>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
                                                           const float *vt, int64_t ekv, int hd, float scale,
-                                                          const float *mask, bool diagonal, int64_t last_visible,
-                                                          float *s, float *a, int64_t a_stride, float *m, float *l,
-                                                          int64_t ml_stride)
+                                                          const TileMask &tm, float *s, float *a, int64_t a_stride,
+                                                          float *m, float *l, int64_t ml_stride)
 {
     // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims; or,
     // with the keys in rows (kr), a row at a time.
@@ -691,17 +734,17 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
     // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
     float alpha[GB];
     for (int g = 0; g < GB; ++g)
-        if (!softmax_tile(s + g * T, w, mask, diagonal, last_visible, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
+        if (!softmax_tile(s + g * T, w, tm, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
             alpha[g] = 1.0f;
             std::fill(s + g * T, s + g * T + w, 0.0f);
         }
     // Keys past the last visible one carry zero weight in every row: not read at all.
     int64_t wv = w;
-    if (mask) {
-        while (wv > 0 && mask[wv - 1] == kNegInf)
+    if (tm.mask) {
+        while (wv > 0 && tm.mask[wv - 1] == kNegInf)
             --wv;
-    } else if (diagonal) {
-        wv = std::min(w, std::max<int64_t>(0, last_visible + 1));
+    } else if (tm.diagonal) {
+        wv = std::min(w, std::max<int64_t>(0, tm.last_visible + 1));
     }
 
     // acc = acc * alpha + sum_c p_c v_c, 32 dims by GB rows in registers across the tile.
@@ -742,14 +785,12 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
-                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const float *mask,
-                 bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
-                 int64_t ml_stride)
+                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm,
+                 float *s, float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                         \
-    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, \
-                           last_visible, s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride,      \
-                           ml_stride)
+#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                           \
+    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, \
+                           a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
         LS_TILE_ROWS_BLOCK(8, 32);
@@ -765,10 +806,10 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
 LS_ATTENTION_BUILDS(tile_rows, tile_rows_blocks,
                     (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
                      int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
-                     const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride,
-                     float *m, float *l, int64_t ml_stride),
-                    (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                     s, a, a_stride, m, l, ml_stride))
+                     const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
+                     int64_t ml_stride),
+                    (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, a, a_stride, m, l,
+                     ml_stride))
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
 // too few to keep many threads busy. Instead the visible key tiles are cut into
@@ -786,10 +827,14 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const float scale = score_scale(p);
     const int64_t n_tiles = (n_kv + T - 1) / T;
     const int64_t first_pos = p.q_pos0, last_pos = p.q_pos0 + n_q - 1;
-    // With causal_flash, tiles starting beyond the last query's position are never touched.
+    // With causal_flash, tiles starting beyond the last query's position are never touched;
+    // in a sliding window, neither are those ending before the first query's window. The
+    // tiles [first_tile, visible) are read.
     const int64_t visible = causal_flash ? std::min(n_tiles, last_pos / T + 1) : n_tiles;
-    stats.tiles_computed = visible * n_head;
-    stats.tiles_skipped = (n_tiles - visible) * n_head;
+    const int64_t first_tile = std::min(visible, p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) / T : 0);
+    const int64_t n_read = visible - first_tile;
+    stats.tiles_computed = n_read * n_head;
+    stats.tiles_skipped = (n_tiles - n_read) * n_head;
 
     // Fewer than eight query rows per kv head (multi-head attention): their scores come from
     // the keys in rows, summed across lanes, instead of from a transposed copy of the tile,
@@ -798,7 +843,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const int64_t n_splits = attention_key_splits;
     // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
     // contiguous range of tiles.
-    const int64_t used = std::min(n_splits, visible);
+    const int64_t used = std::min(n_splits, n_read);
     const int64_t rows = int64_t(n_head) * n_q; // row r = h * n_q + qi
     // State for every split is reserved (so the scratch does not depend on n_kv); only the
     // used ones are initialised, filled and merged. The buffer stays with the calling thread
@@ -825,7 +870,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
 
     // Only the splits that hold tiles are handed out, at least enough of them per thread to
     // be worth a thread: scores and the weighted sum, two multiply-adds per key, dim and row.
-    const int64_t split_work = (visible + used - 1) / std::max<int64_t>(1, used) * T * rows * hd * 2;
+    const int64_t split_work = (n_read + used - 1) / std::max<int64_t>(1, used) * T * rows * hd * 2;
     pool.parallel_for(
         used,
         [&](int64_t begin, int64_t end) {
@@ -833,13 +878,12 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
             for (int64_t split = begin; split < end; ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
-                for (int64_t t = visible * split / used; t < visible * (split + 1) / used; ++t) {
+                for (int64_t t = first_tile + n_read * split / used; t < first_tile + n_read * (split + 1) / used;
+                     ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
-                        for (int64_t qi = 0; qi < n_q; ++qi)
-                            for (int64_t c = 0; c < w; ++c)
-                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+                        fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
                     // The tile's rows as floats: the cache itself, or decoded once for every kv head.
                     const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
                     const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
@@ -864,10 +908,11 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
                             const int64_t r0 = int64_t(h0) * n_q + qi;
+                            const TileMask tm = tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T,
+                                                          diagonal, first_pos + qi, j0);
                             tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
-                                      vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
-                                      first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
-                                      n_q);
+                                      vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd, m + r0,
+                                      l + r0, n_q);
                         }
                     }
                 }
@@ -913,8 +958,6 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                                int tile)
 {
     check_problem(p, "attention_tiled");
-    if (p.softcap != 0.0f || p.window != 0)
-        throw InvalidArgument("attention_tiled: soft-capped or windowed attention runs in attention_naive");
     if (tile <= 0)
         throw InvalidArgument("attention_tiled: tile must be positive (got " +
                               std::to_string(tile) + ")");
@@ -978,7 +1021,12 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                 std::fill(l.begin(), l.begin() + rows, 0.0f);
                 std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
 
-                for (int64_t t = 0; t < n_tiles; ++t) {
+                // In a sliding window, the tiles ending before the first query's window hold no
+                // key any query of the block sees: never touched.
+                const int64_t first_tile =
+                    p.window > 0 ? std::min(n_tiles, std::max<int64_t>(0, first_pos - p.window + 1) / T) : 0;
+                n_skipped += first_tile * group;
+                for (int64_t t = first_tile; t < n_tiles; ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
                     if (causal_flash && j0 > last_pos) {
                         // This tile and all later ones start beyond every query of the
@@ -999,20 +1047,21 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     const float *vt = vrows.p;
 
                     // Without causal_flash: the explicit mask tile [bq, w], 0 / -inf from
-                    // positions, added to every head's scores. With it: keys past a query are
-                    // left out by comparing positions, only on a tile crossing the diagonal.
+                    // positions (and the window), added to every head's scores. With it: keys
+                    // past a query are left out by comparing positions, only on a tile crossing
+                    // the diagonal, and keys before a query's window likewise.
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
-                        for (int64_t qi = 0; qi < bq; ++qi)
-                            for (int64_t c = 0; c < w; ++c)
-                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+                        fill_mask_tile(mask.data(), T, bq, first_pos, j0, w, p.window);
 
                     // The group's query heads at one position share each key and value load.
-                    for (int64_t qi = 0; qi < bq; ++qi)
+                    for (int64_t qi = 0; qi < bq; ++qi) {
+                        const TileMask tm =
+                            tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi, j0);
                         tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
-                                  vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
-                                  first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
-                                  l.data() + qi, bq);
+                                  vrows.stride, hd, scale, tm, scores.data(), acc.data() + qi * hd, bq * hd,
+                                  m.data() + qi, l.data() + qi, bq);
+                    }
                 }
 
                 // out = acc / l; a row that saw no key at all (empty cache) gets zeros.
