@@ -318,6 +318,85 @@ void load_keys(const KeyRotation *rot, const float *src, int64_t src_stride, flo
     }
 }
 
+// Sixteen values [e0, e0 + 16) of an encoded row (F16, or Q8_0 with e0 a multiple of 16) as
+// floats: the bits dequantize_row gives (a half converted exactly; a block's quants times its
+// scale, one rounding).
+template <DType Type>
+__attribute__((target("arch=x86-64-v4"))) inline V16 encoded16_v4(const uint8_t *row, int64_t e0)
+{
+    static_assert(Type == DType::F16 || Type == DType::Q8_0);
+    __m512 r;
+    if constexpr (Type == DType::F16) {
+        r = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 2 * e0)));
+    } else {
+        const uint8_t *block = row + (e0 / 32) * 34; // ggml's block_q8_0: an F16 scale, 32 quants
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 2 + e0 % 32));
+        r = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, qs)));
+    }
+    V16 v;
+    std::memcpy(&v, &r, sizeof v);
+    return v;
+}
+
+// Keys [0, count) of one kv head straight from an encoded cache (key c's slice at
+// src + c * rb, hd values), decoded and transposed into dst[e * ld + c]: sixteen keys by
+// sixteen dims in registers, without a decoded copy of the rows in between; the last keys
+// (fewer than sixteen) through one decoded row at a time. The same bits as decoding the rows
+// and then transposing them.
+template <DType Type>
+__attribute__((target("arch=x86-64-v4"))) void transpose_encoded_keys_v4(const uint8_t *src, size_t rb, float *dst,
+                                                                         int64_t ld, int64_t count, int hd)
+{
+    int64_t k0 = 0;
+    for (; k0 + 16 <= count; k0 += 16)
+        for (int e0 = 0; e0 < hd; e0 += 16) {
+            V16 r[16];
+            #pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                r[i] = encoded16_v4<Type>(src + size_t(k0 + i) * rb, e0);
+            swap_index_bit<8>(r);
+            swap_index_bit<4>(r);
+            swap_index_bit<2>(r);
+            swap_index_bit<1>(r);
+            #pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                store16(dst + (e0 + i) * ld + k0, r[i]);
+        }
+    if (k0 == count)
+        return;
+    std::vector<float> row(static_cast<size_t>(hd));
+    for (int64_t k = k0; k < count; ++k) {
+        decode_row(Type, src + size_t(k) * rb, row.data(), hd);
+        for (int e = 0; e < hd; ++e)
+            dst[e * ld + k] = row[size_t(e)];
+    }
+}
+
+// Whether a tile's keys of one kv head go from the encoded cache straight into the transposed
+// tile (transpose_encoded_keys): F16 or Q8_0 keys, stored rotated, at the AVX-512 level, in
+// whole vectors of sixteen dims.
+bool keys_transposed_from_cache(const AttentionProblem &p)
+{
+    return kernel_table().attention_v4 && !p.rotate_keys && p.head_dim % 16 == 0 &&
+           (p.k_type == DType::F16 || p.k_type == DType::Q8_0);
+}
+
+// Keys j0 .. j0 + count - 1 of kv head kvh, decoded and transposed into dst (ld floats per
+// dim); only where keys_transposed_from_cache holds.
+void transpose_encoded_keys(const AttentionProblem &p, int kvh, int64_t j0, int64_t count, float *dst, int64_t ld)
+{
+    const int64_t ekv = int64_t(p.n_head_kv) * p.head_dim;
+    const size_t rb = row_bytes(p.k_type, ekv);
+    const uint8_t *src =
+        static_cast<const uint8_t *>(p.k) + size_t(j0) * rb + row_bytes(p.k_type, int64_t(kvh) * p.head_dim);
+    if (p.k_type == DType::F16)
+        transpose_encoded_keys_v4<DType::F16>(src, rb, dst, ld, count, p.head_dim);
+    else
+        transpose_encoded_keys_v4<DType::Q8_0>(src, rb, dst, ld, count, p.head_dim);
+}
+
 // Physical memory, to refuse a score matrix that could only "succeed" through overcommit and
 // then get the process killed when touched. 0 when unknown.
 uint64_t physical_memory_bytes()
@@ -681,10 +760,10 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
 // the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
-template <int GB, int KB>
+template <int GB, int KB, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
-                                                          const float *vt, int64_t ekv, int hd, float scale,
+                                                          const Values &vt, int hd, float scale,
                                                           const TileMask &tm, float *s, float *a, int64_t a_stride,
                                                           float *m, float *l, int64_t ml_stride)
 {
@@ -757,7 +836,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             acc[g][1] = load16(a + g * a_stride + d0 + 16) * alpha[g];
         }
         for (int64_t cc = 0; cc < wv; ++cc) {
-            const V16 v0 = load16(vt + cc * ekv + d0), v1 = load16(vt + cc * ekv + d0 + 16);
+            const V16 v0 = vt.load16(cc, d0), v1 = vt.load16(cc, d0 + 16);
             #pragma GCC unroll 8
             for (int g = 0; g < GB; ++g) {
                 const float pw = s[g * T + cc];
@@ -775,7 +854,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
         for (int d = d0; d < hd; ++d) {
             float ad = a[g * a_stride + d] * alpha[g];
             for (int64_t cc = 0; cc < wv; ++cc)
-                ad += s[g * T + cc] * vt[cc * ekv + d];
+                ad += s[g * T + cc] * vt.at(cc, d);
             a[g * a_stride + d] = ad;
         }
 }
@@ -783,13 +862,14 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
 // key blocking keeps at least four independent chains and at most sixteen accumulators. The
 // keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
+template <class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
-                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm,
-                 float *s, float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+                 int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
+                 int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                           \
-    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, \
+#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                            \
+    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s,        \
                            a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
@@ -803,13 +883,64 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
 #undef LS_TILE_ROWS_BLOCK
 }
 
-LS_ATTENTION_BUILDS(tile_rows, tile_rows_blocks,
+// Values as floats, row c at v + c * ekv.
+struct FloatValues {
+    const float *v;
+    int64_t ekv;
+    __attribute__((always_inline)) V16 load16(int64_t c, int d) const { return longscope::load16(v + c * ekv + d); }
+    __attribute__((always_inline)) float at(int64_t c, int d) const { return v[c * ekv + d]; }
+};
+
+__attribute__((always_inline)) inline void
+tile_rows_floats(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm, float *s,
+                 float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+{
+    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
+                     m, l, ml_stride);
+}
+
+LS_ATTENTION_BUILDS(tile_rows, tile_rows_floats,
                     (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
                      int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
                      const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
                      int64_t ml_stride),
                     (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, a, a_stride, m, l,
                      ml_stride))
+
+// Values straight from a Q8_0 cache (row c's slice of one kv head at v + c * rb, the head size
+// a multiple of 32): sixteen of them decoded in registers as they are summed, the bits the
+// decoder gives, so the result is that of the decoded rows.
+struct Q8Values {
+    const uint8_t *v;
+    size_t rb;
+    V16 load16(int64_t c, int d) const { return encoded16_v4<DType::Q8_0>(v + size_t(c) * rb, d); }
+    float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 32
+};
+
+// tile_rows over a Q8_0 cache's values, AVX-512 only (flatten: the decoder's intrinsics are
+// inlined into the build's body).
+__attribute__((target("arch=x86-64-v4"), flatten)) void
+tile_rows_q8_values(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                    int64_t T, int64_t w, const Q8Values &vt, int hd, float scale, const TileMask &tm, float *s,
+                    float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+{
+    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
+}
+
+// Whether the values are read from a Q8_0 cache in place (tile_rows_q8_values).
+bool values_from_q8_cache(const AttentionProblem &p)
+{
+    return kernel_table().attention_v4 && p.v_type == DType::Q8_0 && p.head_dim % 32 == 0;
+}
+
+// The values of kv head kvh from key j0 on, in a Q8_0 cache.
+Q8Values q8_values(const AttentionProblem &p, int kvh, int64_t j0)
+{
+    const size_t rb = row_bytes(DType::Q8_0, int64_t(p.n_head_kv) * p.head_dim);
+    return {static_cast<const uint8_t *>(p.v) + size_t(j0) * rb + row_bytes(DType::Q8_0, int64_t(kvh) * p.head_dim),
+            rb};
+}
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
 // too few to keep many threads busy. Instead the visible key tiles are cut into
@@ -840,6 +971,10 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // the keys in rows, summed across lanes, instead of from a transposed copy of the tile,
     // whose cost (per key, about six operations per sixteen dims) only pays off when shared.
     const bool keys_in_rows = group * n_q < 8 && hd % 16 == 0;
+    // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
+    const bool keys_direct = !keys_in_rows && keys_transposed_from_cache(p);
+    // Q8_0 values are decoded as they are summed.
+    const bool values_direct = values_from_q8_cache(p);
     const int64_t n_splits = attention_key_splits;
     // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
     // contiguous range of tiles.
@@ -863,7 +998,8 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // per thread is alive at a time.
     // kbuf / vbuf [T, n_head_kv * head_dim]: the tile's rows decoded, for an encoded cache.
     const size_t ktile_n = size_t(T * hd), scores_n = size_t(8 * T), mask_n = causal_flash ? 0 : size_t(n_q * T);
-    const size_t kbuf_n = decode_floats(p.k_type, T, ekv), vbuf_n = decode_floats(p.v_type, T, ekv);
+    const size_t kbuf_n = keys_direct ? 0 : decode_floats(p.k_type, T, ekv),
+                 vbuf_n = values_direct ? 0 : decode_floats(p.v_type, T, ekv);
     stats.scratch_bytes = (2 * state + acc_state + size_t(std::min<int64_t>(pool.size(), n_splits)) *
                                                        (ktile_n + scores_n + mask_n + kbuf_n + vbuf_n)) *
                           sizeof(float);
@@ -884,16 +1020,21 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
-                    // The tile's rows as floats: the cache itself, or decoded once for every kv head.
-                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
-                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
+                    // The tile's rows as floats: the cache itself, or decoded once for every kv head
+                    // (keys not at all where they go straight into the transposed tile).
+                    const FloatRows krows = keys_direct ? FloatRows{nullptr, 0}
+                                                        : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
+                    const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
+                                                          : cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
                         // Keys transposed, or in rows where few query rows share them: straight
                         // from the cache, or copied (and rotated) when it holds them unrotated.
                         const float *kr = nullptr;
                         int64_t kr_stride = 0;
                         const float *kh = krows.p + int64_t(kvh) * hd;
-                        if (!keys_in_rows) {
+                        if (keys_direct) {
+                            transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
+                        } else if (!keys_in_rows) {
                             load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
                         } else if (p.rotate_keys) {
                             load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), hd, 1, j0, w, 1, hd);
@@ -910,9 +1051,14 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             const int64_t r0 = int64_t(h0) * n_q + qi;
                             const TileMask tm = tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T,
                                                           diagonal, first_pos + qi, j0);
-                            tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
-                                      vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd, m + r0,
-                                      l + r0, n_q);
+                            if (values_direct)
+                                tile_rows_q8_values(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr,
+                                                    kr_stride, T, w, q8_values(p, kvh, j0), hd, scale, tm,
+                                                    scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0, n_q);
+                            else
+                                tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T,
+                                          w, vt, vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd,
+                                          m + r0, l + r0, n_q);
                         }
                     }
                 }
@@ -979,6 +1125,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
+    const bool keys_direct = keys_transposed_from_cache(p), values_direct = values_from_q8_cache(p);
 
     std::atomic<uint64_t> scratch{0};
     std::atomic<int64_t> computed{0}, skipped{0};
@@ -1002,7 +1149,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             std::vector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
             //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
-            std::vector<float> kbuf(decode_floats(p.k_type, T, hd)), vbuf(decode_floats(p.v_type, T, hd));
+            std::vector<float> kbuf(keys_direct ? 0 : decode_floats(p.k_type, T, hd)),
+                vbuf(values_direct ? 0 : decode_floats(p.v_type, T, hd));
             scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
                                 m.size() + l.size() + kbuf.size() + vbuf.size()) *
                        sizeof(float);
@@ -1040,10 +1188,17 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // rotated when the cache holds them unrotated): one load per (key, kv head)
                     // per unit, shared by its group * bq rows, and the score loop below runs
                     // over contiguous keys, which the compiler vectorises.
-                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
-                    load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
+                    if (keys_direct) {
+                        transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
+                    } else {
+                        const FloatRows krows =
+                            cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
+                        load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
+                    }
                     const float *kt = ktile.data();
-                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd, vbuf.data());
+                    const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
+                                                          : cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd,
+                                                                       vbuf.data());
                     const float *vt = vrows.p;
 
                     // Without causal_flash: the explicit mask tile [bq, w], 0 / -inf from
@@ -1058,9 +1213,14 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     for (int64_t qi = 0; qi < bq; ++qi) {
                         const TileMask tm =
                             tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi, j0);
-                        tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
-                                  vrows.stride, hd, scale, tm, scores.data(), acc.data() + qi * hd, bq * hd,
-                                  m.data() + qi, l.data() + qi, bq);
+                        if (values_direct)
+                            tile_rows_q8_values(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr,
+                                                0, T, w, q8_values(p, kvh, j0), hd, scale, tm, scores.data(),
+                                                acc.data() + qi * hd, bq * hd, m.data() + qi, l.data() + qi, bq);
+                        else
+                            tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w,
+                                      vt, vrows.stride, hd, scale, tm, scores.data(), acc.data() + qi * hd, bq * hd,
+                                      m.data() + qi, l.data() + qi, bq);
                     }
                 }
 
