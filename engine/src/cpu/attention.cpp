@@ -362,7 +362,7 @@ __attribute__((target("arch=x86-64-v4"))) void transpose_encoded_keys_v4(const u
             swap_index_bit<1>(r);
             #pragma GCC unroll 16
             for (int i = 0; i < 16; ++i)
-                store16(dst + (e0 + i) * ld + k0, r[i]);
+                std::memcpy(dst + (e0 + i) * ld + k0, &r[i], sizeof r[i]);
         }
     if (k0 == count)
         return;
@@ -910,7 +910,9 @@ LS_ATTENTION_BUILDS(tile_rows, tile_rows_floats,
 
 // Values straight from a Q8_0 cache (row c's slice of one kv head at v + c * rb, the head size
 // a multiple of 32): sixteen of them decoded in registers as they are summed, the bits the
-// decoder gives, so the result is that of the decoded rows.
+// decoder gives, so the result is that of the decoded rows. GCC only: Clang (the fuzz build)
+// refuses a 64-byte vector returned into the generic body, and decodes the tile instead.
+#if !defined(__clang__)
 struct Q8Values {
     const uint8_t *v;
     size_t rb;
@@ -928,10 +930,28 @@ tile_rows_q8_values(int n_rows, const float *q, int64_t q_stride, const float *k
     tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
 }
 
+#else
+struct Q8Values {
+    const uint8_t *v;
+    size_t rb;
+};
+void tile_rows_q8_values(int, const float *, int64_t, const float *, const float *, int64_t, int64_t, int64_t,
+                         const Q8Values &, int, float, const TileMask &, float *, float *, int64_t, float *, float *,
+                         int64_t)
+{
+    throw std::logic_error("tile_rows_q8_values: not built");
+}
+#endif
+
 // Whether the values are read from a Q8_0 cache in place (tile_rows_q8_values).
 bool values_from_q8_cache(const AttentionProblem &p)
 {
+#if defined(__clang__)
+    (void)p;
+    return false;
+#else
     return kernel_table().attention_v4 && p.v_type == DType::Q8_0 && p.head_dim % 32 == 0;
+#endif
 }
 
 // The values of kv head kvh from key j0 on, in a Q8_0 cache.
