@@ -156,13 +156,15 @@ private slots:
         const Reference ref = load_reference(fam);
         QCOMPARE(m->hparams().n_vocab, ref.n_vocab);
         // Plain attention with an explicit mask, with causality from positions, and
-        // memory-efficient attention (windowed and soft-capped layers take the plain kernel).
-        Settings flash, tiled;
+        // memory-efficient (tiled) attention with either (Gemma's sliding-window and
+        // soft-capped layers included).
+        Settings flash, tiled, tiled_mask;
         flash.attention.causal_flash = true;
         tiled.attention.memory_efficient = true;
         tiled.attention.causal_flash = true;
+        tiled_mask.attention.memory_efficient = true;
         for (const RefSequence &seq : ref.seqs) {
-            for (const Settings &st : {Settings{}, flash, tiled}) {
+            for (const Settings &st : {Settings{}, flash, tiled, tiled_mask}) {
                 const double d = compare_logits(*m, seq, ref.n_vocab, st);
                 qInfo("%s %s, %zu tokens: max |logit - transformers| = %.3g", fam.c_str(), qPrintable(format),
                       seq.tokens.size(), d);

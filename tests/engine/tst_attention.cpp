@@ -150,21 +150,30 @@ std::vector<double> reference(const Fixture &f)
             const int kvh = h / group;
             const float *q = p.q + (i * p.n_head + h) * hd;
             double mx = -INFINITY;
+            // Causal: a query sees itself and everything before; in a sliding window of W
+            // positions only the last W of those.
+            const int64_t pos = p.q_pos0 + i;
+            const auto seen = [&](int64_t j) { return j <= pos && (p.window == 0 || pos - j < p.window); };
             for (int64_t j = 0; j < p.n_kv; ++j) {
-                if (!(j <= p.q_pos0 + i)) // causal: a query sees itself and everything before
+                if (!seen(j))
                     continue;
                 double s = 0;
                 for (int d = 0; d < hd; ++d)
                     s += double(q[d]) * keys[size_t(j * ekv + kvh * hd + d)];
-                w[size_t(j)] = s / std::sqrt(double(hd));
+                s /= std::sqrt(double(hd));
+                if (p.softcap > 0) // Gemma 2's soft cap: cap * tanh(s / cap)
+                    s = p.softcap * std::tanh(s / p.softcap);
+                w[size_t(j)] = s;
                 mx = std::max(mx, w[size_t(j)]);
             }
             double sum = 0;
-            for (int64_t j = 0; j < p.n_kv && j <= p.q_pos0 + i; ++j)
-                sum += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
+            for (int64_t j = 0; j < p.n_kv; ++j)
+                if (seen(j))
+                    sum += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
             double *o = out.data() + (i * p.n_head + h) * hd;
-            for (int64_t j = 0; j < p.n_kv && j <= p.q_pos0 + i; ++j)
-                for (int d = 0; d < hd; ++d)
+            for (int64_t j = 0; j < p.n_kv; ++j)
+                if (seen(j))
+                    for (int d = 0; d < hd; ++d)
                     o[d] += w[size_t(j)] / sum * static_cast<const float *>(p.v)[j * ekv + kvh * hd + d];
         }
     return out;
@@ -202,8 +211,9 @@ QString compare_to_reference(const Fixture &f, const std::vector<double> &want)
 }
 
 // Expected tiled stats for a problem, counted here from the definition: every (query head,
-// query block, key tile) triple; a key tile is skipped (causal_flash only) when its first key
-// lies beyond the position of the block's last query.
+// query block, key tile) triple; a key tile is skipped when (causal_flash only) its first key
+// lies beyond the position of the block's last query, or when its last key lies before the
+// sliding window of the block's first query.
 void count_tiles(const AttentionProblem &p, int tile, bool causal_flash, int64_t &computed,
                  int64_t &skipped)
 {
@@ -211,9 +221,10 @@ void count_tiles(const AttentionProblem &p, int tile, bool causal_flash, int64_t
     computed = skipped = 0;
     for (int h = 0; h < p.n_head; ++h)
         for (int64_t i0 = 0; i0 < p.n_q; i0 += block) {
-            const int64_t last_pos = p.q_pos0 + std::min(p.n_q, i0 + block) - 1;
+            const int64_t first_pos = p.q_pos0 + i0, last_pos = p.q_pos0 + std::min(p.n_q, i0 + block) - 1;
             for (int64_t j0 = 0; j0 < p.n_kv; j0 += tile) {
-                if (causal_flash && j0 > last_pos)
+                const int64_t j_last = std::min(p.n_kv, j0 + tile) - 1;
+                if ((causal_flash && j0 > last_pos) || (p.window > 0 && first_pos - j_last >= p.window))
                     ++skipped;
                 else
                     ++computed;
@@ -405,6 +416,72 @@ private slots:
         }
     }
 
+    // Gemma 2/3's sliding-window layers and soft-capped scores: every variant against the
+    // reference, windows shorter than the sequence (a tile or less, several tiles), a cap that
+    // bites (scores here have a spread of about 1.5, the cap is 1), both together; padded
+    // buffers (NaN past n_q and n_kv), grouped-query and multi-head shapes, odd lengths, keys
+    // rotated on load. The tiles wholly before a block's window are skipped, as counted from
+    // the definition.
+    void window_and_softcap_match_reference_data()
+    {
+        QTest::addColumn<int>("variant");
+        QTest::addColumn<int>("window");
+        QTest::addColumn<float>("softcap");
+        for (int vi = 0; vi < kNumVariants; ++vi)
+            for (int window : {0, 1, 5, 16, 40, 100})
+                for (float cap : {0.0f, 1.0f})
+                    if (window != 0 || cap != 0.0f)
+                        QTest::addRow("%s window %d cap %g", kVariants[vi].name, window, double(cap))
+                            << vi << window << cap;
+    }
+    void window_and_softcap_match_reference()
+    {
+        QFETCH(int, variant);
+        QFETCH(int, window);
+        QFETCH(float, softcap);
+        const Variant &v = kVariants[variant];
+        for (int shape : {0, 2, 3, 4})
+            for (const Span &sp : {kSpans[1], kSpans[2], kSpans[3], kSpans[4], kSpans[7], kSpans[8], Span{130, 0, 130, "prefill130"}})
+                for (int rot : {NoRot, RotHalf}) {
+                    Fixture f = make_fixture(kShapes[shape], sp, rot, 500u + uint32_t(shape * 7 + window), /*pad=*/3);
+                    f.p.window = window;
+                    f.p.softcap = softcap;
+                    ThreadPool pool(2);
+                    const AttentionStats st = run_variant(pool, v, f.p);
+                    const QString where = QString("shape %1 %2 %3: ").arg(shape).arg(sp.what).arg(rot_name(rot));
+                    const QString err = compare_to_reference(f, reference(f));
+                    QVERIFY2(err.isEmpty(), qPrintable(where + err));
+                    if (v.tiled && v.tile >= 4) { // decode's queries form one block
+                        int64_t computed = 0, skipped = 0;
+                        count_tiles(f.p, v.tile, v.causal_flash, computed, skipped);
+                        QCOMPARE(st.tiles_computed, computed);
+                        QCOMPARE(st.tiles_skipped, skipped);
+                    }
+                }
+    }
+
+    void window_skips_tiles()
+    {
+        // 256 keys in tiles of 16, the last query (decode) with a window of 40: the tiles
+        // holding keys 215 .. 255 are read (13 .. 15), the thirteen before are not; for a
+        // prefill block of 64 queries from 192 the same window reaches back to key 153.
+        Fixture f = make_fixture(kShapes[0], {1, 255, 256, ""}, NoRot, 12);
+        f.p.window = 40;
+        ThreadPool pool(2);
+        AttentionStats st = attention_tiled(pool, f.p, true, 16);
+        QCOMPARE(st.tiles_computed, int64_t(3 * f.p.n_head));
+        QCOMPARE(st.tiles_skipped, int64_t(13 * f.p.n_head));
+        QVERIFY(compare_to_reference(f, reference(f)).isEmpty());
+        Fixture g = make_fixture(kShapes[0], {64, 192, 256, ""}, NoRot, 12);
+        g.p.window = 40;
+        st = attention_tiled(pool, g.p, true, 64);
+        // One block of 64 queries at 192 .. 255; its first query sees keys 153 .. 192: tiles
+        // 2 and 3 are read, 0 and 1 are skipped.
+        QCOMPARE(st.tiles_computed, int64_t(2 * g.p.n_head));
+        QCOMPARE(st.tiles_skipped, int64_t(2 * g.p.n_head));
+        QVERIFY(compare_to_reference(g, reference(g)).isEmpty());
+    }
+
     void threads_are_bit_identical_data()
     {
         QTest::addColumn<int>("variant");
@@ -477,6 +554,12 @@ private slots:
         p.n_head_kv = 3;
         QVERIFY_THROWS_EXCEPTION(InvalidArgument, attention_naive(pool, p, false));
         QVERIFY_THROWS_EXCEPTION(InvalidArgument, attention_tiled(pool, p, false, 16));
+        p = f.p;
+        p.window = -1;
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, attention_tiled(pool, p, true));
+        p = f.p;
+        p.softcap = -1.0f;
+        QVERIFY_THROWS_EXCEPTION(InvalidArgument, attention_naive(pool, p, true));
     }
 };
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <immintrin.h>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -43,6 +44,13 @@ float score_scale(const AttentionProblem &p)
     return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.head_dim));
 }
 
+// Whether key j is visible from the query at position pos: causal (j <= pos) and, in a sliding
+// window, one of the last `window` positions (j > pos - window).
+bool key_visible(int64_t j, int64_t pos, int64_t window)
+{
+    return j <= pos && (window == 0 || j > pos - window);
+}
+
 void check_problem(const AttentionProblem &p, const char *who)
 {
     const auto fail = [&](const std::string &what) {
@@ -54,8 +62,10 @@ void check_problem(const AttentionProblem &p, const char *who)
     if (p.n_head % p.n_head_kv != 0)
         fail("n_head " + std::to_string(p.n_head) + " is not a multiple of n_head_kv " +
              std::to_string(p.n_head_kv));
-    if (p.n_q < 0 || p.n_kv < 0 || p.q_pos0 < 0)
-        fail("n_q, n_kv and q_pos0 must not be negative");
+    if (p.n_q < 0 || p.n_kv < 0 || p.q_pos0 < 0 || p.window < 0)
+        fail("n_q, n_kv, q_pos0 and window must not be negative");
+    if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
+        fail("softcap must be a finite number >= 0 (got " + std::to_string(p.softcap) + ")");
     if (p.n_q > 0 && (!p.q || !p.out))
         fail("q and out must be set");
     if (p.n_q > 0 && p.n_kv > 0 && (!p.k || !p.v))
@@ -84,6 +94,18 @@ struct FloatRows {
     const float *p;
     int64_t stride;
 };
+void decode_f16(const void *src, float *dst, int64_t n);
+
+// n values of a row as floats: F16 by the vector conversion (the same bits as the scalar
+// one: every half is exactly a float), the block formats by the weight decoder.
+void decode_row(DType type, const void *src, float *dst, int64_t n)
+{
+    if (type == DType::F16)
+        decode_f16(src, dst, n);
+    else
+        dequantize_row(type, src, dst, n);
+}
+
 FloatRows cache_rows(const void *base, DType type, int64_t ekv, int64_t j0, int64_t count, int64_t e0, int64_t width,
                      float *buf)
 {
@@ -92,11 +114,11 @@ FloatRows cache_rows(const void *base, DType type, int64_t ekv, int64_t j0, int6
     const size_t rb = row_bytes(type, ekv), off = row_bytes(type, e0);
     const uint8_t *src = static_cast<const uint8_t *>(base) + size_t(j0) * rb;
     if (width == ekv) {
-        dequantize_row(type, src, buf, count * ekv);
+        decode_row(type, src, buf, count * ekv);
         return {buf, ekv};
     }
     for (int64_t c = 0; c < count; ++c)
-        dequantize_row(type, src + size_t(c) * rb + off, buf + c * width, width);
+        decode_row(type, src + size_t(c) * rb + off, buf + c * width, width);
     return {buf, width};
 }
 
@@ -153,6 +175,39 @@ __attribute__((always_inline)) inline V16 shuffle2(V16 a, V16 b, V16i m)
 #else
     return __builtin_shuffle(a, b, m);
 #endif
+}
+
+// F16 to F32 with the conversion instruction: sixteen halves at a time (AVX-512) or eight
+// (F16C, part of x86-64-v3), the rest and CPUs without F16C one at a time. The conversion is
+// exact, so every path gives the same bits.
+__attribute__((target("arch=x86-64-v4"))) void decode_f16_v4(const void *src, float *dst, int64_t n)
+{
+    const auto *h = static_cast<const uint16_t *>(src);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))));
+    for (; i < n; ++i)
+        dst[i] = f16_to_f32(h[i]);
+}
+__attribute__((target("arch=x86-64-v3"))) void decode_f16_v3(const void *src, float *dst, int64_t n)
+{
+    const auto *h = static_cast<const uint16_t *>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+    for (; i < n; ++i)
+        dst[i] = f16_to_f32(h[i]);
+}
+void decode_f16(const void *src, float *dst, int64_t n)
+{
+    const CpuKernelTable &table = kernel_table();
+    if (table.attention_v4)
+        decode_f16_v4(src, dst, n);
+    else if (table.attention_v3)
+        decode_f16_v3(src, dst, n);
+    else
+        dequantize_row(DType::F16, src, dst, n);
 }
 
 // Swaps bit b of the row and column index of a 16 x 16 block held as 16 rows: the off-diagonal
@@ -263,6 +318,85 @@ void load_keys(const KeyRotation *rot, const float *src, int64_t src_stride, flo
     }
 }
 
+// Sixteen values [e0, e0 + 16) of an encoded row (F16, or Q8_0 with e0 a multiple of 16) as
+// floats: the bits dequantize_row gives (a half converted exactly; a block's quants times its
+// scale, one rounding).
+template <DType Type>
+__attribute__((target("arch=x86-64-v4"))) inline V16 encoded16_v4(const uint8_t *row, int64_t e0)
+{
+    static_assert(Type == DType::F16 || Type == DType::Q8_0);
+    __m512 r;
+    if constexpr (Type == DType::F16) {
+        r = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 2 * e0)));
+    } else {
+        const uint8_t *block = row + (e0 / 32) * 34; // ggml's block_q8_0: an F16 scale, 32 quants
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 2 + e0 % 32));
+        r = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, qs)));
+    }
+    V16 v;
+    std::memcpy(&v, &r, sizeof v);
+    return v;
+}
+
+// Keys [0, count) of one kv head straight from an encoded cache (key c's slice at
+// src + c * rb, hd values), decoded and transposed into dst[e * ld + c]: sixteen keys by
+// sixteen dims in registers, without a decoded copy of the rows in between; the last keys
+// (fewer than sixteen) through one decoded row at a time. The same bits as decoding the rows
+// and then transposing them.
+template <DType Type>
+__attribute__((target("arch=x86-64-v4"))) void transpose_encoded_keys_v4(const uint8_t *src, size_t rb, float *dst,
+                                                                         int64_t ld, int64_t count, int hd)
+{
+    int64_t k0 = 0;
+    for (; k0 + 16 <= count; k0 += 16)
+        for (int e0 = 0; e0 < hd; e0 += 16) {
+            V16 r[16];
+            #pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                r[i] = encoded16_v4<Type>(src + size_t(k0 + i) * rb, e0);
+            swap_index_bit<8>(r);
+            swap_index_bit<4>(r);
+            swap_index_bit<2>(r);
+            swap_index_bit<1>(r);
+            #pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                std::memcpy(dst + (e0 + i) * ld + k0, &r[i], sizeof r[i]);
+        }
+    if (k0 == count)
+        return;
+    std::vector<float> row(static_cast<size_t>(hd));
+    for (int64_t k = k0; k < count; ++k) {
+        decode_row(Type, src + size_t(k) * rb, row.data(), hd);
+        for (int e = 0; e < hd; ++e)
+            dst[e * ld + k] = row[size_t(e)];
+    }
+}
+
+// Whether a tile's keys of one kv head go from the encoded cache straight into the transposed
+// tile (transpose_encoded_keys): F16 or Q8_0 keys, stored rotated, at the AVX-512 level, in
+// whole vectors of sixteen dims.
+bool keys_transposed_from_cache(const AttentionProblem &p)
+{
+    return kernel_table().attention_v4 && !p.rotate_keys && p.head_dim % 16 == 0 &&
+           (p.k_type == DType::F16 || p.k_type == DType::Q8_0);
+}
+
+// Keys j0 .. j0 + count - 1 of kv head kvh, decoded and transposed into dst (ld floats per
+// dim); only where keys_transposed_from_cache holds.
+void transpose_encoded_keys(const AttentionProblem &p, int kvh, int64_t j0, int64_t count, float *dst, int64_t ld)
+{
+    const int64_t ekv = int64_t(p.n_head_kv) * p.head_dim;
+    const size_t rb = row_bytes(p.k_type, ekv);
+    const uint8_t *src =
+        static_cast<const uint8_t *>(p.k) + size_t(j0) * rb + row_bytes(p.k_type, int64_t(kvh) * p.head_dim);
+    if (p.k_type == DType::F16)
+        transpose_encoded_keys_v4<DType::F16>(src, rb, dst, ld, count, p.head_dim);
+    else
+        transpose_encoded_keys_v4<DType::Q8_0>(src, rb, dst, ld, count, p.head_dim);
+}
+
 // Physical memory, to refuse a score matrix that could only "succeed" through overcommit and
 // then get the process killed when touched. 0 when unknown.
 uint64_t physical_memory_bytes()
@@ -361,7 +495,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     float *row = mask.data() + i * n_kv;
                     const int64_t pos = p.q_pos0 + i;
                     for (int64_t j = 0; j < n_kv; ++j)
-                        row[j] = j <= pos && (p.window == 0 || j > pos - p.window) ? 0.0f : kNegInf;
+                        row[j] = key_visible(j, pos, p.window) ? 0.0f : kNegInf;
                 }
             },
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
@@ -431,6 +565,33 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 namespace {
 
 
+// What hides keys from one query row in one key tile, and the soft cap of its scores. mask:
+// the explicit additive mask row (0 / -inf), without causal flash; otherwise by positions:
+// with `diagonal` the columns after last_visible, in a sliding window those before
+// first_visible (<= 0: none).
+struct TileMask {
+    const float *mask = nullptr;
+    bool diagonal = false;
+    int64_t last_visible = 0;
+    int64_t first_visible = 0;
+    float softcap = 0.0f;
+};
+
+// The TileMask of the query at position pos over the key tile starting at key j0.
+TileMask tile_mask(const AttentionProblem &p, const float *mask, bool diagonal, int64_t pos, int64_t j0)
+{
+    return {mask, diagonal, pos - j0, p.window > 0 ? pos - p.window + 1 - j0 : 0, p.softcap};
+}
+
+// The explicit additive mask of the key tile [j0, j0 + w) for n_rows queries at positions
+// pos0, pos0 + 1, ...: 0 where the key is visible, -inf elsewhere; rows T apart.
+void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_t j0, int64_t w, int64_t window)
+{
+    for (int64_t qi = 0; qi < n_rows; ++qi)
+        for (int64_t c = 0; c < w; ++c)
+            mask[size_t(qi * T + c)] = key_visible(j0 + c, pos0 + qi, window) ? 0.0f : kNegInf;
+}
+
 // exp(x) for sixteen x <= 0 (softmax arguments, x - max): x = n ln2 + r with |r| <= ln2 / 2,
 // exp(r) by its Taylor polynomial to r^7 (truncation below 2e-9, under one float ulp), times
 // 2^n built in the exponent bits. Exactly 0 below -87.3 (the smallest normal float's
@@ -462,20 +623,28 @@ __attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
     return lo != 0.0f ? V16{} : e;
 }
 
-// The online-softmax step of one query row over one tile of raw scores s[0, w): applies the
-// mask (explicit, or with `diagonal` every key after column last_visible), updates the running
-// max m and sum l, turns s into the weights e^{s - m} and gives the factor alpha by which the
-// row's accumulator is to be rescaled. False (nothing changed) while the row has seen no
-// visible key: exp(-inf - -inf) would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
-__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const float *mask, bool diagonal,
-                                                        int64_t last_visible, float &m, float &l, float &alpha)
+// The online-softmax step of one query row over one tile of scaled scores s[0, w): soft-caps
+// them (softcap * tanh(s / softcap), as attention_naive does), applies the mask (the explicit
+// one, or by comparing positions every key after column last_visible and, in a sliding
+// window, every key before column first_visible), updates the running max m and sum l, turns s
+// into the weights e^{s - m} and gives the factor alpha by which the row's accumulator is to
+// be rescaled. False (nothing changed) while the row has seen no visible key: exp(-inf - -inf)
+// would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
+__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const TileMask &tm, float &m, float &l,
+                                                        float &alpha)
 {
-    if (mask) {
+    if (tm.softcap > 0.0f)
         for (int64_t c = 0; c < w; ++c)
-            s[c] += mask[c];
-    } else if (diagonal) {
-        // Keys past this query's position, by comparing positions.
-        for (int64_t c = std::max<int64_t>(0, last_visible + 1); c < w; ++c)
+            s[c] = tm.softcap * std::tanh(s[c] / tm.softcap);
+    if (tm.mask) {
+        for (int64_t c = 0; c < w; ++c)
+            s[c] += tm.mask[c];
+    } else {
+        // Keys past this query's position and before its window, by comparing positions.
+        if (tm.diagonal)
+            for (int64_t c = std::max<int64_t>(0, tm.last_visible + 1); c < w; ++c)
+                s[c] = kNegInf;
+        for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
     float tile_max = kNegInf;
@@ -591,13 +760,12 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
 // the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
-template <int GB, int KB>
+template <int GB, int KB, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
-                                                          const float *vt, int64_t ekv, int hd, float scale,
-                                                          const float *mask, bool diagonal, int64_t last_visible,
-                                                          float *s, float *a, int64_t a_stride, float *m, float *l,
-                                                          int64_t ml_stride)
+                                                          const Values &vt, int hd, float scale,
+                                                          const TileMask &tm, float *s, float *a, int64_t a_stride,
+                                                          float *m, float *l, int64_t ml_stride)
 {
     // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims; or,
     // with the keys in rows (kr), a row at a time.
@@ -645,17 +813,17 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
     // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
     float alpha[GB];
     for (int g = 0; g < GB; ++g)
-        if (!softmax_tile(s + g * T, w, mask, diagonal, last_visible, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
+        if (!softmax_tile(s + g * T, w, tm, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
             alpha[g] = 1.0f;
             std::fill(s + g * T, s + g * T + w, 0.0f);
         }
     // Keys past the last visible one carry zero weight in every row: not read at all.
     int64_t wv = w;
-    if (mask) {
-        while (wv > 0 && mask[wv - 1] == kNegInf)
+    if (tm.mask) {
+        while (wv > 0 && tm.mask[wv - 1] == kNegInf)
             --wv;
-    } else if (diagonal) {
-        wv = std::min(w, std::max<int64_t>(0, last_visible + 1));
+    } else if (tm.diagonal) {
+        wv = std::min(w, std::max<int64_t>(0, tm.last_visible + 1));
     }
 
     // acc = acc * alpha + sum_c p_c v_c, 32 dims by GB rows in registers across the tile.
@@ -668,7 +836,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             acc[g][1] = load16(a + g * a_stride + d0 + 16) * alpha[g];
         }
         for (int64_t cc = 0; cc < wv; ++cc) {
-            const V16 v0 = load16(vt + cc * ekv + d0), v1 = load16(vt + cc * ekv + d0 + 16);
+            const V16 v0 = vt.load16(cc, d0), v1 = vt.load16(cc, d0 + 16);
             #pragma GCC unroll 8
             for (int g = 0; g < GB; ++g) {
                 const float pw = s[g * T + cc];
@@ -686,7 +854,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
         for (int d = d0; d < hd; ++d) {
             float ad = a[g * a_stride + d] * alpha[g];
             for (int64_t cc = 0; cc < wv; ++cc)
-                ad += s[g * T + cc] * vt[cc * ekv + d];
+                ad += s[g * T + cc] * vt.at(cc, d);
             a[g * a_stride + d] = ad;
         }
 }
@@ -694,16 +862,15 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
 // key blocking keeps at least four independent chains and at most sixteen accumulators. The
 // keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
+template <class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
-                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const float *mask,
-                 bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride, float *m, float *l,
-                 int64_t ml_stride)
+                 int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
+                 int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                         \
-    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, \
-                           last_visible, s, a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride,      \
-                           ml_stride)
+#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                            \
+    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s,        \
+                           a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
         LS_TILE_ROWS_BLOCK(8, 32);
@@ -716,13 +883,84 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
 #undef LS_TILE_ROWS_BLOCK
 }
 
-LS_ATTENTION_BUILDS(tile_rows, tile_rows_blocks,
+// Values as floats, row c at v + c * ekv.
+struct FloatValues {
+    const float *v;
+    int64_t ekv;
+    __attribute__((always_inline)) V16 load16(int64_t c, int d) const { return longscope::load16(v + c * ekv + d); }
+    __attribute__((always_inline)) float at(int64_t c, int d) const { return v[c * ekv + d]; }
+};
+
+__attribute__((always_inline)) inline void
+tile_rows_floats(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                 int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm, float *s,
+                 float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+{
+    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
+                     m, l, ml_stride);
+}
+
+LS_ATTENTION_BUILDS(tile_rows, tile_rows_floats,
                     (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
                      int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
-                     const float *mask, bool diagonal, int64_t last_visible, float *s, float *a, int64_t a_stride,
-                     float *m, float *l, int64_t ml_stride),
-                    (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, mask, diagonal, last_visible,
-                     s, a, a_stride, m, l, ml_stride))
+                     const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
+                     int64_t ml_stride),
+                    (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, a, a_stride, m, l,
+                     ml_stride))
+
+// Values straight from a Q8_0 cache (row c's slice of one kv head at v + c * rb, the head size
+// a multiple of 32): sixteen of them decoded in registers as they are summed, the bits the
+// decoder gives, so the result is that of the decoded rows. GCC only: Clang (the fuzz build)
+// refuses a 64-byte vector returned into the generic body, and decodes the tile instead.
+#if !defined(__clang__)
+struct Q8Values {
+    const uint8_t *v;
+    size_t rb;
+    V16 load16(int64_t c, int d) const { return encoded16_v4<DType::Q8_0>(v + size_t(c) * rb, d); }
+    float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 32
+};
+
+// tile_rows over a Q8_0 cache's values, AVX-512 only (flatten: the decoder's intrinsics are
+// inlined into the build's body).
+__attribute__((target("arch=x86-64-v4"), flatten)) void
+tile_rows_q8_values(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                    int64_t T, int64_t w, const Q8Values &vt, int hd, float scale, const TileMask &tm, float *s,
+                    float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+{
+    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
+}
+
+#else
+struct Q8Values {
+    const uint8_t *v;
+    size_t rb;
+};
+void tile_rows_q8_values(int, const float *, int64_t, const float *, const float *, int64_t, int64_t, int64_t,
+                         const Q8Values &, int, float, const TileMask &, float *, float *, int64_t, float *, float *,
+                         int64_t)
+{
+    throw std::logic_error("tile_rows_q8_values: not built");
+}
+#endif
+
+// Whether the values are read from a Q8_0 cache in place (tile_rows_q8_values).
+bool values_from_q8_cache(const AttentionProblem &p)
+{
+#if defined(__clang__)
+    (void)p;
+    return false;
+#else
+    return kernel_table().attention_v4 && p.v_type == DType::Q8_0 && p.head_dim % 32 == 0;
+#endif
+}
+
+// The values of kv head kvh from key j0 on, in a Q8_0 cache.
+Q8Values q8_values(const AttentionProblem &p, int kvh, int64_t j0)
+{
+    const size_t rb = row_bytes(DType::Q8_0, int64_t(p.n_head_kv) * p.head_dim);
+    return {static_cast<const uint8_t *>(p.v) + size_t(j0) * rb + row_bytes(DType::Q8_0, int64_t(kvh) * p.head_dim),
+            rb};
+}
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
 // too few to keep many threads busy. Instead the visible key tiles are cut into
@@ -740,19 +978,27 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const float scale = score_scale(p);
     const int64_t n_tiles = (n_kv + T - 1) / T;
     const int64_t first_pos = p.q_pos0, last_pos = p.q_pos0 + n_q - 1;
-    // With causal_flash, tiles starting beyond the last query's position are never touched.
+    // With causal_flash, tiles starting beyond the last query's position are never touched;
+    // in a sliding window, neither are those ending before the first query's window. The
+    // tiles [first_tile, visible) are read.
     const int64_t visible = causal_flash ? std::min(n_tiles, last_pos / T + 1) : n_tiles;
-    stats.tiles_computed = visible * n_head;
-    stats.tiles_skipped = (n_tiles - visible) * n_head;
+    const int64_t first_tile = std::min(visible, p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) / T : 0);
+    const int64_t n_read = visible - first_tile;
+    stats.tiles_computed = n_read * n_head;
+    stats.tiles_skipped = (n_tiles - n_read) * n_head;
 
     // Fewer than eight query rows per kv head (multi-head attention): their scores come from
     // the keys in rows, summed across lanes, instead of from a transposed copy of the tile,
     // whose cost (per key, about six operations per sixteen dims) only pays off when shared.
     const bool keys_in_rows = group * n_q < 8 && hd % 16 == 0;
+    // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
+    const bool keys_direct = !keys_in_rows && keys_transposed_from_cache(p);
+    // Q8_0 values are decoded as they are summed.
+    const bool values_direct = values_from_q8_cache(p);
     const int64_t n_splits = attention_key_splits;
     // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
     // contiguous range of tiles.
-    const int64_t used = std::min(n_splits, visible);
+    const int64_t used = std::min(n_splits, n_read);
     const int64_t rows = int64_t(n_head) * n_q; // row r = h * n_q + qi
     // State for every split is reserved (so the scratch does not depend on n_kv); only the
     // used ones are initialised, filled and merged. The buffer stays with the calling thread
@@ -772,14 +1018,15 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // per thread is alive at a time.
     // kbuf / vbuf [T, n_head_kv * head_dim]: the tile's rows decoded, for an encoded cache.
     const size_t ktile_n = size_t(T * hd), scores_n = size_t(8 * T), mask_n = causal_flash ? 0 : size_t(n_q * T);
-    const size_t kbuf_n = decode_floats(p.k_type, T, ekv), vbuf_n = decode_floats(p.v_type, T, ekv);
+    const size_t kbuf_n = keys_direct ? 0 : decode_floats(p.k_type, T, ekv),
+                 vbuf_n = values_direct ? 0 : decode_floats(p.v_type, T, ekv);
     stats.scratch_bytes = (2 * state + acc_state + size_t(std::min<int64_t>(pool.size(), n_splits)) *
                                                        (ktile_n + scores_n + mask_n + kbuf_n + vbuf_n)) *
                           sizeof(float);
 
     // Only the splits that hold tiles are handed out, at least enough of them per thread to
     // be worth a thread: scores and the weighted sum, two multiply-adds per key, dim and row.
-    const int64_t split_work = (visible + used - 1) / std::max<int64_t>(1, used) * T * rows * hd * 2;
+    const int64_t split_work = (n_read + used - 1) / std::max<int64_t>(1, used) * T * rows * hd * 2;
     pool.parallel_for(
         used,
         [&](int64_t begin, int64_t end) {
@@ -787,23 +1034,27 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
             for (int64_t split = begin; split < end; ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
-                for (int64_t t = visible * split / used; t < visible * (split + 1) / used; ++t) {
+                for (int64_t t = first_tile + n_read * split / used; t < first_tile + n_read * (split + 1) / used;
+                     ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
-                        for (int64_t qi = 0; qi < n_q; ++qi)
-                            for (int64_t c = 0; c < w; ++c)
-                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
-                    // The tile's rows as floats: the cache itself, or decoded once for every kv head.
-                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
-                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
+                        fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
+                    // The tile's rows as floats: the cache itself, or decoded once for every kv head
+                    // (keys not at all where they go straight into the transposed tile).
+                    const FloatRows krows = keys_direct ? FloatRows{nullptr, 0}
+                                                        : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
+                    const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
+                                                          : cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
                         // Keys transposed, or in rows where few query rows share them: straight
                         // from the cache, or copied (and rotated) when it holds them unrotated.
                         const float *kr = nullptr;
                         int64_t kr_stride = 0;
                         const float *kh = krows.p + int64_t(kvh) * hd;
-                        if (!keys_in_rows) {
+                        if (keys_direct) {
+                            transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
+                        } else if (!keys_in_rows) {
                             load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
                         } else if (p.rotate_keys) {
                             load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), hd, 1, j0, w, 1, hd);
@@ -818,10 +1069,16 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
                             const int64_t r0 = int64_t(h0) * n_q + qi;
-                            tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T, w, vt,
-                                      vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
-                                      first_pos + qi - j0, scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0,
-                                      n_q);
+                            const TileMask tm = tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T,
+                                                          diagonal, first_pos + qi, j0);
+                            if (values_direct)
+                                tile_rows_q8_values(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr,
+                                                    kr_stride, T, w, q8_values(p, kvh, j0), hd, scale, tm,
+                                                    scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0, n_q);
+                            else
+                                tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T,
+                                          w, vt, vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd,
+                                          m + r0, l + r0, n_q);
                         }
                     }
                 }
@@ -867,8 +1124,6 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                                int tile)
 {
     check_problem(p, "attention_tiled");
-    if (p.softcap != 0.0f || p.window != 0)
-        throw InvalidArgument("attention_tiled: soft-capped or windowed attention runs in attention_naive");
     if (tile <= 0)
         throw InvalidArgument("attention_tiled: tile must be positive (got " +
                               std::to_string(tile) + ")");
@@ -890,6 +1145,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
+    const bool keys_direct = keys_transposed_from_cache(p), values_direct = values_from_q8_cache(p);
 
     std::atomic<uint64_t> scratch{0};
     std::atomic<int64_t> computed{0}, skipped{0};
@@ -913,7 +1169,8 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             std::vector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
             //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
-            std::vector<float> kbuf(decode_floats(p.k_type, T, hd)), vbuf(decode_floats(p.v_type, T, hd));
+            std::vector<float> kbuf(keys_direct ? 0 : decode_floats(p.k_type, T, hd)),
+                vbuf(values_direct ? 0 : decode_floats(p.v_type, T, hd));
             scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
                                 m.size() + l.size() + kbuf.size() + vbuf.size()) *
                        sizeof(float);
@@ -932,7 +1189,12 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                 std::fill(l.begin(), l.begin() + rows, 0.0f);
                 std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
 
-                for (int64_t t = 0; t < n_tiles; ++t) {
+                // In a sliding window, the tiles ending before the first query's window hold no
+                // key any query of the block sees: never touched.
+                const int64_t first_tile =
+                    p.window > 0 ? std::min(n_tiles, std::max<int64_t>(0, first_pos - p.window + 1) / T) : 0;
+                n_skipped += first_tile * group;
+                for (int64_t t = first_tile; t < n_tiles; ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
                     if (causal_flash && j0 > last_pos) {
                         // This tile and all later ones start beyond every query of the
@@ -946,27 +1208,40 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // rotated when the cache holds them unrotated): one load per (key, kv head)
                     // per unit, shared by its group * bq rows, and the score loop below runs
                     // over contiguous keys, which the compiler vectorises.
-                    const FloatRows krows = cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
-                    load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
+                    if (keys_direct) {
+                        transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
+                    } else {
+                        const FloatRows krows =
+                            cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
+                        load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
+                    }
                     const float *kt = ktile.data();
-                    const FloatRows vrows = cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd, vbuf.data());
+                    const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
+                                                          : cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd,
+                                                                       vbuf.data());
                     const float *vt = vrows.p;
 
                     // Without causal_flash: the explicit mask tile [bq, w], 0 / -inf from
-                    // positions, added to every head's scores. With it: keys past a query are
-                    // left out by comparing positions, only on a tile crossing the diagonal.
+                    // positions (and the window), added to every head's scores. With it: keys
+                    // past a query are left out by comparing positions, only on a tile crossing
+                    // the diagonal, and keys before a query's window likewise.
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
-                        for (int64_t qi = 0; qi < bq; ++qi)
-                            for (int64_t c = 0; c < w; ++c)
-                                mask[size_t(qi * T + c)] = j0 + c <= first_pos + qi ? 0.0f : kNegInf;
+                        fill_mask_tile(mask.data(), T, bq, first_pos, j0, w, p.window);
 
                     // The group's query heads at one position share each key and value load.
-                    for (int64_t qi = 0; qi < bq; ++qi)
-                        tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w, vt,
-                                  vrows.stride, hd, scale, causal_flash ? nullptr : mask.data() + qi * T, diagonal,
-                                  first_pos + qi - j0, scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
-                                  l.data() + qi, bq);
+                    for (int64_t qi = 0; qi < bq; ++qi) {
+                        const TileMask tm =
+                            tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi, j0);
+                        if (values_direct)
+                            tile_rows_q8_values(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr,
+                                                0, T, w, q8_values(p, kvh, j0), hd, scale, tm, scores.data(),
+                                                acc.data() + qi * hd, bq * hd, m.data() + qi, l.data() + qi, bq);
+                        else
+                            tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w,
+                                      vt, vrows.stride, hd, scale, tm, scores.data(), acc.data() + qi * hd, bq * hd,
+                                      m.data() + qi, l.data() + qi, bq);
+                    }
                 }
 
                 // out = acc / l; a row that saw no key at all (empty cache) gets zeros.

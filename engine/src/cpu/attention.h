@@ -45,8 +45,8 @@ struct AttentionProblem {
     const KeyRotation *rotate_keys = nullptr; // null: keys are already rotated
 
     float scale = 0.0f;       // score scale; 0: 1 / sqrt(head_dim)
-    float softcap = 0.0f;     // scores -> softcap * tanh(scores / softcap); 0: none (plain attention only)
-    int64_t window = 0;       // query at position p sees keys j > p - window; 0: all (plain attention only)
+    float softcap = 0.0f;     // scores -> softcap * tanh(scores / softcap); 0: none
+    int64_t window = 0;       // query at position p sees keys j > p - window; 0: all
 
     float *out = nullptr;     // [n_q, n_head, head_dim]
 };
@@ -82,7 +82,11 @@ constexpr int64_t attention_key_splits = 16;
 // A tile in the stats is one (query head, query block of attention_query_block(tile) queries,
 // key tile) triple: tiles_computed + tiles_skipped = n_head * ceil(n_q / block) *
 // ceil(n_kv / tile). A key tile is skipped when its first key lies beyond the position of the
-// block's last query. scratch_bytes is the sum of the per-worker buffers, independent of n_kv.
+// block's last query (causal_flash only), or when, in a sliding window, its last key lies before
+// the window of the block's first query (with or without causal_flash); every key of a skipped
+// tile is hidden from every query of the block. The decode path (attention_split_keys_max_queries
+// queries or fewer) counts its queries as one block. Soft-capping and sliding windows are applied
+// per tile as attention_naive applies them. scratch_bytes is the sum of the per-worker buffers, independent of n_kv.
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
                                int tile = 64);
 

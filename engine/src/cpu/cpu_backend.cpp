@@ -203,10 +203,8 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
     p.scale = c.scale;
     p.softcap = c.softcap;
     p.window = c.window;
-    // The tiled kernels know neither soft-capping nor windows: such layers take the plain one.
-    const bool tiled = params.memory_efficient && c.softcap == 0.0f && c.window == 0;
-    const AttentionStats as = tiled ? attention_tiled(m_pool, p, params.causal_flash)
-                                    : attention_naive(m_pool, p, params.causal_flash);
+    const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash)
+                                                      : attention_naive(m_pool, p, params.causal_flash);
     return {as.scratch_bytes, as.tiles_skipped};
 }
 
