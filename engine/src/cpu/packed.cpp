@@ -37,11 +37,19 @@ bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0;
 // Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256.
 int64_t codes32_bytes(DType type) { return type == DType::Q8_0 ? packed_q8_0_block_bytes : packed_q4_0_block_bytes; }
 
+// Where block b's sixteen scales and its codes start in a packed Q8_0 or Q4_0 group: blocks go
+// in pairs, the pair's 64 bytes of scales, then its two blocks' codes (packed.h).
+size_t scales32_offset(DType type, int64_t b) { return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 32 * (b % 2)); }
+size_t codes32_offset(DType type, int64_t b)
+{
+    return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 64 + codes32_bytes(type) * (b % 2));
+}
+
 // Bytes of a packed group of sixteen rows of n_in values.
 size_t group_bytes(DType type, int64_t n_in)
 {
     if (is_block32(type))
-        return packed_block32_scale_bytes(n_in) + size_t(n_in / qk) * size_t(codes32_bytes(type));
+        return size_t((n_in / qk + 1) / 2 * 64 + n_in / qk * codes32_bytes(type));
     return size_t(n_in / qk_k) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes);
 }
 
@@ -87,7 +95,6 @@ bool packable(DType type, int64_t n_in, int64_t n_out)
            n_out > 0 && n_out % packed_group_rows == 0;
 }
 
-size_t packed_block32_scale_bytes(int64_t n_in) { return size_t((n_in / qk * 32 + 63) / 64 * 64); }
 
 bool packed_kernel_available(QKernel k)
 {
@@ -161,16 +168,17 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 {
     const int64_t nb = n_in / qk;
     const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
-    const size_t row_stride = size_t(nb * bb), scale_bytes = packed_block32_scale_bytes(n_in);
+    const size_t row_stride = size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
-        std::memset(grp, 0, scale_bytes);
+        if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
+            std::memset(grp + scales32_offset(type, nb - 1) + 32, 0, 32);
         for (int r = 0; r < packed_group_rows; ++r) {
             const uint8_t *row = src + size_t(g * packed_group_rows + r) * row_stride;
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *p = row + size_t(b * bb);
-                std::memcpy(grp + 32 * b + 2 * r, p, 2);
-                uint8_t *codes = grp + scale_bytes + size_t(b * codes32_bytes(type));
+                std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
+                uint8_t *codes = grp + codes32_offset(type, b);
                 for (int j = 0; j < int(bb) - 2; ++j)
                     codes[code32_offset(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
             }
@@ -198,9 +206,9 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
         const int r = int(row % packed_group_rows);
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         for (int64_t b = 0; b < n_in / qk; ++b) {
-            const uint8_t *codes = grp + packed_block32_scale_bytes(n_in) + size_t(b * codes32_bytes(type));
+            const uint8_t *codes = grp + codes32_offset(type, b);
             uint16_t hd;
-            std::memcpy(&hd, grp + 32 * b + 2 * r, 2);
+            std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
             const float d = f16_to_f32(hd);
             for (int j = 0; j < qk; ++j) {
                 const uint8_t c = codes[code32_offset(type, r, j)];
@@ -468,7 +476,6 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
 {
     constexpr int bias = T == DType::Q8_0 ? 128 : 8;
     const int64_t nb = n_in / qk;
-    const uint8_t *codes = group + packed_block32_scale_bytes(n_in);
     const __m512i low = _mm512_set1_epi8(0x0F);
     const int8_t *xq[NT];
     const float *xd[NT];
@@ -482,12 +489,24 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
         acc[t] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *c = codes + size_t(b * codes32_bytes(T));
+        const uint8_t *c = group + codes32_offset(T, b);
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             is[t] = _mm512_set1_epi32(-bias * (xs[t][2 * b] + xs[t][2 * b + 1]));
-        if constexpr (T == DType::Q8_0) {
+        if constexpr (T == DType::Q8_0 && NT == 1) {
+            // One token (decode): two chains of four, so the loads of the next block start
+            // sooner (the sums are exact either way).
+            __m512i odd = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; w += 2) {
+                is[0] = _mm512_dpbusd_epi32(is[0], _mm512_loadu_si512(c + 64 * w),
+                                            _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w)));
+                odd = _mm512_dpbusd_epi32(odd, _mm512_loadu_si512(c + 64 * w + 64),
+                                          _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w + 4)));
+            }
+            is[0] = _mm512_add_epi32(is[0], odd);
+        } else if constexpr (T == DType::Q8_0) {
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
@@ -508,7 +527,8 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
                 }
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + 32 * b)));
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b))));
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
@@ -798,7 +818,6 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                                     float *out, int64_t ldo)
 {
     const int64_t nb = n_in / qk;
-    const uint8_t *codes = group + packed_block32_scale_bytes(n_in);
     const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT];
@@ -806,7 +825,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *c = codes + size_t(b * codes32_bytes(T)) + 32 * h;
+            const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
             __m256i is[NT];
             if constexpr (T == DType::Q8_0) {
                 #pragma GCC unroll 4
@@ -843,7 +862,8 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + 32 * b + 16 * h)));
+            const __m256 dw =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),

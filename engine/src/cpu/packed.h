@@ -31,17 +31,16 @@
 //                top two bits at bits 2 w, 2 w + 1.
 //   [3360, 3392) zero
 //
-// Q8_0 (x = d * q) and Q4_0 (x = d * (q - 8)), a scale per 32 values, are laid out per group
-// as the sixteen rows' scales of every block first, then the codes, so that every 64-byte
-// vector of codes is aligned:
+// Q8_0 (x = d * q) and Q4_0 (x = d * (q - 8)), a scale per 32 values, go in pairs of blocks,
+// each pair the sixteen rows' scales of both blocks in one 64-byte line, then the two blocks'
+// codes, so the group streams in order and every 64-byte vector of codes is aligned:
 //
-//   [0, S)           f16 d[n_in / 32][16]   block b's scale of row r at 16 b + r; S = that,
-//                                           rounded up to 64 bytes
-//   Q8_0, [S + 512 b, S + 512 b + 512)  u8 q[8][16][4]: block b, word w (values 4 w .. 4 w + 3),
-//                                       row r: the four codes + 128 (unsigned)
-//   Q4_0, [S + 256 b, S + 256 b + 256)  u8 qs[4][16][4]: block b, word w, row r: the row's bytes
-//                                       qs[4 w .. 4 w + 3] (low nibbles: values 4 w + c, high
-//                                       nibbles: values 16 + 4 w + c)
+//   [ 0, 64)   f16 d[2][16]         the pair's scales, block 2k's then block 2k+1's (zeros
+//                                   when the row's last block is alone in its pair)
+//   Q8_0, then two blocks of u8 q[8][16][4]: word w (values 4 w .. 4 w + 3), row r: the four
+//         codes + 128 (unsigned); 64 + 2 x 512 = 1088 bytes a pair
+//   Q4_0, then two blocks of u8 qs[4][16][4]: word w, row r: the row's bytes qs[4 w .. 4 w + 3]
+//         (low nibbles: values 4 w + c, high nibbles: values 16 + 4 w + c); 576 bytes a pair
 //
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
@@ -63,9 +62,6 @@ constexpr int64_t packed_q4_k_block_bytes = 2368;
 constexpr int64_t packed_q6_k_block_bytes = 3392;
 constexpr int64_t packed_q8_0_block_bytes = 512; // the codes of one block of 32; the scales apart
 constexpr int64_t packed_q4_0_block_bytes = 256;
-
-// Bytes of the scales at the start of a packed Q8_0 or Q4_0 group of rows of n_in values.
-size_t packed_block32_scale_bytes(int64_t n_in);
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
 // of 16 and n_in of 256 for Q4_K and Q6_K, of 32 for Q8_0 and Q4_0).
