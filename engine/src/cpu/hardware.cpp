@@ -22,10 +22,12 @@ std::string cpu_kernel_name()
     const CpuKernelTable &t = kernel_table();
     std::string s = vector_level_name(t.level);
     s += std::string(" (quantized weights: ") + qkernel_name(t.integer) + " integer dot products";
-    if (t.pack_weights)
-        s += " on packed Q4_K/Q6_K/Q8_0/Q4_0 matrices at any token count";
-    if (t.bf16_dot)
-        s += ", BF16 dot products for other matrices from " + std::to_string(bf16_min_tokens) + " tokens";
+    const std::string from = std::to_string(bf16_min_tokens) + " tokens";
+    if (t.bf16_dot && t.pack_weights)
+        s += " (for packed Q4_K/Q6_K/Q8_0/Q4_0 matrices at any token count), BF16 dot products for other matrices "
+             "from " + from;
+    else if (t.bf16_dot)
+        s += ", BF16 dot products from " + from;
     return s + ")";
 }
 
