@@ -55,7 +55,7 @@ size_t group_bytes(DType type, int64_t n_in)
 
 // Code j (0..31) of row r in block b's codes of a packed Q8_0 or Q4_0 group: the stored byte's
 // offset, and for Q4_0 whether the code is its high nibble.
-size_t code32_offset(DType type, int r, int j)
+size_t code32_byte(DType type, int r, int j)
 {
     return type == DType::Q8_0 ? size_t(64 * (j / 4) + 4 * r + j % 4) : size_t(64 * (j % 16 / 4) + 4 * r + j % 4);
 }
@@ -180,7 +180,7 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
                 std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
                 uint8_t *codes = grp + codes32_offset(type, b);
                 for (int j = 0; j < int(bb) - 2; ++j)
-                    codes[code32_offset(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
+                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
             }
         }
     }
@@ -211,7 +211,7 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
             std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
             const float d = f16_to_f32(hd);
             for (int j = 0; j < qk; ++j) {
-                const uint8_t c = codes[code32_offset(type, r, j)];
+                const uint8_t c = codes[code32_byte(type, r, j)];
                 const int q = type == DType::Q8_0 ? int(int8_t(c ^ 0x80)) : (j < 16 ? c & 0x0f : c >> 4) - 8;
                 out[b * qk + j] = d * float(q);
             }
