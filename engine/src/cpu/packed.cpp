@@ -53,8 +53,8 @@ size_t group_bytes(DType type, int64_t n_in)
     return size_t(n_in / qk_k) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes);
 }
 
-// Code j (0..31) of row r in block b's codes of a packed Q8_0 or Q4_0 group: the stored byte's
-// offset, and for Q4_0 whether the code is its high nibble.
+// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0 or Q4_0
+// group (Q4_0: codes j < 16 in the low nibbles, j + 16 in the high ones of the same bytes).
 size_t code32_byte(DType type, int r, int j)
 {
     return type == DType::Q8_0 ? size_t(64 * (j / 4) + 4 * r + j % 4) : size_t(64 * (j % 16 / 4) + 4 * r + j % 4);
