@@ -89,11 +89,14 @@ private slots:
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::F32Fma);
         QCOMPARE(prefill_compute_family("BF16"), ComputeFamily::F32Fma);
         QCOMPARE(prefill_compute_family("no such type"), ComputeFamily::F32Fma);
-        // Quantized weights: BF16 dot products over many tokens where the kernels have them,
-        // else 8-bit integer ones.
+        // Quantized weights: 8-bit integer dot products for the types packed at load (where
+        // the kernel table packs), else BF16 dot products over many tokens where the kernels
+        // have them, else 8-bit integer ones.
         const ComputeFamily quant = t.bf16_dot ? ComputeFamily::Bf16Dot : ComputeFamily::Int8Dot;
+        const ComputeFamily packed = t.pack_weights ? ComputeFamily::Int8Dot : quant;
         for (const char *type : {"Q8_0", "Q4_K", "Q6_K"})
-            QCOMPARE(prefill_compute_family(type), quant);
+            QCOMPARE(prefill_compute_family(type), packed);
+        QCOMPARE(prefill_compute_family("Q5_0"), quant);
         CpuOptions o;
         o.quant_matmul = QuantMatmulPath::Integer;
         CpuOptionsScope scope(o);

@@ -718,7 +718,7 @@ private slots:
         }
     }
 
-    // Q4_K and Q6_K matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q4_K, Q6_K, Q8_0 and Q4_0 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -728,12 +728,16 @@ private slots:
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        for (DType t : {DType::Q4_K, DType::Q6_K}) {
+        for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
             QTest::newRow((name + " 2048x112").c_str()) << t << 2048 << 112;
         }
+        // An odd number of blocks: the scales' area is padded to 64 bytes.
+        QTest::newRow("Q8_0 96x32") << DType::Q8_0 << 96 << 32;
+        QTest::newRow("Q8_0 5632x16") << DType::Q8_0 << 5632 << 16;
+        QTest::newRow("Q4_0 160x32") << DType::Q4_0 << 160 << 32;
     }
     void packed_matrices()
     {
@@ -742,12 +746,15 @@ private slots:
         QFETCH(int, n_out);
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
-        QVERIFY(!packable(type, n_in + 32, n_out));
-        QVERIFY(!packable(DType::Q8_0, n_in, n_out));
+        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0;
+        QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
+        QVERIFY(!packable(DType::Q5_0, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
-        QCOMPARE(bytes, size_t(n_out / 16) * size_t(n_in / 256) *
-                            size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes));
+        const size_t group = b32 ? size_t((n_in / 32 * 32 + 63) / 64 * 64 + n_in / 32 * (type == DType::Q8_0 ? 512 : 256))
+                                                 : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
+                                                                                                   : packed_q6_k_block_bytes);
+        QCOMPARE(bytes, size_t(n_out / 16) * group);
         std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
         uint8_t *pk = packed.data() + 1;
         const auto *src = static_cast<const uint8_t *>(w.view.data);
@@ -822,6 +829,30 @@ private slots:
             if (first.empty())
                 first = y4;
         }
+        // A NaN or an infinity in a token's activations gives NaN for that token through the
+        // packed kernels too (qdot.h's rule); the other tokens of the tile keep their bits.
+        std::vector<float> xp = x;
+        xp[size_t(2 * n_in + 5)] = std::numeric_limits<float>::quiet_NaN();
+        xp[size_t(5 * n_in + n_in - 1)] = std::numeric_limits<float>::infinity();
+        QuantizedActs poisoned;
+        quantize_acts(nullptr, xp.data(), n_tokens, n_in, poisoned);
+        for (QKernel k : kernels) {
+            std::vector<float> yp(size_t(n_tokens * n_out), 0.0f);
+            for (int64_t g = 0; g < groups; ++g)
+                for (int t = 0; t < n_tokens; t += 4)
+                    packed_tile_with(k, type, pk, n_in, g, poisoned, t, std::min(4, n_tokens - t),
+                                     yp.data() + t * n_out + g * 16, n_out);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    const size_t i = size_t(t * n_out + o);
+                    if (t == 2 || t == 5)
+                        QVERIFY2(std::isnan(yp[i]), qPrintable(QString("%1 t %2 o %3: %4").arg(qkernel_name(k)).arg(t)
+                                                                   .arg(o).arg(yp[i])));
+                    else
+                        QVERIFY(bits_of(yp[i]) == bits_of(first[i]));
+                }
+        }
+
         y4 = first;
         if (!packed_kernel_available(qkernel()))
             return; // matmul never packs here

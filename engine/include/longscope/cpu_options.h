@@ -18,8 +18,9 @@ namespace longscope {
 // products of quantized weights, and attention.
 enum class SimdLevel { Auto, Avx512, Avx2, Portable };
 
-// How quantized weights are multiplied. Auto: BF16 dot products from 16 tokens on where the
-// CPU has them, else integer dot products on activations quantized to 8 bits. Dequantize:
+// How quantized weights are multiplied. Auto: integer dot products on activations quantized to
+// 8 bits for packed matrices and few tokens, BF16 dot products for other matrices from 16
+// tokens on where the CPU has them. Dequantize:
 // rows widened to float, then the float kernel (the reference path). A path the weight type or
 // the CPU cannot take falls back as Auto would.
 enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize };
@@ -27,8 +28,8 @@ enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize };
 struct CpuOptions {
     SimdLevel kernels = SimdLevel::Auto;
     QuantMatmulPath quant_matmul = QuantMatmulPath::Auto;
-    // Q4_K and Q6_K matrices re-laid out at load for the integer kernels (sixteen rows
-    // interleaved, the same values); off keeps the file's row layout.
+    // Q4_K, Q6_K, Q8_0 and Q4_0 matrices re-laid out at load for the integer kernels (sixteen
+    // rows interleaved, the same values); off keeps the file's row layout.
     bool pack_weights = true;
     // The matrices copied at load out of the file mapping into the model's own huge pages;
     // off leaves them in the mapping (packed matrices are still packed).

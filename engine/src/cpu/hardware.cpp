@@ -2,6 +2,7 @@
 
 #include "cpu/compute_peak.h"
 #include "cpu/kernel_table.h"
+#include "cpu/packed.h"
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
@@ -21,8 +22,12 @@ std::string cpu_kernel_name()
     const CpuKernelTable &t = kernel_table();
     std::string s = vector_level_name(t.level);
     s += std::string(" (quantized weights: ") + qkernel_name(t.integer) + " integer dot products";
-    if (t.bf16_dot)
-        s += ", BF16 dot products from " + std::to_string(bf16_min_tokens) + " tokens";
+    const std::string from = std::to_string(bf16_min_tokens) + " tokens";
+    if (t.bf16_dot && t.pack_weights)
+        s += " (for packed Q4_K/Q6_K/Q8_0/Q4_0 matrices at any token count), BF16 dot products for other matrices "
+             "from " + from;
+    else if (t.bf16_dot)
+        s += ", BF16 dot products from " + from;
     return s + ")";
 }
 
@@ -78,7 +83,12 @@ ComputeFamily prefill_compute_family(std::string_view weight_type)
             continue;
         WeightView w;
         w.type = DType(id);
-        w.shape = {256, 1};
+        w.shape = {256, packed_group_rows};
+        // A model's matrices of this type are packed at load where the kernel table packs it;
+        // the path looks only at whether they are.
+        static const uint8_t packed_marker = 0;
+        if (cpu_wants_packed(w))
+            w.cpu_packed = &packed_marker;
         switch (matmul_path(w, bf16_min_tokens)) {
         case QuantMatmul::Bf16: return ComputeFamily::Bf16Dot;
         case QuantMatmul::Integer: return ComputeFamily::Int8Dot;

@@ -27,9 +27,10 @@ float dot_f32(const float *a, const float *b, int64_t n);
 // W: [n_in, n_out] (n_out rows of n_in). Each weight row is read once for all tokens.
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens);
 
-// How quantized weights are multiplied. Auto: BF16 dot products (weights dequantized once per
-// call, activations rounded to BF16) from bf16_min_tokens tokens on where the CPU has them,
-// else integer dot products (activations quantized to 8 bits per block of 32, qdot.h).
+// How quantized weights are multiplied. Auto: integer dot products (activations quantized to
+// 8 bits per block of 32, qdot.h) for packed matrices (cpu/packed.h) and below
+// bf16_min_tokens tokens; BF16 dot products (weights dequantized once per call, activations
+// rounded to BF16) for other matrices from bf16_min_tokens tokens on where the CPU has them.
 // Dequantize: rows widened to float into a buffer, then the float kernel (a reference path).
 // The kernel table's forced path (CpuOptions::quant_matmul) replaces Auto.
 using QuantMatmul = QuantMatmulPath;

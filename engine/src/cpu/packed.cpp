@@ -29,7 +29,36 @@ constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
 static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
 static_assert(packed_q6_k_block_bytes % 64 == 0);
 
-int64_t block_bytes(DType type) { return type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes; }
+constexpr int64_t qk = 32; // Q8_0 and Q4_0 block
+constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18;
+
+bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+
+// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256.
+int64_t codes32_bytes(DType type) { return type == DType::Q8_0 ? packed_q8_0_block_bytes : packed_q4_0_block_bytes; }
+
+// Where block b's sixteen scales and its codes start in a packed Q8_0 or Q4_0 group: blocks go
+// in pairs, the pair's 64 bytes of scales, then its two blocks' codes (packed.h).
+size_t scales32_offset(DType type, int64_t b) { return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 32 * (b % 2)); }
+size_t codes32_offset(DType type, int64_t b)
+{
+    return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 64 + codes32_bytes(type) * (b % 2));
+}
+
+// Bytes of a packed group of sixteen rows of n_in values.
+size_t group_bytes(DType type, int64_t n_in)
+{
+    if (is_block32(type))
+        return size_t((n_in / qk + 1) / 2 * 64 + n_in / qk * codes32_bytes(type));
+    return size_t(n_in / qk_k) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes);
+}
+
+// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0 or Q4_0
+// group (Q4_0: codes j < 16 in the low nibbles, j + 16 in the high ones of the same bytes).
+size_t code32_byte(DType type, int r, int j)
+{
+    return type == DType::Q8_0 ? size_t(64 * (j / 4) + 4 * r + j % 4) : size_t(64 * (j % 16 / 4) + 4 * r + j % 4);
+}
 
 // The 256 6-bit codes of a Q6_K super-block in value order (quant.h).
 void q6_k_codes(const uint8_t *p, uint8_t q[256])
@@ -61,8 +90,11 @@ inline int q6_packed_code(const uint8_t *b, int r, int i)
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
-    return (type == DType::Q4_K || type == DType::Q6_K) && n_in > 0 && n_in % qk_k == 0 && n_out > 0 && n_out % packed_group_rows == 0;
+    const int64_t block = is_block32(type) ? qk : qk_k;
+    return (type == DType::Q4_K || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
+           n_out > 0 && n_out % packed_group_rows == 0;
 }
+
 
 bool packed_kernel_available(QKernel k)
 {
@@ -77,7 +109,7 @@ bool cpu_wants_packed(const WeightView &w)
 
 size_t packed_size(DType type, int64_t n_in, int64_t n_out)
 {
-    return size_t(n_out / packed_group_rows) * size_t(n_in / qk_k) * size_t(block_bytes(type));
+    return size_t(n_out / packed_group_rows) * group_bytes(type, n_in);
 }
 
 namespace {
@@ -131,12 +163,37 @@ void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
         }
 }
 
+// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each).
+void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+{
+    const int64_t nb = n_in / qk;
+    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
+    const size_t row_stride = size_t(nb * bb);
+    for (int64_t g = g0; g < g1; ++g) {
+        uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
+        if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
+            std::memset(grp + scales32_offset(type, nb - 1) + 32, 0, 32);
+        for (int r = 0; r < packed_group_rows; ++r) {
+            const uint8_t *row = src + size_t(g * packed_group_rows + r) * row_stride;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *p = row + size_t(b * bb);
+                std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
+                uint8_t *codes = grp + codes32_offset(type, b);
+                for (int j = 0; j < int(bb) - 2; ++j)
+                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
+            }
+        }
+    }
+}
+
 } // namespace
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     if (type == DType::Q4_K)
         pack_q4_k(src, n_in, dst, g0, g1);
+    else if (is_block32(type))
+        pack_block32(type, src, n_in, dst, g0, g1);
     else
         pack_q6_k(src, n_in, dst, g0, g1);
 }
@@ -145,6 +202,22 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
+    if (is_block32(type)) { // x = d * q (dequantize_q8_0), x = d * (nibble - 8) (dequantize_q4_0)
+        const int r = int(row % packed_group_rows);
+        const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
+        for (int64_t b = 0; b < n_in / qk; ++b) {
+            const uint8_t *codes = grp + codes32_offset(type, b);
+            uint16_t hd;
+            std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
+            const float d = f16_to_f32(hd);
+            for (int j = 0; j < qk; ++j) {
+                const uint8_t c = codes[code32_byte(type, r, j)];
+                const int q = type == DType::Q8_0 ? int(int8_t(c ^ 0x80)) : (j < 16 ? c & 0x0f : c >> 4) - 8;
+                out[b * qk + j] = d * float(q);
+            }
+        }
+        return;
+    }
     if (type == DType::Q6_K) {
         const int64_t nsb = n_in / qk_k;
         const int64_t g = row / packed_group_rows;
@@ -389,6 +462,78 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
             acc[t] = _mm512_fmadd_ps(d, _mm512_add_ps(f[t][0], f[t][1]), acc[t]);
     }
     #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+        _mm512_storeu_ps(out + t * ldo, acc[t]);
+}
+
+// One group of 16 rows of Q8_0 or Q4_0 against NT tokens. Per block of 32 and token: the
+// exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble) times the activation
+// code per row (lanes = rows), started at -bias (128, 8) times the sum of the block's activation
+// codes, so it ends as sum(q x) with q the signed code; then acc += float(sum) * (d_w d_x).
+template <DType T, int NT>
+LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                    float *out, int64_t ldo)
+{
+    constexpr int bias = T == DType::Q8_0 ? 128 : 8;
+    const int64_t nb = n_in / qk;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const int8_t *xq[NT];
+    const float *xd[NT];
+    const int32_t *xs[NT];
+    __m512 acc[NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xd[t] = a.db_row(t0 + t);
+        xs[t] = a.s16_row(t0 + t);
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *c = group + codes32_offset(T, b);
+        __m512i is[NT];
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            is[t] = _mm512_set1_epi32(-bias * (xs[t][2 * b] + xs[t][2 * b + 1]));
+        if constexpr (T == DType::Q8_0 && NT == 1) {
+            // One token (decode): two chains of four, so the loads of the next block start
+            // sooner (the sums are exact either way).
+            __m512i odd = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; w += 2) {
+                is[0] = _mm512_dpbusd_epi32(is[0], _mm512_loadu_si512(c + 64 * w),
+                                            _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w)));
+                odd = _mm512_dpbusd_epi32(odd, _mm512_loadu_si512(c + 64 * w + 64),
+                                          _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w + 4)));
+            }
+            is[0] = _mm512_add_epi32(is[0], odd);
+        } else if constexpr (T == DType::Q8_0) {
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; ++w) {
+                const __m512i v = _mm512_loadu_si512(c + 64 * w);
+                #pragma GCC unroll 8
+                for (int t = 0; t < NT; ++t)
+                    is[t] = _mm512_dpbusd_epi32(is[t], v, _mm512_set1_epi32(load_i32(xq[t] + b * qk + 4 * w)));
+            }
+        } else { // word w: low nibbles values 4 w .. 4 w + 3, high nibbles 16 + 4 w ..
+            #pragma GCC unroll 4
+            for (int w = 0; w < 4; ++w) {
+                const __m512i v = _mm512_loadu_si512(c + 64 * w);
+                const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                #pragma GCC unroll 8
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t *x = xq[t] + b * qk + 4 * w;
+                    is[t] = _mm512_dpbusd_epi32(is[t], lo, _mm512_set1_epi32(load_i32(x)));
+                    is[t] = _mm512_dpbusd_epi32(is[t], hi, _mm512_set1_epi32(load_i32(x + 16)));
+                }
+            }
+        }
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b))));
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
+    }
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
@@ -664,18 +809,92 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
     _mm256_storeu_ps(out + 8, acc[1]);
 }
 
+// Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
+// with q's sign (pair sums at most 2 x 128 x 127 < 2^15); Q4_0: the nibbles, the sum started
+// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits).
+// The sums are sum(q x) as in the VNNI kernel, and the same float operations follow.
+template <DType T, int NT>
+LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                    float *out, int64_t ldo)
+{
+    const int64_t nb = n_in / qk;
+    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
+            __m256i is[NT];
+            if constexpr (T == DType::Q8_0) {
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    is[t] = _mm256_setzero_si256();
+                #pragma GCC unroll 8
+                for (int w = 0; w < 8; ++w) {
+                    const __m256i q =
+                        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w)), flip);
+                    const __m256i aq = _mm256_sign_epi8(q, q);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i x =
+                            _mm256_sign_epi8(_mm256_set1_epi32(load_i32(a.q_row(t0 + t) + b * qk + 4 * w)), q);
+                        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), ones));
+                    }
+                }
+            } else {
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int32_t *s16 = a.s16_row(t0 + t);
+                    is[t] = _mm256_set1_epi32(-8 * (s16[2 * b] + s16[2 * b + 1]));
+                }
+                #pragma GCC unroll 4
+                for (int w = 0; w < 4; ++w) {
+                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
+                    const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
+                        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
+                    }
+                }
+            }
+            const __m256 dw =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
+                                         acc[t]);
+        }
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
 } // namespace
 
 void packed_tile_with(
 QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
                       int64_t t0, int n_tokens, float *out, int64_t ldo)
 {
-    const uint8_t *group = packed + size_t(g) * size_t(n_in / qk_k) * size_t(block_bytes(type));
+    const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
     if (k == QKernel::Avx2) {
         // Two tokens at a time (AVX2 has 16 vector registers).
         for (int t = 0; t < n_tokens; t += 2) {
             const bool two = t + 1 < n_tokens;
-            if (type == DType::Q6_K && two)
+            if (type == DType::Q8_0 && two)
+                packed_b32_avx2<DType::Q8_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q8_0)
+                packed_b32_avx2<DType::Q8_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q4_0 && two)
+                packed_b32_avx2<DType::Q4_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q4_0)
+                packed_b32_avx2<DType::Q4_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q6_K && two)
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
                 packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
@@ -685,6 +904,22 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_q4_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
         }
         return;
+    }
+    if (type == DType::Q8_0) {
+        switch (n_tokens) {
+        case 1: packed_b32_vnni<DType::Q8_0, 1>(group, n_in, a, t0, out, ldo); return;
+        case 2: packed_b32_vnni<DType::Q8_0, 2>(group, n_in, a, t0, out, ldo); return;
+        case 3: packed_b32_vnni<DType::Q8_0, 3>(group, n_in, a, t0, out, ldo); return;
+        default: packed_b32_vnni<DType::Q8_0, 4>(group, n_in, a, t0, out, ldo); return;
+        }
+    }
+    if (type == DType::Q4_0) {
+        switch (n_tokens) {
+        case 1: packed_b32_vnni<DType::Q4_0, 1>(group, n_in, a, t0, out, ldo); return;
+        case 2: packed_b32_vnni<DType::Q4_0, 2>(group, n_in, a, t0, out, ldo); return;
+        case 3: packed_b32_vnni<DType::Q4_0, 3>(group, n_in, a, t0, out, ldo); return;
+        default: packed_b32_vnni<DType::Q4_0, 4>(group, n_in, a, t0, out, ldo); return;
+        }
     }
     if (type == DType::Q6_K) {
         switch (n_tokens) {

@@ -1,6 +1,6 @@
 // Quantized matrices re-laid out for the CPU's integer kernels.
 //
-// A Q4_K or Q6_K matrix is stored row after row (quant.h): a matrix-vector product then needs
+// A Q4_K, Q6_K, Q8_0 or Q4_0 matrix is stored row after row (quant.h): a matrix-vector product then needs
 // one horizontal reduction and one float scale step per row and sub-block. Packed, sixteen
 // rows are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
 // vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
@@ -31,6 +31,17 @@
 //                top two bits at bits 2 w, 2 w + 1.
 //   [3360, 3392) zero
 //
+// Q8_0 (x = d * q) and Q4_0 (x = d * (q - 8)), a scale per 32 values, go in pairs of blocks,
+// each pair the sixteen rows' scales of both blocks in one 64-byte line, then the two blocks'
+// codes, so the group streams in order and every 64-byte vector of codes is aligned:
+//
+//   [ 0, 64)   f16 d[2][16]         the pair's scales, block 2k's then block 2k+1's (zeros
+//                                   when the row's last block is alone in its pair)
+//   Q8_0, then two blocks of u8 q[8][16][4]: word w (values 4 w .. 4 w + 3), row r: the four
+//         codes + 128 (unsigned); 64 + 2 x 512 = 1088 bytes a pair
+//   Q4_0, then two blocks of u8 qs[4][16][4]: word w, row r: the row's bytes qs[4 w .. 4 w + 3]
+//         (low nibbles: values 4 w + c, high nibbles: values 16 + 4 w + c); 576 bytes a pair
+//
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
 #pragma once
@@ -49,9 +60,11 @@ struct WeightView;
 constexpr int64_t packed_group_rows = 16;
 constexpr int64_t packed_q4_k_block_bytes = 2368;
 constexpr int64_t packed_q6_k_block_bytes = 3392;
+constexpr int64_t packed_q8_0_block_bytes = 512; // the codes of one block of 32; the scales apart
+constexpr int64_t packed_q4_0_block_bytes = 256;
 
-// Whether matrices of this type and shape can be packed ([n_in, n_out] with n_in a multiple of
-// 256 and n_out of 16, type Q4_K or Q6_K).
+// Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
+// of 16 and n_in of 256 for Q4_K and Q6_K, of 32 for Q8_0 and Q4_0).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
