@@ -221,8 +221,8 @@ const CudaBackend::DeviceWeight &CudaBackend::device(const WeightView &w) const
 
 void CudaBackend::upload_matrix(const WeightView &w)
 {
-    if (!w.data || w.shape.size() != 2)
-        throw FormatError("tensor " + w.name + " is missing or not a matrix");
+    if (!w.data)
+        throw FormatError("tensor " + w.name + " is missing");
     if (auto it = m_uploaded.find(w.data); it != m_uploaded.end() && it->second.n_in == w.ne(0) &&
                                            it->second.n_out == w.ne(1)) {
         m_weights[&w] = it->second;
