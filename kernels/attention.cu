@@ -1,6 +1,9 @@
 // Attention kernels. The reference for every one of them is the CPU's attention_naive
-// (engine/src/cpu/attention.cpp): same layouts, scale 1/sqrt(head_dim), causal rule
-// j <= q_pos0 + i (bottom-right aligned), grouped-query heads h -> h / (n_head / n_head_kv).
+// (engine/src/cpu/attention.cpp): same layouts, score scale (1/sqrt(head_dim) unless given),
+// soft-capping of the scaled scores before the mask, causal rule j <= q_pos0 + i (bottom-right
+// aligned) and the sliding window j > q_pos0 + i - window, grouped-query heads
+// h -> h / (n_head / n_head_kv). Keys and values are read in the cache's encoding (F32, F16,
+// Q8_0, Q4_0; kv_format.cuh), one value at a time, as the CPU decodes them.
 //
 // - Plain attention, as in the original LLaMA code: scores [n_head, n_q, n_kv], an optional
 //   explicit additive causal mask, a row softmax, the weighted sum of the values.
@@ -29,38 +32,67 @@ namespace {
 
 constexpr int k_threads = 128; // four warps
 
-__device__ __forceinline__ int64_t visible_keys(const AttentionArgs &a, int64_t i)
+// Query i sees keys [visible_begin, visible_end): up to its position (and the cache's end),
+// and after its window's start.
+__device__ __forceinline__ int64_t visible_end(const AttentionArgs &a, int64_t i)
 {
     const int64_t last = a.q_pos0 + i + 1;
     return last < a.n_kv ? last : a.n_kv;
 }
 
+__device__ __forceinline__ int64_t visible_begin(const AttentionArgs &a, int64_t i)
+{
+    if (a.window <= 0)
+        return 0;
+    const int64_t first = a.q_pos0 + i - a.window + 1, end = visible_end(a, i);
+    return first < 0 ? 0 : (first > end ? end : first);
+}
+
+// The CPU's mask rule for key j and query position pos.
+__device__ __forceinline__ bool key_visible(const AttentionArgs &a, int64_t pos, int64_t j)
+{
+    return j <= pos && (a.window <= 0 || j > pos - a.window);
+}
+
+// The score of a dot product: scaled, then soft-capped.
+__device__ __forceinline__ float score_of(const AttentionArgs &a, float dot)
+{
+    const float s = dot * a.scale;
+    return a.softcap > 0.0f ? a.softcap * tanhf(s / a.softcap) : s;
+}
+
 // Element d of key j for kv head kvh as attention sees it (rotated when the cache holds keys
 // before RoPE).
-__device__ __forceinline__ float key_element(const AttentionArgs &a, int64_t ekv, int64_t j, int kvh, int d,
+__device__ __forceinline__ float key_element(const AttentionArgs &a, int64_t j, int kvh, int d,
                                              const double *inv_freq)
 {
-    const float *head = a.k + j * ekv + int64_t(kvh) * a.head_dim;
+    const int64_t e0 = int64_t(kvh) * a.head_dim;
     if (!a.rotate_keys)
-        return head[d];
-    return rope_rotated_element(head, d, a.n_rot, a.rope_style, double(j) * a.pos_scale, inv_freq);
+        return kv_load(a.k, j, e0 + d);
+    return rope_rotated_element(a.k, j, e0, d, a.n_rot, a.rope_style, double(j) * a.pos_scale, inv_freq);
+}
+
+__device__ __forceinline__ float value_element(const AttentionArgs &a, int64_t j, int kvh, int d)
+{
+    return kv_load(a.v, j, int64_t(kvh) * a.head_dim + d);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Plain attention.
 
-__global__ void causal_mask_kernel(float *mask, int64_t n_q, int64_t n_kv, int64_t q_pos0)
+__global__ void causal_mask_kernel(AttentionArgs a, float *mask)
 {
-    const int64_t total = n_q * n_kv;
+    const int64_t total = a.n_q * a.n_kv;
     for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
          idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t i = idx / n_kv, j = idx % n_kv;
-        mask[idx] = j <= q_pos0 + i ? 0.0f : -INFINITY;
+        const int64_t i = idx / a.n_kv, j = idx % a.n_kv;
+        mask[idx] = key_visible(a, a.q_pos0 + i, j) ? 0.0f : -INFINITY;
     }
 }
 
-// Block x: one (head, query) row, row = h * n_q + i; block y: a range of k_threads keys.
-__global__ void naive_scores_kernel(AttentionArgs a, const float *keys, const float *mask, float *scores, float scale)
+// Block x: one (head, query) row, row = h * n_q + i; block y: a range of k_threads keys. `keys`
+// is the cache's keys or (rotating) their rotated float copy.
+__global__ void naive_scores_kernel(AttentionArgs a, KvRows keys, const float *mask, float *scores)
 {
     extern __shared__ float q_s[]; // [head_dim]
     const int64_t row = blockIdx.x;
@@ -68,19 +100,25 @@ __global__ void naive_scores_kernel(AttentionArgs a, const float *keys, const fl
     const int64_t i = row % a.n_q;
     const int kvh = h / (a.n_head / a.n_head_kv);
     const int hd = a.head_dim;
-    const int64_t ekv = int64_t(a.n_head_kv) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         q_s[d] = a.q[(i * a.n_head + h) * hd + d];
     __syncthreads();
-    const int64_t n_keys = mask ? a.n_kv : visible_keys(a, i);
+    // With the mask every key is scored and the mask added; without it only the visible keys
+    // are, and those before the window get -inf (as the CPU's causal_flash path).
+    const int64_t n_keys = mask ? a.n_kv : visible_end(a, i);
+    const int64_t first = mask ? 0 : visible_begin(a, i);
     const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
     if (j >= n_keys)
         return;
-    const float *kr = keys + j * ekv + int64_t(kvh) * hd;
+    if (j < first) {
+        scores[row * a.n_kv + j] = -INFINITY;
+        return;
+    }
+    const int64_t e0 = int64_t(kvh) * hd;
     float dot = 0.0f;
     for (int d = 0; d < hd; ++d)
-        dot += q_s[d] * kr[d];
-    float s = dot * scale;
+        dot += q_s[d] * kv_load(keys, j, e0 + d);
+    float s = score_of(a, dot);
     if (mask)
         s += mask[i * a.n_kv + j];
     scores[row * a.n_kv + j] = s;
@@ -92,7 +130,7 @@ __global__ void naive_softmax_kernel(AttentionArgs a, bool all_keys, float *scor
     __shared__ float red[32];
     const int64_t row = blockIdx.x;
     const int64_t i = row % a.n_q;
-    const int64_t n_keys = all_keys ? a.n_kv : visible_keys(a, i);
+    const int64_t n_keys = all_keys ? a.n_kv : visible_end(a, i);
     float *s = scores + row * a.n_kv;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x)
@@ -118,8 +156,7 @@ __global__ void naive_values_kernel(AttentionArgs a, bool all_keys, const float 
     const int64_t i = row % a.n_q;
     const int kvh = h / (a.n_head / a.n_head_kv);
     const int hd = a.head_dim;
-    const int64_t ekv = int64_t(a.n_head_kv) * hd;
-    const int64_t n_keys = all_keys ? a.n_kv : visible_keys(a, i);
+    const int64_t n_keys = all_keys ? a.n_kv : visible_end(a, i);
     const float *p = scores + row * a.n_kv;
     float *out = a.out + (i * a.n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -127,7 +164,7 @@ __global__ void naive_values_kernel(AttentionArgs a, bool all_keys, const float 
         for (int64_t j = 0; j < n_keys; ++j) {
             const float w = p[j];
             if (w != 0.0f) // masked keys: weight exactly 0, the row is not read
-                acc += w * a.v[j * ekv + int64_t(kvh) * hd + d];
+                acc += w * value_element(a, j, kvh, d);
         }
         out[d] = acc;
     }
@@ -153,7 +190,7 @@ size_t tiled_smem_bytes(int hd, int n_rot)
 }
 
 __global__ void __launch_bounds__(k_threads)
-    tiled_attention_kernel(AttentionArgs a, bool skip_masked, unsigned long long *tile_counter, float scale)
+    tiled_attention_kernel(AttentionArgs a, bool skip_masked, unsigned long long *tile_counter)
 {
     extern __shared__ double smem[];
     const int hd = a.head_dim;
@@ -169,7 +206,6 @@ __global__ void __launch_bounds__(k_threads)
     const int h = int(blockIdx.x % unsigned(a.n_head));
     const int64_t qb = blockIdx.x / unsigned(a.n_head);
     const int kvh = h / (a.n_head / a.n_head_kv);
-    const int64_t ekv = int64_t(a.n_head_kv) * hd;
     const int64_t i0 = qb * BQ;
     const int bq = int(a.n_q - i0 < BQ ? a.n_q - i0 : BQ);
     const int64_t first_pos = a.q_pos0 + i0, last_pos = first_pos + bq - 1;
@@ -178,7 +214,7 @@ __global__ void __launch_bounds__(k_threads)
 
     if (a.rotate_keys)
         for (int i = tid; i < a.n_rot / 2; i += blockDim.x)
-            inv_freq[i] = rope_inv_freq(a.rope_base, i, a.n_rot);
+            inv_freq[i] = a.inv_freq[i];
     for (int e = tid; e < BQ * hd; e += blockDim.x) {
         const int r = e / hd, d = e % hd;
         q_s[e] = r < bq ? a.q[((i0 + r) * a.n_head + h) * hd + d] : 0.0f;
@@ -197,26 +233,31 @@ __global__ void __launch_bounds__(k_threads)
         // Every key of this tile and of all later ones lies beyond the last query of the block.
         if (skip_masked && j0 > last_pos)
             break;
+        // Every key of this tile lies before the window of the block's first query (and so of
+        // all its queries).
+        if (skip_masked && a.window > 0 && j0 + w - 1 <= first_pos - a.window)
+            continue;
         if (tile_counter && tid == 0)
             atomicAdd(tile_counter, 1ull);
 
         for (int e = tid; e < BK * hd; e += blockDim.x) {
             const int c = e / hd, d = e % hd;
-            k_s[c * (hd + 1) + d] = c < w ? key_element(a, ekv, j0 + c, kvh, d, inv_freq) : 0.0f;
+            k_s[c * (hd + 1) + d] = c < w ? key_element(a, j0 + c, kvh, d, inv_freq) : 0.0f;
         }
         __syncthreads();
 
-        // Scores of the tile; keys past a query's position (or past the cache) get -inf.
+        // Scores of the tile; keys past a query's position, before its window (or past the
+        // cache) get -inf.
         for (int e = tid; e < BQ * BK; e += blockDim.x) {
             const int r = e / BK, c = e % BK;
             float s = -INFINITY;
-            if (r < bq && c < w && j0 + c <= first_pos + r) {
+            if (r < bq && c < w && key_visible(a, first_pos + r, j0 + c)) {
                 const float *qr = q_s + r * hd;
                 const float *kc = k_s + c * (hd + 1);
                 float dot = 0.0f;
                 for (int d = 0; d < hd; ++d)
                     dot += qr[d] * kc[d];
-                s = dot * scale;
+                s = score_of(a, dot);
             }
             s_s[e] = s;
         }
@@ -252,11 +293,10 @@ __global__ void __launch_bounds__(k_threads)
                 continue;
             float o = acc[e] * alpha_s[r];
             const float *pr = s_s + r * BK;
-            const float *vcol = a.v + j0 * ekv + int64_t(kvh) * hd + d;
             for (int c = 0; c < w; ++c) {
                 const float p = pr[c];
                 if (p != 0.0f)
-                    o += p * vcol[int64_t(c) * ekv];
+                    o += p * value_element(a, j0 + c, kvh, d);
             }
             acc[e] = o;
         }
@@ -276,7 +316,7 @@ __global__ void __launch_bounds__(k_threads)
 // Block x: row = i * n_head + h; block y: the key range [y * chunk, (y + 1) * chunk) cut to the
 // keys the query sees. Writes the range's max m, sum l and unnormalised output.
 __global__ void __launch_bounds__(k_threads)
-    split_partial_kernel(AttentionArgs a, int64_t chunk, float scale, float *part_m, float *part_l, float *part_acc)
+    split_partial_kernel(AttentionArgs a, int64_t chunk, float *part_m, float *part_l, float *part_acc)
 {
     extern __shared__ double smem[];
     __shared__ float red[32];
@@ -289,20 +329,22 @@ __global__ void __launch_bounds__(k_threads)
     const int h = int(row % a.n_head);
     const int64_t i = row / a.n_head;
     const int kvh = h / (a.n_head / a.n_head_kv);
-    const int64_t ekv = int64_t(a.n_head_kv) * hd;
     const int n_splits = int(gridDim.y);
     const int64_t part = row * n_splits + blockIdx.y;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = int(blockDim.x / 32);
 
-    const int64_t j_begin = int64_t(blockIdx.y) * chunk;
-    const int64_t j_end_all = j_begin + chunk;
-    const int64_t n_vis = visible_keys(a, i);
+    // The range's keys that the query sees: [j_begin, j_end).
+    const int64_t range_begin = int64_t(blockIdx.y) * chunk;
+    const int64_t vis_begin = visible_begin(a, i);
+    const int64_t j_begin = range_begin > vis_begin ? range_begin : vis_begin;
+    const int64_t j_end_all = range_begin + chunk;
+    const int64_t n_vis = visible_end(a, i);
     const int64_t j_end = j_end_all < n_vis ? j_end_all : n_vis;
     const int64_t count = j_end > j_begin ? j_end - j_begin : 0;
 
     if (a.rotate_keys)
         for (int k = tid; k < a.n_rot / 2; k += blockDim.x)
-            inv_freq[k] = rope_inv_freq(a.rope_base, k, a.n_rot);
+            inv_freq[k] = a.inv_freq[k];
     for (int d = tid; d < hd; d += blockDim.x)
         q_s[d] = a.q[(i * a.n_head + h) * hd + d];
     __syncthreads();
@@ -312,10 +354,10 @@ __global__ void __launch_bounds__(k_threads)
         const int64_t j = j_begin + c;
         float dot = 0.0f;
         for (int d = lane; d < hd; d += 32)
-            dot += q_s[d] * key_element(a, ekv, j, kvh, d, inv_freq);
+            dot += q_s[d] * key_element(a, j, kvh, d, inv_freq);
         dot = warp_sum(dot);
         if (lane == 0)
-            s_s[c] = dot * scale;
+            s_s[c] = score_of(a, dot);
     }
     __syncthreads();
 
@@ -337,7 +379,7 @@ __global__ void __launch_bounds__(k_threads)
         for (int64_t c = 0; c < count; ++c) {
             const float p = s_s[c];
             if (p != 0.0f)
-                o += p * a.v[(j_begin + c) * ekv + int64_t(kvh) * hd + d];
+                o += p * value_element(a, j_begin + c, kvh, d);
         }
         part_acc[part * hd + d] = o;
     }
@@ -383,9 +425,13 @@ bool valid(const AttentionArgs &a)
 {
     if (a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.n_head % a.n_head_kv != 0)
         return false;
-    if (a.n_q < 0 || a.n_kv < 0 || a.q_pos0 < 0)
+    if (a.n_q < 0 || a.n_kv < 0 || a.q_pos0 < 0 || a.window < 0 || !(a.scale > 0.0f) || !(a.softcap >= 0.0f))
         return false;
-    if (a.rotate_keys && (a.n_rot < 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim))
+    for (const KvRows *r : {&a.k, &a.v})
+        if (!kv_type_valid(r->type) || (kv_type_blocked(r->type) && a.head_dim % k_kv_block != 0) ||
+            r->row_bytes != kv_row_bytes(r->type, int64_t(a.n_head_kv) * a.head_dim))
+            return false;
+    if (a.rotate_keys && (a.n_rot < 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim || (a.n_rot > 0 && !a.inv_freq)))
         return false;
     return true;
 }
@@ -426,26 +472,25 @@ cudaError_t launch_attention_naive(const AttentionArgs &a, bool causal_flash, vo
         mask = reinterpret_cast<float *>(base);
         base += align_up(size_t(a.n_q) * size_t(a.n_kv) * sizeof(float));
     }
-    const float *keys = a.k;
+    KvRows keys = a.k;
     if (a.rotate_keys) {
+        // The whole cache rotated once into floats, as the CPU's plain attention does.
         float *rotated = reinterpret_cast<float *>(base);
         const int64_t ekv = int64_t(a.n_head_kv) * a.head_dim;
-        cudaError_t err = launch_rope_keys(a.k, ekv, rotated, 0, a.n_kv, a.n_head_kv, a.head_dim, a.n_rot,
-                                           a.rope_style, a.pos_scale, a.rope_base, stream);
+        cudaError_t err = launch_rope_keys(a.k, rotated, 0, a.n_kv, a.n_head_kv, a.head_dim, a.n_rot, a.rope_style,
+                                           a.pos_scale, a.inv_freq, stream);
         if (err != cudaSuccess)
             return err;
-        keys = rotated;
+        keys = KvRows{rotated, k_kv_f32, ekv * 4};
     }
     if (mask) {
         int64_t blocks = (a.n_q * a.n_kv + 255) / 256;
-        causal_mask_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(mask, a.n_q, a.n_kv,
-                                                                                         a.q_pos0);
+        causal_mask_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(a, mask);
         if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
             return err;
     }
-    const float scale = 1.0f / sqrtf(float(a.head_dim));
     naive_scores_kernel<<<dim3(unsigned(rows), unsigned(key_blocks)), k_threads, size_t(a.head_dim) * sizeof(float),
-                          stream>>>(a, keys, mask, scores, scale);
+                          stream>>>(a, keys, mask, scores);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
         return err;
     naive_softmax_kernel<<<unsigned(rows), 256, 0, stream>>>(a, !causal_flash, scores);
@@ -475,8 +520,7 @@ cudaError_t launch_attention_tiled(const AttentionArgs &a, bool skip_masked_tile
         if (err != cudaSuccess)
             return err;
     }
-    const float scale = 1.0f / sqrtf(float(a.head_dim));
-    tiled_attention_kernel<<<unsigned(blocks), k_threads, smem, stream>>>(a, skip_masked_tiles, tile_counter, scale);
+    tiled_attention_kernel<<<unsigned(blocks), k_threads, smem, stream>>>(a, skip_masked_tiles, tile_counter);
     return cudaGetLastError();
 }
 
@@ -517,8 +561,7 @@ cudaError_t launch_attention_split(const AttentionArgs &a, int n_splits, void *s
         if (err != cudaSuccess)
             return err;
     }
-    const float scale = 1.0f / sqrtf(float(a.head_dim));
-    split_partial_kernel<<<dim3(unsigned(rows), unsigned(n_splits)), k_threads, smem, stream>>>(a, chunk, scale, part_m,
+    split_partial_kernel<<<dim3(unsigned(rows), unsigned(n_splits)), k_threads, smem, stream>>>(a, chunk, part_m,
                                                                                               part_l, part_acc);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
         return err;

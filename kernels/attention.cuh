@@ -1,10 +1,13 @@
 // Attention over a KV cache on the device, with the semantics of the CPU reference
-// (engine/src/cpu/attention.h): for query i at position q_pos0 + i and head h (kv head
+// (engine/src/cpu/attention.h): for query i at position p = q_pos0 + i and head h (kv head
 // h / (n_head / n_head_kv)),
-//   out[i, h] = sum_j softmax_j(q[i, h] . k[j, kvh] / sqrt(head_dim)) v[j, kvh]
-// over j < n_kv and j <= q_pos0 + i (causal, aligned bottom-right). A row that sees no key
-// gets zeros.
+//   out[i, h] = sum_j softmax_j(cap(q[i, h] . k[j, kvh] * scale)) v[j, kvh]
+// over j < n_kv, j <= p (causal, aligned bottom-right) and, with a sliding window, j > p - window;
+// cap(s) = softcap * tanh(s / softcap) when softcap > 0. A row that sees no key gets zeros.
+// Keys and values are read from the cache in its encoding (kv_format.cuh).
 #pragma once
+
+#include "kv_format.cuh"
 
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -18,16 +21,21 @@ struct AttentionArgs {
     const float *q = nullptr; // [n_q, n_head, head_dim]
     int64_t n_q = 0;
     int64_t q_pos0 = 0;
-    const float *k = nullptr; // [n_kv, n_head_kv * head_dim]
-    const float *v = nullptr; // same layout as k
+    KvRows k;                 // [n_kv] rows of n_head_kv * head_dim values
+    KvRows v;                 // the same layout
     int64_t n_kv = 0;
     float *out = nullptr;     // [n_q, n_head, head_dim]
 
-    // Keys stored before RoPE: key j is rotated for position j * pos_scale as it is loaded.
+    float scale = 0.0f;       // score scale (set: the launchers do not default it)
+    float softcap = 0.0f;     // 0: none
+    int64_t window = 0;       // 0: none
+
+    // Keys stored before RoPE: key j is rotated for position j * pos_scale with the table
+    // inv_freq (device, n_rot / 2 doubles) as it is loaded.
     bool rotate_keys = false;
     int n_rot = 0;
     int rope_style = 0;
-    double rope_base = 10000.0;
+    const double *inv_freq = nullptr;
     double pos_scale = 1.0;
 };
 
@@ -37,19 +45,21 @@ constexpr int k_attn_k_tile = 32;
 constexpr int k_attn_max_head_dim = 256;
 
 // Scratch (bytes) the plain kernel needs: scores [n_head, n_q, n_kv], the mask [n_q, n_kv]
-// when `causal_flash` is off, rotated keys [n_kv, n_head_kv * head_dim] when rotating.
+// when `causal_flash` is off, rotated keys [n_kv, n_head_kv * head_dim] floats when rotating.
 size_t attention_naive_scratch(const AttentionArgs &a, bool causal_flash);
 
 // Plain attention: the score matrix materialised, a row softmax, the weighted sum of values.
-// Without causal_flash an explicit additive mask (0 / -inf) is built and added to all n_kv
-// scores of a row; with it only the keys up to the query's position are scored.
+// Without causal_flash an explicit additive mask (0 / -inf, the window included) is built and
+// added to all n_kv scores of a row; with it only the keys up to the query's position are
+// scored and those before its window set to -inf.
 cudaError_t launch_attention_naive(const AttentionArgs &a, bool causal_flash, void *scratch, cudaStream_t stream);
 
 // Memory-efficient attention after FlashAttention-2: one block per (query head, tile of
 // k_attn_q_tile queries), key tiles of k_attn_k_tile with an online softmax. With
-// skip_masked_tiles, key tiles lying entirely beyond the block's last query position are never
-// loaded; without it they are computed and masked (the result is the same, bit for bit). When
-// tile_counter is set, one is added to it per (query head, query tile, key tile) computed.
+// skip_masked_tiles, key tiles lying entirely beyond the block's last query position, or
+// entirely before the window of its first query, are never loaded; without it they are
+// computed and masked (the result is the same, bit for bit). When tile_counter is set, one is
+// added to it per (query head, query tile, key tile) computed.
 cudaError_t launch_attention_tiled(const AttentionArgs &a, bool skip_masked_tiles, unsigned long long *tile_counter,
                                    cudaStream_t stream);
 

@@ -1,6 +1,8 @@
 // RMSNorm (Zhang & Sennrich 2019) as LLaMA uses it: each row scaled by the reciprocal of its
 // root mean square, then by the learned weight. One thread block per row; the sum of squares
-// is reduced with warp shuffles, then across warps through shared memory.
+// is reduced with warp shuffles, then across warps through shared memory. The weight is
+// (weight_offset + w) in float, as the CPU's rmsnorm forms it. Every thread writes only the
+// elements it read after the whole row was summed, so y may be x.
 #include "rmsnorm.cuh"
 
 namespace longscope::cuda {
@@ -9,8 +11,8 @@ namespace {
 
 constexpr int k_threads = 256;
 
-__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ weight, float *__restrict__ y,
-                               int n, float eps)
+__global__ void rmsnorm_kernel(const float *x, const float *__restrict__ weight, float *y, int n, float eps,
+                               float weight_offset)
 {
     const float *xr = x + size_t(blockIdx.x) * n;
     float *yr = y + size_t(blockIdx.x) * n;
@@ -34,16 +36,17 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
     __syncthreads();
     const float scale = rsqrtf(warp_sums[0] / float(n) + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = xr[i] * scale * weight[i];
+        yr[i] = xr[i] * scale * (weight[i] + weight_offset);
 }
 
 } // namespace
 
-void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int n, float eps, cudaStream_t stream)
+void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int n, float eps, float weight_offset,
+                    cudaStream_t stream)
 {
     if (rows <= 0 || n <= 0)
         return;
-    rmsnorm_kernel<<<rows, k_threads, 0, stream>>>(x, weight, y, n, eps);
+    rmsnorm_kernel<<<rows, k_threads, 0, stream>>>(x, weight, y, n, eps, weight_offset);
 }
 
 } // namespace longscope::cuda

@@ -1,11 +1,13 @@
-// RMSNorm on the device: y = x / sqrt(mean(x^2) + eps) * weight, one block per row.
+// RMSNorm on the device: y = x / sqrt(mean(x^2) + eps) * (weight_offset + weight), one block
+// per row (Gemma's Hugging Face norms multiply by 1 + w).
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace longscope::cuda {
 
-// x, y: [rows, n]; weight: [n]. Asynchronous on `stream`.
-void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int n, float eps, cudaStream_t stream);
+// x, y: [rows, n] (y may be x); weight: [n]. Asynchronous on `stream`.
+void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int n, float eps, float weight_offset,
+                    cudaStream_t stream);
 
 } // namespace longscope::cuda

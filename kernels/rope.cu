@@ -1,9 +1,10 @@
 // Rotary position embedding (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary
-// Position Embedding"): each pair of dims is rotated by pos * base^(-2i/n_rot). NTK-aware
-// scaling (bloc97, 2023, "NTK-Aware Scaled RoPE") enlarges the base, base * alpha^(d/(d-2)),
-// so it is simply a different `base` here; linear scaling multiplies the positions. The pair
-// layouts and the arithmetic (angle, cosine and sine in double, rotation in float) follow the
-// CPU reference rope() in engine/src/cpu/ops.cpp.
+// Position Embedding"): each pair of dims is rotated by pos * inv_freq[i]. Every scaling method
+// is a different table or different positions, both given: NTK-aware scaling (bloc97, 2023) and
+// dynamic scaling are a larger base, linear scaling multiplies the positions, YaRN, llama3 and
+// LongRoPE divide the frequencies by per-dimension factors. The pair layouts and the arithmetic
+// (angle, cosine and sine in double, rotation in float) follow the CPU reference rope() in
+// engine/src/cpu/ops.cpp.
 //
 // launch_rope: one block per token; the block computes the token's n_rot/2 cosines and sines
 // once into shared memory, then its threads rotate every (head, pair).
@@ -18,15 +19,15 @@ namespace {
 constexpr int k_threads = 128;
 
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int n_rot, int style, const double *positions,
-                            double pos0, double pos_scale, double base)
+                            double pos0, double pos_step, double pos_scale, const double *inv_freq)
 {
     extern __shared__ float cs[]; // cos [half], then sin [half]
     const int half = n_rot / 2;
     const int64_t t = blockIdx.x;
-    const double pos = positions ? positions[t] : (pos0 + double(t)) * pos_scale;
+    const double pos = positions ? positions[t] : (pos0 + double(t) * pos_step) * pos_scale;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double s, c;
-        sincos(pos * rope_inv_freq(base, i, n_rot), &s, &c);
+        sincos(pos * inv_freq[i], &s, &c);
         cs[i] = float(c);
         cs[half + i] = float(s);
     }
@@ -43,52 +44,49 @@ __global__ void rope_kernel(float *x, int n_heads, int head_dim, int n_rot, int 
     }
 }
 
-__global__ void rope_keys_kernel(const float *__restrict__ src, int64_t src_stride, float *__restrict__ dst,
-                                 int64_t j0, int64_t n_keys, int n_heads, int head_dim, int n_rot, int style,
-                                 double pos_scale, double base)
+__global__ void rope_keys_kernel(KvRows src, float *__restrict__ dst, int64_t j0, int64_t n_keys, int n_heads,
+                                 int head_dim, int n_rot, int style, double pos_scale, const double *inv_freq)
 {
-    extern __shared__ double inv_freq[]; // [n_rot / 2]
-    for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
-        inv_freq[i] = rope_inv_freq(base, i, n_rot);
-    __syncthreads();
     const int64_t width = int64_t(n_heads) * head_dim;
     const int64_t total = n_keys * width;
     for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
          idx += int64_t(gridDim.x) * blockDim.x) {
         const int64_t k = idx / width, e = idx % width;
         const int h = int(e / head_dim), d = int(e % head_dim);
-        const float *head = src + k * src_stride + int64_t(h) * head_dim;
-        dst[idx] = rope_rotated_element(head, d, n_rot, style, double(j0 + k) * pos_scale, inv_freq);
+        dst[idx] = rope_rotated_element(src, k, int64_t(h) * head_dim, d, n_rot, style, double(j0 + k) * pos_scale,
+                                        inv_freq);
     }
 }
 
 } // namespace
 
 cudaError_t launch_rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, int style,
-                        const double *positions, double pos0, double pos_scale, double base, cudaStream_t stream)
+                        const double *positions, double pos0, double pos_step, double pos_scale,
+                        const double *inv_freq, cudaStream_t stream)
 {
     if (n_tokens <= 0 || n_heads <= 0 || n_rot <= 0)
         return cudaSuccess;
-    if (n_rot % 2 != 0 || n_rot > head_dim || n_tokens > 2147483647)
+    if (n_rot % 2 != 0 || n_rot > head_dim || n_tokens > 2147483647 || !inv_freq)
         return cudaErrorInvalidValue;
     rope_kernel<<<unsigned(n_tokens), k_threads, size_t(n_rot) * sizeof(float), stream>>>(
-        x, n_heads, head_dim, n_rot, style, positions, pos0, pos_scale, base);
+        x, n_heads, head_dim, n_rot, style, positions, pos0, pos_step, pos_scale, inv_freq);
     return cudaGetLastError();
 }
 
-cudaError_t launch_rope_keys(const float *src, int64_t src_stride, float *dst, int64_t j0, int64_t n_keys, int n_heads,
-                             int head_dim, int n_rot, int style, double pos_scale, double base, cudaStream_t stream)
+cudaError_t launch_rope_keys(const KvRows &src, float *dst, int64_t j0, int64_t n_keys, int n_heads, int head_dim,
+                             int n_rot, int style, double pos_scale, const double *inv_freq, cudaStream_t stream)
 {
     if (n_keys <= 0 || n_heads <= 0 || head_dim <= 0)
         return cudaSuccess;
-    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim)
+    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim || (n_rot > 0 && !inv_freq))
         return cudaErrorInvalidValue;
     const int64_t total = n_keys * n_heads * head_dim;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536)
         blocks = 65536;
-    rope_keys_kernel<<<unsigned(blocks), 256, size_t(n_rot / 2 + 1) * sizeof(double), stream>>>(
-        src, src_stride, dst, j0, n_keys, n_heads, head_dim, n_rot, style, pos_scale, base);
+    // Row k of src is row j0 + k of the cache: the source pointer is offset by the caller.
+    rope_keys_kernel<<<unsigned(blocks), 256, 0, stream>>>(src, dst, j0, n_keys, n_heads, head_dim, n_rot, style,
+                                                          pos_scale, inv_freq);
     return cudaGetLastError();
 }
 

@@ -1,6 +1,11 @@
 // Rotary position embedding on the device, and the per-element rotation the attention kernels
-// apply to keys cached before RoPE while they load them.
+// apply to keys cached before RoPE while they load them. The frequencies are never computed
+// here: every launch takes the table inv_freq[i] (n_rot / 2 doubles in device memory) that the
+// engine computes on the host with the CPU backend's code (base^(-2i/n_rot), divided by the
+// per-dimension factors of YaRN, llama3 or LongRoPE).
 #pragma once
+
+#include "kv_format.cuh"
 
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -13,23 +18,10 @@ constexpr int k_rope_interleaved = 0;
 constexpr int k_rope_rotate_half = 1;
 
 #ifdef __CUDACC__
-// inv_freq[i] = base^(-2i/n_rot), in double as the CPU's rope_inv_freq.
-__device__ __forceinline__ double rope_inv_freq(double base, int i, int n_rot)
+// The pair (a, b) holding rotary dim d < n_rot, and its frequency index i.
+__device__ __forceinline__ void rope_pair(int d, int n_rot, int style, int &i, int &a, int &b)
 {
-    return pow(base, -2.0 * double(i) / double(n_rot));
-}
-
-// Element d of one head vector `head` (head_dim floats) after rotating its first n_rot dims for
-// position `pos`: the pair (a, b) holding d, as the complex number x_a + i x_b, times
-// e^{i pos inv_freq[pair]}, the angle and its cosine and sine in double, the product in float
-// (the CPU's rope()). inv_freq holds n_rot/2 values.
-__device__ __forceinline__ float rope_rotated_element(const float *head, int d, int n_rot, int style, double pos,
-                                                      const double *inv_freq)
-{
-    if (d >= n_rot)
-        return head[d];
     const int half = n_rot / 2;
-    int i, a, b;
     if (style == k_rope_interleaved) {
         i = d >> 1;
         a = 2 * i;
@@ -39,24 +31,42 @@ __device__ __forceinline__ float rope_rotated_element(const float *head, int d, 
         a = i;
         b = i + half;
     }
+}
+
+// Component a (first) or b of the pair (x0, x1) as the complex number x0 + i x1 times
+// e^{i angle}: the angle, its cosine and sine in double, the product in float (the CPU's rope()).
+__device__ __forceinline__ float rope_rotate(bool first, float x0, float x1, double angle)
+{
     double s, c;
-    sincos(pos * inv_freq[i], &s, &c);
+    sincos(angle, &s, &c);
     const float cf = float(c), sf = float(s);
-    const float x0 = head[a], x1 = head[b];
-    return d == a ? x0 * cf - x1 * sf : x0 * sf + x1 * cf;
+    return first ? x0 * cf - x1 * sf : x0 * sf + x1 * cf;
+}
+
+// Element d of the head of kv head `kvh` of cached row j (values e0 .. e0 + head_dim - 1 of the
+// row, e0 = kvh * head_dim) after rotating its first n_rot dims for position `pos`.
+__device__ __forceinline__ float rope_rotated_element(const KvRows &rows, int64_t j, int64_t e0, int d, int n_rot,
+                                                      int style, double pos, const double *inv_freq)
+{
+    if (d >= n_rot)
+        return kv_load(rows, j, e0 + d);
+    int i, a, b;
+    rope_pair(d, n_rot, style, i, a, b);
+    return rope_rotate(d == a, kv_load(rows, j, e0 + a), kv_load(rows, j, e0 + b), pos * inv_freq[i]);
 }
 #endif
 
 // Rotates, in place, the first n_rot dims of every head of x [n_tokens, n_heads, head_dim].
 // Token t sits at position positions[t] (device array of doubles) or, when positions is null,
-// at (pos0 + t) * pos_scale. inv_freq[i] = base^(-2i/n_rot): an NTK alpha is a larger base.
+// at (pos0 + t * pos_step) * pos_scale; pair i turns by position * inv_freq[i].
 cudaError_t launch_rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, int style,
-                        const double *positions, double pos0, double pos_scale, double base, cudaStream_t stream);
+                        const double *positions, double pos0, double pos_step, double pos_scale,
+                        const double *inv_freq, cudaStream_t stream);
 
-// Copies keys j0 .. j0+n_keys-1 (rows of n_heads * head_dim floats, row k of src at
-// src + k * src_stride) into dst (rows of n_heads * head_dim, packed) rotated for position
-// j * pos_scale: the cache of keys stored before RoPE, as attention sees it.
-cudaError_t launch_rope_keys(const float *src, int64_t src_stride, float *dst, int64_t j0, int64_t n_keys, int n_heads,
-                             int head_dim, int n_rot, int style, double pos_scale, double base, cudaStream_t stream);
+// Copies keys j0 .. j0+n_keys-1 (row k of src, n_heads * head_dim values in its encoding) into
+// dst (packed float rows) rotated for position j * pos_scale: the cache of keys stored before
+// RoPE, as attention sees it.
+cudaError_t launch_rope_keys(const KvRows &src, float *dst, int64_t j0, int64_t n_keys, int n_heads, int head_dim,
+                             int n_rot, int style, double pos_scale, const double *inv_freq, cudaStream_t stream);
 
 } // namespace longscope::cuda

@@ -5,6 +5,8 @@
 // be within k_tol of transformers' and pick the same token; a 32-token greedy continuation
 // must be the same tokens. Then the RoPE methods chosen through Settings on a model whose file
 // has no scaling must reproduce the file's own method, and the refusals name what is missing.
+#include "support/arch_fixtures.h"
+
 #include "longscope/engine.h"
 #include "longscope/errors.h"
 #include "longscope/generator.h"
@@ -27,42 +29,20 @@ using nlohmann::json;
 
 namespace {
 
+using test::k_arch_families;
+using RefSequence = test::ArchRefSequence;
+using Reference = test::ArchReference;
+
 const std::string k_dir = LONGSCOPE_TEST_DATA "/arch";
 // F32 weights throughout: the engine and transformers differ only in the order of float
 // sums and in the transcendental functions; logits are of order 1-10.
 constexpr double k_tol = 2e-4;
 
-struct RefSequence {
-    std::vector<int32_t> tokens;
-    std::vector<float> logits; // [n, vocab]
-};
-
-struct Reference {
-    int n_vocab = 0;
-    std::vector<RefSequence> seqs;
-    std::vector<int32_t> prompt, continuation;
-};
-
-std::vector<float> from_hex(const std::string &hex)
-{
-    std::vector<uint8_t> bytes(hex.size() / 2);
-    for (size_t i = 0; i < bytes.size(); ++i)
-        bytes[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    std::vector<float> f(bytes.size() / 4);
-    std::memcpy(f.data(), bytes.data(), f.size() * 4);
-    return f;
-}
-
 Reference load_reference(const std::string &family)
 {
-    std::ifstream in(k_dir + "/" + family + "/reference.json");
-    const json j = json::parse(in);
-    Reference r;
-    r.n_vocab = j["n_vocab"].get<int>();
-    for (const json &s : j["sequences"])
-        r.seqs.push_back({s["tokens"].get<std::vector<int32_t>>(), from_hex(s["logits"].get<std::string>())});
-    r.prompt = j["greedy"]["prompt"].get<std::vector<int32_t>>();
-    r.continuation = j["greedy"]["continuation"].get<std::vector<int32_t>>();
+    Reference r = test::load_arch_reference(family);
+    if (r.n_vocab == 0)
+        qFatal("tests/data/arch/%s/reference.json cannot be read", family.c_str());
     return r;
 }
 
@@ -128,8 +108,6 @@ std::string load_error(const std::string &path)
     return {};
 }
 
-const char *k_families[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
-
 } // namespace
 
 class TestArchitectures : public QObject {
@@ -140,7 +118,7 @@ private slots:
     {
         QTest::addColumn<QString>("family");
         QTest::addColumn<QString>("format");
-        for (const char *f : k_families)
+        for (const char *f : k_arch_families)
             for (const char *fmt : {"hf", "gguf"})
                 QTest::newRow((std::string(f) + "/" + fmt).c_str()) << QString(f) << QString(fmt);
     }

@@ -13,21 +13,27 @@
 // memory-efficient and plain attention, to 1e-10; skipping fully masked key tiles and computing
 // them masked, bit for bit.
 #include "cpu/attention.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 #include "cuda/plugin_abi.h"
+#include "runtime/rope_base.h"
 
 #include "longscope/backend.h"
 #include "longscope/sampler.h"
+#include "longscope/settings.h"
 
 #include <QtTest>
 
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace longscope;
@@ -53,6 +59,11 @@ struct CudaApi {
     LONGSCOPE_CUDA_FN(rmsnorm)
     LONGSCOPE_CUDA_FN(add)
     LONGSCOPE_CUDA_FN(swiglu)
+    LONGSCOPE_CUDA_FN(geglu)
+    LONGSCOPE_CUDA_FN(scale)
+    LONGSCOPE_CUDA_FN(softcap)
+    LONGSCOPE_CUDA_FN(add_bias)
+    LONGSCOPE_CUDA_FN(kv_convert)
     LONGSCOPE_CUDA_FN(matmul)
     LONGSCOPE_CUDA_FN(rope)
     LONGSCOPE_CUDA_FN(rope_keys)
@@ -90,6 +101,11 @@ struct CudaApi {
         LONGSCOPE_CUDA_LOAD(rmsnorm)
         LONGSCOPE_CUDA_LOAD(add)
         LONGSCOPE_CUDA_LOAD(swiglu)
+        LONGSCOPE_CUDA_LOAD(geglu)
+        LONGSCOPE_CUDA_LOAD(scale)
+        LONGSCOPE_CUDA_LOAD(softcap)
+        LONGSCOPE_CUDA_LOAD(add_bias)
+        LONGSCOPE_CUDA_LOAD(kv_convert)
         LONGSCOPE_CUDA_LOAD(matmul)
         LONGSCOPE_CUDA_LOAD(rope)
         LONGSCOPE_CUDA_LOAD(rope_keys)
@@ -173,12 +189,33 @@ TypedWeight typed_weight(int cuda_type, int64_t n_in, int64_t n_out, uint32_t se
 
 const char *type_name(int t) { return t == LONGSCOPE_CUDA_F32 ? "F32" : t == LONGSCOPE_CUDA_F16 ? "F16" : "BF16"; }
 
-std::vector<double> inv_freq(double base, int n_rot)
+// The RoPE frequency table as the engine computes it for both backends (the CPU backend's
+// rope_inv_freq, divided by the per-dimension factors).
+std::vector<double> inv_freq(double base, int n_rot, std::span<const float> factors = {})
 {
-    std::vector<double> f(size_t(n_rot / 2));
-    for (int i = 0; i < n_rot / 2; ++i)
-        f[size_t(i)] = std::pow(base, -2.0 * i / n_rot);
+    std::vector<double> f = rope_inv_freq(base, n_rot);
+    for (size_t i = 0; i < f.size() && i < factors.size(); ++i)
+        f[i] /= double(factors[i]);
     return f;
+}
+
+// The plugin's number of a KV row encoding (numbered as KvType).
+int cuda_kv(DType t)
+{
+    switch (t) {
+    case DType::F16: return LONGSCOPE_CUDA_KV_F16;
+    case DType::Q8_0: return LONGSCOPE_CUDA_KV_Q8_0;
+    case DType::Q4_0: return LONGSCOPE_CUDA_KV_Q4_0;
+    default: return LONGSCOPE_CUDA_KV_F32;
+    }
+}
+
+// Rows encoded by the CPU's encoder (what its caches store).
+std::vector<uint8_t> encode_rows(DType t, const std::vector<float> &x)
+{
+    std::vector<uint8_t> b(row_bytes(t, int64_t(x.size())));
+    quantize_row(t, x.data(), b.data(), int64_t(x.size()));
+    return b;
 }
 
 } // namespace
@@ -236,9 +273,11 @@ class TestCudaBackend : public QObject {
         return m_api.download(m_ctx, v.data(), p, v.size() * sizeof(T)) == 0;
     }
 
-    // One attention call on the device; the output comes back in `out` (n_q * n_head * head_dim).
-    bool gpu_attention(const AttentionProblem &p, const float *dq, const float *dk, const float *dv,
-                       const KeyRotation *rot, double rope_base, int algorithm, int causal_flash, int n_splits,
+    // One attention call on the device over the problem's shape, types, scale, soft-capping and
+    // window; the keys (rotated with the device table dfreq when rot is set) and values are the
+    // device rows dk, dv. The output comes back in `out` (n_q * n_head * head_dim).
+    bool gpu_attention(const AttentionProblem &p, const float *dq, const void *dk, const void *dv,
+                       const KeyRotation *rot, const double *dfreq, int algorithm, int causal_flash, int n_splits,
                        std::vector<float> &out, LongscopeCudaAttentionInfo *info = nullptr,
                        unsigned long long *tile_counter = nullptr)
     {
@@ -255,18 +294,117 @@ class TestCudaBackend : public QObject {
         a.q_pos0 = p.q_pos0;
         a.k = dk;
         a.v = dv;
+        a.k_type = cuda_kv(p.k_type);
+        a.v_type = cuda_kv(p.v_type);
         a.n_kv = p.n_kv;
         a.out = dout;
+        a.scale = p.scale;
+        a.softcap = p.softcap;
+        a.window = p.window;
         a.rotate_keys = rot ? 1 : 0;
         a.n_rot = rot ? rot->n_rot : 0;
         a.rope_style = rot ? int(rot->style) : 0;
-        a.rope_base = rope_base;
+        a.inv_freq = rot ? dfreq : nullptr;
         a.pos_scale = rot ? rot->pos_scale : 1.0;
         a.algorithm = algorithm;
         a.causal_flash = causal_flash;
         a.n_splits = n_splits;
         a.tile_counter = tile_counter;
         return m_api.attention(m_ctx, &a, info) == 0 && dev_download(out, static_cast<const float *>(dout));
+    }
+
+    // Every algorithm and causal variant of the device's attention over problem p (its shape,
+    // key and value encodings, scale, soft-capping, window and key rotation; p.k and p.v the
+    // rows as the CPU reads them, k_rows and v_rows the same bytes for the device) against the
+    // CPU's plain attention, and against each other: split-KV == single pass, memory-efficient
+    // == plain, skipped tiles == masked tiles, and the key tiles computed counted.
+    void attention_variants_match_the_cpu(AttentionProblem p, const void *k_rows, size_t k_bytes, const void *v_rows,
+                                          size_t v_bytes)
+    {
+        const int n_head = p.n_head, head_dim = p.head_dim;
+        const int64_t n_q = p.n_q, n_kv = p.n_kv, q_pos0 = p.q_pos0;
+        std::vector<float> cpu(size_t(n_q) * n_head * head_dim);
+        p.out = cpu.data();
+        attention_naive(m_pool, p, true);
+
+        const std::vector<float> q(p.q, p.q + n_q * n_head * head_dim);
+        const float *dq = dev_upload(q);
+        void *dk = dev_alloc(std::max<size_t>(1, k_bytes)), *dv = dev_alloc(std::max<size_t>(1, v_bytes));
+        const KeyRotation *r = p.rotate_keys;
+        const double *dfreq =
+            r ? dev_upload(std::vector<double>(r->inv_freq.begin(), r->inv_freq.begin() + r->n_rot / 2)) : nullptr;
+        auto *counter = static_cast<unsigned long long *>(dev_alloc(sizeof(unsigned long long)));
+        QVERIFY2(dq && dk && dv && counter && (!r || dfreq), m_api.error(m_ctx));
+        CUDA_OK(m_api.upload(m_ctx, dk, k_rows, k_bytes));
+        CUDA_OK(m_api.upload(m_ctx, dv, v_rows, v_bytes));
+        const auto check = [&](const std::vector<float> &gpu, const char *what) {
+            const double e = nmse(gpu, cpu);
+            if (!(e <= 1e-7))
+                qWarning("%s: nmse %g > 1e-7", what, e);
+            return e <= 1e-7;
+        };
+
+        std::vector<float> naive_mask, naive_flash, tiled_masked, tiled_skip, split_auto, split_one, split_seven;
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_NAIVE, 0, 0, naive_mask),
+                 m_api.error(m_ctx));
+        QVERIFY(check(naive_mask, "plain, explicit mask"));
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_NAIVE, 1, 0, naive_flash),
+                 m_api.error(m_ctx));
+        QVERIFY(check(naive_flash, "plain, causal from positions"));
+
+        // Memory-efficient, computing every key tile (masked) and then skipping those above
+        // the diagonal and before the window, with the tiles counted on the device.
+        LongscopeCudaAttentionInfo info{};
+        const unsigned long long zero = 0;
+        CUDA_OK(m_api.upload(m_ctx, counter, &zero, sizeof zero));
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 0, 0, tiled_masked, &info, counter),
+                 m_api.error(m_ctx));
+        QVERIFY(check(tiled_masked, "memory-efficient, masked tiles"));
+        unsigned long long computed_all = 0, computed_skip = 0;
+        CUDA_OK(m_api.download(m_ctx, &computed_all, counter, sizeof computed_all));
+        CUDA_OK(m_api.upload(m_ctx, counter, &zero, sizeof zero));
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, tiled_skip, &info, counter),
+                 m_api.error(m_ctx));
+        QVERIFY(check(tiled_skip, "memory-efficient, masked tiles skipped"));
+        CUDA_OK(m_api.download(m_ctx, &computed_skip, counter, sizeof computed_skip));
+        QVERIFY(std::memcmp(tiled_skip.data(), tiled_masked.data(), tiled_skip.size() * 4) == 0);
+        QVERIFY(info.q_tile > 0 && info.k_tile > 0);
+        // Expected counts, written from the tiling: a key tile is skipped when its first key
+        // lies beyond the query tile's last position, or its last key before the window of the
+        // tile's first query.
+        const int64_t q_tiles = (n_q + info.q_tile - 1) / info.q_tile;
+        const int64_t k_tiles = (n_kv + info.k_tile - 1) / info.k_tile;
+        unsigned long long expect_all = 0, expect_skip = 0;
+        if (n_kv > 0)
+            for (int64_t qt = 0; qt < q_tiles; ++qt) {
+                const int64_t first_pos = q_pos0 + qt * info.q_tile;
+                const int64_t last_pos = q_pos0 + std::min<int64_t>(n_q, (qt + 1) * info.q_tile) - 1;
+                expect_all += uint64_t(n_head * k_tiles);
+                for (int64_t kt = 0; kt < k_tiles; ++kt) {
+                    const int64_t j0 = kt * info.k_tile, j1 = std::min<int64_t>(n_kv, j0 + info.k_tile) - 1;
+                    if (j0 <= last_pos && !(p.window > 0 && j1 <= first_pos - p.window))
+                        expect_skip += uint64_t(n_head);
+                }
+            }
+        QCOMPARE(computed_all, expect_all);
+        QCOMPARE(computed_skip, expect_skip);
+
+        // Split-KV: the ranges chosen by the plugin, one range, seven ranges.
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 0, split_auto, &info),
+                 m_api.error(m_ctx));
+        QVERIFY(check(split_auto, "split-KV, chosen ranges"));
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 1, split_one),
+                 m_api.error(m_ctx));
+        QVERIFY(check(split_one, "split-KV, one range"));
+        QVERIFY2(gpu_attention(p, dq, dk, dv, r, dfreq, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 7, split_seven),
+                 m_api.error(m_ctx));
+        QVERIFY(check(split_seven, "split-KV, seven ranges"));
+
+        // The variants against each other.
+        QVERIFY2(nmse(split_seven, split_one) <= 1e-10, qPrintable(QString::number(nmse(split_seven, split_one))));
+        QVERIFY2(nmse(split_auto, tiled_skip) <= 1e-10, qPrintable(QString::number(nmse(split_auto, tiled_skip))));
+        QVERIFY2(nmse(tiled_skip, naive_flash) <= 1e-10, qPrintable(QString::number(nmse(tiled_skip, naive_flash))));
+        QVERIFY2(nmse(naive_mask, naive_flash) <= 1e-10, qPrintable(QString::number(nmse(naive_mask, naive_flash))));
     }
 
 private slots:
@@ -333,10 +471,12 @@ private slots:
         qInfo("context on device 4096: %s", reason);
     }
 
-    // KV caches on the device (ABI 3): rows survive growth in every mode; static holds the
+    // KV caches on the device (ABI 3, 4): rows survive growth in every mode; static holds the
     // limit from the start; concat reallocates and counts its copies; vmm maps whole granules
     // per region as rows arrive (the reservation never changes), never copies, and gives the
-    // granules back on clear. 2 layers (4 regions) of rows of 4 KiB.
+    // granules back on clear. 2 layers (4 regions), keys in rows of 4 KiB (1024 f32 values) and
+    // values in rows of 1088 bytes (1024 values as q8_0 blocks: 32 x 34), so every size below is
+    // per side.
     void kv_caches_on_the_device_data()
     {
         QTest::addColumn<int>("mode");
@@ -349,9 +489,10 @@ private slots:
         REQUIRE_GPU();
         QFETCH(int, mode);
         const int n_layer = 2;
-        const int64_t limit = 3000, row = 4096, regions = 2 * n_layer;
+        const int64_t limit = 3000, row_k = 4096, row_v = 1024 / 32 * 34;
+        const int64_t row_both = row_k + row_v;
         LongscopeCudaKv *kv = nullptr;
-        CUDA_OK(m_api.kv_create(m_ctx, mode, n_layer, limit, row, &kv));
+        CUDA_OK(m_api.kv_create(m_ctx, mode, n_layer, limit, row_k, row_v, &kv));
         QVERIFY(kv);
         struct Release {
             CudaApi &api;
@@ -362,46 +503,49 @@ private slots:
         LongscopeCudaKvInfo info{};
         CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
         if (mode == LONGSCOPE_CUDA_KV_STATIC)
-            QCOMPARE(info.resident_bytes, uint64_t(regions * limit * row));
+            QCOMPARE(info.resident_bytes, uint64_t(n_layer * limit * row_both));
         else
             QCOMPARE(info.resident_bytes, uint64_t(0));
 
-        // 5 rows in every region, each region's rows a pattern of its own.
+        // 5 rows in every region, each region's rows a pattern of its own (the value rows as
+        // 1088 / 4 floats: the cache only moves bytes).
         CUDA_OK(m_api.kv_reserve(m_ctx, kv, 5));
-        std::vector<std::vector<float>> written(static_cast<size_t>(regions));
+        std::vector<std::vector<float>> written(static_cast<size_t>(2 * n_layer));
         for (int l = 0; l < n_layer; ++l) {
             void *k = nullptr, *v = nullptr;
             CUDA_OK(m_api.kv_layer(m_ctx, kv, l, &k, &v));
             for (int half = 0; half < 2; ++half) {
                 auto &w = written[size_t(2 * l + half)];
-                w = random_floats(size_t(5 * row / 4), uint32_t(100 + 2 * l + half));
+                w = random_floats(size_t(5 * (half ? row_v : row_k) / 4), uint32_t(100 + 2 * l + half));
                 CUDA_OK(m_api.upload(m_ctx, half ? v : k, w.data(), w.size() * 4));
             }
         }
         CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
         uint64_t granule = info.granule_bytes;
+        // Granules a region of `rows` rows of `rb` bytes maps.
+        const auto granules = [&](int64_t rows, int64_t rb) { return (uint64_t(rows * rb) + granule - 1) / granule; };
         if (mode == LONGSCOPE_CUDA_KV_VMM) {
             QVERIFY(granule > 0);
-            QCOMPARE(info.resident_bytes, uint64_t(regions) * granule);
-            QVERIFY(info.reserved_bytes >= uint64_t(regions * limit * row));
+            QCOMPARE(info.resident_bytes, uint64_t(2 * n_layer) * granule);
+            QVERIFY(info.reserved_bytes >= uint64_t(n_layer * limit * row_both));
             QVERIFY(info.capacity_rows >= 5);
         }
         const uint64_t reserved_before = info.reserved_bytes;
 
         // Grow past the first granule (vmm) or simply to 600 rows, then to the limit.
-        for (int64_t rows : {int64_t(600), int64_t(granule ? granule / row + 1 : 1200), limit}) {
+        for (int64_t rows : {int64_t(600), int64_t(granule ? granule / row_k + 1 : 1200), limit}) {
             rows = std::min(rows, limit);
             CUDA_OK(m_api.kv_reserve(m_ctx, kv, rows));
             CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
             QVERIFY(info.capacity_rows >= rows);
             if (mode == LONGSCOPE_CUDA_KV_VMM) {
-                const uint64_t granules = (uint64_t(rows * row) + granule - 1) / granule;
-                QCOMPARE(info.resident_bytes, uint64_t(regions) * granules * granule);
+                QCOMPARE(info.resident_bytes,
+                         uint64_t(n_layer) * (granules(rows, row_k) + granules(rows, row_v)) * granule);
                 QCOMPARE(info.reserved_bytes, reserved_before);
                 QCOMPARE(info.copied_bytes, uint64_t(0));
             }
             if (mode == LONGSCOPE_CUDA_KV_CONCAT) {
-                QCOMPARE(info.resident_bytes, uint64_t(regions * rows * row));
+                QCOMPARE(info.resident_bytes, uint64_t(n_layer * rows * row_both));
                 QVERIFY(info.copied_bytes > 0);
             }
             for (int l = 0; l < n_layer; ++l) {
@@ -428,7 +572,7 @@ private slots:
             // And it maps again after a clear.
             CUDA_OK(m_api.kv_reserve(m_ctx, kv, 1));
             CUDA_OK(m_api.kv_info(m_ctx, kv, &info));
-            QCOMPARE(info.resident_bytes, uint64_t(regions) * granule);
+            QCOMPARE(info.resident_bytes, uint64_t(2 * n_layer) * granule);
         }
         if (mode == LONGSCOPE_CUDA_KV_CONCAT)
             QCOMPARE(info.resident_bytes, uint64_t(0));
@@ -545,7 +689,7 @@ private slots:
             const float *dx = dev_upload(x), *dw = dev_upload(w);
             auto *dy = static_cast<float *>(dev_alloc(x.size() * 4));
             QVERIFY2(dx && dw && dy, m_api.error(m_ctx));
-            CUDA_OK(m_api.rmsnorm(m_ctx, dx, dw, dy, rows, n, 1e-6f));
+            CUDA_OK(m_api.rmsnorm(m_ctx, dx, dw, dy, rows, n, 1e-6f, 0.0f));
             std::vector<float> gpu(x.size()), cpu(x.size());
             QVERIFY2(dev_download(gpu, static_cast<const float *>(dy)), m_api.error(m_ctx));
             rmsnorm(x.data(), f32_view(w, {n}), cpu.data(), rows, n, 1e-6f);
@@ -634,9 +778,10 @@ private slots:
                             for (int64_t t = 0; t < n_tokens; ++t)
                                 pos[size_t(t)] = (100.0 + double(t)) * 0.5;
                         float *dx = dev_upload(x);
-                        QVERIFY2(dx, m_api.error(m_ctx));
+                        const double *dfreq = dev_upload(inv_freq(base, n_rot));
+                        QVERIFY2(dx && dfreq, m_api.error(m_ctx));
                         CUDA_OK(m_api.rope(m_ctx, dx, n_tokens, n_heads, head_dim, n_rot, int(style),
-                                           explicit_positions ? dpos : nullptr, 100.0, 0.5, base));
+                                           explicit_positions ? dpos : nullptr, 100.0, 1.0, 0.5, dfreq));
                         std::vector<float> gpu(x.size()), cpu = x;
                         QVERIFY2(dev_download(gpu, static_cast<const float *>(dx)), m_api.error(m_ctx));
                         rope(cpu.data(), n_tokens, n_heads, head_dim, n_rot, style, pos, inv_freq(base, n_rot));
@@ -657,11 +802,12 @@ private slots:
         const double base = 500000.0, pos_scale = 0.25;
         const std::vector<float> src = random_floats(size_t(n_keys * stride), 61);
         const float *dsrc = dev_upload(src);
+        const double *dfreq = dev_upload(inv_freq(base, n_rot));
         auto *ddst = static_cast<float *>(dev_alloc(size_t(n_keys * width) * 4));
-        QVERIFY2(dsrc && ddst, m_api.error(m_ctx));
+        QVERIFY2(dsrc && dfreq && ddst, m_api.error(m_ctx));
         for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::RotateHalf}) {
-            CUDA_OK(m_api.rope_keys(m_ctx, dsrc, stride, ddst, j0, n_keys, n_heads, head_dim, n_rot, int(style),
-                                    pos_scale, base));
+            CUDA_OK(m_api.rope_keys(m_ctx, dsrc, LONGSCOPE_CUDA_KV_F32, stride * 4, ddst, j0, n_keys, n_heads, head_dim,
+                                    n_rot, int(style), pos_scale, dfreq));
             std::vector<float> gpu(size_t(n_keys * width)), cpu(gpu.size());
             QVERIFY2(dev_download(gpu, static_cast<const float *>(ddst)), m_api.error(m_ctx));
             std::vector<double> pos(static_cast<size_t>(n_keys));
@@ -741,74 +887,378 @@ private slots:
         p.v = v.data();
         p.n_kv = n_kv;
         p.rotate_keys = rotate ? &rot : nullptr;
-        std::vector<float> cpu(size_t(n_q) * n_head * head_dim);
-        p.out = cpu.data();
-        attention_naive(m_pool, p, true);
+        attention_variants_match_the_cpu(p, k.data(), k.size() * 4, v.data(), v.size() * 4);
+    }
 
-        const float *dq = dev_upload(q), *dk = dev_upload(k), *dv = dev_upload(v);
-        auto *counter = static_cast<unsigned long long *>(dev_alloc(sizeof(unsigned long long)));
-        QVERIFY2(dq && dk && dv && counter, m_api.error(m_ctx));
-        const KeyRotation *r = rotate ? &rot : nullptr;
-        const auto check = [&](const std::vector<float> &gpu, const char *what) {
-            const double e = nmse(gpu, cpu);
-            if (!(e <= 1e-7))
-                qWarning("%s: nmse %g > 1e-7", what, e);
-            return e <= 1e-7;
-        };
+    // The operations of the qwen2, qwen3, gemma2/3 and phi3 families against the CPU's:
+    // GeGLU and soft-capping (ops.h, to 1e-7), scaling and bias rows (exact: one float
+    // operation per value, as the CPU backend does them), each also in place as the forward
+    // pass runs them.
+    void family_elementwise_ops_match_the_cpu()
+    {
+        REQUIRE_GPU();
+        const int64_t rows = 7, width = 4099, n = rows * width; // odd sizes, several grid blocks
+        const std::vector<float> a = random_floats(size_t(n), 131, 3.0f), b = random_floats(size_t(n), 132, 2.0f);
+        const std::vector<float> bias = random_floats(size_t(width), 133);
+        float *da = dev_upload(a), *db = dev_upload(b), *dbias = dev_upload(bias);
+        auto *dout = static_cast<float *>(dev_alloc(size_t(n) * 4));
+        QVERIFY2(da && db && dbias && dout, m_api.error(m_ctx));
+        std::vector<float> gpu(static_cast<size_t>(n)), cpu(static_cast<size_t>(n));
 
-        std::vector<float> naive_mask, naive_flash, tiled_masked, tiled_skip, split_auto, split_one, split_seven;
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_NAIVE, 0, 0, naive_mask),
-                 m_api.error(m_ctx));
-        QVERIFY(check(naive_mask, "plain, explicit mask"));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_NAIVE, 1, 0, naive_flash),
-                 m_api.error(m_ctx));
-        QVERIFY(check(naive_flash, "plain, causal from positions"));
+        geglu(a.data(), b.data(), cpu.data(), n);
+        CUDA_OK(m_api.geglu(m_ctx, da, db, dout, n));
+        QVERIFY2(dev_download(gpu, static_cast<const float *>(dout)), m_api.error(m_ctx));
+        QVERIFY2(nmse(gpu, cpu) <= 1e-7, qPrintable(QStringLiteral("geglu: %1").arg(nmse(gpu, cpu))));
 
-        // Memory-efficient, computing every key tile (masked) and then skipping those above
-        // the diagonal, with the tiles counted on the device.
-        LongscopeCudaAttentionInfo info{};
-        const unsigned long long zero = 0;
-        CUDA_OK(m_api.upload(m_ctx, counter, &zero, sizeof zero));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_TILED, 0, 0, tiled_masked, &info, counter),
-                 m_api.error(m_ctx));
-        QVERIFY(check(tiled_masked, "memory-efficient, masked tiles"));
-        unsigned long long computed_all = 0, computed_skip = 0;
-        CUDA_OK(m_api.download(m_ctx, &computed_all, counter, sizeof computed_all));
-        CUDA_OK(m_api.upload(m_ctx, counter, &zero, sizeof zero));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, tiled_skip, &info, counter),
-                 m_api.error(m_ctx));
-        QVERIFY(check(tiled_skip, "memory-efficient, masked tiles skipped"));
-        CUDA_OK(m_api.download(m_ctx, &computed_skip, counter, sizeof computed_skip));
-        QVERIFY(std::memcmp(tiled_skip.data(), tiled_masked.data(), tiled_skip.size() * 4) == 0);
-        QVERIFY(info.q_tile > 0 && info.k_tile > 0);
-        const int64_t q_tiles = (n_q + info.q_tile - 1) / info.q_tile;
-        const int64_t k_tiles = (n_kv + info.k_tile - 1) / info.k_tile;
-        unsigned long long expect_all = 0, expect_skip = 0;
-        if (n_kv > 0)
-            for (int64_t qt = 0; qt < q_tiles; ++qt) {
-                const int64_t last_pos = q_pos0 + std::min<int64_t>(n_q, (qt + 1) * info.q_tile) - 1;
-                expect_all += uint64_t(n_head * k_tiles);
-                expect_skip += uint64_t(n_head * std::min<int64_t>(k_tiles, last_pos / info.k_tile + 1));
+        // Soft-capping that bites: values of a few units against a cap of 2.
+        cpu = a;
+        softcap(cpu.data(), 2.0f, n);
+        CUDA_OK(m_api.upload(m_ctx, dout, a.data(), size_t(n) * 4));
+        CUDA_OK(m_api.softcap(m_ctx, dout, 2.0f, n));
+        QVERIFY2(dev_download(gpu, static_cast<const float *>(dout)), m_api.error(m_ctx));
+        QVERIFY2(nmse(gpu, cpu) <= 1e-7, qPrintable(QStringLiteral("softcap: %1").arg(nmse(gpu, cpu))));
+        QVERIFY(*std::max_element(gpu.begin(), gpu.end()) < 2.0f);
+        QCOMPARE(m_api.softcap(m_ctx, dout, 0.0f, n), LONGSCOPE_CUDA_ERR_ARGUMENT);
+
+        const float sq = std::sqrt(float(width)); // Gemma's embedding scale
+        for (size_t i = 0; i < cpu.size(); ++i)
+            cpu[i] = a[i] * sq;
+        CUDA_OK(m_api.upload(m_ctx, dout, a.data(), size_t(n) * 4));
+        CUDA_OK(m_api.scale(m_ctx, dout, sq, n));
+        QVERIFY2(dev_download(gpu, static_cast<const float *>(dout)), m_api.error(m_ctx));
+        QVERIFY(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4) == 0);
+
+        for (int64_t t = 0; t < rows; ++t)
+            for (int64_t i = 0; i < width; ++i)
+                cpu[size_t(t * width + i)] = a[size_t(t * width + i)] + bias[size_t(i)];
+        CUDA_OK(m_api.upload(m_ctx, dout, a.data(), size_t(n) * 4));
+        CUDA_OK(m_api.add_bias(m_ctx, dout, dbias, rows, width));
+        QVERIFY2(dev_download(gpu, static_cast<const float *>(dout)), m_api.error(m_ctx));
+        QVERIFY(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4) == 0);
+
+        // GeGLU in place over the gate.
+        geglu(a.data(), b.data(), cpu.data(), n);
+        CUDA_OK(m_api.geglu(m_ctx, da, db, da, n));
+        QVERIFY2(dev_download(gpu, static_cast<const float *>(da)), m_api.error(m_ctx));
+        QVERIFY2(nmse(gpu, cpu) <= 1e-7, qPrintable(QStringLiteral("geglu in place: %1").arg(nmse(gpu, cpu))));
+    }
+
+    // Gemma's (1 + w) norms and the per-head q/k norms of qwen3 and gemma3: rows of head_dim,
+    // normalised in place, against the CPU's rmsnorm with the same offset.
+    void rmsnorm_with_an_offset_in_place_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        for (auto [rows, n, offset] : {std::tuple<int64_t, int64_t, float>{37 * 4, 64, 1.0f}, {5 * 3, 40, 1.0f},
+                                       {3, 1001, 0.0f}, {3, 1001, 1.0f}}) {
+            const std::vector<float> x = random_floats(size_t(rows * n), 141, 3.0f), w = random_floats(size_t(n), 142, 0.3f);
+            float *dx = dev_upload(x);
+            const float *dw = dev_upload(w);
+            QVERIFY2(dx && dw, m_api.error(m_ctx));
+            CUDA_OK(m_api.rmsnorm(m_ctx, dx, dw, dx, rows, n, 1e-6f, offset));
+            std::vector<float> gpu(x.size()), cpu(x.size());
+            QVERIFY2(dev_download(gpu, static_cast<const float *>(dx)), m_api.error(m_ctx));
+            rmsnorm(x.data(), f32_view(w, {n}), cpu.data(), rows, n, 1e-6f, offset);
+            QVERIFY2(nmse(gpu, cpu) <= 1e-7, qPrintable(QStringLiteral("%1x%2 offset %3: %4")
+                                                          .arg(rows)
+                                                          .arg(n)
+                                                          .arg(offset)
+                                                          .arg(nmse(gpu, cpu))));
+        }
+    }
+
+    // Every RoPE scaling method as the runtime turns it into a base, a position scale and
+    // per-dimension factors (runtime/rope_base.h), at a length inside and one past the original
+    // context; the table is the engine's (rope_inv_freq over the factors), uploaded. Also the
+    // context shift's rotation: every row by the same angle (position step 0).
+    void rope_of_every_scaling_method_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("method");
+        QTest::addColumn<int>("style");
+        for (RopeScalingType m : {RopeScalingType::None, RopeScalingType::Linear, RopeScalingType::Dynamic,
+                                  RopeScalingType::Ntk, RopeScalingType::Yarn, RopeScalingType::Llama3,
+                                  RopeScalingType::LongRope})
+            for (RopeStyle st : {RopeStyle::Interleaved, RopeStyle::RotateHalf})
+                QTest::addRow("%s %s", to_string(m).data(), st == RopeStyle::Interleaved ? "interleaved" : "neox")
+                    << int(m) << int(st);
+    }
+    void rope_of_every_scaling_method_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, method);
+        QFETCH(int, style);
+        HParams hp;
+        hp.n_embd = 6 * 64;
+        hp.n_head = 6;
+        hp.n_head_kv = 6;
+        hp.n_rot = 48; // partial rotary dims
+        hp.n_ctx_train = 4096;
+        hp.rope_base = 500000.0f;
+        hp.rope.type = RopeScalingType(method);
+        hp.rope.factor = 8.0f;
+        hp.rope.orig_ctx = 1024;
+        for (int i = 0; i < hp.n_rot / 2; ++i) {
+            hp.rope.short_factors.push_back(1.0f + 0.05f * float(i));
+            hp.rope.long_factors.push_back(1.0f + 0.6f * float(i));
+        }
+        const int64_t n_tokens = 37;
+        const int n_heads = 6, head_dim = 64;
+        for (int seq_len : {600, 3000}) {
+            const RopeInEffect r = rope_in_effect(hp, RopeSettings{}, seq_len);
+            const std::vector<double> table = inv_freq(r.base, hp.n_rot, r.factors);
+            const double *dfreq = dev_upload(table);
+            const std::vector<float> x = random_floats(size_t(n_tokens * n_heads * head_dim), uint32_t(150 + seq_len));
+            for (double step : {1.0, 0.0}) {
+                const int64_t pos0 = seq_len - n_tokens;
+                std::vector<double> pos(static_cast<size_t>(n_tokens));
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    pos[size_t(t)] = (double(pos0) + double(t) * step) * r.pos_scale;
+                float *dx = dev_upload(x);
+                QVERIFY2(dx && dfreq, m_api.error(m_ctx));
+                CUDA_OK(m_api.rope(m_ctx, dx, n_tokens, n_heads, head_dim, hp.n_rot, style, nullptr, double(pos0),
+                                   step, r.pos_scale, dfreq));
+                std::vector<float> gpu(x.size()), cpu = x;
+                QVERIFY2(dev_download(gpu, static_cast<const float *>(dx)), m_api.error(m_ctx));
+                rope(cpu.data(), n_tokens, n_heads, head_dim, hp.n_rot, RopeStyle(style), pos, table);
+                QVERIFY2(nmse(gpu, cpu) <= 1e-7, qPrintable(QStringLiteral("length %1, step %2: %3")
+                                                              .arg(seq_len)
+                                                              .arg(step)
+                                                              .arg(nmse(gpu, cpu))));
+                // The dims past n_rot are untouched.
+                for (int64_t i = 0; i < n_tokens * n_heads; ++i)
+                    QVERIFY(std::memcmp(gpu.data() + i * head_dim + hp.n_rot, x.data() + i * head_dim + hp.n_rot,
+                                        size_t(head_dim - hp.n_rot) * 4) == 0);
             }
-        QCOMPARE(computed_all, expect_all);
-        QCOMPARE(computed_skip, expect_skip);
+        }
+        // A table is required.
+        float *dx = static_cast<float *>(dev_alloc(64 * 4));
+        QCOMPARE(m_api.rope(m_ctx, dx, 1, 1, 64, 64, style, nullptr, 0.0, 1.0, 1.0, nullptr),
+                 LONGSCOPE_CUDA_ERR_ARGUMENT);
+    }
 
-        // Split-KV: the ranges chosen by the plugin, one range, seven ranges.
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 0, split_auto, &info),
-                 m_api.error(m_ctx));
-        QVERIFY(check(split_auto, "split-KV, chosen ranges"));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 1, split_one),
-                 m_api.error(m_ctx));
-        QVERIFY(check(split_one, "split-KV, one range"));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, r, base, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 7, split_seven),
-                 m_api.error(m_ctx));
-        QVERIFY(check(split_seven, "split-KV, seven ranges"));
+    // Gemma's attention: a score scale other than 1/sqrt(head_dim), soft-capping that bites,
+    // sliding windows shorter than the sequence (also of one key), with and without keys
+    // rotated while they load; every algorithm against the CPU's plain attention.
+    void attention_with_scale_softcap_and_window_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("n_q");
+        QTest::addColumn<int>("n_kv");
+        QTest::addColumn<float>("softcap");
+        QTest::addColumn<int>("window");
+        QTest::addColumn<bool>("rotate");
+        for (bool rotate : {false, true}) {
+            QTest::addRow("softcap 1 q37 kv300%s", rotate ? " pre-rope" : "") << 37 << 300 << 1.0f << 0 << rotate;
+            QTest::addRow("window 40 q37 kv300%s", rotate ? " pre-rope" : "") << 37 << 300 << 0.0f << 40 << rotate;
+            QTest::addRow("window 40 softcap 5 q1 kv1000%s", rotate ? " pre-rope" : "") << 1 << 1000 << 5.0f << 40
+                                                                                       << rotate;
+            QTest::addRow("window 1 q37 kv37%s", rotate ? " pre-rope" : "") << 37 << 37 << 0.0f << 1 << rotate;
+            QTest::addRow("window 200 softcap 2 q37 kv1000%s", rotate ? " pre-rope" : "") << 37 << 1000 << 2.0f << 200
+                                                                                         << rotate;
+        }
+    }
+    void attention_with_scale_softcap_and_window_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, n_q);
+        QFETCH(int, n_kv);
+        QFETCH(float, softcap);
+        QFETCH(int, window);
+        QFETCH(bool, rotate);
+        const int n_head = 8, n_head_kv = 4, head_dim = 64;
+        const int64_t ekv = int64_t(n_head_kv) * head_dim;
+        const std::vector<float> q = random_floats(size_t(n_q) * n_head * head_dim, 161, 1.5f);
+        const std::vector<float> k = random_floats(size_t(n_kv) * ekv, 162, 1.5f);
+        const std::vector<float> v = random_floats(size_t(n_kv) * ekv, 163);
+        const std::vector<double> freqs = inv_freq(10000.0, head_dim);
+        KeyRotation rot{freqs, 1.0, head_dim, RopeStyle::RotateHalf};
+        AttentionProblem p;
+        p.n_head = n_head;
+        p.n_head_kv = n_head_kv;
+        p.head_dim = head_dim;
+        p.q = q.data();
+        p.n_q = n_q;
+        p.q_pos0 = n_kv - n_q;
+        p.k = k.data();
+        p.v = v.data();
+        p.n_kv = n_kv;
+        p.scale = 1.0f / std::sqrt(256.0f); // query_pre_attn_scalar 256 on a head of 64
+        p.softcap = softcap;
+        p.window = window;
+        p.rotate_keys = rotate ? &rot : nullptr;
+        attention_variants_match_the_cpu(p, k.data(), k.size() * 4, v.data(), v.size() * 4);
+    }
 
-        // The variants against each other.
-        QVERIFY2(nmse(split_seven, split_one) <= 1e-10, qPrintable(QString::number(nmse(split_seven, split_one))));
-        QVERIFY2(nmse(split_auto, tiled_skip) <= 1e-10, qPrintable(QString::number(nmse(split_auto, tiled_skip))));
-        QVERIFY2(nmse(tiled_skip, naive_flash) <= 1e-10, qPrintable(QString::number(nmse(tiled_skip, naive_flash))));
-        QVERIFY2(nmse(naive_mask, naive_flash) <= 1e-10, qPrintable(QString::number(nmse(naive_mask, naive_flash))));
+    // Rows written on the device are the `gguf` package's numpy quantizers' bytes
+    // (tests/data/kv/rows.bin), bit for bit, and the CPU encoder's on blocks made to hit the
+    // corners of the rules: all zeros, ties for the largest magnitude, a negative extreme,
+    // values that land on .5 after scaling, tiny values (a subnormal f16 scale).
+    void kv_rows_are_the_gguf_quantizers_bytes()
+    {
+        REQUIRE_GPU();
+        std::ifstream in(LONGSCOPE_TEST_DATA "/kv/rows.bin", std::ios::binary);
+        int32_t hdr[2] = {0, 0};
+        in.read(reinterpret_cast<char *>(hdr), sizeof hdr);
+        const int64_t n_rows = hdr[0], n = hdr[1];
+        std::vector<float> rows(size_t(n_rows * n));
+        in.read(reinterpret_cast<char *>(rows.data()), std::streamsize(rows.size() * 4));
+        std::vector<uint8_t> f16(rows.size() * 2), q8(rows.size() / 32 * 34), q4(rows.size() / 32 * 18);
+        for (auto *b : {&f16, &q8, &q4})
+            in.read(reinterpret_cast<char *>(b->data()), std::streamsize(b->size()));
+        QVERIFY2(in && n_rows > 0 && n % 32 == 0, "tests/data/kv/rows.bin is missing or short");
+        const float *dsrc = dev_upload(rows);
+        QVERIFY2(dsrc, m_api.error(m_ctx));
+        const std::pair<int, const std::vector<uint8_t> *> expected[] = {
+            {LONGSCOPE_CUDA_KV_F16, &f16}, {LONGSCOPE_CUDA_KV_Q8_0, &q8}, {LONGSCOPE_CUDA_KV_Q4_0, &q4}};
+        for (const auto &[type, bytes] : expected) {
+            void *ddst = dev_alloc(bytes->size());
+            QVERIFY2(ddst, m_api.error(m_ctx));
+            CUDA_OK(m_api.kv_convert(m_ctx, dsrc, LONGSCOPE_CUDA_KV_F32, ddst, type, n_rows, n));
+            std::vector<uint8_t> got(bytes->size());
+            QVERIFY2(dev_download(got, static_cast<const uint8_t *>(ddst)), m_api.error(m_ctx));
+            QVERIFY2(got == *bytes, qPrintable(QStringLiteral("type %1 differs from the gguf bytes").arg(type)));
+        }
+
+        // Corner blocks against the CPU's encoder (the same rules as ggml's reference).
+        std::vector<float> corners(8 * 32, 0.0f);                          // block 0: all zeros
+        for (int j = 0; j < 32; ++j) {
+            corners[size_t(32 + j)] = j % 2 ? 3.0f : -3.0f;                // block 1: a tie, -3 first
+            corners[size_t(64 + j)] = float(j - 20) * 0.25f;               // block 2: negative extreme
+            corners[size_t(96 + j)] = float(j) * (127.0f / 31.0f) / 2.0f;  // block 3: .5 after scaling
+            corners[size_t(128 + j)] = float(j + 1) * 1e-7f;               // block 4: a subnormal f16 scale
+            corners[size_t(160 + j)] = j == 7 ? -8.0f : float(j % 5);      // block 5: a single negative max
+            corners[size_t(192 + j)] = j == 0 ? -0.0f : 0.0f;              // block 6: a negative zero
+            corners[size_t(224 + j)] = std::ldexp(1.0f, j - 16) * (j % 3 == 0 ? -1.0f : 1.0f); // block 7
+        }
+        const float *dcorners = dev_upload(corners);
+        QVERIFY2(dcorners, m_api.error(m_ctx));
+        for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+            const std::vector<uint8_t> want = encode_rows(t, corners);
+            void *ddst = dev_alloc(want.size());
+            QVERIFY2(ddst, m_api.error(m_ctx));
+            CUDA_OK(m_api.kv_convert(m_ctx, dcorners, LONGSCOPE_CUDA_KV_F32, ddst, cuda_kv(t), 2, 128));
+            std::vector<uint8_t> got(want.size());
+            QVERIFY2(dev_download(got, static_cast<const uint8_t *>(ddst)), m_api.error(m_ctx));
+            QVERIFY2(got == want, dtype_name(t).data());
+        }
+        // Rows that are not whole blocks are refused.
+        QCOMPARE(m_api.kv_convert(m_ctx, dcorners, LONGSCOPE_CUDA_KV_F32, const_cast<float *>(dcorners),
+                                  LONGSCOPE_CUDA_KV_Q8_0, 1, 48),
+                 LONGSCOPE_CUDA_ERR_ARGUMENT);
+    }
+
+    // Rows converted between every pair of types (the live switch of KV types) equal the CPU's
+    // conversion (decode, then encode: kv/kv_store.h copy_kv_rows), bit for bit. Rows of 96
+    // values (3 blocks), 37 of them; f32 and f16 rows also of 40 values (no blocks).
+    void kv_conversions_match_the_cpu()
+    {
+        REQUIRE_GPU();
+        const DType types[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0};
+        for (int64_t n : {int64_t(96), int64_t(40)})
+            for (DType from : types)
+                for (DType to : types) {
+                    if (n % 32 != 0 && (block_elems(from) > 1 || block_elems(to) > 1))
+                        continue;
+                    const int64_t n_rows = 37;
+                    const std::vector<float> x = random_floats(size_t(n_rows * n), uint32_t(171 + n), 2.0f);
+                    const std::vector<uint8_t> src = encode_rows(from, x);
+                    std::vector<float> decoded(x.size());
+                    dequantize_row(from, src.data(), decoded.data(), int64_t(x.size()));
+                    const std::vector<uint8_t> want = encode_rows(to, decoded);
+                    const uint8_t *dsrc = dev_upload(src);
+                    void *ddst = dev_alloc(want.size());
+                    QVERIFY2(dsrc && ddst, m_api.error(m_ctx));
+                    CUDA_OK(m_api.kv_convert(m_ctx, dsrc, cuda_kv(from), ddst, cuda_kv(to), n_rows, n));
+                    std::vector<uint8_t> got(want.size());
+                    QVERIFY2(dev_download(got, static_cast<const uint8_t *>(ddst)), m_api.error(m_ctx));
+                    QVERIFY2(got == want, qPrintable(QStringLiteral("%1 -> %2, rows of %3")
+                                                         .arg(dtype_name(from).data())
+                                                         .arg(dtype_name(to).data())
+                                                         .arg(n)));
+                }
+    }
+
+    // Attention read straight from encoded rows (f16, q8_0, q4_0 keys and values chosen
+    // separately, keys cached before RoPE too) against the CPU's attention over the same bytes;
+    // and the same result as over the decoded rows given as floats (nothing lost in reading).
+    void attention_over_encoded_rows_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("k_type");
+        QTest::addColumn<int>("v_type");
+        QTest::addColumn<int>("n_q");
+        QTest::addColumn<int>("n_kv");
+        QTest::addColumn<bool>("rotate");
+        const DType types[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0};
+        for (DType k : types)
+            for (DType v : types) {
+                if (k == DType::F32 && v == DType::F32)
+                    continue; // attention_matches_the_cpu
+                for (bool rotate : {false, true})
+                    QTest::addRow("k=%s v=%s q37 kv300%s", dtype_name(k).data(), dtype_name(v).data(),
+                                  rotate ? " pre-rope" : "")
+                        << int(k) << int(v) << 37 << 300 << rotate;
+                QTest::addRow("k=%s v=%s q1 kv1000", dtype_name(k).data(), dtype_name(v).data())
+                    << int(k) << int(v) << 1 << 1000 << false;
+            }
+    }
+    void attention_over_encoded_rows_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, k_type);
+        QFETCH(int, v_type);
+        QFETCH(int, n_q);
+        QFETCH(int, n_kv);
+        QFETCH(bool, rotate);
+        const DType kt = DType(k_type), vt = DType(v_type);
+        const int n_head = 8, n_head_kv = 2, head_dim = 128;
+        const int64_t ekv = int64_t(n_head_kv) * head_dim;
+        const std::vector<float> q = random_floats(size_t(n_q) * n_head * head_dim, 181, 1.5f);
+        const std::vector<float> k = random_floats(size_t(n_kv) * ekv, 182, 1.5f);
+        const std::vector<float> v = random_floats(size_t(n_kv) * ekv, 183);
+        const std::vector<uint8_t> kb = encode_rows(kt, k), vb = encode_rows(vt, v);
+        const std::vector<double> freqs = inv_freq(10000.0, 64);
+        KeyRotation rot{freqs, 1.0, 64, RopeStyle::Interleaved};
+        AttentionProblem p;
+        p.n_head = n_head;
+        p.n_head_kv = n_head_kv;
+        p.head_dim = head_dim;
+        p.q = q.data();
+        p.n_q = n_q;
+        p.q_pos0 = n_kv - n_q;
+        p.k = kb.data();
+        p.v = vb.data();
+        p.k_type = kt;
+        p.v_type = vt;
+        p.n_kv = n_kv;
+        p.rotate_keys = rotate ? &rot : nullptr;
+        attention_variants_match_the_cpu(p, kb.data(), kb.size(), vb.data(), vb.size());
+        if (QTest::currentTestFailed())
+            return;
+
+        // The decoded rows as floats give the same output on the device to 1e-10 (one decode
+        // per value, so the sums are the same ones).
+        std::vector<float> kd(k.size()), vd(v.size());
+        dequantize_row(kt, kb.data(), kd.data(), int64_t(kd.size()));
+        dequantize_row(vt, vb.data(), vd.data(), int64_t(vd.size()));
+        const float *dq = dev_upload(q), *dkd = dev_upload(kd), *dvd = dev_upload(vd);
+        const uint8_t *dkb = dev_upload(kb), *dvb = dev_upload(vb);
+        const double *dfreq = dev_upload(freqs);
+        QVERIFY2(dq && dkd && dvd && dkb && dvb && dfreq, m_api.error(m_ctx));
+        std::vector<float> encoded, floats;
+        QVERIFY2(gpu_attention(p, dq, dkb, dvb, p.rotate_keys, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, encoded),
+                 m_api.error(m_ctx));
+        AttentionProblem pf = p;
+        pf.k_type = pf.v_type = DType::F32;
+        QVERIFY2(gpu_attention(pf, dq, dkd, dvd, p.rotate_keys, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, floats),
+                 m_api.error(m_ctx));
+        QVERIFY2(nmse(encoded, floats) <= 1e-10, qPrintable(QString::number(nmse(encoded, floats))));
+        // A head that is not whole blocks is refused for block types.
+        if (kt == DType::Q8_0 || kt == DType::Q4_0) {
+            AttentionProblem bad = p;
+            bad.head_dim = 48;
+            bad.n_head_kv = 2;
+            std::vector<float> out;
+            QVERIFY(!gpu_attention(bad, dq, dkb, dvb, nullptr, nullptr, LONGSCOPE_CUDA_ATTN_NAIVE, 1, 0, out));
+            QVERIFY2(QString::fromUtf8(m_api.error(m_ctx)).contains("multiple of 32"), m_api.error(m_ctx));
+        }
     }
 
     // One query over a long cache, as in decoding: split-KV with many ranges equals the single
@@ -837,13 +1287,13 @@ private slots:
         QVERIFY2(dq && dk && dv, m_api.error(m_ctx));
         std::vector<float> single, split, split_few;
         LongscopeCudaAttentionInfo info{};
-        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, 10000.0, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, single),
+        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, nullptr, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, single),
                  m_api.error(m_ctx));
-        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, 10000.0, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 0, split, &info),
+        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, nullptr, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 0, split, &info),
                  m_api.error(m_ctx));
         QVERIFY2(info.n_splits > 1, qPrintable(QString::number(info.n_splits)));
         // Ranges above the kernel's limit are raised to fit: 2 requested, 20000 keys.
-        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, 10000.0, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 2, split_few, &info),
+        QVERIFY2(gpu_attention(p, dq, dk, dv, nullptr, nullptr, LONGSCOPE_CUDA_ATTN_SPLIT_KV, 0, 2, split_few, &info),
                  m_api.error(m_ctx));
         QVERIFY(info.n_splits >= 5);
         QVERIFY2(nmse(single, cpu) <= 1e-7, qPrintable(QString::number(nmse(single, cpu))));

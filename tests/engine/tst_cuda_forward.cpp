@@ -1,6 +1,10 @@
 // The forward pass on the GPU (the CUDA backend through a Session with backend CUDA) against the CPU
-// forward pass on the bundled model. Without a usable GPU every check is skipped with the
-// plugin's reason (scripts/gpu-check runs them on a GPU machine and fails on any skip).
+// forward pass: the bundled model; the tiny model of every architecture family
+// (tests/data/arch, also against the logits Hugging Face transformers computed); the RoPE
+// methods chosen in the settings; KV caches of f16, q8_0 and q4_0 rows (a random model with a
+// head size of 64), switched live. Without a usable GPU every check is skipped with the
+// plugin's reason (scripts/gpu-check runs them on a GPU machine and fails on any skip). Every
+// check also requires that the steps ran on the GPU: a session that fell back to the CPU fails.
 //
 // Tolerance: logits within k_gpu_logit_tol (absolute) of the CPU's at every step, and greedy
 // tokens identical. The weights are F32 and cuBLAS multiplies in F32 (no TF32), so the two
@@ -10,15 +14,20 @@
 // the CPU's own variants are held to (tst_techniques) and far below the logit gaps that decide
 // the greedy tokens here. vmm and static caches run the same kernels on the same rows, so they
 // must agree exactly.
+#include "support/arch_fixtures.h"
 #include "support/comparisons.h"
 #include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
+#include "longscope/quantize.h"
 
+#include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <random>
 
 using namespace longscope;
 
@@ -78,12 +87,111 @@ Settings cuda_settings()
     return s;
 }
 
+// The tolerance of the architecture suite (tst_architectures) against transformers' logits:
+// F32 weights, so the engine and transformers differ only in the order of float sums and in
+// the transcendental functions (measured on the CPU: 4e-6 to 2.3e-5).
+constexpr double k_transformers_tol = 2e-4;
+
+// Bytes of a cached row of n values, from the block layouts (written out here rather than
+// asked of the code): f32 4 per value, f16 2, q8_0 34 per 32 values, q4_0 18 per 32.
+uint64_t expected_row_bytes(KvType t, int64_t n)
+{
+    switch (t) {
+    case KvType::F32: return uint64_t(n) * 4;
+    case KvType::F16: return uint64_t(n) * 2;
+    case KvType::Q8_0: return uint64_t(n) / 32 * 34;
+    case KvType::Q4_0: return uint64_t(n) / 32 * 18;
+    }
+    return 0;
+}
+
+// A random llama-family model with a head size of 64 (blocks of 32 fit; the bundled model's
+// head is 8), two query heads per kv head, weights spread wide enough that the logits span
+// several units (as tst_kv_quant's).
+std::unique_ptr<Model> random_model(const QTemporaryDir &dir, int n_layer)
+{
+    RandomModelSpec spec;
+    spec.n_embd = 128;
+    spec.n_layer = n_layer;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 64;
+    spec.n_ff = 256;
+    spec.n_vocab = 300;
+    spec.n_ctx = 512;
+    spec.type = DType::F32;
+    spec.stddev = 0.08f;
+    spec.seed = 7;
+    const std::string path = dir.filePath(QStringLiteral("kv%1.gguf").arg(n_layer)).toStdString();
+    write_random_model_file(path, spec);
+    return Model::load(path);
+}
+
+std::vector<int32_t> random_tokens(int n, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> pick(3, 299);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto &id : t)
+        id = pick(rng);
+    return t;
+}
+
+// The logits after the prompt and after each further token (the same tokens for every
+// session compared, so a near tie cannot make two runs diverge), with the metrics of every
+// step; `between` runs before token i.
+struct Fed {
+    std::vector<std::vector<float>> logits;
+    std::vector<StepMetrics> metrics;
+    std::string note; // the session's backend note (empty unless it fell back to the CPU)
+};
+Fed feed(const Model &m, const std::vector<int32_t> &prompt, const std::vector<int32_t> &tokens, const Settings &s,
+         int n_ctx, const std::function<void(Session &, int)> &between = {})
+{
+    SessionOptions o;
+    o.n_ctx = n_ctx;
+    o.n_threads = 2;
+    o.settings = s;
+    Session session(m, o);
+    Fed f;
+    session.set_metrics_callback([&](const StepMetrics &sm) { f.metrics.push_back(sm); });
+    auto l = session.eval(prompt);
+    f.logits.emplace_back(l.begin(), l.end());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (between)
+            between(session, int(i));
+        l = session.eval(std::span<const int32_t>(&tokens[i], 1));
+        f.logits.emplace_back(l.begin(), l.end());
+    }
+    f.note = session.backend_note();
+    return f;
+}
+
+double worst_diff(const Fed &a, const Fed &b)
+{
+    if (a.logits.size() != b.logits.size())
+        return INFINITY;
+    double d = 0;
+    for (size_t i = 0; i < a.logits.size(); ++i)
+        d = std::max(d, max_diff(a.logits[i], b.logits[i]));
+    return d;
+}
+
 } // namespace
 
 #define REQUIRE_GPU()                                                                                      \
     do {                                                                                                   \
         if (!m_cuda.available)                                                                             \
             QSKIP(("no usable CUDA device: " + m_cuda.detail).c_str());                                    \
+    } while (0)
+
+// Every step of a run was evaluated on the GPU (no fallback to the CPU).
+#define RAN_ON_THE_GPU(fed)                                                                                \
+    do {                                                                                                   \
+        QVERIFY2((fed).note.empty(), (fed).note.c_str());                                                  \
+        QVERIFY(!(fed).metrics.empty());                                                                   \
+        for (const StepMetrics &m_ : (fed).metrics)                                                        \
+            QCOMPARE(m_.settings.backend, ComputeBackend::Cuda);                                           \
     } while (0)
 
 // Compares a trace with the CPU's: same tokens, logits within the tolerance at every step, and
@@ -310,6 +418,325 @@ private slots:
         QVERIFY(vm.metrics.front().memory.kv_resident < st.metrics.front().memory.kv_resident);
         QVERIFY2(vm.metrics.back().memory.kv_resident > vm.metrics.front().memory.kv_resident,
                  "the vmm cache did not map another granule while decoding past 16384 positions");
+    }
+
+    // The tiny model of every family (qwen2's biases, qwen3's q/k norms, gemma2/3's GeGLU,
+    // (1+w) norms, post-norms, soft-capping, sliding windows and scaled embeddings, phi3's fused
+    // matrices and LongRoPE past its original context, llama3's frequency factors), from its
+    // Hugging Face directory and its GGUF, with each attention kind: the logits of every
+    // position on the GPU within the transformers tolerance of transformers' own (same
+    // argmax) and within k_gpu_logit_tol of the CPU's.
+    void every_family_matches_transformers_and_the_cpu_data()
+    {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<int>("attention");
+        const char *kinds[] = {"plain", "causal-flash", "mem-efficient"};
+        for (const char *f : test::k_arch_families)
+            for (const char *fmt : {"hf", "gguf"})
+                for (int at = 0; at < 3; ++at)
+                    QTest::addRow("%s/%s %s", f, fmt, kinds[at]) << QString(f) << QString(fmt) << at;
+    }
+    void every_family_matches_transformers_and_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(QString, family);
+        QFETCH(QString, format);
+        QFETCH(int, attention);
+        const std::string fam = family.toStdString();
+        const auto m = Model::load(test::arch_fixture_path(fam, format.toStdString()));
+        const test::ArchReference ref = test::load_arch_reference(fam);
+        QVERIFY2(ref.n_vocab > 0 && !ref.seqs.empty(), "tests/data/arch reference.json cannot be read");
+        QCOMPARE(m->hparams().n_vocab, ref.n_vocab);
+        Settings st;
+        st.attention.causal_flash = attention >= 1;
+        st.attention.memory_efficient = attention == 2;
+        for (const test::ArchRefSequence &seq : ref.seqs) {
+            SessionOptions o;
+            o.n_ctx = 128;
+            o.n_threads = 2;
+            o.settings = st;
+            Session cpu(*m, o);
+            o.settings.backend = ComputeBackend::Cuda;
+            Session gpu(*m, o);
+            std::vector<StepMetrics> metrics;
+            gpu.set_metrics_callback([&](const StepMetrics &sm) { metrics.push_back(sm); });
+            const auto a = cpu.eval(seq.tokens, true);
+            const std::vector<float> c(a.begin(), a.end());
+            const auto b = gpu.eval(seq.tokens, true);
+            const std::vector<float> g(b.begin(), b.end());
+            QVERIFY2(gpu.backend_note().empty(), gpu.backend_note().c_str());
+            QVERIFY(!metrics.empty());
+            QCOMPARE(metrics.back().settings.backend, ComputeBackend::Cuda);
+            QCOMPARE(g.size(), seq.logits.size());
+            const double vs_cpu = max_diff(g, c);
+            double vs_ref = 0;
+            const size_t nv = size_t(ref.n_vocab);
+            for (size_t t = 0; t < seq.tokens.size(); ++t) {
+                const auto gb = g.begin() + std::ptrdiff_t(t * nv), rb = seq.logits.begin() + std::ptrdiff_t(t * nv);
+                for (size_t v = 0; v < nv; ++v)
+                    vs_ref = std::max(vs_ref, double(std::fabs(gb[std::ptrdiff_t(v)] - rb[std::ptrdiff_t(v)])));
+                QCOMPARE(std::max_element(gb, gb + std::ptrdiff_t(nv)) - gb,
+                         std::max_element(rb, rb + std::ptrdiff_t(nv)) - rb);
+            }
+            qInfo("%s %s, %zu tokens on the GPU: max |logit - transformers| %.3g, - CPU %.3g", fam.c_str(),
+                  qPrintable(format), seq.tokens.size(), vs_ref, vs_cpu);
+            QVERIFY2(vs_ref <= k_transformers_tol, qPrintable(QString("vs transformers %1").arg(vs_ref)));
+            QVERIFY2(vs_cpu <= k_gpu_logit_tol, qPrintable(QString("vs the CPU %1").arg(vs_cpu)));
+        }
+    }
+
+    // transformers' greedy continuation of 32 tokens, generated on the GPU one token a step.
+    void every_family_continues_as_transformers_data()
+    {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("format");
+        for (const char *f : test::k_arch_families)
+            for (const char *fmt : {"hf", "gguf"})
+                QTest::addRow("%s/%s", f, fmt) << QString(f) << QString(fmt);
+    }
+    void every_family_continues_as_transformers()
+    {
+        REQUIRE_GPU();
+        QFETCH(QString, family);
+        QFETCH(QString, format);
+        const std::string fam = family.toStdString();
+        const auto m = Model::load(test::arch_fixture_path(fam, format.toStdString()));
+        const test::ArchReference ref = test::load_arch_reference(fam);
+        QVERIFY2(ref.n_vocab > 0, "tests/data/arch reference.json cannot be read");
+        const Trace t = run_greedy(*m, ref.prompt, int(ref.continuation.size()), cuda_settings(), 128);
+        QCOMPARE(t.tokens, ref.continuation);
+        for (const StepMetrics &sm : t.metrics)
+            QCOMPARE(sm.settings.backend, ComputeBackend::Cuda);
+    }
+
+    // Every RoPE method chosen in the settings (the frequency tables the engine computes,
+    // uploaded as the step needs them): a 30-token prompt of a fixture's sequence and its next
+    // 10 tokens one at a time, on the GPU against the CPU. Dynamic scaling past its original
+    // context changes the base at every step; LongRoPE with an original context of 16 crosses
+    // its switch in the prompt.
+    void rope_methods_from_the_settings_match_the_cpu_data()
+    {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<int>("method");
+        QTest::addColumn<float>("factor");
+        QTest::addColumn<int>("orig_ctx");
+        QTest::newRow("llama none") << "llama" << int(RopeScalingType::None) << 0.0f << 0;
+        QTest::newRow("llama linear") << "llama" << int(RopeScalingType::Linear) << 2.0f << 0;
+        QTest::newRow("llama dynamic") << "llama" << int(RopeScalingType::Dynamic) << 4.0f << 16;
+        QTest::newRow("llama ntk") << "llama" << int(RopeScalingType::Ntk) << 4.0f << 0;
+        QTest::newRow("llama yarn") << "llama" << int(RopeScalingType::Yarn) << 4.0f << 32;
+        QTest::newRow("llama llama3") << "llama" << int(RopeScalingType::Llama3) << 8.0f << 32;
+        QTest::newRow("qwen2 yarn") << "qwen2" << int(RopeScalingType::Yarn) << 4.0f << 16;
+        QTest::newRow("gemma3 linear") << "gemma3" << int(RopeScalingType::Linear) << 2.0f << 0;
+        QTest::newRow("phi3 longrope") << "phi3" << int(RopeScalingType::LongRope) << 0.0f << 16;
+    }
+    void rope_methods_from_the_settings_match_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(QString, family);
+        QFETCH(int, method);
+        QFETCH(float, factor);
+        QFETCH(int, orig_ctx);
+        const std::string fam = family.toStdString();
+        const auto m = Model::load(test::arch_fixture_path(fam, "gguf"));
+        const test::ArchReference ref = test::load_arch_reference(fam);
+        QVERIFY2(ref.n_vocab > 0 && ref.seqs.front().tokens.size() >= 40, "tests/data/arch reference.json");
+        const std::vector<int32_t> &seq = ref.seqs.front().tokens;
+        const std::vector<int32_t> prompt(seq.begin(), seq.begin() + 30), next(seq.begin() + 30, seq.begin() + 40);
+        Settings s;
+        s.rope.scaling = RopeScalingType(method);
+        s.rope.scaling_factor = factor;
+        s.rope.scaling_orig_ctx = orig_ctx;
+        const Fed cpu = feed(*m, prompt, next, s, 128);
+        s.backend = ComputeBackend::Cuda;
+        const Fed gpu = feed(*m, prompt, next, s, 128);
+        RAN_ON_THE_GPU(gpu);
+        const double d = worst_diff(gpu, cpu);
+        qInfo("%s: max logit difference GPU - CPU %.3g", qPrintable(QString::fromUtf8(QTest::currentDataTag())), d);
+        QVERIFY2(d <= k_gpu_logit_tol, qPrintable(QString::number(d)));
+    }
+
+    // KV caches of encoded rows on the GPU against the CPU's caches of the same types: a
+    // one-layer random model (the cached rows depend only on the tokens), a 60-token prompt and
+    // 12 more tokens. Encoding happens on each side from its own keys and values, which differ
+    // in the last float bits, so a value lying on a rounding boundary may take the neighbouring
+    // code: the tolerance is a quarter of what the type itself moves the logits (measured by
+    // tst_kv_quant on this model: q8_0 0.039, q4_0 0.90 from f32) and f16 is held to the f32
+    // tolerance. The device really stores the type: its logits are closer to the CPU's with
+    // that type than to the CPU's f32 ones. The ledger's KV bytes are what the blocks say.
+    void quantized_kv_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("type_k");
+        QTest::addColumn<int>("type_v");
+        QTest::addColumn<KvMode>("mode");
+        QTest::addColumn<bool>("mem_efficient");
+        QTest::addColumn<bool>("before_rope");
+        const struct {
+            KvType k, v;
+            KvMode mode;
+            bool me, br;
+        } rows[] = {
+            {KvType::F16, KvType::F16, KvMode::Static, false, false},
+            {KvType::F16, KvType::F32, KvMode::Vmm, true, true},
+            {KvType::Q8_0, KvType::Q8_0, KvMode::Static, false, false},
+            {KvType::Q8_0, KvType::Q8_0, KvMode::Static, true, false},
+            {KvType::Q8_0, KvType::Q8_0, KvMode::Vmm, true, true},
+            {KvType::Q8_0, KvType::F32, KvMode::Concat, false, true},
+            {KvType::Q4_0, KvType::Q4_0, KvMode::Static, false, false},
+            {KvType::Q4_0, KvType::Q4_0, KvMode::Concat, true, false},
+            {KvType::F32, KvType::Q4_0, KvMode::Vmm, false, false},
+            {KvType::Q8_0, KvType::Q4_0, KvMode::None, true, false},
+        };
+        for (const auto &r : rows)
+            QTest::addRow("k=%s v=%s kv=%s%s%s", to_string(r.k).data(), to_string(r.v).data(),
+                          to_string(r.mode).data(), r.me ? " mem-efficient" : "", r.br ? " keys-before-rope" : "")
+                << int(r.k) << int(r.v) << r.mode << r.me << r.br;
+    }
+    void quantized_kv_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, type_k);
+        QFETCH(int, type_v);
+        QFETCH(KvMode, mode);
+        QFETCH(bool, mem_efficient);
+        QFETCH(bool, before_rope);
+        const KvType tk = KvType(type_k), tv = KvType(type_v);
+        QTemporaryDir dir;
+        const auto model = random_model(dir, 1);
+        const int n_ctx = 200;
+        const auto prompt = random_tokens(60, 9), next = random_tokens(12, 10);
+        Settings s;
+        s.kv_mode = mode;
+        s.attention.memory_efficient = mem_efficient;
+        s.rope.store_kv_before_rope = before_rope;
+        const Fed cpu_f32 = feed(*model, prompt, next, s, n_ctx);
+        s.kv_type_k = tk;
+        s.kv_type_v = tv;
+        const Fed cpu = feed(*model, prompt, next, s, n_ctx);
+        s.backend = ComputeBackend::Cuda;
+        const Fed gpu = feed(*model, prompt, next, s, n_ctx);
+        RAN_ON_THE_GPU(gpu);
+        const auto quantized = [](KvType t) { return t == KvType::Q8_0 || t == KvType::Q4_0; };
+        const double tol = tk == KvType::Q4_0 || tv == KvType::Q4_0 ? 0.9 / 4
+                           : quantized(tk) || quantized(tv)           ? 0.039 / 4
+                                                                      : k_gpu_logit_tol;
+        const double d = worst_diff(gpu, cpu), d_f32 = worst_diff(gpu, cpu_f32);
+        qInfo("max logit difference GPU - CPU %.3g (tolerance %.3g); GPU - CPU with f32 rows %.3g", d, tol, d_f32);
+        QVERIFY2(d <= tol, qPrintable(QString::number(d)));
+        if (quantized(tk) || quantized(tv))
+            QVERIFY2(d < d_f32, qPrintable(QString("%1 against %2 from f32").arg(d).arg(d_f32)));
+
+        const HParams &hp = model->hparams();
+        const uint64_t per_token =
+            uint64_t(hp.n_layer) * (expected_row_bytes(tk, hp.n_embd_kv()) + expected_row_bytes(tv, hp.n_embd_kv()));
+        for (const StepMetrics &m : gpu.metrics) {
+            QCOMPARE(m.settings.kv_type_k, tk);
+            QCOMPARE(m.settings.kv_type_v, tv);
+            if (mode == KvMode::Static)
+                QCOMPARE(m.memory.kv_resident, uint64_t(n_ctx) * per_token);
+            if (mode == KvMode::Concat || mode == KvMode::Vmm) {
+                QVERIFY(m.memory.kv_resident >= uint64_t(m.position) * per_token);
+                QVERIFY(m.memory.kv_resident <= m.memory.kv_reserved);
+            }
+        }
+        if (mode == KvMode::Static)
+            QCOMPARE(gpu.metrics.back().memory.kv_resident, cpu.metrics.back().memory.kv_resident);
+    }
+
+    // The KV types switched live mid-generation on the GPU (the cached rows converted on the
+    // device), then back to f32, against the CPU doing the same; the ledger shows each type's
+    // size from the step after the switch.
+    void live_kv_type_switch_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("to");
+        QTest::addColumn<bool>("mem_efficient");
+        for (KvType t : {KvType::F16, KvType::Q8_0, KvType::Q4_0})
+            for (bool me : {false, true})
+                QTest::addRow("-> %s%s", to_string(t).data(), me ? " mem-efficient" : "") << int(t) << me;
+    }
+    void live_kv_type_switch_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, to);
+        QFETCH(bool, mem_efficient);
+        const KvType tt = KvType(to);
+        QTemporaryDir dir;
+        const auto model = random_model(dir, 1);
+        const int n_ctx = 200;
+        const auto prompt = random_tokens(60, 9), next = random_tokens(14, 10);
+        const auto switcher = [&](Session &session, int i) {
+            if (i == 4 || i == 9) {
+                Settings st = session.settings();
+                st.kv_type_k = st.kv_type_v = i == 4 ? tt : KvType::F32;
+                session.set_settings(st);
+            }
+        };
+        Settings s;
+        s.kv_mode = KvMode::Static;
+        s.attention.memory_efficient = mem_efficient;
+        const Fed cpu = feed(*model, prompt, next, s, n_ctx, switcher);
+        s.backend = ComputeBackend::Cuda;
+        const Fed gpu = feed(*model, prompt, next, s, n_ctx, switcher);
+        const Fed gpu_plain = feed(*model, prompt, next, s, n_ctx);
+        RAN_ON_THE_GPU(gpu);
+        const double tol = tt == KvType::Q4_0 ? 0.9 / 4 : tt == KvType::Q8_0 ? 0.039 / 4 : k_gpu_logit_tol;
+        const double d = worst_diff(gpu, cpu), moved = worst_diff(gpu, gpu_plain);
+        qInfo("after the switch: GPU - CPU %.3g (tolerance %.3g), GPU switched - GPU f32 %.3g", d, tol, moved);
+        QVERIFY2(d <= tol, qPrintable(QString::number(d)));
+        if (tt != KvType::F16)
+            QVERIFY2(d < moved, qPrintable(QString("%1 against %2").arg(d).arg(moved)));
+        const int64_t ekv = model->hparams().n_embd_kv();
+        const int n_layer = model->hparams().n_layer;
+        // metrics[0]: the prompt; metrics[i + 1]: token i. Switched before tokens 4 and 9.
+        QCOMPARE(gpu.metrics.size(), next.size() + 1);
+        for (size_t i = 0; i < gpu.metrics.size(); ++i) {
+            const KvType held = i >= 5 && i < 10 ? tt : KvType::F32;
+            QCOMPARE(gpu.metrics[i].settings.kv_type_k, held);
+            QCOMPARE(gpu.metrics[i].memory.kv_resident,
+                     uint64_t(n_ctx) * uint64_t(n_layer) * 2 * expected_row_bytes(held, ekv));
+        }
+    }
+
+    // The context shift with keys cached after RoPE, where the device turns the kept keys:
+    // keys stored as q8_0 or q4_0 blocks (decoded, rotated, encoded again) and keys rotated with
+    // llama3's per-dimension factors (the table of the rotation), against the CPU.
+    void context_shift_of_encoded_and_scaled_keys_matches_the_cpu_data()
+    {
+        QTest::addColumn<int>("type_k");
+        QTest::addColumn<bool>("llama3");
+        QTest::addRow("q8_0 keys") << int(KvType::Q8_0) << false;
+        QTest::addRow("q4_0 keys") << int(KvType::Q4_0) << false;
+        QTest::addRow("llama3 factors") << int(KvType::F32) << true;
+    }
+    void context_shift_of_encoded_and_scaled_keys_matches_the_cpu()
+    {
+        REQUIRE_GPU();
+        QFETCH(int, type_k);
+        QFETCH(bool, llama3);
+        const KvType tk = KvType(type_k);
+        QTemporaryDir dir;
+        const auto model = llama3 ? Model::load(test::arch_fixture_path("llama", "gguf")) : random_model(dir, 1);
+        if (llama3)
+            QCOMPARE(model->hparams().rope.type, RopeScalingType::Llama3);
+        const int vocab = model->hparams().n_vocab;
+        auto prompt = random_tokens(20, 11), next = random_tokens(100, 12);
+        for (auto *v : {&prompt, &next})
+            for (int32_t &id : *v)
+                id %= vocab;
+        Settings s;
+        s.kv_mode = KvMode::Static;
+        s.overflow = OverflowPolicy::Shift;
+        s.kv_type_k = tk;
+        const Fed cpu = feed(*model, prompt, next, s, 48);
+        s.backend = ComputeBackend::Cuda;
+        const Fed gpu = feed(*model, prompt, next, s, 48);
+        RAN_ON_THE_GPU(gpu);
+        QVERIFY(gpu.metrics.back().position <= 48);
+        const double tol = tk == KvType::Q4_0 ? 0.9 / 4 : tk == KvType::Q8_0 ? 0.039 / 4 : k_gpu_logit_tol;
+        const double d = worst_diff(gpu, cpu);
+        qInfo("120 tokens through a 48-token context: GPU - CPU %.3g (tolerance %.3g)", d, tol);
+        QVERIFY2(d <= tol, qPrintable(QString::number(d)));
     }
 
     void batched_generation_on_cuda_is_a_clear_error()

@@ -115,10 +115,8 @@ std::optional<KvType> parse_kv_type(std::string_view s);
 uint64_t kv_type_row_bytes(KvType t, int64_t n);
 int kv_type_block(KvType t); // values per block: 1 for f32 / f16, 32 for q8_0 / q4_0
 // Throws InvalidArgument when a quantized type is chosen for a head size that is not a
-// multiple of its block, naming the head size.
-// Also throws it when the backend cannot store the types (the CUDA cache is f32 only).
+// multiple of its block, naming the head size. Every backend stores every type.
 void check_kv_types(const Settings &s, int head_dim);
-void check_kv_types_supported(ComputeBackend b, KvType type_k, KvType type_v);
 std::optional<OverflowPolicy> parse_overflow(std::string_view s);
 std::string_view to_string(ComputeBackend b); // "cpu", "cuda"
 std::optional<ComputeBackend> parse_backend(std::string_view s);

@@ -92,15 +92,6 @@ void check_kv_types(const Settings &s, int head_dim)
                                   " needs a head size that is a multiple of " + std::to_string(kv_type_block(t)) +
                                   "; this model's head size is " + std::to_string(head_dim) +
                                   " (use f32 or f16)");
-    check_kv_types_supported(s.backend, s.kv_type_k, s.kv_type_v);
-}
-
-void check_kv_types_supported(ComputeBackend b, KvType type_k, KvType type_v)
-{
-    if (b == ComputeBackend::Cuda && (type_k != KvType::F32 || type_v != KvType::F32))
-        throw InvalidArgument("the CUDA backend keeps its KV cache as f32 only; keys " +
-                              std::string(to_string(type_k)) + " and values " + std::string(to_string(type_v)) +
-                              " need the CPU backend");
 }
 
 std::string_view to_string(OverflowPolicy p)

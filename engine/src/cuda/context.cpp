@@ -9,11 +9,13 @@
 #include "attention.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
+#include "kv_format.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "sample.cuh"
 
 #include <climits>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -73,6 +75,30 @@ int check_launch(LongscopeCudaContext *ctx, const char *what, cudaError_t err)
 bool weight_type_ok(int type)
 {
     return type == LONGSCOPE_CUDA_F32 || type == LONGSCOPE_CUDA_F16 || type == LONGSCOPE_CUDA_BF16;
+}
+
+// The checks every RoPE entry point makes; 0 or the failure.
+int check_rope_args(LongscopeCudaContext *ctx, const char *who, int head_dim, int n_rot, int style,
+                    const double *inv_freq)
+{
+    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim)
+        return fail_arg(ctx, "%s: n_rot %d must be even and at most head_dim %d", who, n_rot, head_dim);
+    if (style != LONGSCOPE_CUDA_ROPE_INTERLEAVED && style != LONGSCOPE_CUDA_ROPE_ROTATE_HALF)
+        return fail_arg(ctx, "%s: unknown style %d", who, style);
+    if (n_rot > 0 && !inv_freq)
+        return fail_arg(ctx, "%s: no frequency table", who);
+    return 0;
+}
+
+const char *kv_type_name(int type)
+{
+    switch (type) {
+    case k_kv_f32: return "f32";
+    case k_kv_f16: return "f16";
+    case k_kv_q8_0: return "q8_0";
+    case k_kv_q4_0: return "q4_0";
+    default: return "unknown";
+    }
 }
 
 } // namespace
@@ -256,13 +282,13 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_embedding(LongscopeCudaContext *ctx, co
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_rmsnorm(LongscopeCudaContext *ctx, const float *x, const float *weight,
-                                                 float *y, int64_t rows, int64_t n, float eps)
+                                                 float *y, int64_t rows, int64_t n, float eps, float weight_offset)
 {
     if (int rc = enter(ctx))
         return rc;
     if (rows < 0 || n < 0 || rows > INT_MAX || n > INT_MAX)
         return fail_arg(ctx, "rmsnorm: sizes out of range (%lld rows of %lld)", (long long)rows, (long long)n);
-    launch_rmsnorm(x, weight, y, int(rows), int(n), eps, ctx->stream);
+    launch_rmsnorm(x, weight, y, int(rows), int(n), eps, weight_offset, ctx->stream);
     return check_launch(ctx, "rmsnorm kernel", cudaGetLastError());
 }
 
@@ -280,6 +306,40 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_swiglu(LongscopeCudaContext *ctx, const
     if (int rc = enter(ctx))
         return rc;
     return check_launch(ctx, "swiglu kernel", launch_swiglu(gate, up, out, n, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_geglu(LongscopeCudaContext *ctx, const float *gate, const float *up,
+                                               float *out, int64_t n)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    return check_launch(ctx, "geglu kernel", launch_geglu(gate, up, out, n, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_scale(LongscopeCudaContext *ctx, float *x, float s, int64_t n)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    return check_launch(ctx, "scale kernel", launch_scale(x, s, n, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_softcap(LongscopeCudaContext *ctx, float *x, float cap, int64_t n)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    if (!(cap > 0.0f) || !std::isfinite(cap))
+        return fail_arg(ctx, "softcap: the cap must be positive (got %g)", double(cap));
+    return check_launch(ctx, "softcap kernel", launch_softcap(x, cap, n, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_add_bias(LongscopeCudaContext *ctx, float *x, const float *bias,
+                                                  int64_t n_rows, int64_t width)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    if (n_rows < 0 || width < 0)
+        return fail_arg(ctx, "add_bias: negative size (%lld rows of %lld)", (long long)n_rows, (long long)width);
+    return check_launch(ctx, "add_bias kernel", launch_add_bias(x, bias, n_rows, width, ctx->stream));
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_matmul(LongscopeCudaContext *ctx, const void *w, int type, int64_t n_in,
@@ -321,36 +381,57 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_matmul(LongscopeCudaContext *ctx, const
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope(LongscopeCudaContext *ctx, float *x, int64_t n_tokens, int n_heads,
                                               int head_dim, int n_rot, int style, const double *positions, double pos0,
-                                              double pos_scale, double base)
+                                              double pos_step, double pos_scale, const double *inv_freq)
 {
     if (int rc = enter(ctx))
         return rc;
-    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim || n_heads < 0 || n_tokens < 0 || n_tokens > INT_MAX)
-        return fail_arg(ctx, "rope: n_rot %d must be even and at most head_dim %d", n_rot, head_dim);
-    if (style != LONGSCOPE_CUDA_ROPE_INTERLEAVED && style != LONGSCOPE_CUDA_ROPE_ROTATE_HALF)
-        return fail_arg(ctx, "rope: unknown style %d", style);
-    if (!(base > 0.0))
-        return fail_arg(ctx, "rope: base must be positive");
+    if (n_heads < 0 || head_dim < 0 || n_tokens < 0 || n_tokens > INT_MAX)
+        return fail_arg(ctx, "rope: sizes out of range (%lld tokens of %d heads of %d)", (long long)n_tokens, n_heads,
+                        head_dim);
+    if (int rc = check_rope_args(ctx, "rope", head_dim, n_rot, style, inv_freq))
+        return rc;
     return check_launch(ctx, "rope kernel",
-                        launch_rope(x, n_tokens, n_heads, head_dim, n_rot, style, positions, pos0, pos_scale, base,
-                                    ctx->stream));
+                        launch_rope(x, n_tokens, n_heads, head_dim, n_rot, style, positions, pos0, pos_step, pos_scale,
+                                    inv_freq, ctx->stream));
 }
 
-LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, const float *src, int64_t src_stride,
-                                                   float *dst, int64_t j0, int64_t n_keys, int n_heads, int head_dim,
-                                                   int n_rot, int style, double pos_scale, double base)
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, const void *src, int src_type,
+                                                   int64_t src_row_bytes, float *dst, int64_t j0, int64_t n_keys,
+                                                   int n_heads, int head_dim, int n_rot, int style, double pos_scale,
+                                                   const double *inv_freq)
 {
     if (int rc = enter(ctx))
         return rc;
-    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim || n_heads < 0 || n_keys < 0 || j0 < 0)
-        return fail_arg(ctx, "rope_keys: n_rot %d must be even and at most head_dim %d", n_rot, head_dim);
-    if (style != LONGSCOPE_CUDA_ROPE_INTERLEAVED && style != LONGSCOPE_CUDA_ROPE_ROTATE_HALF)
-        return fail_arg(ctx, "rope_keys: unknown style %d", style);
-    if (!(base > 0.0))
-        return fail_arg(ctx, "rope_keys: base must be positive");
+    if (n_heads < 0 || head_dim < 0 || n_keys < 0 || j0 < 0)
+        return fail_arg(ctx, "rope_keys: sizes out of range (%lld keys from %lld)", (long long)n_keys, (long long)j0);
+    if (!kv_type_valid(src_type) || (kv_type_blocked(src_type) && head_dim % k_kv_block != 0))
+        return fail_arg(ctx, "rope_keys: key type %d needs whole blocks of 32 per head (head_dim %d)", src_type,
+                        head_dim);
+    if (src_row_bytes < kv_row_bytes(src_type, int64_t(n_heads) * head_dim))
+        return fail_arg(ctx, "rope_keys: rows of %lld bytes cannot hold %d heads of %d %s values",
+                        (long long)src_row_bytes, n_heads, head_dim, kv_type_name(src_type));
+    if (int rc = check_rope_args(ctx, "rope_keys", head_dim, n_rot, style, inv_freq))
+        return rc;
     return check_launch(ctx, "rope_keys kernel",
-                        launch_rope_keys(src, src_stride, dst, j0, n_keys, n_heads, head_dim, n_rot, style, pos_scale,
-                                         base, ctx->stream));
+                        launch_rope_keys(KvRows{src, src_type, src_row_bytes}, dst, j0, n_keys, n_heads, head_dim,
+                                         n_rot, style, pos_scale, inv_freq, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_convert(LongscopeCudaContext *ctx, const void *src, int src_type,
+                                                    void *dst, int dst_type, int64_t n_rows, int64_t n)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    if (!kv_type_valid(src_type) || !kv_type_valid(dst_type))
+        return fail_arg(ctx, "kv_convert: unknown KV type (%d to %d)", src_type, dst_type);
+    if (n_rows < 0 || n < 0)
+        return fail_arg(ctx, "kv_convert: negative size (%lld rows of %lld)", (long long)n_rows, (long long)n);
+    if ((kv_type_blocked(src_type) || kv_type_blocked(dst_type)) && n % k_kv_block != 0)
+        return fail_arg(ctx, "kv_convert: rows of %lld values are not whole blocks of 32 (%s to %s)", (long long)n,
+                        kv_type_name(src_type), kv_type_name(dst_type));
+    return check_launch(ctx, "KV row conversion",
+                        launch_kv_convert(KvRows{src, src_type, kv_row_bytes(src_type, n)}, dst, dst_type, n_rows, n,
+                                          ctx->stream));
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, const LongscopeCudaAttention *p,
@@ -371,15 +452,19 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, co
         return fail_arg(ctx, "attention: q and out must be set");
     if (p->n_q > 0 && p->n_kv > 0 && (!p->k || !p->v))
         return fail_arg(ctx, "attention: k and v must be set");
-    if (p->rotate_keys) {
-        if (p->n_rot < 0 || p->n_rot % 2 != 0 || p->n_rot > p->head_dim)
-            return fail_arg(ctx, "attention: rotary dims n_rot %d must be even and at most head_dim %d", p->n_rot,
-                            p->head_dim);
-        if (p->rope_style != LONGSCOPE_CUDA_ROPE_INTERLEAVED && p->rope_style != LONGSCOPE_CUDA_ROPE_ROTATE_HALF)
-            return fail_arg(ctx, "attention: unknown rope style %d", p->rope_style);
-        if (!(p->rope_base > 0.0))
-            return fail_arg(ctx, "attention: rope_base must be positive");
-    }
+    for (int t : {p->k_type, p->v_type})
+        if (!kv_type_valid(t))
+            return fail_arg(ctx, "attention: unknown KV type %d", t);
+        else if (kv_type_blocked(t) && p->head_dim % k_kv_block != 0)
+            return fail_arg(ctx, "attention: a %s KV cache needs a head size that is a multiple of 32; got head_dim %d",
+                            kv_type_name(t), p->head_dim);
+    if (p->scale < 0.0f || !std::isfinite(p->scale) || p->softcap < 0.0f || !std::isfinite(p->softcap) ||
+        p->window < 0)
+        return fail_arg(ctx, "attention: scale %g, softcap %g and window %lld must not be negative", double(p->scale),
+                        double(p->softcap), (long long)p->window);
+    if (p->rotate_keys)
+        if (int rc = check_rope_args(ctx, "attention", p->head_dim, p->n_rot, p->rope_style, p->inv_freq))
+            return rc;
 
     AttentionArgs a;
     a.n_head = p->n_head;
@@ -388,14 +473,18 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, co
     a.q = p->q;
     a.n_q = p->n_q;
     a.q_pos0 = p->q_pos0;
-    a.k = p->k;
-    a.v = p->v;
+    const int64_t ekv = int64_t(p->n_head_kv) * p->head_dim;
+    a.k = KvRows{p->k, p->k_type, kv_row_bytes(p->k_type, ekv)};
+    a.v = KvRows{p->v, p->v_type, kv_row_bytes(p->v_type, ekv)};
     a.n_kv = p->n_kv;
     a.out = p->out;
+    a.scale = p->scale > 0.0f ? p->scale : 1.0f / std::sqrt(float(p->head_dim));
+    a.softcap = p->softcap;
+    a.window = p->window;
     a.rotate_keys = p->rotate_keys != 0;
     a.n_rot = p->n_rot;
     a.rope_style = p->rope_style;
-    a.rope_base = p->rope_base;
+    a.inv_freq = p->inv_freq;
     a.pos_scale = p->pos_scale;
 
     LongscopeCudaAttentionInfo local{};

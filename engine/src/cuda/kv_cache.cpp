@@ -1,4 +1,5 @@
-// KV caches on the device, one per mode (ABI 3): concat (a larger buffer, a copy and a free at
+// KV caches on the device, one per mode (ABI 3; ABI 4: keys and values with rows of their own
+// sizes, as their encodings may differ): concat (a larger buffer, a copy and a free at
 // every growth, like torch.cat), static (one buffer for the context limit) and vmm, after
 // vAttention (Prabhu et al., 2024): address space for the limit reserved up front with
 // cuMemAddressReserve, physical memory created (cuMemCreate), mapped (cuMemMap) and made
@@ -74,57 +75,85 @@ int fail_driver(LongscopeCudaContext *ctx, const DriverApi &api, const char *wha
 
 } // namespace
 
+// Keys (side 0) or values (side 1) of every layer.
+struct KvSide {
+    int64_t row_bytes = 0;
+    // VMM: address space per region, granules [0, mapped) of every region mapped, and their
+    // handles [layer][granule] (mapped ones only valid).
+    size_t stride = 0;
+    int64_t mapped = 0;
+    std::vector<CUmemGenericAllocationHandle> handles;
+    size_t granules_per_region(size_t granule) const { return stride / granule; }
+};
+
 struct LongscopeCudaKv {
     int mode = 0;
-    int n_regions = 0;       // 2 * n_layer: keys of layer l at 2l, values at 2l + 1
+    int n_layer = 0;
     int64_t limit_rows = 0;
-    int64_t row_bytes = 0;
+    KvSide side[2];
     int64_t capacity = 0;    // rows writable now
     uint64_t copied = 0;
 
-    // CONCAT and STATIC: one cudaMalloc buffer, region r at base + r * capacity * row_bytes
-    // (CONCAT) or r * limit_rows * row_bytes (STATIC).
+    // CONCAT and STATIC: one cudaMalloc buffer holding the key regions of every layer, then the
+    // value regions, each of `rows_per_region()` rows.
     char *buffer = nullptr;
 
-    // VMM: region r at va + r * stride; granules [0, mapped) of every region are mapped.
+    // VMM: the key regions (side[0].stride apart) from va, then the value regions.
     DriverApi api;
     CUmemAllocationProp prop{};
     CUdeviceptr va = 0;
-    size_t stride = 0;
     size_t granule = 0;
     size_t reserved = 0;
-    int64_t mapped = 0;                                 // granules mapped per region
-    std::vector<CUmemGenericAllocationHandle> handles; // [region][granule], mapped ones only valid
 
-    size_t region_bytes_now() const
+    int64_t row_bytes_both() const { return side[0].row_bytes + side[1].row_bytes; }
+    int64_t rows_per_region() const { return mode == LONGSCOPE_CUDA_KV_STATIC ? limit_rows : capacity; }
+    // Byte offset of a layer's region of one side, in the buffer (rows_per_region rows per
+    // region) or from va.
+    size_t region_offset(int s, int layer) const
     {
-        return mode == LONGSCOPE_CUDA_KV_STATIC ? size_t(limit_rows * row_bytes) : size_t(capacity * row_bytes);
+        if (mode == LONGSCOPE_CUDA_KV_VMM)
+            return (s == 0 ? 0 : size_t(n_layer) * side[0].stride) + size_t(layer) * side[s].stride;
+        const size_t rows = size_t(rows_per_region());
+        return (s == 0 ? 0 : size_t(n_layer) * rows * size_t(side[0].row_bytes)) +
+               size_t(layer) * rows * size_t(side[s].row_bytes);
+    }
+    size_t buffer_bytes() const
+    {
+        return buffer ? size_t(rows_per_region()) * size_t(row_bytes_both()) * size_t(n_layer) : 0;
     }
 };
 
 namespace {
 
-// Unmaps and releases granules [from, to) of every region.
-void vmm_unmap(LongscopeCudaKv *kv, int64_t from, int64_t to)
+CUdeviceptr granule_address(const LongscopeCudaKv *kv, int s, int layer, int64_t g)
 {
-    for (int r = 0; r < kv->n_regions; ++r)
+    return kv->va + CUdeviceptr(kv->region_offset(s, layer) + size_t(g) * kv->granule);
+}
+
+// Unmaps and releases granules [from, to) of every region of one side.
+void vmm_unmap(LongscopeCudaKv *kv, int s, int64_t from, int64_t to)
+{
+    KvSide &side = kv->side[s];
+    const size_t per_region = side.granules_per_region(kv->granule);
+    for (int l = 0; l < kv->n_layer; ++l)
         for (int64_t g = from; g < to; ++g) {
-            const CUdeviceptr at = kv->va + CUdeviceptr(size_t(r) * kv->stride + size_t(g) * kv->granule);
-            kv->api.unmap(at, kv->granule);
-            kv->api.release(kv->handles[size_t(r) * (kv->stride / kv->granule) + size_t(g)]);
+            kv->api.unmap(granule_address(kv, s, l, g), kv->granule);
+            kv->api.release(side.handles[size_t(l) * per_region + size_t(g)]);
         }
 }
 
-// Maps granules [kv->mapped, want) of every region; on failure undoes what it mapped.
-int vmm_map(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int64_t want)
+// Maps granules [side.mapped, want) of every region of one side; on failure undoes what this
+// call mapped.
+int vmm_map(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int s, int64_t want)
 {
-    const size_t per_region = kv->stride / kv->granule;
+    KvSide &side = kv->side[s];
+    const size_t per_region = side.granules_per_region(kv->granule);
     CUmemAccessDesc access{};
     access.location = kv->prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (int r = 0; r < kv->n_regions; ++r) {
-        for (int64_t g = kv->mapped; g < want; ++g) {
-            const CUdeviceptr at = kv->va + CUdeviceptr(size_t(r) * kv->stride + size_t(g) * kv->granule);
+    for (int l = 0; l < kv->n_layer; ++l) {
+        for (int64_t g = side.mapped; g < want; ++g) {
+            const CUdeviceptr at = granule_address(kv, s, l, g);
             CUmemGenericAllocationHandle h = 0;
             CUresult res = kv->api.create(&h, kv->granule, &kv->prop, 0);
             if (res == CUDA_SUCCESS) {
@@ -140,14 +169,12 @@ int vmm_map(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int64_t want)
                 }
             }
             if (res != CUDA_SUCCESS) {
-                // Undo this call: granules [mapped, g) of region r, [mapped, want) of regions < r.
-                for (int rr = 0; rr <= r; ++rr) {
-                    const int64_t end = rr < r ? want : g;
-                    for (int64_t gg = kv->mapped; gg < end; ++gg) {
-                        const CUdeviceptr a2 =
-                            kv->va + CUdeviceptr(size_t(rr) * kv->stride + size_t(gg) * kv->granule);
-                        kv->api.unmap(a2, kv->granule);
-                        kv->api.release(kv->handles[size_t(rr) * per_region + size_t(gg)]);
+                // Undo this call: granules [mapped, g) of layer l, [mapped, want) of layers < l.
+                for (int ll = 0; ll <= l; ++ll) {
+                    const int64_t end = ll < l ? want : g;
+                    for (int64_t gg = side.mapped; gg < end; ++gg) {
+                        kv->api.unmap(granule_address(kv, s, ll, gg), kv->granule);
+                        kv->api.release(side.handles[size_t(ll) * per_region + size_t(gg)]);
                     }
                 }
                 char what[128];
@@ -155,11 +182,18 @@ int vmm_map(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int64_t want)
                               kv->granule);
                 return fail_driver(ctx, kv->api, what, res);
             }
-            kv->handles[size_t(r) * per_region + size_t(g)] = h;
+            side.handles[size_t(l) * per_region + size_t(g)] = h;
         }
     }
-    kv->mapped = want;
+    if (want > side.mapped)
+        side.mapped = want;
     return 0;
+}
+
+// Granules of one side's region holding rows [0, rows).
+int64_t granules_for(const LongscopeCudaKv *kv, int s, int64_t rows)
+{
+    return int64_t((size_t(rows) * size_t(kv->side[s].row_bytes) + kv->granule - 1) / kv->granule);
 }
 
 } // namespace
@@ -178,7 +212,8 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_copy(LongscopeCudaContext *ctx, void *d
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_create(LongscopeCudaContext *ctx, int mode, int n_layer,
-                                                   int64_t limit_rows, int64_t row_bytes, LongscopeCudaKv **out)
+                                                   int64_t limit_rows, int64_t key_row_bytes, int64_t value_row_bytes,
+                                                   LongscopeCudaKv **out)
 {
     if (int rc = enter(ctx))
         return rc;
@@ -187,23 +222,24 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_create(LongscopeCudaContext *ctx, in
     *out = nullptr;
     if (mode != LONGSCOPE_CUDA_KV_CONCAT && mode != LONGSCOPE_CUDA_KV_STATIC && mode != LONGSCOPE_CUDA_KV_VMM)
         return fail_arg(ctx, "kv_create: unknown mode %d", mode);
-    if (n_layer <= 0 || n_layer > (1 << 16) || limit_rows <= 0 || row_bytes <= 0 || limit_rows > (int64_t(1) << 32) ||
-        row_bytes > (int64_t(1) << 32))
-        return fail_arg(ctx, "kv_create: sizes out of range (%d layers, %lld rows of %lld bytes)", n_layer,
-                        (long long)limit_rows, (long long)row_bytes);
-    const unsigned __int128 total = (unsigned __int128)(2 * n_layer) * (unsigned __int128)limit_rows *
-                                    (unsigned __int128)row_bytes;
+    if (n_layer <= 0 || n_layer > (1 << 16) || limit_rows <= 0 || key_row_bytes <= 0 || value_row_bytes <= 0 ||
+        limit_rows > (int64_t(1) << 32) || key_row_bytes > (int64_t(1) << 32) || value_row_bytes > (int64_t(1) << 32))
+        return fail_arg(ctx, "kv_create: sizes out of range (%d layers, %lld rows of %lld + %lld bytes)", n_layer,
+                        (long long)limit_rows, (long long)key_row_bytes, (long long)value_row_bytes);
+    const unsigned __int128 total = (unsigned __int128)n_layer * (unsigned __int128)limit_rows *
+                                    (unsigned __int128)(key_row_bytes + value_row_bytes);
     if (total > (unsigned __int128)(uint64_t(1) << 50))
-        return fail_arg(ctx, "kv_create: %d layers of %lld rows of %lld bytes is too large", n_layer,
-                        (long long)limit_rows, (long long)row_bytes);
+        return fail_arg(ctx, "kv_create: %d layers of %lld rows of %lld + %lld bytes is too large", n_layer,
+                        (long long)limit_rows, (long long)key_row_bytes, (long long)value_row_bytes);
 
     auto *kv = new (std::nothrow) LongscopeCudaKv;
     if (!kv)
         return fail_arg(ctx, "kv_create: out of host memory");
     kv->mode = mode;
-    kv->n_regions = 2 * n_layer;
+    kv->n_layer = n_layer;
     kv->limit_rows = limit_rows;
-    kv->row_bytes = row_bytes;
+    kv->side[0].row_bytes = key_row_bytes;
+    kv->side[1].row_bytes = value_row_bytes;
 
     if (mode == LONGSCOPE_CUDA_KV_STATIC) {
         const size_t bytes = size_t(total);
@@ -230,9 +266,11 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_create(LongscopeCudaContext *ctx, in
             delete kv;
             return rc ? rc : LONGSCOPE_CUDA_ERR_ARGUMENT;
         }
-        const size_t region = size_t(limit_rows) * size_t(row_bytes);
-        kv->stride = (region + kv->granule - 1) / kv->granule * kv->granule;
-        kv->reserved = kv->stride * size_t(kv->n_regions);
+        for (KvSide &side : kv->side) {
+            const size_t region = size_t(limit_rows) * size_t(side.row_bytes);
+            side.stride = (region + kv->granule - 1) / kv->granule * kv->granule;
+        }
+        kv->reserved = (kv->side[0].stride + kv->side[1].stride) * size_t(n_layer);
         res = kv->api.address_reserve(&kv->va, kv->reserved, 0, 0, 0);
         if (res != CUDA_SUCCESS) {
             char what[128];
@@ -242,7 +280,8 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_create(LongscopeCudaContext *ctx, in
             return rc;
         }
         try {
-            kv->handles.assign(size_t(kv->n_regions) * (kv->stride / kv->granule), 0);
+            for (KvSide &side : kv->side)
+                side.handles.assign(size_t(n_layer) * side.granules_per_region(kv->granule), 0);
         } catch (const std::bad_alloc &) {
             kv->api.address_free(kv->va, kv->reserved);
             delete kv;
@@ -266,32 +305,41 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_reserve(LongscopeCudaContext *ctx, L
         return 0;
     switch (kv->mode) {
     case LONGSCOPE_CUDA_KV_CONCAT: {
-        const size_t old_region = size_t(kv->capacity) * size_t(kv->row_bytes);
-        const size_t new_region = size_t(rows) * size_t(kv->row_bytes);
+        const int64_t old_rows = kv->capacity;
+        const size_t fresh_bytes = size_t(rows) * size_t(kv->row_bytes_both()) * size_t(kv->n_layer);
         char *fresh = nullptr;
-        cudaError_t err = cudaMalloc(reinterpret_cast<void **>(&fresh), new_region * size_t(kv->n_regions));
+        cudaError_t err = cudaMalloc(reinterpret_cast<void **>(&fresh), fresh_bytes);
         if (err != cudaSuccess) {
             cudaGetLastError();
             char what[128];
-            std::snprintf(what, sizeof what, "cudaMalloc of %zu bytes for the concat KV cache",
-                          new_region * size_t(kv->n_regions));
+            std::snprintf(what, sizeof what, "cudaMalloc of %zu bytes for the concat KV cache", fresh_bytes);
             return fail_cuda(ctx, what, err);
         }
-        if (kv->buffer && old_region > 0) {
-            // Every region's rows in one strided copy: n_regions rows of old_region bytes.
-            err = cudaMemcpy2DAsync(fresh, new_region, kv->buffer, old_region, old_region, size_t(kv->n_regions),
-                                    cudaMemcpyDeviceToDevice, ctx->stream);
-            if (err != cudaSuccess) {
-                cudaFree(fresh);
-                return fail_cuda(ctx, "cudaMemcpy2DAsync (concat KV growth)", err);
+        if (kv->buffer && old_rows > 0) {
+            // Each side's regions in one strided copy: n_layer rows of old_rows * row_bytes, from
+            // regions old_rows rows apart into regions `rows` rows apart.
+            for (int s = 0; s < 2; ++s) {
+                const size_t rb = size_t(kv->side[s].row_bytes);
+                const size_t src_off = s == 0 ? 0 : size_t(kv->n_layer) * size_t(old_rows) * size_t(kv->side[0].row_bytes);
+                const size_t dst_off = s == 0 ? 0 : size_t(kv->n_layer) * size_t(rows) * size_t(kv->side[0].row_bytes);
+                err = cudaMemcpy2DAsync(fresh + dst_off, size_t(rows) * rb, kv->buffer + src_off, size_t(old_rows) * rb,
+                                        size_t(old_rows) * rb, size_t(kv->n_layer), cudaMemcpyDeviceToDevice,
+                                        ctx->stream);
+                if (err != cudaSuccess) {
+                    // Queued copies may still read the old buffer and write the new one: wait
+                    // before freeing the new one (the old one stays in use).
+                    cudaStreamSynchronize(ctx->stream);
+                    cudaFree(fresh);
+                    return fail_cuda(ctx, "cudaMemcpy2DAsync (concat KV growth)", err);
+                }
             }
-            kv->copied += uint64_t(old_region) * uint64_t(kv->n_regions);
+            kv->copied += uint64_t(old_rows) * uint64_t(kv->row_bytes_both()) * uint64_t(kv->n_layer);
         }
         if (kv->buffer) {
-            // cudaFree waits for the work queued on the old buffer (the copy above included).
+            // cudaFree waits for the work queued on the old buffer (the copies above included).
             err = cudaFree(kv->buffer);
             if (err != cudaSuccess) {
-                kv->buffer = fresh; // the copy was queued; the new buffer holds the rows
+                kv->buffer = fresh; // the copies were queued; the new buffer holds the rows
                 kv->capacity = rows;
                 return fail_cuda(ctx, "cudaFree (concat KV growth)", err);
             }
@@ -301,11 +349,14 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_reserve(LongscopeCudaContext *ctx, L
         return 0;
     }
     case LONGSCOPE_CUDA_KV_VMM: {
-        const int64_t want = int64_t((size_t(rows) * size_t(kv->row_bytes) + kv->granule - 1) / kv->granule);
-        if (int rc = vmm_map(ctx, kv, want))
-            return rc;
-        const int64_t cap = int64_t(size_t(want) * kv->granule / size_t(kv->row_bytes));
-        kv->capacity = cap < kv->limit_rows ? cap : kv->limit_rows;
+        int64_t cap = kv->limit_rows;
+        for (int s = 0; s < 2; ++s) {
+            if (int rc = vmm_map(ctx, kv, s, granules_for(kv, s, rows)))
+                return rc; // the other side may keep granules it mapped: they are accounted for
+            const int64_t held = int64_t(size_t(kv->side[s].mapped) * kv->granule / size_t(kv->side[s].row_bytes));
+            cap = held < cap ? held : cap;
+        }
+        kv->capacity = cap;
         return 0;
     }
     default: // STATIC holds every row from the start
@@ -318,16 +369,15 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_layer(LongscopeCudaContext *ctx, Lon
 {
     if (int rc = enter(ctx))
         return rc;
-    if (!kv || layer < 0 || layer >= kv->n_regions / 2)
+    if (!kv || layer < 0 || layer >= kv->n_layer)
         return fail_arg(ctx, "kv_layer: layer %d outside the cache", layer);
     char *k = nullptr, *v = nullptr;
     if (kv->mode == LONGSCOPE_CUDA_KV_VMM) {
-        k = reinterpret_cast<char *>(kv->va) + size_t(2 * layer) * kv->stride;
-        v = k + kv->stride;
+        k = reinterpret_cast<char *>(kv->va) + kv->region_offset(0, layer);
+        v = reinterpret_cast<char *>(kv->va) + kv->region_offset(1, layer);
     } else if (kv->buffer) {
-        const size_t region = kv->region_bytes_now();
-        k = kv->buffer + size_t(2 * layer) * region;
-        v = k + region;
+        k = kv->buffer + kv->region_offset(0, layer);
+        v = kv->buffer + kv->region_offset(1, layer);
     }
     if (keys)
         *keys = k;
@@ -349,10 +399,11 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_info(LongscopeCudaContext *ctx, cons
     info->copied_bytes = kv->copied;
     if (kv->mode == LONGSCOPE_CUDA_KV_VMM) {
         info->reserved_bytes = kv->reserved;
-        info->resident_bytes = uint64_t(kv->mapped) * kv->granule * uint64_t(kv->n_regions);
+        for (const KvSide &side : kv->side)
+            info->resident_bytes += uint64_t(side.mapped) * kv->granule * uint64_t(kv->n_layer);
         info->granule_bytes = kv->granule;
     } else {
-        info->reserved_bytes = kv->buffer ? uint64_t(kv->region_bytes_now()) * uint64_t(kv->n_regions) : 0;
+        info->reserved_bytes = kv->buffer_bytes();
         info->resident_bytes = info->reserved_bytes;
     }
     return 0;
@@ -376,8 +427,10 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_clear(LongscopeCudaContext *ctx, Lon
         kv->capacity = 0;
         return ferr == cudaSuccess ? 0 : fail_cuda(ctx, "cudaFree (concat KV)", ferr);
     }
-    vmm_unmap(kv, 0, kv->mapped);
-    kv->mapped = 0;
+    for (int s = 0; s < 2; ++s) {
+        vmm_unmap(kv, s, 0, kv->side[s].mapped);
+        kv->side[s].mapped = 0;
+    }
     kv->capacity = 0;
     return 0;
 }
@@ -392,7 +445,8 @@ LONGSCOPE_CUDA_EXPORT void longscope_cuda_kv_release(LongscopeCudaContext *ctx, 
     }
     if (kv->mode == LONGSCOPE_CUDA_KV_VMM) {
         if (kv->va) {
-            vmm_unmap(kv, 0, kv->mapped);
+            for (int s = 0; s < 2; ++s)
+                vmm_unmap(kv, s, 0, kv->side[s].mapped);
             kv->api.address_free(kv->va, kv->reserved);
         }
     } else if (kv->buffer) {

@@ -88,7 +88,7 @@ __attribute__((visibility("default"))) int longscope_cuda_rmsnorm_selftest(int d
         return fail("cudaMalloc", err);
     cudaMemcpy(dx, x, bytes, cudaMemcpyHostToDevice);
     cudaMemcpy(dw, weight, size_t(n) * sizeof(float), cudaMemcpyHostToDevice);
-    longscope::cuda::launch_rmsnorm(dx, dw, dy, rows, n, eps, nullptr);
+    longscope::cuda::launch_rmsnorm(dx, dw, dy, rows, n, eps, 0.0f, nullptr);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return fail("rmsnorm launch", err);
     if ((err = cudaMemcpy(out, dy, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess)

@@ -7,7 +7,13 @@
 
 // 2: contexts, device buffers and the forward-pass ops.
 // 3: device-to-device copies and KV caches on the device (concat, static, vmm).
-#define LONGSCOPE_CUDA_ABI_VERSION 3
+// 4: the operations of the qwen2, qwen3, gemma2/3 and phi3 families (RMSNorm weight offset,
+//    GeGLU, scale, soft-capping, bias); RoPE over frequency tables the engine computes (every
+//    scaling method) with positions that may stand still (a context shift's rotation);
+//    attention with a score scale, soft-capping and a sliding window over keys and values
+//    stored as F32, F16, Q8_0 or Q4_0 rows; KV caches whose keys and values have rows of their
+//    own sizes; conversion of rows between those types.
+#define LONGSCOPE_CUDA_ABI_VERSION 4
 
 extern "C" {
 
@@ -88,15 +94,28 @@ int longscope_cuda_memset(LongscopeCudaContext *ctx, void *device_dst, int value
 int longscope_cuda_embedding(LongscopeCudaContext *ctx, const void *table, int type, int64_t n_rows, int64_t n_embd,
                              const int32_t *tokens, int64_t n_tokens, float *out);
 
-// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, rows of n floats; weight: n floats.
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * (weight_offset + weight), rows of n floats; weight:
+// n floats. y may be x (per-head norms run in place).
 int longscope_cuda_rmsnorm(LongscopeCudaContext *ctx, const float *x, const float *weight, float *y, int64_t rows,
-                           int64_t n, float eps);
+                           int64_t n, float eps, float weight_offset);
 
 // out = a + b over n floats (out may alias a or b).
 int longscope_cuda_add(LongscopeCudaContext *ctx, const float *a, const float *b, float *out, int64_t n);
 
 // out = silu(gate) * up over n floats (out may alias gate or up).
 int longscope_cuda_swiglu(LongscopeCudaContext *ctx, const float *gate, const float *up, float *out, int64_t n);
+
+// out = gelu(gate) * up over n floats, gelu with the tanh approximation (out may alias gate or up).
+int longscope_cuda_geglu(LongscopeCudaContext *ctx, const float *gate, const float *up, float *out, int64_t n);
+
+// x *= s over n floats.
+int longscope_cuda_scale(LongscopeCudaContext *ctx, float *x, float s, int64_t n);
+
+// x = cap * tanh(x / cap) over n floats (cap > 0).
+int longscope_cuda_softcap(LongscopeCudaContext *ctx, float *x, float cap, int64_t n);
+
+// x[t, i] += bias[i] for t < n_rows, i < width (x [n_rows, width], bias [width] floats).
+int longscope_cuda_add_bias(LongscopeCudaContext *ctx, float *x, const float *bias, int64_t n_rows, int64_t width);
 
 // y[t, o] = sum_i W[o, i] x[t, i]: W is n_out rows of n_in values of `type` (F32, F16, BF16),
 // x [n_tokens, n_in] and y [n_tokens, n_out] floats. cuBLAS (cublasGemmEx, 32-bit float
@@ -106,19 +125,40 @@ int longscope_cuda_matmul(LongscopeCudaContext *ctx, const void *w, int type, in
 
 // Rotates in place the first n_rot dims of each head of x [n_tokens, n_heads, head_dim]. Token
 // t is at positions[t] (doubles on the device) or, with positions null, at
-// (pos0 + t) * pos_scale; inv_freq[i] = base^(-2i/n_rot) (an NTK alpha is a larger base).
+// (pos0 + t * pos_step) * pos_scale (pos_step 1: consecutive positions; 0: every row turned by
+// the same angle). Pair i turns by position * inv_freq[i]: inv_freq holds n_rot / 2 doubles on
+// the device, the table the engine computes (base^(-2i/n_rot) divided by the per-dimension
+// factors of YaRN, llama3 or LongRoPE; an NTK alpha is a larger base).
 int longscope_cuda_rope(LongscopeCudaContext *ctx, float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot,
-                        int style, const double *positions, double pos0, double pos_scale, double base);
+                        int style, const double *positions, double pos0, double pos_step, double pos_scale,
+                        const double *inv_freq);
 
-// Copies cached keys j0 .. j0+n_keys-1 stored before RoPE (row k at src + k * src_stride
-// floats, n_heads * head_dim per row) into dst (packed rows) rotated for position j * pos_scale.
-int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, const float *src, int64_t src_stride, float *dst, int64_t j0,
-                             int64_t n_keys, int n_heads, int head_dim, int n_rot, int style, double pos_scale,
-                             double base);
+// KV row encodings, numbered as longscope::KvType: floats, IEEE halves, and ggml's Q8_0 (34 bytes
+// per 32 values: f16 d, int8 q[32]; x = d q) and Q4_0 (18 bytes per 32: f16 d, 16 bytes whose
+// low nibbles are values 0-15 and high nibbles 16-31; x = d (q - 8)) blocks.
+#define LONGSCOPE_CUDA_KV_F32 0
+#define LONGSCOPE_CUDA_KV_F16 1
+#define LONGSCOPE_CUDA_KV_Q8_0 2
+#define LONGSCOPE_CUDA_KV_Q4_0 3
+
+// Copies cached keys j0 .. j0+n_keys-1 stored before RoPE (row k at src + k * src_row_bytes
+// bytes, n_heads * head_dim values encoded as src_type) into dst (packed float rows) rotated
+// for position j * pos_scale with the table inv_freq (as longscope_cuda_rope).
+int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, const void *src, int src_type, int64_t src_row_bytes,
+                             float *dst, int64_t j0, int64_t n_keys, int n_heads, int head_dim, int n_rot, int style,
+                             double pos_scale, const double *inv_freq);
+
+// Re-encodes n_rows rows of n values from src_type to dst_type (rows packed on both sides):
+// decoded to floats, then encoded as the CPU encodes a KV row (round to nearest even for F16;
+// ggml's reference quantizers for Q8_0 and Q4_0, so the blocks are the CPU's bit for bit). The
+// same type on both sides is a plain copy. Block types need n a multiple of 32. Queued.
+int longscope_cuda_kv_convert(LongscopeCudaContext *ctx, const void *src, int src_type, void *dst, int dst_type,
+                              int64_t n_rows, int64_t n);
 
 // One attention call with the semantics of the CPU's AttentionProblem
-// (engine/src/cpu/attention.h): query i at position q_pos0 + i sees keys j < n_kv with
-// j <= q_pos0 + i; scale 1/sqrt(head_dim); grouped-query heads.
+// (engine/src/cpu/attention.h): query i at position p = q_pos0 + i sees keys j < n_kv with
+// j <= p and, with a window, j > p - window; scores q.k * scale, soft-capped when softcap > 0,
+// then softmax; grouped-query heads.
 struct LongscopeCudaAttention {
     int n_head;
     int n_head_kv;
@@ -126,17 +166,23 @@ struct LongscopeCudaAttention {
     const float *q; // [n_q, n_head, head_dim], device
     int64_t n_q;
     int64_t q_pos0;
-    const float *k; // [n_kv, n_head_kv * head_dim], device
-    const float *v; // same layout as k
+    const void *k;  // [n_kv] rows of n_head_kv * head_dim values encoded as k_type, device
+    const void *v;  // the same with v_type
+    int k_type;     // LONGSCOPE_CUDA_KV_*; block types need head_dim a multiple of 32
+    int v_type;
     int64_t n_kv;
     float *out;     // [n_q, n_head, head_dim], device
 
+    float scale;    // score scale; 0: 1 / sqrt(head_dim)
+    float softcap;  // scores -> softcap * tanh(scores / softcap); 0: none
+    int64_t window; // sliding window (keys j > p - window); 0: all
+
     // Nonzero: the cache holds keys before RoPE; key j is rotated for position j * pos_scale
-    // with inv_freq[i] = rope_base^(-2i/n_rot) as it is read.
+    // with the table inv_freq (n_rot / 2 doubles, device) as it is read.
     int rotate_keys;
     int n_rot;
     int rope_style;
-    double rope_base;
+    const double *inv_freq;
     double pos_scale;
 
     int algorithm;    // LONGSCOPE_CUDA_ATTN_*
@@ -179,18 +225,19 @@ int longscope_cuda_copy(LongscopeCudaContext *ctx, void *device_dst, const void 
 typedef struct LongscopeCudaKv LongscopeCudaKv;
 
 // A cache of 2 * n_layer regions (keys and values of each layer), each of up to `limit_rows`
-// rows of `row_bytes`. STATIC allocates every row now; CONCAT and VMM start empty. VMM reserves
+// rows, of key_row_bytes for keys and value_row_bytes for values (their encodings may differ).
+// STATIC allocates every row now; CONCAT and VMM start empty. VMM reserves
 // the address space of every region (each rounded up to the allocation granularity) with the
 // driver's virtual memory management, reached through cudaGetDriverEntryPointByVersion (the
 // plugin never links the driver library). On failure returns nonzero, *out null.
-int longscope_cuda_kv_create(LongscopeCudaContext *ctx, int mode, int n_layer, int64_t limit_rows, int64_t row_bytes,
-                             LongscopeCudaKv **out);
+int longscope_cuda_kv_create(LongscopeCudaContext *ctx, int mode, int n_layer, int64_t limit_rows,
+                             int64_t key_row_bytes, int64_t value_row_bytes, LongscopeCudaKv **out);
 // Makes rows [0, rows) of every region writable, keeping the rows already there. CONCAT
 // allocates exactly `rows`, copies the old rows on the stream and frees the old buffer
 // (cudaFree waits for the device: the price of this mode); VMM maps granules up to the one
 // holding row `rows - 1` and never moves a row; STATIC only checks. rows > limit is an error.
 int longscope_cuda_kv_reserve(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int64_t rows);
-// The keys and values of `layer` ([capacity rows, row_bytes], device). Valid until the next
+// The keys and values of `layer` ([capacity rows, key / value row bytes], device). Valid until the next
 // reserve (CONCAT moves rows; STATIC and VMM never do) or release.
 int longscope_cuda_kv_layer(LongscopeCudaContext *ctx, LongscopeCudaKv *kv, int layer, void **keys, void **values);
 

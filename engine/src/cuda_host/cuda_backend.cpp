@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace longscope {
 
@@ -23,21 +24,35 @@ int cuda_kv_mode(KvMode m)
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
+// The plugin numbers KV encodings as KvType.
+int cuda_kv_type(KvType t) { return int(t); }
+static_assert(int(KvType::F32) == LONGSCOPE_CUDA_KV_F32 && int(KvType::F16) == LONGSCOPE_CUDA_KV_F16 &&
+              int(KvType::Q8_0) == LONGSCOPE_CUDA_KV_Q8_0 && int(KvType::Q4_0) == LONGSCOPE_CUDA_KV_Q4_0);
+
+// The cache made by this backend (a CUDA backend only ever sees its own caches).
+CudaKvCache &device_cache(KvCache &kv) { return static_cast<CudaKvCache &>(kv); }
+
+// Largest head size of the plugin's memory-efficient kernel (kernels/attention.cuh
+// k_attn_max_head_dim); larger heads take the plain kernel.
+constexpr int k_tiled_max_head_dim = 256;
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // CudaKvCache
 
 CudaKvCache::CudaKvCache(const CudaApi &api, LongscopeCudaContext *ctx, KvMode mode, int n_layer, int limit,
-                         int n_embd_kv)
-    : m_api(api), m_ctx(ctx), m_mode(mode), m_limit(limit), m_n_embd_kv(n_embd_kv)
+                         int n_embd_kv, KvType type_k, KvType type_v)
+    : m_api(api), m_ctx(ctx), m_mode(mode), m_limit(limit), m_type{type_k, type_v},
+      m_row_bytes{kv_type_row_bytes(type_k, n_embd_kv), kv_type_row_bytes(type_v, n_embd_kv)}
 {
-    const int rc = m_api.kv_create(m_ctx, cuda_kv_mode(mode), n_layer, limit, int64_t(n_embd_kv) * 4, &m_kv);
+    const int rc = m_api.kv_create(m_ctx, cuda_kv_mode(mode), n_layer, limit, int64_t(m_row_bytes[0]),
+                                   int64_t(m_row_bytes[1]), &m_kv);
     if (rc != 0)
         throw BackendError(std::string("CUDA: the ") + std::string(to_string(mode)) + " KV cache for " +
                            std::to_string(limit) + " tokens cannot be made: " + m_api.error(m_ctx));
-    m_keys.assign(size_t(n_layer), nullptr);
-    m_values.assign(size_t(n_layer), nullptr);
+    for (auto &rows : m_rows)
+        rows.assign(size_t(n_layer), nullptr);
     try {
         refresh();
     } catch (...) {
@@ -50,12 +65,12 @@ CudaKvCache::~CudaKvCache() { m_api.kv_release(m_ctx, m_kv); }
 
 void CudaKvCache::refresh()
 {
-    for (size_t l = 0; l < m_keys.size(); ++l) {
+    for (size_t l = 0; l < m_rows[0].size(); ++l) {
         void *k = nullptr, *v = nullptr;
         if (m_api.kv_layer(m_ctx, m_kv, int(l), &k, &v) != 0)
             throw BackendError(std::string("CUDA: KV cache layer ") + std::to_string(l) + ": " + m_api.error(m_ctx));
-        m_keys[l] = static_cast<float *>(k);
-        m_values[l] = static_cast<float *>(v);
+        m_rows[0][l] = static_cast<uint8_t *>(k);
+        m_rows[1][l] = static_cast<uint8_t *>(v);
     }
 }
 
@@ -77,8 +92,21 @@ void CudaKvCache::clear()
     refresh();
 }
 
-float *CudaKvCache::keys(int layer) { return m_keys.at(size_t(layer)); }
-float *CudaKvCache::values(int layer) { return m_values.at(size_t(layer)); }
+float *CudaKvCache::keys(int layer)
+{
+    if (m_type[0] != KvType::F32)
+        throw InvalidArgument("the CUDA KV cache stores its keys as " + std::string(to_string(m_type[0])) +
+                              ", not as floats");
+    return reinterpret_cast<float *>(key_data(layer));
+}
+
+float *CudaKvCache::values(int layer)
+{
+    if (m_type[1] != KvType::F32)
+        throw InvalidArgument("the CUDA KV cache stores its values as " + std::string(to_string(m_type[1])) +
+                              ", not as floats");
+    return reinterpret_cast<float *>(value_data(layer));
+}
 
 void CudaKvCache::shift(int n_tokens, int keep, int drop)
 {
@@ -86,14 +114,16 @@ void CudaKvCache::shift(int n_tokens, int keep, int drop)
     if (drop == 0)
         return;
     // A device copy may not overlap itself: rows move in runs of at most `drop`, lowest first,
-    // so each run's destination lies entirely below its source and above what was moved.
-    const int64_t row = m_n_embd_kv;
+    // so each run's destination lies entirely below its source and above what was moved. Rows
+    // move whole, in their encoding.
     for (int j = keep + drop; j < n_tokens; j += drop) {
         const int64_t rows = std::min(drop, n_tokens - j);
-        for (size_t l = 0; l < m_keys.size(); ++l)
-            for (float *base : {m_keys[l], m_values[l]})
-                if (m_api.copy(m_ctx, base + (j - drop) * row, base + j * row, size_t(rows * row) * 4) != 0)
+        for (int side = 0; side < 2; ++side) {
+            const uint64_t rb = m_row_bytes[side];
+            for (uint8_t *base : m_rows[side])
+                if (m_api.copy(m_ctx, base + uint64_t(j - drop) * rb, base + uint64_t(j) * rb, size_t(uint64_t(rows) * rb)) != 0)
                     throw BackendError(std::string("CUDA: shifting the KV cache: ") + m_api.error(m_ctx));
+        }
     }
 }
 
@@ -108,31 +138,11 @@ LongscopeCudaKvInfo CudaKvCache::info() const
 // ---------------------------------------------------------------------------------------------
 // CudaBackend
 
-namespace {
-
-// What the device kernels cannot run yet, or an empty string.
-std::string missing_on_device(const HParams &hp)
+CudaBackend::CudaBackend(const Model &model, const HostFunctions &host, int device)
+    : m_model(model), m_hp(model.hparams()), m_host(host)
 {
-    if (hp.family != ArchFamily::Llama)
-        return "the " + hp.architecture + " architecture";
-    if (hp.n_embd_q() != hp.n_embd)
-        return "a head size other than width / heads";
-    if (hp.sliding_window > 0)
-        return "sliding-window attention";
-    if (hp.rope.type == RopeScalingType::Yarn || hp.rope.type == RopeScalingType::Llama3 ||
-        hp.rope.type == RopeScalingType::LongRope)
-        return std::string("RoPE scaling ") + std::string(to_string(hp.rope.type));
-    return {};
-}
-
-} // namespace
-
-CudaBackend::CudaBackend(const Model &model, const HostWeightReader &reader, int device)
-    : m_model(model), m_hp(model.hparams()), m_reader(reader)
-{
-    if (const std::string missing = missing_on_device(m_hp); !missing.empty())
-        throw BackendError("CUDA: this model needs " + missing +
-                           ", which the CUDA backend does not run yet (use the CPU backend)");
+    if (!m_host.row_f32 || !m_host.to_f16 || !m_host.rope_inv_freq)
+        throw InvalidArgument("CUDA: the backend needs the host's weight reader, F16 rounding and RoPE frequencies");
     m_api = load_cuda_api();
     char reason[512] = {0};
     if (m_api.context_create(device, &m_ctx, reason, sizeof reason) != 0)
@@ -140,13 +150,25 @@ CudaBackend::CudaBackend(const Model &model, const HostWeightReader &reader, int
     try {
         const ModelWeights &w = model.weights();
         upload_matrix(w.tok_embd);
-        upload_norm(w.output_norm);
+        upload_vector(w.output_norm);
         upload_matrix(w.output);
         for (const LayerWeights &lw : w.layers) {
-            upload_norm(lw.attn_norm);
+            upload_vector(lw.attn_norm);
+            // Phi-3's fused matrices arrive as row ranges of one tensor: each is its own matrix.
             for (const WeightView *m : {&lw.wq, &lw.wk, &lw.wv, &lw.wo})
                 upload_matrix(*m);
-            upload_norm(lw.ffn_norm);
+            if (m_hp.qkv_bias)
+                for (const WeightView *b : {&lw.bq, &lw.bk, &lw.bv})
+                    upload_vector(*b);
+            if (m_hp.qk_norm) {
+                upload_vector(lw.q_norm);
+                upload_vector(lw.k_norm);
+            }
+            if (m_hp.post_norms) {
+                upload_vector(lw.attn_post_norm);
+                upload_vector(lw.ffn_post_norm);
+            }
+            upload_vector(lw.ffn_norm);
             for (const WeightView *m : {&lw.w_gate, &lw.w_up, &lw.w_down})
                 upload_matrix(*m);
         }
@@ -166,6 +188,9 @@ void CudaBackend::release_all()
     for (void *p : m_weight_allocs)
         m_api.free(m_ctx, p);
     m_weight_allocs.clear();
+    for (FreqTable &t : m_freqs)
+        m_api.free(m_ctx, t.data);
+    m_freqs.clear();
     if (m_act)
         m_api.free(m_ctx, m_act);
     m_act = nullptr;
@@ -196,7 +221,10 @@ const CudaBackend::DeviceWeight &CudaBackend::device(const WeightView &w) const
 
 void CudaBackend::upload_matrix(const WeightView &w)
 {
-    if (auto it = m_uploaded.find(w.data); it != m_uploaded.end()) {
+    if (!w.data)
+        throw FormatError("tensor " + w.name + " is missing");
+    if (auto it = m_uploaded.find(w.data); it != m_uploaded.end() && it->second.n_in == w.ne(0) &&
+                                           it->second.n_out == w.ne(1)) {
         m_weights[&w] = it->second;
         return;
     }
@@ -228,26 +256,28 @@ void CudaBackend::upload_matrix(const WeightView &w)
             const int64_t rows = std::min(block, d.n_out - r0);
             half.resize(size_t(rows * d.n_in));
             for (int64_t r = 0; r < rows; ++r) {
-                m_reader.row_f32(w, r0 + r, row.data());
+                m_host.row_f32(w, r0 + r, row.data());
                 for (int64_t i = 0; i < d.n_in; ++i)
-                    half[size_t(r * d.n_in + i)] = m_reader.to_f16(row[size_t(i)]);
+                    half[size_t(r * d.n_in + i)] = m_host.to_f16(row[size_t(i)]);
             }
             check(m_api.upload(m_ctx, static_cast<char *>(d.data) + r0 * d.n_in * 2, half.data(), half.size() * 2),
                   ("uploading tensor " + w.name).c_str());
         }
         m_weight_bytes += count * 2;
     }
-    m_uploaded.emplace(w.data, d);
+    m_uploaded.insert_or_assign(w.data, d);
     m_weights[&w] = d;
 }
 
-void CudaBackend::upload_norm(const WeightView &w)
+void CudaBackend::upload_vector(const WeightView &w)
 {
+    if (!w.data)
+        throw FormatError("tensor " + w.name + " is missing");
     DeviceWeight d;
     d.n_in = w.ne(0);
     d.n_out = 1;
     std::vector<float> v(size_t(d.n_in));
-    m_reader.row_f32(w, 0, v.data());
+    m_host.row_f32(w, 0, v.data());
     d.data = alloc(v.size() * 4);
     m_weight_allocs.push_back(d.data);
     check(m_api.upload(m_ctx, d.data, v.data(), v.size() * 4), ("uploading tensor " + w.name).c_str());
@@ -259,56 +289,127 @@ void CudaBackend::upload_norm(const WeightView &w)
 
 std::unique_ptr<KvCache> CudaBackend::make_kv(KvMode mode, int limit, KvType type_k, KvType type_v)
 {
-    check_kv_types_supported(ComputeBackend::Cuda, type_k, type_v);
-    return std::unique_ptr<KvCache>(new CudaKvCache(m_api, m_ctx, mode, m_hp.n_layer, limit, m_hp.n_embd_kv()));
+    for (KvType t : {type_k, type_v})
+        if (m_hp.head_dim() % kv_type_block(t) != 0)
+            throw InvalidArgument("the KV cache type " + std::string(to_string(t)) +
+                                  " needs a head size that is a multiple of " + std::to_string(kv_type_block(t)) +
+                                  "; this model's head size is " + std::to_string(m_hp.head_dim()));
+    return std::unique_ptr<KvCache>(
+        new CudaKvCache(m_api, m_ctx, mode, m_hp.n_layer, limit, m_hp.n_embd_kv(), type_k, type_v));
 }
 
-void CudaBackend::copy_kv_rows(KvCache &from, KvCache &to, int n_tokens)
+void CudaBackend::copy_kv_rows(KvCache &from_kv, KvCache &to_kv, int n_tokens)
 {
+    CudaKvCache &from = device_cache(from_kv), &to = device_cache(to_kv);
     to.ensure(n_tokens);
-    const size_t bytes = size_t(n_tokens) * size_t(m_hp.n_embd_kv()) * 4;
+    // Rows of the same type are copied; of another type decoded and encoded again (q8_0 -> f32
+    // gives the q8_0 values exactly; f32 -> q8_0 quantizes as writing the row would).
     for (int l = 0; l < m_hp.n_layer; ++l) {
-        check(m_api.copy(m_ctx, to.keys(l), from.keys(l), bytes), "copying cached keys");
-        check(m_api.copy(m_ctx, to.values(l), from.values(l), bytes), "copying cached values");
+        check(m_api.kv_convert(m_ctx, from.key_data(l), cuda_kv_type(from.type_k()), to.key_data(l),
+                               cuda_kv_type(to.type_k()), n_tokens, m_hp.n_embd_kv()),
+              "copying cached keys");
+        check(m_api.kv_convert(m_ctx, from.value_data(l), cuda_kv_type(from.type_v()), to.value_data(l),
+                               cuda_kv_type(to.type_v()), n_tokens, m_hp.n_embd_kv()),
+              "copying cached values");
     }
     // `from` may be destroyed next (a concat buffer freed, granules unmapped): its rows must
     // have been read by then. Mode changes are rare; this wait is not in a decode step.
     check(m_api.synchronize(m_ctx), "copying the KV cache");
 }
 
-void CudaBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
+const double *CudaBackend::freq_table(double base, std::span<const float> factors)
+{
+    ++m_freq_clock;
+    for (FreqTable &t : m_freqs)
+        if (t.base == base && std::equal(t.factors.begin(), t.factors.end(), factors.begin(), factors.end())) {
+            t.last_use = m_freq_clock;
+            return t.data;
+        }
+    // The CPU backend's table: its frequencies, divided by the factors it has (cpu_backend.cpp).
+    std::vector<double> inv = m_host.rope_inv_freq(base, m_hp.n_rot);
+    for (size_t i = 0; i < inv.size() && i < factors.size(); ++i)
+        inv[i] /= double(factors[i]);
+    if (inv.empty())
+        inv.push_back(0.0); // n_rot 0: nothing is rotated, but the table is never null
+    FreqTable *slot = nullptr;
+    if (m_freqs.size() < k_freq_tables) {
+        FreqTable fresh;
+        fresh.data = static_cast<double *>(alloc(inv.size() * sizeof(double)));
+        m_freqs.push_back(std::move(fresh));
+        slot = &m_freqs.back();
+    } else {
+        // The least recently used table is overwritten. The upload is queued after the work
+        // that still reads the old values, so no queued op sees the new ones.
+        slot = &*std::min_element(m_freqs.begin(), m_freqs.end(),
+                                  [](const FreqTable &a, const FreqTable &b) { return a.last_use < b.last_use; });
+    }
+    // Matches nothing until its upload succeeded.
+    slot->base = std::numeric_limits<double>::quiet_NaN();
+    check(m_api.upload(m_ctx, slot->data, inv.data(), inv.size() * sizeof(double)), "uploading RoPE frequencies");
+    slot->base = base;
+    slot->factors.assign(factors.begin(), factors.end());
+    slot->last_use = m_freq_clock;
+    return slot->data;
+}
+
+void CudaBackend::rope_cached_keys(KvCache &kv_in, int j0, int n, double pos0, double pos_step, double pos_scale,
+                                   const double *inv_freq, const char *what)
 {
     if (n <= 0)
         return;
+    CudaKvCache &kv = device_cache(kv_in);
+    check_kv_shift(j0 + n, j0, 0, int(std::min<int64_t>(kv.info().capacity_rows, kv.limit())));
     const int64_t ekv = m_hp.n_embd_kv();
-    // Key j is rotated for position j * pos_scale, or -(j * pos_scale) to undo: the rope op puts
-    // token t at (pos0 + t) * scale, so undoing uses scale -pos_scale (a sign change is exact).
-    for (int l = 0; l < m_hp.n_layer; ++l)
-        check(m_api.rope(m_ctx, kv.keys(l) + int64_t(j0) * ekv, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot,
-                         int(m_hp.rope_style), nullptr, double(j0), undo ? -pos_scale : pos_scale, base),
-              "converting cached keys");
+    const uint64_t rb = kv.row_bytes(0);
+    const int type = cuda_kv_type(kv.type_k());
+    auto rope_rows = [&](float *rows) {
+        check(m_api.rope(m_ctx, rows, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
+                         pos0, pos_step, pos_scale, inv_freq),
+              what);
+    };
+    if (kv.type_k() == KvType::F32) {
+        for (int l = 0; l < m_hp.n_layer; ++l)
+            rope_rows(reinterpret_cast<float *>(kv.key_data(l) + uint64_t(j0) * rb));
+        return;
+    }
+    // Decoded into a buffer of n rows, rotated, encoded again; one buffer for every layer (the
+    // stream runs the layers in order). Freed once the stream has used it.
+    auto *buf = static_cast<float *>(alloc(size_t(n) * size_t(ekv) * sizeof(float)));
+    try {
+        for (int l = 0; l < m_hp.n_layer; ++l) {
+            uint8_t *rows = kv.key_data(l) + uint64_t(j0) * rb;
+            check(m_api.kv_convert(m_ctx, rows, type, buf, LONGSCOPE_CUDA_KV_F32, n, ekv), what);
+            rope_rows(buf);
+            check(m_api.kv_convert(m_ctx, buf, LONGSCOPE_CUDA_KV_F32, rows, type, n, ekv), what);
+        }
+        check(m_api.synchronize(m_ctx), what);
+    } catch (...) {
+        m_api.synchronize(m_ctx);
+        m_api.free(m_ctx, buf);
+        throw;
+    }
+    check(m_api.free(m_ctx, buf), what);
+}
+
+void CudaBackend::rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo)
+{
+    // Key j is rotated for position j * pos_scale, or -(j * pos_scale) to undo, with the plain
+    // frequencies (as the CPU): the rope op puts row t at (j0 + t) * scale, so undoing uses
+    // scale -pos_scale (a sign change is exact).
+    if (n <= 0)
+        return;
+    rope_cached_keys(kv, j0, n, double(j0), 1.0, undo ? -pos_scale : pos_scale, freq_table(base, {}),
+                     "converting cached keys");
 }
 
 void CudaBackend::shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
                                     std::span<const float> factors)
 {
+    // RoPE rotations compose: every row turns by the same angle, delta * pos_scale (the rope
+    // op with a position step of 0), with the frequencies the keys were rotated with.
     if (n <= 0 || delta == 0)
         return;
-    if (!factors.empty())
-        throw BackendError("CUDA: the context shift of keys rotated with per-dimension frequency factors (YaRN, "
-                           "llama3, LongRoPE) is not implemented; cache keys before RoPE or use the CPU");
-    // The rope op rotates row t for (pos0 + t) * scale: undoing the rotation of the rows' old
-    // positions and applying that of the new ones turns every row by delta positions.
-    const int64_t ekv = m_hp.n_embd_kv();
-    for (int l = 0; l < m_hp.n_layer; ++l) {
-        float *rows = kv.keys(l) + int64_t(j0) * ekv;
-        check(m_api.rope(m_ctx, rows, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
-                         double(j0 - delta), -pos_scale, base),
-              "shifting cached keys");
-        check(m_api.rope(m_ctx, rows, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
-                         double(j0), pos_scale, base),
-              "shifting cached keys");
-    }
+    rope_cached_keys(kv, j0, n, double(delta), 0.0, pos_scale, freq_table(base, factors), "shifting cached keys");
 }
 
 // ---- operations ------------------------------------------------------------------------------
@@ -317,10 +418,11 @@ Activations CudaBackend::activations(int64_t n)
 {
     if (n <= m_rows)
         return m_buf;
-    const size_t e = size_t(m_hp.n_embd), ekv = size_t(m_hp.n_embd_kv()), f = size_t(m_hp.n_ff),
-                 v = size_t(m_hp.n_vocab), rows = size_t(n);
-    const size_t sizes[] = {rows * e * 4,   rows * e * 4,   rows * e * 4, rows * ekv * 4, rows * ekv * 4,
-                            rows * e * 4,   rows * e * 4,   rows * f * 4, rows * f * 4,   rows * v * 4,
+    const size_t e = size_t(m_hp.n_embd), eq = size_t(m_hp.n_embd_q()), ekv = size_t(m_hp.n_embd_kv()),
+                 f = size_t(m_hp.n_ff), v = size_t(m_hp.n_vocab), rows = size_t(n);
+    // In the order taken below: x, xn, q, k, v, attn, proj, gate, up, logits, tokens.
+    const size_t sizes[] = {rows * e * 4,   rows * e * 4,   rows * eq * 4, rows * ekv * 4, rows * ekv * 4,
+                            rows * eq * 4,  rows * e * 4,   rows * f * 4,  rows * f * 4,   rows * v * 4,
                             rows * 4};
     size_t total = 0;
     for (size_t s : sizes)
@@ -369,9 +471,11 @@ void CudaBackend::embed(const WeightView &table, std::span<const int32_t> tokens
 void CudaBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps,
                           float weight_offset)
 {
-    if (weight_offset != 0.0f)
-        throw BackendError("CUDA: RMSNorm with a weight offset is not implemented on the device");
-    check(m_api.rmsnorm(m_ctx, x, static_cast<const float *>(device(weight).data), out, n_rows, n, eps), "RMSNorm");
+    const DeviceWeight &w = device(weight);
+    if (w.n_in != n)
+        throw BackendError("CUDA: RMSNorm over rows of " + std::to_string(n) + " with the weight " + weight.name +
+                           " of " + std::to_string(w.n_in));
+    check(m_api.rmsnorm(m_ctx, x, static_cast<const float *>(w.data), out, n_rows, n, eps, weight_offset), "RMSNorm");
 }
 
 void CudaBackend::matmul(const WeightView &w, const float *x, float *y, int64_t n_rows)
@@ -388,28 +492,28 @@ void CudaBackend::matmul_group(std::span<const Projection> outs, const float *x,
 
 void CudaBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params)
 {
-    if (!params.rope_factors.empty())
-        throw BackendError("CUDA: RoPE with per-dimension frequency factors (YaRN, llama3, LongRoPE) is not "
-                           "implemented on the device");
+    const double *inv = freq_table(params.rope_base, params.rope_factors);
     check(m_api.rope(m_ctx, x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style), nullptr,
-                     double(pos0), params.pos_scale, params.rope_base),
+                     double(pos0), 1.0, params.pos_scale, inv),
           "RoPE");
 }
 
-void CudaBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
+void CudaBackend::store_kv(KvCache &kv_in, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
 {
+    // Encoded once, here, as the row is written.
+    CudaKvCache &kv = device_cache(kv_in);
     const int64_t ekv = m_hp.n_embd_kv();
-    const size_t bytes = size_t(n_rows * ekv) * 4;
-    check(m_api.copy(m_ctx, kv.keys(layer) + pos0 * ekv, k, bytes), "storing keys");
-    check(m_api.copy(m_ctx, kv.values(layer) + pos0 * ekv, v, bytes), "storing values");
+    check(m_api.kv_convert(m_ctx, k, LONGSCOPE_CUDA_KV_F32, kv.key_data(layer) + uint64_t(pos0) * kv.row_bytes(0),
+                           cuda_kv_type(kv.type_k()), n_rows, ekv),
+          "storing keys");
+    check(m_api.kv_convert(m_ctx, v, LONGSCOPE_CUDA_KV_F32, kv.value_data(layer) + uint64_t(pos0) * kv.row_bytes(1),
+                           cuda_kv_type(kv.type_v()), n_rows, ekv),
+          "storing values");
 }
 
 AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardParams &params)
 {
-    if (c.softcap != 0.0f || c.window != 0 ||
-        (c.scale != 0.0f && std::fabs(c.scale * std::sqrt(float(c.head_dim)) - 1.0f) > 1e-6f))
-        throw BackendError("CUDA: attention with soft-capping, a sliding window or a scale other than "
-                           "1/sqrt(head size) is not implemented on the device");
+    CudaKvCache &kv = device_cache(*c.kv);
     LongscopeCudaAttention a{};
     a.n_head = c.n_head;
     a.n_head_kv = c.n_head_kv;
@@ -417,16 +521,24 @@ AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardPara
     a.q = c.q;
     a.n_q = c.n_q;
     a.q_pos0 = c.q_pos0;
-    a.k = c.kv->keys(c.layer);
-    a.v = c.kv->values(c.layer);
+    a.k = kv.key_data(c.layer);
+    a.v = kv.value_data(c.layer);
+    a.k_type = cuda_kv_type(kv.type_k());
+    a.v_type = cuda_kv_type(kv.type_v());
     a.n_kv = c.n_kv;
     a.out = c.out;
+    a.scale = c.scale;
+    a.softcap = c.softcap;
+    a.window = c.window;
     a.rotate_keys = params.keys_before_rope ? 1 : 0;
     a.n_rot = m_hp.n_rot;
     a.rope_style = int(m_hp.rope_style);
-    a.rope_base = params.rope_base;
+    a.inv_freq = params.keys_before_rope ? freq_table(params.rope_base, params.rope_factors) : nullptr;
     a.pos_scale = params.pos_scale;
-    a.algorithm = params.memory_efficient ? LONGSCOPE_CUDA_ATTN_TILED : LONGSCOPE_CUDA_ATTN_NAIVE;
+    // Unlike the CPU's tiled kernels the device's know soft-capping and windows; heads above the
+    // tiled kernel's limit take the plain one.
+    const bool tiled = params.memory_efficient && c.head_dim <= k_tiled_max_head_dim;
+    a.algorithm = tiled ? LONGSCOPE_CUDA_ATTN_TILED : LONGSCOPE_CUDA_ATTN_NAIVE;
     a.causal_flash = params.causal_flash ? 1 : 0;
     LongscopeCudaAttentionInfo info{};
     check(m_api.attention(m_ctx, &a, &info), "attention");
@@ -443,24 +555,28 @@ void CudaBackend::swiglu(const float *gate, const float *up, float *out, int64_t
     check(m_api.swiglu(m_ctx, gate, up, out, n), "SwiGLU");
 }
 
-void CudaBackend::geglu(const float *, const float *, float *, int64_t)
+void CudaBackend::geglu(const float *gate, const float *up, float *out, int64_t n)
 {
-    throw BackendError("CUDA: GeGLU is not implemented on the device");
+    check(m_api.geglu(m_ctx, gate, up, out, n), "GeGLU");
 }
 
-void CudaBackend::add_bias(float *, const WeightView &, int64_t, int64_t)
+void CudaBackend::add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width)
 {
-    throw BackendError("CUDA: bias addition is not implemented on the device");
+    const DeviceWeight &b = device(bias);
+    if (b.n_in != width)
+        throw BackendError("CUDA: bias " + bias.name + " of " + std::to_string(b.n_in) + " values on rows of " +
+                           std::to_string(width));
+    check(m_api.add_bias(m_ctx, x, static_cast<const float *>(b.data), n_rows, width), "bias addition");
 }
 
-void CudaBackend::scale(float *, float, int64_t)
+void CudaBackend::scale(float *x, float s, int64_t n)
 {
-    throw BackendError("CUDA: scaling is not implemented on the device");
+    check(m_api.scale(m_ctx, x, s, n), "scaling");
 }
 
-void CudaBackend::softcap(float *, float, int64_t)
+void CudaBackend::softcap(float *x, float cap, int64_t n)
 {
-    throw BackendError("CUDA: soft-capping is not implemented on the device");
+    check(m_api.softcap(m_ctx, x, cap, n), "soft-capping");
 }
 
 void CudaBackend::move_row(float *x, int64_t to, int64_t from, int64_t width)
@@ -494,7 +610,12 @@ uint64_t CudaBackend::step_scratch_bytes(uint64_t attention_scratch)
 {
     uint64_t plugin_scratch = 0;
     check(m_api.mem_info(m_ctx, nullptr, nullptr, &plugin_scratch), "device memory information");
-    return m_act_bytes + std::max(plugin_scratch, attention_scratch);
+    return m_act_bytes + std::max(plugin_scratch, attention_scratch) + freq_table_bytes();
+}
+
+uint64_t CudaBackend::freq_table_bytes() const
+{
+    return uint64_t(m_freqs.size()) * uint64_t(std::max(1, m_hp.n_rot / 2)) * sizeof(double);
 }
 
 // ---- memory ----------------------------------------------------------------------------------
@@ -503,7 +624,7 @@ uint64_t CudaBackend::scratch_bytes() const
 {
     uint64_t plugin_scratch = 0;
     check(m_api.mem_info(m_ctx, nullptr, nullptr, &plugin_scratch), "device memory information");
-    return m_act_bytes + plugin_scratch;
+    return m_act_bytes + plugin_scratch + freq_table_bytes();
 }
 
 std::optional<DeviceMemoryInfo> CudaBackend::device_memory() const

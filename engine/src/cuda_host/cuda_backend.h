@@ -1,9 +1,11 @@
-// The CUDA backend: the operations of backend/backend.h as calls into the CUDA plugin (ABI 3)
-// on device pointers, with the CPU backend's semantics op by op. This is engine code and never
-// links CUDA: the plugin is reached through the function pointers of CudaApi. Weights are
-// uploaded once when the backend is made (F32, F16 and BF16 as they are; quantized types
-// dequantized to F16, norm weights to F32) and stay on the device; activations and the KV
-// cache stay there too, and a step copies to the host only its tokens and its logits.
+// The CUDA backend: the operations of backend/backend.h as calls into the CUDA plugin (ABI 4)
+// on device pointers, with the CPU backend's semantics op by op, for every architecture family
+// of arch/llama.cpp and every RoPE method. This is engine code and never links CUDA: the plugin
+// is reached through the function pointers of CudaApi. Weights are uploaded once when the
+// backend is made (F32, F16 and BF16 as they are; quantized types dequantized to F16; norm
+// weights and biases to F32) and stay on the device; activations and the KV cache (F32, F16,
+// Q8_0 or Q4_0 rows) stay there too, and a step copies to the host only its tokens and its
+// logits (and a RoPE frequency table when the step needs one it has not seen).
 #pragma once
 
 #include "backend/backend.h"
@@ -21,8 +23,9 @@
 
 namespace longscope {
 
-// A KV cache on the device (the plugin's kv_cache.cpp has the device side). Made by
-// CudaBackend::make_kv and destroyed before it.
+// A KV cache on the device (the plugin's kv_cache.cpp has the device side), keys and values
+// each stored as their KvType (rows of kv_type_row_bytes). Made by CudaBackend::make_kv and
+// destroyed before it.
 class CudaKvCache final : public KvCache {
 public:
     ~CudaKvCache() override;
@@ -34,8 +37,15 @@ public:
     // Throws BackendError (out of device memory included) with the plugin's reason.
     void ensure(int n_tokens) override;
     void clear() override;
+    // The rows as floats: InvalidArgument unless that side is stored as f32.
     float *keys(int layer) override;
     float *values(int layer) override;
+    KvType type_k() const override { return m_type[0]; }
+    KvType type_v() const override { return m_type[1]; }
+    // [capacity] rows of one layer in their encoding, row_bytes(side) apart (device).
+    uint8_t *key_data(int layer) { return m_rows[0].at(size_t(layer)); }
+    uint8_t *value_data(int layer) { return m_rows[1].at(size_t(layer)); }
+    uint64_t row_bytes(int side) const { return m_row_bytes[side]; }
     // Non-overlapping device copies, `drop` rows at a time, queued on the stream.
     void shift(int n_tokens, int keep, int drop) override;
 
@@ -47,31 +57,35 @@ public:
 
 private:
     friend class CudaBackend;
-    CudaKvCache(const CudaApi &api, LongscopeCudaContext *ctx, KvMode mode, int n_layer, int limit, int n_embd_kv);
+    CudaKvCache(const CudaApi &api, LongscopeCudaContext *ctx, KvMode mode, int n_layer, int limit, int n_embd_kv,
+                KvType type_k, KvType type_v);
 
     const CudaApi &m_api;
     LongscopeCudaContext *m_ctx;
     LongscopeCudaKv *m_kv = nullptr;
     KvMode m_mode;
     int m_limit;
-    int m_n_embd_kv;
-    std::vector<float *> m_keys, m_values; // per layer, refreshed after every ensure()
+    KvType m_type[2];                   // keys, values
+    uint64_t m_row_bytes[2];
+    std::vector<uint8_t *> m_rows[2];   // per layer, refreshed after every ensure()
     void refresh();
 };
 
-// How the host reads the weights it uploads: a row as F32 (any weight type) and the F16
-// rounding of a float. The runtime hands in the CPU's converters, so this backend needs none
-// of its own and never includes another backend's code.
-struct HostWeightReader {
+// What the host computes with the CPU backend's own code: a weight row as F32 (any weight
+// type), the F16 rounding of a float, and the RoPE frequencies base^(-2i/n_rot). The runtime
+// hands them in, so this backend has no second copy of them and never includes another
+// backend's code.
+struct HostFunctions {
     void (*row_f32)(const WeightView &w, int64_t row, float *out) = nullptr;
     uint16_t (*to_f16)(float f) = nullptr;
+    std::vector<double> (*rope_inv_freq)(double base, int n_rot) = nullptr;
 };
 
 class CudaBackend final : public Backend {
 public:
     // Loads the plugin, makes a context on GPU `device` and uploads the weights. Throws
     // BackendError when CUDA cannot be used or the weights do not fit (the reason says which).
-    CudaBackend(const Model &model, const HostWeightReader &reader, int device = 0);
+    CudaBackend(const Model &model, const HostFunctions &host, int device = 0);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend &) = delete;
     CudaBackend &operator=(const CudaBackend &) = delete;
@@ -80,7 +94,8 @@ public:
     int n_threads() const override { return 1; }
     const std::string &device_name() const { return m_api.device_name; }
 
-    // The device cache holds f32 rows only: InvalidArgument for any other KV type.
+    // Keys and values as f32, f16, q8_0 or q4_0 rows (InvalidArgument for block types when the
+    // head size is not a multiple of 32).
     std::unique_ptr<KvCache> make_kv(KvMode mode, int limit, KvType type_k, KvType type_v) override;
     void copy_kv_rows(KvCache &from, KvCache &to, int n_tokens) override;
     void rotate_cached_keys(KvCache &kv, int j0, int n, double base, double pos_scale, bool undo) override;
@@ -98,7 +113,6 @@ public:
     AttentionResult attention(const AttentionCall &call, const ForwardParams &params) override;
     void add_inplace(float *x, const float *y, int64_t n) override;
     void swiglu(const float *gate, const float *up, float *out, int64_t n) override;
-    // Not on the device yet: the constructor refuses the models that need them.
     void geglu(const float *gate, const float *up, float *out, int64_t n) override;
     void add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width) override;
     void scale(float *x, float s, int64_t n) override;
@@ -123,14 +137,24 @@ private:
     void check(int rc, const char *what) const;
     void *alloc(size_t bytes);
     void upload_matrix(const WeightView &w);
-    void upload_norm(const WeightView &w);
+    // A vector (norm weight, bias) as F32.
+    void upload_vector(const WeightView &w);
     // The device copy of one of the model's weights.
     const DeviceWeight &device(const WeightView &w) const;
+    // The RoPE frequency table for `base` and per-dimension `factors` on the device:
+    // host.rope_inv_freq(base, n_rot) with entry i divided by factors[i], as the CPU backend
+    // forms it, uploaded once and kept (the last k_freq_tables used).
+    const double *freq_table(double base, std::span<const float> factors);
+    // Rotates the cached keys of positions [j0, j0 + n) of every layer: row t for position
+    // (pos0 + t * pos_step) * pos_scale. Keys not stored as f32 are decoded into a float
+    // buffer, rotated and encoded again, as the CPU does.
+    void rope_cached_keys(KvCache &kv, int j0, int n, double pos0, double pos_step, double pos_scale,
+                          const double *inv_freq, const char *what);
     void release_all();
 
     const Model &m_model;
     const HParams &m_hp;
-    HostWeightReader m_reader;
+    HostFunctions m_host;
     CudaApi m_api;
     LongscopeCudaContext *m_ctx = nullptr;
     std::vector<void *> m_weight_allocs;
@@ -138,8 +162,20 @@ private:
     std::unordered_map<const WeightView *, DeviceWeight> m_weights;  // by the model's view
     uint64_t m_weight_bytes = 0;
 
-    // Activations for up to m_rows tokens, device: x, xn, q, attn, proj [n, n_embd]; k, v
-    // [n, n_embd_kv]; gate, up [n, n_ff]; logits [n, n_vocab]; tokens [n] int32.
+    struct FreqTable {
+        double base = 0;
+        std::vector<float> factors;
+        double *data = nullptr; // n_rot / 2 doubles, device
+        uint64_t last_use = 0;
+    };
+    static constexpr size_t k_freq_tables = 8;
+    std::vector<FreqTable> m_freqs;
+    uint64_t m_freq_clock = 0;
+    uint64_t freq_table_bytes() const;
+
+    // Activations for up to m_rows tokens, device: x, xn, proj [n, n_embd]; q, attn
+    // [n, n_embd_q]; k, v [n, n_embd_kv]; gate, up [n, n_ff]; logits [n, n_vocab]; tokens [n]
+    // int32.
     int64_t m_rows = 0;
     void *m_act = nullptr;
     uint64_t m_act_bytes = 0;

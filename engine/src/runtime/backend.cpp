@@ -35,7 +35,8 @@ std::vector<BackendStatus> probe_backends()
 std::unique_ptr<Backend> make_backend(ComputeBackend kind, const Model &model, int n_threads)
 {
     switch (kind) {
-    case ComputeBackend::Cuda: return std::make_unique<CudaBackend>(model, HostWeightReader{weight_row_f32, f32_to_f16});
+    case ComputeBackend::Cuda:
+        return std::make_unique<CudaBackend>(model, HostFunctions{weight_row_f32, f32_to_f16, rope_inv_freq});
     case ComputeBackend::Cpu: break;
     }
     return std::make_unique<CpuBackend>(model, n_threads);
