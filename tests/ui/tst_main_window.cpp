@@ -2,6 +2,8 @@
 // input, stop, live settings mid-generation, plots and their exports, bad models and books,
 // books streamed and continued, clear, regenerate, saved conversations, and closing while
 // the worker is busy.
+#include "focus_chain.h"
+
 #include "core/chat_model.h"
 #include "core/conversation_store.h"
 #include "core/settings_json.h"
@@ -15,6 +17,12 @@
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/main_window.h"
+#include "widgets/explore_heatmaps.h"
+#include "widgets/explore_needle_controls.h"
+#include "widgets/explore_plot.h"
+#include "widgets/explore_run_list.h"
+#include "widgets/explore_run_table.h"
+#include "widgets/explore_settings_list.h"
 #include "widgets/metrics_plots.h"
 
 #include "longscope/backend.h"
@@ -30,8 +38,10 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QProgressDialog>
 #include <QSplitter>
 #include <QTabWidget>
@@ -44,9 +54,11 @@
 #include <QEventLoop>
 #include <QTimer>
 #include <QSpinBox>
+#include <QStackedWidget>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTemporaryDir>
+#include <QTabBar>
 #include <QTest>
 #include <QUrl>
 
@@ -181,6 +193,8 @@ private slots:
     void shortcutsDoWhatTheySay();
     void streamingLeavesTheFocusInTheInput();
     void everyFocusableControlHasAName();
+    void exploreKeepsTheFocusOffNumbers();
+    void exploreLeftPanelUsableWhileRunning();
     void theOtherTabSaysWhoHoldsTheEngine();
     void longStatusMessagesKeepTheirText();
 };
@@ -654,8 +668,9 @@ void TestMainWindow::fitsALaptopScreen()
     for (QWidget *part : parts)
         qInfo("%s %s: %dx%d", part->metaObject()->className(), qPrintable(part->objectName()),
               part->minimumSizeHint().width(), part->minimumSizeHint().height());
-    QVERIFY2(minimum.width() <= 1000, qPrintable(QString::number(minimum.width())));
-    QVERIFY2(minimum.height() <= 720, qPrintable(QString::number(minimum.height())));
+    // At most 996x568 (the Explore tab's run footer included).
+    QVERIFY2(minimum.width() <= 996, qPrintable(QString::number(minimum.width())));
+    QVERIFY2(minimum.height() <= 568, qPrintable(QString::number(minimum.height())));
     for (const QSize size : {QSize(1366, 768), QSize(1280, 720)}) {
         w->resize(size);
         QCoreApplication::processEvents();
@@ -880,29 +895,149 @@ void TestMainWindow::streamingLeavesTheFocusInTheInput()
     QVERIFY(w->chatPanel()->chatInput()->hasFocus());
 }
 
-// Every control the Tab key reaches on the chat page has a name for a screen reader (its own,
-// its text, or its form label's).
+// Every control the Tab key reaches in the window has a name for a screen reader (its own,
+// its text, or its form label's): on the chat tab, and on the Explore tab with either run
+// type. Tab goes through the side panel and the Explore tab as they are laid out: top to
+// bottom, left to right; on Explore the left panel (its Run / Stop footer last), then the
+// results.
 void TestMainWindow::everyFocusableControlHasAName()
+{
+    using namespace longscope::test;
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->showChat();
+    const QList<QWidget *> chat = tabChain(w.get());
+    qInfo("chat tab: %d focusable controls", int(chat.size()));
+    QVERIFY(chat.size() > 29); // the chat page's 29 and the tab bar
+    QVERIFY2(unnamedControls(chat).isEmpty(), qPrintable(unnamedControls(chat).join(QStringLiteral(", "))));
+    QVERIFY2(tabOrderProblems(chat, w->longContextPanel()).isEmpty(),
+             qPrintable(tabOrderProblems(chat, w->longContextPanel()).join(QStringLiteral("; "))));
+
+    w->showExplore();
+    ExploreView *view = w->exploreView();
+    auto *left = view->findChild<QWidget *>(QStringLiteral("exploreLeftPanel"));
+    QVERIFY(left);
+    const auto footerLast = [view](QWidget *c) { return view->runFooter()->isAncestorOf(c) ? 1 : 0; };
+    for (const ExploreView::RunKind kind : {ExploreView::RunKind::Perplexity, ExploreView::RunKind::Needle}) {
+        view->setRunKind(kind);
+        const bool needle = kind == ExploreView::RunKind::Needle;
+        const QList<QWidget *> chain = tabChain(w.get());
+        qInfo("explore tab (%s): %d focusable controls", needle ? "needle" : "perplexity", int(chain.size()));
+        QVERIFY2(unnamedControls(chain).isEmpty(), qPrintable(unnamedControls(chain).join(QStringLiteral(", "))));
+        // The controls the issue names are all reachable.
+        QList<QWidget *> expected{view->runKindBox(), view->settingsList(), view->runButton(), view->cancelButton()};
+        if (needle)
+            expected << view->needleControls()->taskBox() << view->needleControls()->lengthsEdit()
+                     << view->needleControls()->trialsBox() << view->needleRunList() << view->heatmaps()
+                     << view->needleLogScaleBox();
+        else
+            expected << view->runList() << view->plot() << view->runTable() << view->logScaleBox();
+        for (QWidget *c : expected)
+            QVERIFY2(chain.contains(c), qPrintable(describeControl(c)));
+        const QStringList leftProblems = tabOrderProblems(chain, left, footerLast);
+        QVERIFY2(leftProblems.isEmpty(), qPrintable(leftProblems.join(QStringLiteral("; "))));
+        QWidget *results = needle ? view->needleLogScaleBox()->parentWidget() : view->logScaleBox()->parentWidget();
+        const QStringList rightProblems = tabOrderProblems(chain, results);
+        QVERIFY2(rightProblems.isEmpty(), qPrintable(rightProblems.join(QStringLiteral("; "))));
+        // The left panel first, then the results.
+        qsizetype lastLeft = -1;
+        qsizetype firstResult = chain.size();
+        for (qsizetype i = 0; i < chain.size(); ++i) {
+            if (left->isAncestorOf(chain[i]))
+                lastLeft = i;
+            else if (results->isAncestorOf(chain[i]))
+                firstResult = std::min(firstResult, i);
+        }
+        QVERIFY2(lastLeft < firstResult, qPrintable(describeControl(chain[firstResult])));
+    }
+}
+
+// The focus never lands in a number box by itself on the Explore tab: not on the way there
+// (Ctrl+2 from the chat input), not when Run is pressed and disabled (Stop takes it), not when
+// Stop is pressed and the run ends (Run takes it back).
+void TestMainWindow::exploreKeepsTheFocusOffNumbers()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QStringList unnamed;
-    int checked = 0;
-    for (QWidget *c : w->tabs()->widget(0)->findChildren<QWidget *>()) {
-        if (!(c->focusPolicy() & Qt::TabFocus) || !c->isVisibleTo(w.get()) || c->focusProxy())
-            continue;
-        if (qobject_cast<QAbstractScrollArea *>(c->parentWidget()) &&
-            !qobject_cast<QAbstractScrollArea *>(c))
-            continue; // a viewport
-        ++checked;
-        QAccessibleInterface *a = QAccessible::queryAccessibleInterface(c);
-        const QString name = a ? a->text(QAccessible::Name) : QString();
-        if (name.trimmed().isEmpty())
-            unnamed << QStringLiteral("%1 %2").arg(QString::fromLatin1(c->metaObject()->className()), c->objectName());
+    w->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    w->chatPanel()->chatInput()->setFocus();
+    QTest::keyClick(w.get(), Qt::Key_2, Qt::ControlModifier);
+    QCOMPARE(w->tabs()->currentIndex(), 1);
+    const auto notANumber = [] {
+        QWidget *f = QApplication::focusWidget();
+        return f && !qobject_cast<QAbstractSpinBox *>(f) && !qobject_cast<QAbstractSpinBox *>(f->parentWidget());
+    };
+    QVERIFY2(notANumber(), QApplication::focusWidget() ? QApplication::focusWidget()->metaObject()->className() : "none");
+
+    ExploreView *view = w->exploreView();
+    QVERIFY(w->openExploreBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    view->setContextLength(2048);
+    view->setWindowsPerRun(1000); // long enough to press Stop
+    view->settingsList()->checkOnly({view->settingsList()->settingsAt(0).label});
+    view->runButton()->setFocus(Qt::TabFocusReason);
+    QTRY_VERIFY(view->runButton()->hasFocus());
+    QTest::keyClick(view->runButton(), Qt::Key_Space);
+    QTRY_VERIFY_WITH_TIMEOUT(view->isRunning(), kTimeoutMs);
+    QTRY_VERIFY(view->cancelButton()->hasFocus());
+    QTest::keyClick(view->cancelButton(), Qt::Key_Space);
+    QTRY_VERIFY_WITH_TIMEOUT(!view->isRunning(), kTimeoutMs);
+    QVERIFY2(notANumber(), QApplication::focusWidget() ? QApplication::focusWidget()->metaObject()->className() : "none");
+    QTRY_VERIFY(view->runButton()->hasFocus());
+}
+
+// At 1366x768 and at the window's minimum size, while a run goes, the Explore tab's left panel
+// shows Run, Stop (enabled), both progress bars with their whole text (the time left in the
+// overall one) and the status line, none of them cut off or outside the window.
+void TestMainWindow::exploreLeftPanelUsableWhileRunning()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    ExploreView *view = w->exploreView();
+    QVERIFY(w->openExploreBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    view->setContextLength(2048);
+    view->setWindowsPerRun(1000);
+    QVERIFY(view->run());
+    QTRY_VERIFY_WITH_TIMEOUT(view->overallProgress()->text().contains(QStringLiteral("min left")) ||
+                                 view->overallProgress()->text().contains(QStringLiteral("s left")) ||
+                                 view->overallProgress()->text().contains(QStringLiteral("h ")),
+                             kTimeoutMs);
+    QVERIFY(view->isRunning());
+    const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
+    for (const QSize size : {QSize(1366, 768), minimum}) {
+        w->resize(size);
+        QTRY_COMPARE(w->size(), size);
+        QCoreApplication::processEvents();
+        const QString where = QStringLiteral("%1x%2").arg(size.width()).arg(size.height());
+        saveArtifact(*w, m_dir.path(), QStringLiteral("explore-running-%1.png").arg(where));
+        const QRect window = w->rect();
+        const QRect panel(view->runFooter()->parentWidget()->mapTo(w.get(), QPoint(0, 0)),
+                          view->runFooter()->parentWidget()->size());
+        QVERIFY2(window.contains(panel), qPrintable(where));
+        QVERIFY(view->cancelButton()->isEnabled());
+        QList<QWidget *> shown{view->runButton(), view->cancelButton(), view->runProgress(), view->overallProgress()};
+        const QList<QLabel *> labels = view->runFooter()->findChildren<QLabel *>();
+        for (QLabel *l : labels)
+            if (!l->text().isEmpty())
+                shown << l;
+        for (QWidget *c : shown) {
+            const QString what = where + QLatin1Char(' ') + QString::fromLatin1(c->metaObject()->className());
+            QVERIFY2(c->isVisible(), qPrintable(what));
+            const QRect r(c->mapTo(w.get(), QPoint(0, 0)), c->size());
+            QVERIFY2(panel.contains(r) && window.contains(r), qPrintable(what));
+            QVERIFY2(c->height() >= c->minimumSizeHint().height(), qPrintable(what));
+            if (auto *bar = qobject_cast<QProgressBar *>(c))
+                QVERIFY2(bar->fontMetrics().horizontalAdvance(bar->text()) + 8 <= bar->width(),
+                         qPrintable(what + QLatin1Char(' ') + bar->text()));
+            if (auto *label = qobject_cast<QLabel *>(c))
+                QVERIFY2(label->heightForWidth(label->width()) <= label->height() ||
+                             (!label->wordWrap() && label->fontMetrics().horizontalAdvance(label->text()) <= label->width()),
+                         qPrintable(what + QLatin1Char(' ') + label->text()));
+        }
+        QVERIFY2(view->overallProgress()->text().contains(QStringLiteral("left")), qPrintable(view->overallProgress()->text()));
     }
-    qInfo("%d focusable controls", checked);
-    QVERIFY(checked > 20);
-    QVERIFY2(unnamed.isEmpty(), qPrintable(unnamed.join(QStringLiteral(", "))));
+    w->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!view->isRunning(), kTimeoutMs);
 }
 
 // A reply in the chat: the Explore tab says so with a Stop of its own that ends it.

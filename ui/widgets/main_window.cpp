@@ -42,6 +42,7 @@
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabBar>
 #include <QTabWidget>
 #include <QTimer>
 #include <QUrl>
@@ -245,6 +246,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     exploreLayout->addWidget(m_explore, 1);
     m_tabs->addTab(explorePage, tr("Explore"));
     m_tabs->setTabToolTip(1, tr("Perplexity by position: where each long-context setting stops understanding a book"));
+    m_tabs->tabBar()->setAccessibleName(tr("Chat or Explore"));
     v->addWidget(m_tabs, 1);
     setCentralWidget(central);
 
