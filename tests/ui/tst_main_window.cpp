@@ -1020,7 +1020,10 @@ void TestMainWindow::exploreLeftPanelUsableWhileRunning()
                                  view->overallProgress()->text().contains(QStringLiteral("h ")),
                              kTimeoutMs);
     QVERIFY(view->isRunning());
+    w->resize(996, 568);
+    QCoreApplication::processEvents();
     const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
+    qInfo("minimum window size while Explore runs: %dx%d", minimum.width(), minimum.height());
     for (const QSize size : {QSize(1366, 768), minimum}) {
         w->resize(size);
         QTRY_COMPARE(w->size(), size);

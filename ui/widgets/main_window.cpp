@@ -359,8 +359,9 @@ QWidget *MainWindow::createBanner()
     h->setSpacing(10);
     h->addWidget(icon);
     h->addLayout(titles);
-    h->addStretch(1);
-    h->addWidget(m_bannerModel, 2);
+    // The model header takes all the width the titles leave (right-aligned), so its three
+    // lines stay three lines at the window's minimum width.
+    h->addWidget(m_bannerModel, 1);
     return banner;
 }
 
