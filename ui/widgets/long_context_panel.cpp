@@ -387,9 +387,11 @@ void LongContextPanel::setRemote(bool remote, bool perRequest, const QString &re
 {
     m_remote = remote;
     const QString fixed = tr("Fixed by the server when it starts");
-    const QList<QWidget *> perRequestToggles{m_ropeScaling, m_ropeFactor,     m_ropeOrigCtx, m_alpha,      m_autoAlpha,
-                                             m_keysBeforeRope, m_memoryEfficient, m_causalFlash, m_kvMode};
-    const QList<QWidget *> serverOwned{m_contextLimit, m_overflow, m_sinks, m_kvTypeK, m_kvTypeV, m_backendChoice};
+    const QList<QWidget *> perRequestToggles{m_alpha, m_autoAlpha, m_keysBeforeRope, m_memoryEfficient, m_causalFlash,
+                                             m_kvMode};
+    // The RoPE method is not sent with remote requests (yet): the server's, like the limit.
+    const QList<QWidget *> serverOwned{m_ropeScaling, m_ropeFactor, m_ropeOrigCtx, m_contextLimit, m_overflow,
+                                       m_sinks,       m_kvTypeK,    m_kvTypeV,     m_backendChoice};
     auto lock = [&](QWidget *w, bool locked, const QString &why) {
         if (!m_localTips.contains(w))
             m_localTips.insert(w, w->toolTip());
