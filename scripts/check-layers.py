@@ -116,6 +116,9 @@ FILES = {
     "engine/include/longscope/sampler.h": "runtime",
     "engine/include/longscope/perplexity.h": "runtime",
     "engine/include/longscope/needle.h": "runtime",
+    # A model in words (family, tokenizer, end-of-generation tokens, RoPE scaling in use), for
+    # the CLI's info and the app's model header.
+    "engine/include/longscope/model_description.h": "runtime",
     # What each backend is and why it can or cannot be used; the CPU's kernels and bandwidth.
     # Declared at the backend level, which cpu/ and cuda_host/ fill in; the runtime probes.
     "engine/include/longscope/backend.h": "backend",

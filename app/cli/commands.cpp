@@ -9,6 +9,7 @@
 #include "longscope/errors.h"
 #include "longscope/generator.h"
 #include "longscope/gguf.h"
+#include "longscope/model_description.h"
 #include "longscope/tokenizer.h"
 
 #include <algorithm>
@@ -76,23 +77,14 @@ void add_tokenizer_info(const Tokenizer &tok, nlohmann::json &j)
     j["end_of_generation"] = eog;
 }
 
-std::string token_label(const Tokenizer &tok, int32_t id)
-{
-    return id < 0 ? std::string("none") : std::to_string(id) + " " + tok.piece(id);
-}
-
+// The tokenizer's lines of `info` (the texts are the engine's, as the app shows them).
 std::string tokenizer_lines(const Tokenizer &tok)
 {
     std::ostringstream o;
-    o << "tokenizer:        " << tok.kind_name();
-    if (!tok.pre_tokenizer().empty())
-        o << " (pre-tokenizer " << tok.pre_tokenizer() << ")";
-    o << ", " << tok.n_vocab() << " tokens, bos " << token_label(tok, tok.bos_id()) << ", eos "
-      << token_label(tok, tok.eos_id()) << (tok.add_bos_default() ? ", BOS added to prompts" : "") << "\n"
-      << "end of generation:";
-    for (int32_t id : tok.end_of_generation_ids())
-        o << " " << token_label(tok, id);
-    o << "\n";
+    o << "tokenizer:        " << describe_tokenizer(tok) << ", " << tok.n_vocab() << " tokens, bos "
+      << describe_token(tok, tok.bos_id()) << ", eos " << describe_token(tok, tok.eos_id())
+      << (tok.add_bos_default() ? ", BOS added to prompts" : "") << "\n"
+      << "end of generation: " << describe_end_of_generation(tok) << "\n";
     return o.str();
 }
 
@@ -556,6 +548,7 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
         o << " v" << in.gguf_version;
     o << "\n"
       << "architecture:     " << hp.architecture << "\n"
+      << "family:           " << describe_family(hp) << "\n"
       << "file size:        " << in.file_bytes << " bytes (" << mib(in.file_bytes) << ")\n"
       << "weights used:     " << in.weight_bytes << " bytes\n"
       << "CPU weights:      "
@@ -580,11 +573,7 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
       << hp.head_dim() << "\n"
       << "feed-forward:     " << hp.n_ff << "\n"
       << "rope:             base " << hp.rope_base << ", " << hp.n_rot << " dims, "
-      << j["rope_layout"].get<std::string>() << ", scaling " << j["rope_scaling"].get<std::string>();
-    if (hp.rope_scaling != RopeScalingType::None)
-        o << " x" << hp.rope_scaling_factor;
-    if (hp.rope.orig_ctx > 0)
-        o << " (original context " << hp.rope.orig_ctx << ")";
+      << j["rope_layout"].get<std::string>() << ", scaling " << describe_rope_scaling(hp);
     if (hp.sliding_window > 0)
         o << "\n"
           << "sliding window:   " << hp.sliding_window << " tokens"

@@ -19,6 +19,7 @@
 #include <QFileInfo>
 #include <QIcon>
 #include <QPixmap>
+#include <QProgressBar>
 #include <QRegularExpression>
 #include <QSize>
 #include <QTimer>
@@ -59,6 +60,8 @@ constexpr const char *kUsage =
     "                         reply to the prompt sent once the book is in.\n"
     "  --screenshot-at N      With --screenshot: save it while the reply is being\n"
     "                         written, once it has N characters.\n"
+    "  --screenshot-running   With --screenshot and --explore: save it while the runs\n"
+    "                         go, once the time left is estimated, then stop them.\n"
     "  --export-plots FILE    With --screenshot: also export the live plots (with\n"
     "                         --explore: the perplexity plot) as PNG, as File > Export\n"
     "                         does.\n"
@@ -145,9 +148,12 @@ int main(int argc, char **argv)
     const QCommandLineOption exportPlotsOption(QStringLiteral("export-plots"),
                                                QStringLiteral("With --screenshot: also export the plots as PNG."),
                                                QStringLiteral("FILE"));
+    const QCommandLineOption screenshotRunningOption(
+        QStringLiteral("screenshot-running"),
+        QStringLiteral("With --screenshot and --explore: save it while the runs go, once the time left is estimated."));
     parser.addOptions({modelOption, bookOption, promptOption, screenshotOption, exploreOption, exploreCtxOption,
                        exploreWindowsOption, explorePresetsOption, screenshotAtOption, windowSizeOption,
-                       exportPlotsOption});
+                       exportPlotsOption, screenshotRunningOption});
     parser.process(app);
 
     const QString explore = parser.value(exploreOption);
@@ -208,6 +214,12 @@ int main(int argc, char **argv)
 
     const QString screenshot = parser.value(screenshotOption);
     const QString exportPlots = parser.value(exportPlotsOption);
+    const bool screenshotRunning = parser.isSet(screenshotRunningOption);
+    if (screenshotRunning && (screenshot.isEmpty() || explore.isEmpty() || !exportPlots.isEmpty())) {
+        std::fprintf(stderr, "longscope: --screenshot-running goes with --screenshot and --explore, without "
+                             "--export-plots (nothing is plotted yet)\n");
+        return 2;
+    }
     if (!exportPlots.isEmpty() && screenshot.isEmpty()) {
         std::fprintf(stderr, "longscope: --export-plots goes with --screenshot\n");
         return 2;
@@ -295,7 +307,17 @@ int main(int argc, char **argv)
             window.sendMessage(prompt);
     });
     if (!screenshot.isEmpty()) {
-        if (!explore.isEmpty())
+        if (!explore.isEmpty() && screenshotRunning) {
+            // While the runs go: once the overall progress says how long is left.
+            QProgressBar *overall = window.exploreView()->overallProgress();
+            QObject::connect(overall, &QProgressBar::valueChanged, &window, [&, overall] {
+                if (window.exploreView()->isRunning() && overall->text().contains(QLatin1String("left")) &&
+                    !overall->text().contains(QLatin1String("estimating")))
+                    takeScreenshot(0, 0);
+            });
+            QObject::connect(window.exploreView(), &longscope::ui::ExploreView::explorationFinished, &window,
+                             [&] { takeScreenshot(1); }); // over before the time left was shown
+        } else if (!explore.isEmpty())
             QObject::connect(window.exploreView(), &longscope::ui::ExploreView::explorationFinished, &window,
                              [&] { takeScreenshot(window.exploreView()->lastError().isEmpty() ? 0 : 1); });
         else if (!book.isEmpty() && prompt.isEmpty())

@@ -3,6 +3,8 @@
 // with the BOS the tokenizer adds in front; a built-in or a custom template can be picked; an
 // invalid template shows the renderer's error inline and is not taken; the choice is kept per
 // model path in the settings.
+#include "focus_chain.h"
+
 #include "core/chat_template_choice.h"
 #include "core/engine_worker.h"
 #include "widgets/chat_template_dialog.h"
@@ -175,6 +177,25 @@ private slots:
                                  kTimeoutMs);
         d->reject();
         QCOMPARE(loadChatTemplateChoice(settings, m_summary.path), llama3);
+    }
+
+    // Every control of the dialog is reached by Tab, top to bottom, and has a name for a
+    // screen reader; Tab in the template texts moves on instead of typing a tab.
+    void keyboard_reaches_every_named_control()
+    {
+        using namespace longscope::test;
+        QSettings settings(m_tmp.filePath(QStringLiteral("d.ini")), QSettings::IniFormat);
+        ChatTemplateDialog *d =
+            openChatTemplateDialog(nullptr, m_worker, noSystemTurns(), settings, m_summary, QString());
+        select(d, QStringLiteral("custom"));
+        const QList<QWidget *> chain = tabChain(d);
+        QVERIFY(chain.contains(d->sourceBox()) && chain.contains(d->templateEdit()) && chain.contains(d->promptView()));
+        QVERIFY(chain.size() >= 5); // the source, both texts, OK and Cancel
+        QVERIFY2(unnamedControls(chain).isEmpty(), qPrintable(unnamedControls(chain).join(QStringLiteral(", "))));
+        QVERIFY2(tabOrderProblems(chain, d).isEmpty(), qPrintable(tabOrderProblems(chain, d).join(QStringLiteral("; "))));
+        QVERIFY(d->templateEdit()->tabChangesFocus());
+        QVERIFY(d->promptView()->tabChangesFocus());
+        d->reject();
     }
 
     void choice_round_trip()

@@ -31,6 +31,7 @@
 #include <QImage>
 #include <QLineEdit>
 #include <QProgressBar>
+#include <QSet>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QTabWidget>
@@ -40,7 +41,10 @@
 
 #include <qcustomplot.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <span>
 
 using namespace longscope;
 using namespace longscope::ui;
@@ -176,6 +180,7 @@ private slots:
     void needleGridsRoundTripAndReopen();
     void badNeedleInputIsNamed();
     void presetGroupsCoverEverySetting();
+    void ropeScalingPresetsRunLikeTheEngine();
     void defaultContextIsTwiceTheTrained();
 };
 
@@ -1015,6 +1020,52 @@ void TestExplore::defaultContextIsTwiceTheTrained()
     QCOMPARE(ExploreView::timeLeftText(0.5, 20000), QStringLiteral(" · about 20 s left"));
     QCOMPARE(ExploreView::timeLeftText(0.25, 60000), QStringLiteral(" · about 3 min left"));
     QCOMPARE(ExploreView::timeLeftText(0.1, 30 * 60000), QStringLiteral(" · about 4 h 30 min left"));
+}
+
+// The "RoPE scaling methods" group: the model's own, none, and every method the engine has but
+// LongRoPE (its factors come only with Phi-3 files) by 4. Each runs on the bundled model
+// through the worker and scores what longscope::perplexity() scores with the same settings;
+// the methods give different perplexities.
+void TestExplore::ropeScalingPresetsRunLikeTheEngine()
+{
+    const QVector<ExplorePresetGroup> groups = explorePresetGroups();
+    const auto group = std::find_if(groups.cbegin(), groups.cend(),
+                                    [](const ExplorePresetGroup &g) { return g.name == QStringLiteral("RoPE scaling methods"); });
+    QVERIFY(group != groups.cend());
+    QStringList methods;
+    for (const ExplorePreset &p : group->presets) {
+        methods << (p.settings.rope.scaling ? QString::fromUtf8(to_string(*p.settings.rope.scaling).data())
+                                            : QStringLiteral("model's own"));
+        if (p.settings.rope.scaling && *p.settings.rope.scaling != RopeScalingType::None)
+            QCOMPARE(p.settings.rope.scaling_factor, 4.0f);
+    }
+    QCOMPARE(methods, QStringList({QStringLiteral("model's own"), QStringLiteral("none"), QStringLiteral("linear"),
+                                   QStringLiteral("ntk"), QStringLiteral("dynamic"), QStringLiteral("yarn"),
+                                   QStringLiteral("llama3")}));
+
+    const QByteArray utf8 = m_text.toUtf8();
+    const std::vector<int32_t> tokens = m_model->tokenizer().encode(std::string(utf8.constData(), size_t(utf8.size())), false);
+    constexpr int ctx = 128;
+    const qint64 maxTokens = 4 * (ctx - 1);
+    Runs runs(w());
+    QSet<qint64> distinct; // perplexities, to 1e-6
+    for (const ExplorePreset &p : group->presets) {
+        const PerplexityRunResult got = score(runs, m_text, p.settings, ctx, 32, p.label, maxTokens);
+        QVERIFY2(!got.failed(), qPrintable(p.label + QStringLiteral(": ") + got.error));
+        PerplexityOptions o;
+        o.ctx = ctx;
+        o.bucket = 32;
+        o.settings = p.settings;
+        const PerplexityResult want =
+            perplexity(*m_model, std::span<const int32_t>(tokens).first(size_t(maxTokens)), o);
+        QCOMPARE(got.n_scored, qint64(want.n_scored));
+        QVERIFY2(std::abs(got.mean_nll - want.mean_nll) <= 1e-9 * want.mean_nll,
+                 qPrintable(QStringLiteral("%1: %2 vs %3").arg(p.label).arg(got.mean_nll).arg(want.mean_nll)));
+        distinct.insert(qint64(std::llround(got.mean_nll * 1e6)));
+    }
+    // The model's own is none for the bundled model; every method by 4 changes the scores
+    // (dynamic only past the original context: within 128 tokens of a 512-token model it is none).
+    QCOMPARE(distinct.size(), qsizetype(group->presets.size()) - 2);
 }
 
 QTEST_MAIN(TestExplore)

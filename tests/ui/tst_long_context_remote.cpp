@@ -30,23 +30,33 @@ private slots:
             QVERIFY(!w->isEnabled());
             QCOMPARE(w->toolTip(), why);
         }
-        for (QWidget *w : QList<QWidget *>{p.contextLimitBox(), p.overflowBox(), p.backendBox()})
+        for (QWidget *w : QList<QWidget *>{p.contextLimitBox(), p.overflowBox(), p.backendBox(), p.ropeScalingBox(),
+                                           p.ropeFactorBox(), p.ropeOriginalContextBox()})
             QVERIFY(!w->isEnabled());
         QCOMPARE(p.appliedLabel()->text(), why);
         // Unchecking auto alpha must not bring the alpha box back while remote.
         p.autoAlphaBox()->setChecked(true);
         p.autoAlphaBox()->setChecked(false);
         QVERIFY(!p.alphaBox()->isEnabled());
+        // Nor choosing a method the factor box.
+        p.ropeScalingBox()->setCurrentIndex(p.ropeScalingBox()->findData(int(longscope::RopeScalingType::Yarn)));
+        QVERIFY(!p.ropeFactorBox()->isEnabled() && !p.ropeOriginalContextBox()->isEnabled());
 
         // A Longscope server: the per-request switches come back, the server's own stay grey.
         p.setRemote(true, true);
         QVERIFY(p.kvModeBox()->isEnabled() && p.alphaBox()->isEnabled() && p.causalFlashBox()->isEnabled());
+        // The RoPE method is not sent with requests: it stays the server's.
+        QVERIFY(!p.ropeScalingBox()->isEnabled() && !p.ropeFactorBox()->isEnabled() &&
+                !p.ropeOriginalContextBox()->isEnabled());
         QCOMPARE(p.kvModeBox()->toolTip(), kvTip);
         QVERIFY(!p.contextLimitBox()->isEnabled() && !p.backendBox()->isEnabled());
 
         p.setRemote(false);
         QVERIFY(!p.isRemote());
         QVERIFY(p.contextLimitBox()->isEnabled() && p.backendBox()->isEnabled() && p.kvModeBox()->isEnabled());
+        // Local again with YaRN chosen: the method, its factor and original context.
+        QVERIFY(p.ropeScalingBox()->isEnabled() && p.ropeFactorBox()->isEnabled() &&
+                p.ropeOriginalContextBox()->isEnabled());
         QCOMPARE(p.kvModeBox()->toolTip(), kvTip);
         QVERIFY(p.appliedLabel()->text().isEmpty());
     }

@@ -2,6 +2,9 @@
 // input, stop, live settings mid-generation, plots and their exports, bad models and books,
 // books streamed and continued, clear, regenerate, saved conversations, and closing while
 // the worker is busy.
+#include "focus_chain.h"
+#include "support/vocab_files.h"
+
 #include "core/chat_model.h"
 #include "core/conversation_store.h"
 #include "core/settings_json.h"
@@ -15,9 +18,24 @@
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
 #include "widgets/main_window.h"
+#include "widgets/explore_heatmaps.h"
+#include "widgets/explore_needle_controls.h"
+#include "widgets/explore_plot.h"
+#include "widgets/explore_run_list.h"
+#include "widgets/explore_run_table.h"
+#include "widgets/explore_settings_list.h"
 #include "widgets/metrics_plots.h"
+#include "widgets/model_info_dialog.h"
 
 #include "longscope/backend.h"
+#include "longscope/chat.h"
+#include "longscope/engine.h"
+#include "longscope/generator.h"
+#include "longscope/gguf.h"
+#include "longscope/model.h"
+#include "longscope/perplexity.h"
+#include "longscope/quantize.h"
+#include "longscope/tokenizer.h"
 
 #include <QAbstractSpinBox>
 #include <QAccessible>
@@ -30,8 +48,11 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProcess>
+#include <QProgressBar>
 #include <QProgressDialog>
 #include <QSplitter>
 #include <QTabWidget>
@@ -44,13 +65,17 @@
 #include <QEventLoop>
 #include <QTimer>
 #include <QSpinBox>
+#include <QStackedWidget>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTemporaryDir>
+#include <QTabBar>
 #include <QTest>
+#include <QTextBrowser>
 #include <QUrl>
 
 #include <memory>
+#include <span>
 
 using namespace longscope;
 using namespace longscope::ui;
@@ -181,8 +206,13 @@ private slots:
     void shortcutsDoWhatTheySay();
     void streamingLeavesTheFocusInTheInput();
     void everyFocusableControlHasAName();
+    void exploreKeepsTheFocusOffNumbers();
+    void exploreLeftPanelUsableWhileRunning();
     void theOtherTabSaysWhoHoldsTheEngine();
     void longStatusMessagesKeepTheirText();
+    void modelHeaderSaysFamilyTokenizerAndRope();
+    void modelHeaderOfAByteLevelBpeModel();
+    void ropeScalingSwitchesLive();
 };
 
 void TestMainWindow::initTestCase()
@@ -654,8 +684,9 @@ void TestMainWindow::fitsALaptopScreen()
     for (QWidget *part : parts)
         qInfo("%s %s: %dx%d", part->metaObject()->className(), qPrintable(part->objectName()),
               part->minimumSizeHint().width(), part->minimumSizeHint().height());
-    QVERIFY2(minimum.width() <= 1000, qPrintable(QString::number(minimum.width())));
-    QVERIFY2(minimum.height() <= 720, qPrintable(QString::number(minimum.height())));
+    // At most 996x568 (the RoPE controls and the Explore tab's run footer included).
+    QVERIFY2(minimum.width() <= 996, qPrintable(QString::number(minimum.width())));
+    QVERIFY2(minimum.height() <= 568, qPrintable(QString::number(minimum.height())));
     for (const QSize size : {QSize(1366, 768), QSize(1280, 720)}) {
         w->resize(size);
         QCoreApplication::processEvents();
@@ -880,29 +911,153 @@ void TestMainWindow::streamingLeavesTheFocusInTheInput()
     QVERIFY(w->chatPanel()->chatInput()->hasFocus());
 }
 
-// Every control the Tab key reaches on the chat page has a name for a screen reader (its own,
-// its text, or its form label's).
+// Every control the Tab key reaches in the window has a name for a screen reader (its own,
+// its text, or its form label's): on the chat tab, and on the Explore tab with either run
+// type. Tab goes through the side panel and the Explore tab as they are laid out: top to
+// bottom, left to right; on Explore the left panel (its Run / Stop footer last), then the
+// results.
 void TestMainWindow::everyFocusableControlHasAName()
+{
+    using namespace longscope::test;
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    w->showChat();
+    const QList<QWidget *> chat = tabChain(w.get());
+    qInfo("chat tab: %d focusable controls", int(chat.size()));
+    QVERIFY(chat.size() > 29); // the chat page's 29 and the tab bar, the new RoPE controls
+    QVERIFY(chat.contains(w->longContextPanel()->ropeScalingBox()));
+    QVERIFY2(unnamedControls(chat).isEmpty(), qPrintable(unnamedControls(chat).join(QStringLiteral(", "))));
+    QVERIFY2(tabOrderProblems(chat, w->longContextPanel()).isEmpty(),
+             qPrintable(tabOrderProblems(chat, w->longContextPanel()).join(QStringLiteral("; "))));
+
+    w->showExplore();
+    ExploreView *view = w->exploreView();
+    auto *left = view->findChild<QWidget *>(QStringLiteral("exploreLeftPanel"));
+    QVERIFY(left);
+    const auto footerLast = [view](QWidget *c) { return view->runFooter()->isAncestorOf(c) ? 1 : 0; };
+    for (const ExploreView::RunKind kind : {ExploreView::RunKind::Perplexity, ExploreView::RunKind::Needle}) {
+        view->setRunKind(kind);
+        const bool needle = kind == ExploreView::RunKind::Needle;
+        const QList<QWidget *> chain = tabChain(w.get());
+        qInfo("explore tab (%s): %d focusable controls", needle ? "needle" : "perplexity", int(chain.size()));
+        QVERIFY2(unnamedControls(chain).isEmpty(), qPrintable(unnamedControls(chain).join(QStringLiteral(", "))));
+        // The controls the issue names are all reachable.
+        QList<QWidget *> expected{view->runKindBox(), view->settingsList(), view->runButton(), view->cancelButton()};
+        if (needle)
+            expected << view->needleControls()->taskBox() << view->needleControls()->lengthsEdit()
+                     << view->needleControls()->trialsBox() << view->needleRunList() << view->heatmaps()
+                     << view->needleLogScaleBox();
+        else
+            expected << view->runList() << view->plot() << view->runTable() << view->logScaleBox();
+        for (QWidget *c : expected)
+            QVERIFY2(chain.contains(c), qPrintable(describeControl(c)));
+        const QStringList leftProblems = tabOrderProblems(chain, left, footerLast);
+        QVERIFY2(leftProblems.isEmpty(), qPrintable(leftProblems.join(QStringLiteral("; "))));
+        QWidget *results = needle ? view->needleLogScaleBox()->parentWidget() : view->logScaleBox()->parentWidget();
+        const QStringList rightProblems = tabOrderProblems(chain, results);
+        QVERIFY2(rightProblems.isEmpty(), qPrintable(rightProblems.join(QStringLiteral("; "))));
+        // The left panel first, then the results.
+        qsizetype lastLeft = -1;
+        qsizetype firstResult = chain.size();
+        for (qsizetype i = 0; i < chain.size(); ++i) {
+            if (left->isAncestorOf(chain[i]))
+                lastLeft = i;
+            else if (results->isAncestorOf(chain[i]))
+                firstResult = std::min(firstResult, i);
+        }
+        QVERIFY2(lastLeft < firstResult, qPrintable(describeControl(chain[firstResult])));
+    }
+}
+
+// The focus never lands in a number box by itself on the Explore tab: not on the way there
+// (Ctrl+2 from the chat input), not when Run is pressed and disabled (Stop takes it), not when
+// Stop is pressed and the run ends (Run takes it back).
+void TestMainWindow::exploreKeepsTheFocusOffNumbers()
 {
     auto w = makeWindow();
     QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
-    QStringList unnamed;
-    int checked = 0;
-    for (QWidget *c : w->tabs()->widget(0)->findChildren<QWidget *>()) {
-        if (!(c->focusPolicy() & Qt::TabFocus) || !c->isVisibleTo(w.get()) || c->focusProxy())
-            continue;
-        if (qobject_cast<QAbstractScrollArea *>(c->parentWidget()) &&
-            !qobject_cast<QAbstractScrollArea *>(c))
-            continue; // a viewport
-        ++checked;
-        QAccessibleInterface *a = QAccessible::queryAccessibleInterface(c);
-        const QString name = a ? a->text(QAccessible::Name) : QString();
-        if (name.trimmed().isEmpty())
-            unnamed << QStringLiteral("%1 %2").arg(QString::fromLatin1(c->metaObject()->className()), c->objectName());
+    w->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    w->chatPanel()->chatInput()->setFocus();
+    QTest::keyClick(w.get(), Qt::Key_2, Qt::ControlModifier);
+    QCOMPARE(w->tabs()->currentIndex(), 1);
+    const auto notANumber = [] {
+        QWidget *f = QApplication::focusWidget();
+        return f && !qobject_cast<QAbstractSpinBox *>(f) && !qobject_cast<QAbstractSpinBox *>(f->parentWidget());
+    };
+    QVERIFY2(notANumber(), QApplication::focusWidget() ? QApplication::focusWidget()->metaObject()->className() : "none");
+
+    ExploreView *view = w->exploreView();
+    QVERIFY(w->openExploreBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    view->setContextLength(2048);
+    view->setWindowsPerRun(1000); // long enough to press Stop
+    view->settingsList()->checkOnly({view->settingsList()->settingsAt(0).label});
+    view->runButton()->setFocus(Qt::TabFocusReason);
+    QTRY_VERIFY(view->runButton()->hasFocus());
+    QTest::keyClick(view->runButton(), Qt::Key_Space);
+    QTRY_VERIFY_WITH_TIMEOUT(view->isRunning(), kTimeoutMs);
+    QTRY_VERIFY(view->cancelButton()->hasFocus());
+    QTest::keyClick(view->cancelButton(), Qt::Key_Space);
+    QTRY_VERIFY_WITH_TIMEOUT(!view->isRunning(), kTimeoutMs);
+    QVERIFY2(notANumber(), QApplication::focusWidget() ? QApplication::focusWidget()->metaObject()->className() : "none");
+    QTRY_VERIFY(view->runButton()->hasFocus());
+}
+
+// At 1366x768 and at the window's minimum size, while a run goes, the Explore tab's left panel
+// shows Run, Stop (enabled), both progress bars with their whole text (the time left in the
+// overall one) and the status line, none of them cut off or outside the window.
+void TestMainWindow::exploreLeftPanelUsableWhileRunning()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    ExploreView *view = w->exploreView();
+    QVERIFY(w->openExploreBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    view->setContextLength(2048);
+    view->setWindowsPerRun(1000);
+    QVERIFY(view->run());
+    QTRY_VERIFY_WITH_TIMEOUT(view->overallProgress()->text().contains(QStringLiteral("min left")) ||
+                                 view->overallProgress()->text().contains(QStringLiteral("s left")) ||
+                                 view->overallProgress()->text().contains(QStringLiteral("h ")),
+                             kTimeoutMs);
+    QVERIFY(view->isRunning());
+    w->resize(996, 568);
+    QCoreApplication::processEvents();
+    const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
+    qInfo("minimum window size while Explore runs: %dx%d", minimum.width(), minimum.height());
+    for (const QSize size : {QSize(1366, 768), minimum}) {
+        w->resize(size);
+        QTRY_COMPARE(w->size(), size);
+        QCoreApplication::processEvents();
+        const QString where = QStringLiteral("%1x%2").arg(size.width()).arg(size.height());
+        saveArtifact(*w, m_dir.path(), QStringLiteral("explore-running-%1.png").arg(where));
+        const QRect window = w->rect();
+        const QRect panel(view->runFooter()->parentWidget()->mapTo(w.get(), QPoint(0, 0)),
+                          view->runFooter()->parentWidget()->size());
+        QVERIFY2(window.contains(panel), qPrintable(where));
+        QVERIFY(view->cancelButton()->isEnabled());
+        QList<QWidget *> shown{view->runButton(), view->cancelButton(), view->runProgress(), view->overallProgress()};
+        const QList<QLabel *> labels = view->runFooter()->findChildren<QLabel *>();
+        for (QLabel *l : labels)
+            if (!l->text().isEmpty())
+                shown << l;
+        for (QWidget *c : shown) {
+            const QString what = where + QLatin1Char(' ') + QString::fromLatin1(c->metaObject()->className());
+            QVERIFY2(c->isVisible(), qPrintable(what));
+            const QRect r(c->mapTo(w.get(), QPoint(0, 0)), c->size());
+            QVERIFY2(panel.contains(r) && window.contains(r), qPrintable(what));
+            QVERIFY2(c->height() >= c->minimumSizeHint().height(), qPrintable(what));
+            if (auto *bar = qobject_cast<QProgressBar *>(c))
+                QVERIFY2(bar->fontMetrics().horizontalAdvance(bar->text()) + 8 <= bar->width(),
+                         qPrintable(what + QLatin1Char(' ') + bar->text()));
+            if (auto *label = qobject_cast<QLabel *>(c))
+                QVERIFY2(label->heightForWidth(label->width()) <= label->height() ||
+                             (!label->wordWrap() && label->fontMetrics().horizontalAdvance(label->text()) <= label->width()),
+                         qPrintable(what + QLatin1Char(' ') + label->text()));
+        }
+        QVERIFY2(view->overallProgress()->text().contains(QStringLiteral("left")), qPrintable(view->overallProgress()->text()));
     }
-    qInfo("%d focusable controls", checked);
-    QVERIFY(checked > 20);
-    QVERIFY2(unnamed.isEmpty(), qPrintable(unnamed.join(QStringLiteral(", "))));
+    w->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!view->isRunning(), kTimeoutMs);
 }
 
 // A reply in the chat: the Explore tab says so with a Stop of its own that ends it.
@@ -950,6 +1105,255 @@ void TestMainWindow::longStatusMessagesKeepTheirText()
     const QString shown = w->statusBar()->currentMessage();
     QVERIFY(shown.size() < full.size());
     QCOMPARE(w->statusBar()->toolTip(), full);
+}
+
+namespace {
+
+// The window's plain text for its model header, and Model Info's, after View > Model Info.
+QString modelInfoText(TestWindow &w)
+{
+    QAction *info = nullptr;
+    for (QAction *a : w.findChildren<QAction *>())
+        if (a->text() == QStringLiteral("Model &Info…"))
+            info = a;
+    if (!info)
+        return QStringLiteral("no Model Info action");
+    info->trigger();
+    return w.modelInfoDialog() ? w.modelInfoDialog()->text() : QStringLiteral("no dialog");
+}
+
+// The tokenizer.* keys of a vocabulary GGUF, for a model written with it.
+std::vector<std::pair<std::string, GgufValue>> tokenizerKeys(const GgufFile &g)
+{
+    std::vector<std::pair<std::string, GgufValue>> kv;
+    for (const std::string &key : g.metadata_order())
+        if (key.rfind("tokenizer.", 0) == 0)
+            kv.emplace_back(key, *g.find(key));
+    return kv;
+}
+
+// The text of token `id` as the GGUF's own list holds it.
+QString ggufToken(const GgufFile &g, int64_t id)
+{
+    const GgufValue *tokens = g.find("tokenizer.ggml.tokens");
+    const GgufArray *list = tokens ? tokens->as_array() : nullptr;
+    const std::string *text = list && id >= 0 && size_t(id) < list->items.size() ? list->items[size_t(id)].as_string() : nullptr;
+    return text ? QString::fromStdString(*text) : QString();
+}
+
+} // namespace
+
+// The bundled model's header and Model Info say what its GGUF file says: the llama family, a
+// sentencepiece vocabulary (tokenizer.ggml.model "llama") of 512 tokens, generation ending at
+// its EOS token, no RoPE scaling (no rope.scaling key); the same texts as `longscope-cli
+// info`. A method chosen in the long-context panel is then the one said, with the model's own.
+void TestMainWindow::modelHeaderSaysFamilyTokenizerAndRope()
+{
+    const auto g = GgufFile::open(LONGSCOPE_BUNDLED_MODEL);
+    QCOMPARE(QString::fromStdString(g->get_string("general.architecture").value_or("")), QStringLiteral("llama"));
+    QCOMPARE(QString::fromStdString(g->get_string("tokenizer.ggml.model").value_or("")), QStringLiteral("llama"));
+    QVERIFY(!g->find("llama.rope.scaling.type"));
+    const int64_t eos = g->get_int("tokenizer.ggml.eos_token_id").value_or(-1);
+    QVERIFY(eos >= 0);
+    const QString eosText = QStringLiteral("%1 %2").arg(eos).arg(ggufToken(*g, eos));
+
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    const QString header = w->modelHeaderText();
+    for (const QString &part : {QStringLiteral("stories260K"), QStringLiteral(" llama "), QStringLiteral("sentencepiece"),
+                                QStringLiteral("ends at ") + eosText, QStringLiteral("RoPE none")})
+        QVERIFY2(header.contains(part), qPrintable(part + QStringLiteral(" in: ") + header));
+    const QString info = modelInfoText(*w);
+    for (const QString &line : {QStringLiteral("Family: llama"), QStringLiteral("Tokenizer: sentencepiece, 512 tokens"),
+                                QStringLiteral("End of generation: ") + eosText, QStringLiteral("RoPE scaling: none")})
+        QVERIFY2(info.split(QLatin1Char('\n')).contains(line), qPrintable(line + QStringLiteral(" in:\n") + info));
+    QVERIFY(w->modelInfoDialog()->isVisible());
+    QVERIFY2(longscope::test::unnamedControls(longscope::test::tabChain(w->modelInfoDialog())).isEmpty(), "Model Info");
+
+    // The CLI's info says the same (one description, in the engine).
+    QProcess cli;
+    cli.start(QStringLiteral(LONGSCOPE_CLI_PATH), {QStringLiteral("info"), QStringLiteral("-m"),
+                                                   QStringLiteral(LONGSCOPE_BUNDLED_MODEL)});
+    QVERIFY(cli.waitForFinished(kTimeoutMs));
+    const QString printed = QString::fromUtf8(cli.readAllStandardOutput());
+    for (const QString &line : {QStringLiteral("family:           llama"), QStringLiteral("end of generation: ") + eosText,
+                                QStringLiteral("tokenizer:        sentencepiece"), QStringLiteral("scaling none")})
+        QVERIFY2(printed.contains(line), qPrintable(line + QStringLiteral(" in:\n") + printed));
+
+    // Linear by 2 chosen in the panel: said in the header and in the open Model Info.
+    QComboBox *method = w->longContextPanel()->ropeScalingBox();
+    method->setCurrentIndex(method->findData(int(RopeScalingType::Linear)));
+    w->longContextPanel()->ropeFactorBox()->setValue(2.0);
+    const QString chosen = QStringLiteral("linear x2; the model's own: none");
+    QVERIFY2(w->modelHeaderText().contains(QStringLiteral("RoPE ") + chosen), qPrintable(w->modelHeaderText()));
+    QVERIFY2(w->modelInfoDialog()->text().contains(QStringLiteral("RoPE scaling: ") + chosen),
+             qPrintable(w->modelInfoDialog()->text()));
+    w->modelInfoDialog()->close();
+}
+
+// A byte-level BPE model (llama.cpp's GPT-2 vocabulary fixture in a small random qwen2 model
+// with YaRN scaling by 4 from 256 tokens, written here): the header and Model Info say the
+// family, the BPE with its pre-tokenizer, the end-of-generation token and the YaRN scaling, as
+// the file's keys say them.
+void TestMainWindow::modelHeaderOfAByteLevelBpeModel()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string vocabPath = longscope::test::unpack_vocab("gpt-2", dir.path().toStdString());
+    const auto vocab = GgufFile::open(vocabPath);
+    const QString pre = QString::fromStdString(vocab->get_string("tokenizer.ggml.pre").value_or(""));
+    QCOMPARE(QString::fromStdString(vocab->get_string("tokenizer.ggml.model").value_or("")), QStringLiteral("gpt2"));
+    const int64_t eos = vocab->get_int("tokenizer.ggml.eos_token_id").value_or(-1);
+    QVERIFY(eos >= 0);
+    const QString eosText = QStringLiteral("%1 %2").arg(eos).arg(ggufToken(*vocab, eos));
+
+    RandomModelSpec spec;
+    spec.name = "bpe-qwen2";
+    spec.family = ArchFamily::Qwen2;
+    spec.tied_embeddings = true;
+    spec.n_embd = 16;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.n_ff = 32;
+    spec.n_vocab = int(vocab->find("tokenizer.ggml.tokens")->as_array()->items.size());
+    spec.n_ctx = 1024;
+    spec.rope.type = RopeScalingType::Yarn;
+    spec.rope.factor = 4.0f;
+    spec.rope.orig_ctx = 256;
+    spec.tokenizer = tokenizerKeys(*vocab);
+    const QString path = dir.filePath(QStringLiteral("bpe-qwen2.gguf"));
+    write_random_model_file(path.toStdString(), spec);
+
+    auto w = makeWindow(path);
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    QCOMPARE(w->modelSummary().name, QStringLiteral("bpe-qwen2"));
+    const QString bpe = QStringLiteral("byte-level BPE (pre-tokenizer %1)").arg(pre);
+    const QString yarn = QStringLiteral("yarn x4 (original context 256)");
+    const QString header = w->modelHeaderText();
+    for (const QString &part : {QStringLiteral(" qwen2 "), bpe, QStringLiteral("ends at ") + eosText,
+                                QStringLiteral("RoPE ") + yarn})
+        QVERIFY2(header.contains(part), qPrintable(part + QStringLiteral(" in: ") + header));
+    const QString info = modelInfoText(*w);
+    for (const QString &line : {QStringLiteral("Family: qwen2"), QStringLiteral("Tokenizer: %1, %L2 tokens").arg(bpe).arg(spec.n_vocab),
+                                QStringLiteral("End of generation: ") + eosText, QStringLiteral("RoPE scaling: ") + yarn})
+        QVERIFY2(info.split(QLatin1Char('\n')).contains(line), qPrintable(line + QStringLiteral(" in:\n") + info));
+    // The panel's first choice names the model's own scaling.
+    QVERIFY2(w->longContextPanel()->ropeScalingBox()->itemText(0).contains(yarn),
+             qPrintable(w->longContextPanel()->ropeScalingBox()->itemText(0)));
+    w->modelInfoDialog()->close();
+}
+
+// The RoPE method chosen in the long-context panel reaches the worker's settings at once and
+// the next step runs with it (its metrics say so); what it computes is what the engine computes
+// with the same settings directly: the greedy reply to the same chat, and the perplexity of a
+// book scored from the Explore tab with "Add current settings". Linear by 2 and none differ.
+void TestMainWindow::ropeScalingSwitchesLive()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    GenerationParams params = w->generationPanel()->params();
+    params.do_sample = false;
+    params.random_seed = false;
+    params.seed = 7;
+    params.max_new_tokens = 24;
+    w->generationPanel()->setParams(params);
+    QVector<StepMetrics> steps;
+    connect(w->worker(), &EngineWorker::stepMetrics, w.get(), [&steps](const StepMetrics &m) { steps << m; });
+
+    const QString question = QStringLiteral("Once upon a time");
+    QHash<int, QString> replies; // by method (-1: the model's own)
+    QHash<int, longscope::Settings> used;
+    LongContextPanel *panel = w->longContextPanel();
+    for (const int method : {-1, int(RopeScalingType::Linear)}) {
+        w->clearConversation();
+        panel->ropeScalingBox()->setCurrentIndex(panel->ropeScalingBox()->findData(method));
+        if (method >= 0)
+            panel->ropeFactorBox()->setValue(2.0);
+        const longscope::Settings asked = panel->settings();
+        // At once in the worker's settings.
+        QCOMPARE(w->worker()->settings(), asked);
+        QCOMPARE(asked.rope.scaling.has_value(), method >= 0);
+        if (method >= 0) {
+            QCOMPARE(*asked.rope.scaling, RopeScalingType::Linear);
+            QCOMPARE(asked.rope.scaling_factor, 2.0f);
+        }
+        steps.clear();
+        sendAndWait(*w, question);
+        QVERIFY(w->chatController()->lastSummary().reason != FinishReason::Error);
+        // Every step of the reply ran with them.
+        QTRY_VERIFY(!steps.isEmpty());
+        for (const StepMetrics &m : steps) {
+            QCOMPARE(m.settings.rope.scaling, asked.rope.scaling);
+            QCOMPARE(m.settings.rope.scaling_factor, asked.rope.scaling_factor);
+        }
+        replies.insert(method, lastText(*w));
+        used.insert(method, asked);
+    }
+    QVERIFY2(replies.value(-1) != replies.value(int(RopeScalingType::Linear)), qPrintable(replies.value(-1)));
+
+    // The engine with the same settings, directly: the same greedy replies.
+    const auto model = Model::load(LONGSCOPE_BUNDLED_MODEL);
+    std::vector<ChatMessage> messages;
+    if (!w->chatPanel()->systemPrompt().trimmed().isEmpty())
+        messages.push_back({ChatMessage::Role::System, w->chatPanel()->systemPrompt().toStdString()});
+    messages.push_back({ChatMessage::Role::User, question.toStdString()});
+    for (auto it = used.cbegin(); it != used.cend(); ++it) {
+        SessionOptions options;
+        options.settings = it.value();
+        options.settings.context_limit = w->contextLimit();
+        Session session(*model, options);
+        const ChatPrompt prompt = build_chat_prompt(*model, messages, session.n_ctx(),
+                                                    std::min(params.max_new_tokens, session.n_ctx() / 2),
+                                                    options.settings.overflow);
+        GenerateRequest request;
+        request.prompt = prompt.tokens;
+        request.max_new_tokens = params.max_new_tokens;
+        request.sampling.temperature = 0.0f;
+        request.sampling.top_k = params.top_k;
+        request.sampling.top_p = params.top_p;
+        request.sampling.repeat_penalty = params.repetition_penalty;
+        request.sampling.seed = params.seed;
+        const GenerateResult direct = generate(session, request);
+        QCOMPARE(replies.value(it.key()).trimmed(), QString::fromStdString(direct.text).trimmed());
+    }
+
+    // The Explore tab's run with the panel's settings ("Add current settings") and with the
+    // model's own: perplexities that differ, each the engine's for the same settings.
+    ExploreView *view = w->exploreView();
+    QVERIFY(w->openExploreBook(QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt")));
+    view->setContextLength(256);
+    view->setWindowsPerRun(2);
+    view->settingsList()->setPresets({{QStringLiteral("none"), used.value(-1)}});
+    QPushButton *add = nullptr;
+    for (QPushButton *b : view->findChildren<QPushButton *>())
+        if (b->text() == QStringLiteral("Add current settings"))
+            add = b;
+    QVERIFY(add && add->text() == QStringLiteral("Add current settings"));
+    add->click();
+    QCOMPARE(view->settingsList()->checkedSettings().size(), 2);
+    QSignalSpy finished(view, &ExploreView::explorationFinished);
+    QVERIFY(view->run());
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, kTimeoutMs);
+    QVERIFY2(view->lastError().isEmpty(), qPrintable(view->lastError()));
+    const QVector<PerplexityRunResult> runs = view->plottedRuns();
+    QCOMPARE(runs.size(), 2);
+    const std::vector<int32_t> tokens = model->tokenizer().encode(view->book().text.toStdString(), false);
+    for (const PerplexityRunResult &run : runs) {
+        PerplexityOptions options;
+        options.ctx = 256;
+        options.bucket = view->bucketSize();
+        options.settings = run.settings;
+        const std::span<const int32_t> scored =
+            std::span<const int32_t>(tokens).first(size_t(std::min<qint64>(qint64(tokens.size()), view->tokensPerRun())));
+        const PerplexityResult direct = perplexity(*model, scored, options);
+        QCOMPARE(run.n_scored, qint64(direct.n_scored));
+        QVERIFY2(std::abs(run.mean_nll - direct.mean_nll) <= 1e-9 * std::abs(direct.mean_nll),
+                 qPrintable(QStringLiteral("%1: %2 vs %3").arg(run.label).arg(run.mean_nll, 0, 'g', 17).arg(direct.mean_nll, 0, 'g', 17)));
+    }
+    QCOMPARE(runs[1].settings.rope.scaling, std::optional<RopeScalingType>(RopeScalingType::Linear));
+    QVERIFY2(std::abs(runs[0].mean_nll - runs[1].mean_nll) > 1e-3,
+             qPrintable(QStringLiteral("%1 %2").arg(runs[0].mean_nll).arg(runs[1].mean_nll)));
 }
 
 QTEST_MAIN(TestMainWindow)

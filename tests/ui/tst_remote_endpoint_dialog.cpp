@@ -10,6 +10,7 @@
 #include <QtTest>
 
 #include "../cli/serve_process.h"
+#include "focus_chain.h"
 #include "widgets/remote_endpoint_dialog.h"
 
 using namespace longscope::ui;
@@ -72,6 +73,27 @@ private slots:
         again.setEndpoint(e);
         QTRY_COMPARE(again.keyEdit()->text(), QString::fromLatin1(m_key));
         QCOMPARE(again.modelBox()->currentData().toString(), model);
+    }
+
+    // Every control of the dialog is reached by Tab, top to bottom, and has a name for a
+    // screen reader (the models box and Fetch once there are models to choose).
+    void keyboard_reaches_every_named_control()
+    {
+        using namespace longscope::test;
+        MemorySecretStore store;
+        RemoteEndpointDialog d(store);
+        d.show();
+        d.urlEdit()->setText(m_server.url() + "/v1");
+        d.keyEdit()->setText(QString::fromLatin1(m_key));
+        d.fetchButton()->click();
+        QTRY_VERIFY_WITH_TIMEOUT(d.modelBox()->count() == 1, 10000);
+        const QList<QWidget *> chain = tabChain(&d);
+        for (QWidget *c : {static_cast<QWidget *>(d.urlEdit()), static_cast<QWidget *>(d.keyEdit()),
+                           static_cast<QWidget *>(d.modelBox()), static_cast<QWidget *>(d.fetchButton()),
+                           static_cast<QWidget *>(d.okButton())})
+            QVERIFY2(chain.contains(c), qPrintable(describeControl(c)));
+        QVERIFY2(unnamedControls(chain).isEmpty(), qPrintable(unnamedControls(chain).join(QStringLiteral(", "))));
+        QVERIFY2(tabOrderProblems(chain, &d).isEmpty(), qPrintable(tabOrderProblems(chain, &d).join(QStringLiteral("; "))));
     }
 
     void cleanupTestCase() { m_server.stop(); }

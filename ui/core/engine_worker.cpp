@@ -9,6 +9,7 @@
 #include "longscope/chat.h"
 #include "longscope/errors.h"
 #include "longscope/model.h"
+#include "longscope/model_description.h"
 #include "longscope/perplexity.h"
 #include "longscope/tokenizer.h"
 
@@ -73,6 +74,13 @@ QString finishReasonText(FinishReason reason)
     case FinishReason::Error: return QStringLiteral("error");
     }
     return QStringLiteral("?");
+}
+
+QString ropeScalingInUse(const ModelSummary &summary, const longscope::Settings &settings)
+{
+    if (summary.hparams.n_layer <= 0)
+        return {};
+    return qs(describe_rope_scaling(summary.hparams, settings.rope));
 }
 
 void registerMetaTypes()
@@ -338,6 +346,11 @@ void EngineWorker::loadModel(const QString &path)
         s.backend = backend_text();
         s.cpu_warning = qs(cpu_kernel_warning());
         s.chat_template = qs(info.chat_template);
+        const ModelDescription described = describe_model(*m_model);
+        s.family = qs(described.family);
+        s.tokenizer = qs(described.tokenizer);
+        s.end_of_generation = qs(described.end_of_generation);
+        s.hparams = hp;
         // Why the GPU is not used (or which one could be), as the backend probe says.
         for (const BackendStatus &b : probe_backends())
             if (b.name == "CUDA") {

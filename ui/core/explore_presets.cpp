@@ -64,10 +64,12 @@ const GroupData k_groups[] = {
       R"({"ntk_alpha": 2, "store_kv_before_rope": true})", R"({"ntk_alpha": 4})",
       R"({"ntk_alpha": 4, "store_kv_before_rope": true})", R"({"ntk_auto": true})",
       R"({"ntk_auto": true, "store_kv_before_rope": true})"}},
-    {"RoPE scaling methods", "The model's own RoPE, and linear, dynamic, NTK and YaRN scaling by 4",
+    // LongRoPE is left out: it needs factors only Phi-3 files carry (the model's own entry
+    // runs it there).
+    {"RoPE scaling methods", "The model's own RoPE, none, and linear, NTK, dynamic, YaRN and llama3 scaling by 4",
      {R"({})", R"({"rope_scaling": "none"})", R"({"rope_scaling": "linear", "rope_factor": 4})",
-      R"({"rope_scaling": "dynamic", "rope_factor": 4})", R"({"rope_scaling": "ntk", "rope_factor": 4})",
-      R"({"rope_scaling": "yarn", "rope_factor": 4})"}},
+      R"({"rope_scaling": "ntk", "rope_factor": 4})", R"({"rope_scaling": "dynamic", "rope_factor": 4})",
+      R"({"rope_scaling": "yarn", "rope_factor": 4})", R"({"rope_scaling": "llama3", "rope_factor": 4})"}},
     {"Attention kernels", "Naive attention, memory-efficient, memory-efficient with causal flash",
      {R"({"memory_efficient": false, "causal_flash": false})", R"({"causal_flash": false})", R"({})"}},
     {"KV cache layouts", "No cache, grown by copying, static, reserved virtual memory",

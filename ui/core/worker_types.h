@@ -5,6 +5,7 @@
 #include "core/explore_needle.h"
 #include "core/perplexity_run.h"
 
+#include "longscope/hparams.h"
 #include "longscope/metrics.h"
 #include "longscope/settings.h"
 
@@ -28,7 +29,18 @@ struct ModelSummary {
     bool cuda_available = false; // the probe found a usable GPU and the plugin
     QString cpu_warning;    // empty, or why only the slow portable CPU kernels run
     QString chat_template;  // the Jinja chat template the model carries (empty: none)
+    // The model in words (longscope/model_description.h): "llama", "byte-level BPE
+    // (pre-tokenizer qwen2)", "2 </s>, 151645 <|im_end|>"; the RoPE scaling follows the settings
+    // (ropeScalingInUse).
+    QString family;
+    QString tokenizer;
+    QString end_of_generation;
+    longscope::HParams hparams;
 };
+
+// The RoPE scaling `settings` run the summary's model with, as `info` says it ("linear x2";
+// empty without a model).
+QString ropeScalingInUse(const ModelSummary &summary, const longscope::Settings &settings);
 
 struct ChatTurn {
     enum class Role { User, Assistant };

@@ -48,6 +48,7 @@ ChatTemplateDialog::ChatTemplateDialog(const QString &modelName, const QString &
     for (const QString &name : builtins)
         m_source->addItem(tr("Built-in: %1").arg(name), name);
     m_source->addItem(tr("Custom template"), kCustom);
+    m_source->setAccessibleName(tr("Template source"));
 
     m_inUse = new QLabel(this);
     m_inUse->setWordWrap(true);
@@ -55,6 +56,9 @@ ChatTemplateDialog::ChatTemplateDialog(const QString &modelName, const QString &
     m_template->setFont(mono);
     m_template->setLineWrapMode(QPlainTextEdit::NoWrap);
     m_template->setPlaceholderText(tr("Jinja chat template: messages, add_generation_prompt, bos_token, ..."));
+    m_template->setAccessibleName(tr("Template text"));
+    // Tab moves on to the next control; the template is Jinja, typed without tabs.
+    m_template->setTabChangesFocus(true);
     m_error = new QLabel(this);
     m_error->setWordWrap(true);
     m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -65,6 +69,7 @@ ChatTemplateDialog::ChatTemplateDialog(const QString &modelName, const QString &
     m_prompt->setReadOnly(true);
     m_prompt->setFont(mono);
     m_prompt->setAccessibleName(tr("Rendered prompt"));
+    m_prompt->setTabChangesFocus(true);
 
     m_buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     connect(m_buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);

@@ -42,11 +42,22 @@ ExploreHeatmaps::ExploreHeatmaps(QWidget *parent) : QWidget(parent)
     setObjectName(QStringLiteral("exploreHeatmaps"));
     setMinimumSize(360, 260);
     setAutoFillBackground(true);
+    // Reached by Tab as one control, named, its grids described for a screen reader.
+    setFocusPolicy(Qt::StrongFocus);
+    setAccessibleName(tr("Needle heatmaps"));
+    setRuns({});
 }
 
 void ExploreHeatmaps::setRuns(const QVector<NeedleRunResult> &runs)
 {
     m_runs = runs;
+    QStringList grids;
+    for (const NeedleRunResult &run : runs)
+        grids << tr("%1: mean probability %2, %L3 of %L4 cells retrieved")
+                     .arg(run.label, probabilityText(run.meanProbability()))
+                     .arg(run.retrievedCells())
+                     .arg(run.cells.size());
+    setAccessibleDescription(grids.isEmpty() ? tr("No needle grid is shown") : grids.join(QStringLiteral("; ")));
     update();
 }
 
@@ -104,6 +115,24 @@ void ExploreHeatmaps::paintEvent(QPaintEvent *)
 {
     QPainter p(this);
     paint(p, rect());
+    if (hasFocus()) {
+        p.setRenderHint(QPainter::Antialiasing, false);
+        p.setBrush(Qt::NoBrush);
+        p.setPen(QPen(palette().color(QPalette::Highlight), 2));
+        p.drawRect(rect().adjusted(1, 1, -2, -2));
+    }
+}
+
+void ExploreHeatmaps::focusInEvent(QFocusEvent *event)
+{
+    QWidget::focusInEvent(event);
+    update();
+}
+
+void ExploreHeatmaps::focusOutEvent(QFocusEvent *event)
+{
+    QWidget::focusOutEvent(event);
+    update();
 }
 
 void ExploreHeatmaps::paint(QPainter &p, const QRect &rect) const

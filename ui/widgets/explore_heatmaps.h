@@ -50,6 +50,9 @@ public:
 
 protected:
     void paintEvent(QPaintEvent *event) override;
+    // A frame shows the focus (on screen only, never in the PNG).
+    void focusInEvent(QFocusEvent *event) override;
+    void focusOutEvent(QFocusEvent *event) override;
 
 private:
     void paintRun(QPainter &painter, const NeedleRunResult &run, const QRect &rect) const;

@@ -6,6 +6,7 @@
 #include <QFontMetrics>
 #include <QPainter>
 #include <QPixmap>
+#include <QKeyEvent>
 #include <QSaveFile>
 #include <QVBoxLayout>
 
@@ -18,6 +19,8 @@
 namespace longscope::ui {
 
 namespace {
+
+constexpr int kFocusFrame = 2; // pixels around the plot, drawn in the highlight colour with the focus
 
 // Pairs of one hue, dark then light (ColorBrewer "Paired" reordered), so the presets' two
 // key placements of one alpha read as a pair.
@@ -107,8 +110,12 @@ ExplorePlot::ExplorePlot(QWidget *parent) : QWidget(parent)
     m_plot->legend->setIconSize(28, 12);
     m_plot->legend->setRowSpacing(2);
 
+    // Reached by Tab as one control, named, its curves described for a screen reader.
+    setFocusPolicy(Qt::StrongFocus);
+    m_plot->setFocusPolicy(Qt::NoFocus);
+    setAccessibleName(tr("Perplexity by position plot"));
     auto *layout = new QVBoxLayout(this);
-    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setContentsMargins(kFocusFrame, kFocusFrame, kFocusFrame, kFocusFrame);
     layout->addWidget(m_plot);
     // The subtitle wraps to the width the legend leaves it, on screen and in exports.
     connect(m_plot, &QCustomPlot::beforeReplot, this, [this] { fitSubtitle(m_plot->width()); });
@@ -146,6 +153,41 @@ void ExplorePlot::setRuns(const QVector<PerplexityRunResult> &runs)
 {
     m_runs = runs;
     rebuild();
+    QStringList curves;
+    for (const PerplexityRunResult &run : runs)
+        curves << tr("%1: perplexity %L2").arg(run.label).arg(run.perplexity(), 0, 'f', 1);
+    setAccessibleDescription(curves.isEmpty() ? tr("No run is plotted") : curves.join(QStringLiteral("; ")));
+}
+
+void ExplorePlot::keyPressEvent(QKeyEvent *event)
+{
+    if (event->key() == Qt::Key_Home) {
+        rescale();
+        event->accept();
+        return;
+    }
+    QWidget::keyPressEvent(event);
+}
+
+void ExplorePlot::paintEvent(QPaintEvent *)
+{
+    if (!hasFocus())
+        return;
+    QPainter p(this);
+    p.setPen(QPen(palette().color(QPalette::Highlight), kFocusFrame));
+    p.drawRect(rect().adjusted(kFocusFrame / 2, kFocusFrame / 2, -kFocusFrame / 2 - 1, -kFocusFrame / 2 - 1));
+}
+
+void ExplorePlot::focusInEvent(QFocusEvent *event)
+{
+    QWidget::focusInEvent(event);
+    update();
+}
+
+void ExplorePlot::focusOutEvent(QFocusEvent *event)
+{
+    QWidget::focusOutEvent(event);
+    update();
 }
 
 void ExplorePlot::setLogScale(bool on)

@@ -67,6 +67,14 @@ public:
 signals:
     void logScaleChanged(bool on);
 
+protected:
+    // With the focus (Tab reaches the plot): Home shows every curve again after a drag or a
+    // zoom; a frame shows the focus.
+    void keyPressEvent(QKeyEvent *event) override;
+    void paintEvent(QPaintEvent *event) override;
+    void focusInEvent(QFocusEvent *event) override;
+    void focusOutEvent(QFocusEvent *event) override;
+
 private:
     void rebuild();
     void rescale();

@@ -60,7 +60,10 @@ ExploreRunTable::ExploreRunTable(QWidget *parent) : QTableWidget(0, ColumnCount,
     setShowGrid(false);
     setAlternatingRowColors(true);
     setWordWrap(false);
-    setFocusPolicy(Qt::NoFocus);
+    // Reached by Tab (the arrows then walk the cells); named for a screen reader.
+    setFocusPolicy(Qt::StrongFocus);
+    setTabKeyNavigation(false);
+    setAccessibleName(tr("Plotted runs: perplexity and cost"));
 }
 
 double ExploreRunTable::perplexityWithin(const PerplexityRunResult &run) { return meanPerplexity(run, false); }

@@ -9,6 +9,7 @@
 #include "widgets/explore_run_table.h"
 #include "widgets/explore_settings_list.h"
 
+#include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
@@ -16,6 +17,7 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
@@ -59,6 +61,7 @@ ExploreView::ExploreView(ExploreStore *store, QWidget *parent) : QWidget(parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(split);
 
+    setTabOrderTopDown();
     reloadSavedRuns();
     updateBookLabel();
     updateTokensLabel();
@@ -67,7 +70,10 @@ ExploreView::ExploreView(ExploreStore *store, QWidget *parent) : QWidget(parent)
 
 QWidget *ExploreView::createControls()
 {
-    auto *scroll = new QScrollArea(this);
+    auto *column = new QWidget(this);
+    column->setObjectName(QStringLiteral("exploreLeftPanel"));
+    auto *scroll = new QScrollArea(column);
+    scroll->setAccessibleName(tr("Explore settings"));
     scroll->setWidgetResizable(true);
     scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     scroll->setFrameShape(QFrame::NoFrame);
@@ -100,6 +106,7 @@ QWidget *ExploreView::createControls()
     m_bookDetails = hintLabel(QString(), bookBox);
     m_openBook = new QPushButton(tr("Open…"), bookBox);
     m_openBook->setToolTip(tr("Score another text file (the book opened in the chat's book panel is used otherwise)"));
+    m_openBook->setAccessibleName(tr("Open a book to score"));
     auto *bookRow = new QHBoxLayout;
     bookRow->addWidget(m_bookTitle, 1);
     bookRow->addWidget(m_openBook, 0, Qt::AlignTop);
@@ -125,6 +132,7 @@ QWidget *ExploreView::createControls()
         m_bucket->addItem(tr("%L1 positions").arg(b), b);
     m_bucket->setCurrentIndex(m_bucket->findData(kDefaultBucket));
     m_bucket->setToolTip(tr("Positions averaged into one point of the curve"));
+    m_bucket->setAccessibleName(tr("Bucket size"));
     m_windows = new QSpinBox(scoringBox);
     m_windows->setRange(1, 1000);
     m_windows->setValue(kDefaultWindows);
@@ -143,6 +151,9 @@ QWidget *ExploreView::createControls()
     // The settings to compare.
     auto *settingsBox = new QGroupBox(tr("Settings to compare"), content);
     m_settingsList = new ExploreSettingsList(settingsBox);
+    m_settingsList->setAccessibleName(tr("Settings to compare"));
+    m_settingsList->setAccessibleDescription(tr("Checked settings are run, one after another; Space checks or "
+                                                "unchecks the current one"));
     // Tall enough for the eight presets (and a few more with the scroll bar).
     m_settingsList->setFixedHeight(m_settingsList->sizeHintForRow(0) * 8 + 2 * m_settingsList->frameWidth() + 4);
     m_addCurrent = new QPushButton(tr("Add current settings"), settingsBox);
@@ -150,7 +161,11 @@ QWidget *ExploreView::createControls()
     m_removeSetting = new QPushButton(tr("Remove"), settingsBox);
     m_removeSetting->setToolTip(tr("Remove the selected setting from the list"));
     auto *presets = new QPushButton(tr("Presets"), settingsBox);
+    m_presets = presets;
     presets->setToolTip(tr("Replace the list with a preset group"));
+    presets->setAccessibleName(tr("Preset groups"));
+    m_addCurrent->setAccessibleName(tr("Add the long-context panel's settings"));
+    m_removeSetting->setAccessibleName(tr("Remove the selected setting"));
     auto *presetMenu = new QMenu(presets);
     for (const ExplorePresetGroup &group : explorePresetGroups()) {
         QAction *a = presetMenu->addAction(group.name);
@@ -167,25 +182,34 @@ QWidget *ExploreView::createControls()
     settingsLayout->addWidget(m_settingsList);
     settingsLayout->addLayout(settingsButtons);
 
-    // Run, progress, cancel.
-    m_run = new QPushButton(tr("Run"), content);
+    // Run, Stop, the progress (with the time left) and the status stay under the scrolled
+    // part, in view at any window height while a run goes.
+    auto *footer = new QWidget(column);
+    footer->setObjectName(QStringLiteral("exploreRunFooter"));
+    m_footer = footer;
+    m_run = new QPushButton(tr("Run"), footer);
     m_run->setDefault(true);
     m_run->setMinimumHeight(30);
     m_run->setToolTip(tr("Score the book with every checked setting, one after another"));
-    m_cancel = new QPushButton(tr("Cancel"), content);
+    m_cancel = new QPushButton(tr("Stop"), footer);
     m_cancel->setMinimumHeight(30);
-    m_runProgress = new QProgressBar(content);
+    m_cancel->setToolTip(tr("Stop the run in progress and drop the queued ones (Esc)"));
+    m_cancel->setAccessibleName(tr("Stop the runs"));
+    m_run->setAccessibleName(tr("Run every checked setting"));
+    m_runProgress = new QProgressBar(footer);
+    m_runProgress->setAccessibleName(tr("Progress of this run"));
     m_runProgress->setObjectName(QStringLiteral("runProgress"));
     m_runProgress->setTextVisible(true);
     m_runProgress->setFormat(tr("this run"));
     m_runProgress->setValue(0);
-    m_overallProgress = new QProgressBar(content);
+    m_overallProgress = new QProgressBar(footer);
     m_overallProgress->setObjectName(QStringLiteral("overallProgress"));
     m_overallProgress->setRange(0, kOverallSteps);
     m_overallProgress->setTextVisible(true);
     m_overallProgress->setFormat(tr("all runs"));
     m_overallProgress->setValue(0);
-    m_status = hintLabel(QString(), content);
+    m_overallProgress->setAccessibleName(tr("Progress of all runs, with the time left"));
+    m_status = hintLabel(QString(), footer);
     m_status->setTextFormat(Qt::PlainText);
     auto *runRow = new QHBoxLayout;
     runRow->addWidget(m_run, 1);
@@ -195,8 +219,12 @@ QWidget *ExploreView::createControls()
     auto *runsBox = new QGroupBox(tr("Saved runs"), content);
     m_runLists = new QStackedWidget(runsBox);
     m_runList = new ExploreRunList(m_runLists);
+    m_runList->setAccessibleName(tr("Saved perplexity runs"));
     m_needleList = new ExploreRunList(m_runLists);
     m_needleList->setObjectName(QStringLiteral("exploreNeedleRunList"));
+    m_needleList->setAccessibleName(tr("Saved needle grids"));
+    for (ExploreRunList *list : {m_runList, m_needleList})
+        list->setAccessibleDescription(tr("Checked runs are shown; Space checks or unchecks the current one"));
     m_runLists->addWidget(m_runList);
     m_runLists->addWidget(m_needleList);
     m_runLists->setMinimumHeight(90);
@@ -204,6 +232,8 @@ QWidget *ExploreView::createControls()
     m_deleteRun->setToolTip(tr("Delete the selected run"));
     m_uncheckRuns = new QPushButton(tr("Uncheck all"), runsBox);
     m_uncheckRuns->setToolTip(tr("Take every run off the plot"));
+    m_deleteRun->setAccessibleName(tr("Delete the selected run"));
+    m_uncheckRuns->setAccessibleName(tr("Uncheck all runs"));
     auto *runsButtons = new QHBoxLayout;
     runsButtons->addWidget(hintLabel(tr("Checked: plotted"), runsBox), 1);
     runsButtons->addWidget(m_uncheckRuns);
@@ -221,14 +251,24 @@ QWidget *ExploreView::createControls()
     v->addWidget(scoringBox);
     v->addWidget(m_needle);
     v->addWidget(settingsBox);
-    v->addLayout(runRow);
-    v->addWidget(m_runProgress);
-    v->addWidget(m_overallProgress);
-    v->addWidget(m_status);
     v->addWidget(runsBox, 1);
     scroll->setWidget(content);
-    scroll->setMinimumWidth(350);
-    scroll->setMaximumWidth(440);
+
+    auto *f = new QVBoxLayout(footer);
+    f->setContentsMargins(0, 4, 6, 0);
+    f->setSpacing(4);
+    f->addLayout(runRow);
+    f->addWidget(m_runProgress);
+    f->addWidget(m_overallProgress);
+    f->addWidget(m_status);
+
+    auto *columnLayout = new QVBoxLayout(column);
+    columnLayout->setContentsMargins(0, 0, 0, 0);
+    columnLayout->setSpacing(0);
+    columnLayout->addWidget(scroll, 1);
+    columnLayout->addWidget(footer);
+    column->setMinimumWidth(350);
+    column->setMaximumWidth(440);
 
     connect(m_openBook, &QPushButton::clicked, this, &ExploreView::openBookRequested);
     connect(m_context, &QSpinBox::valueChanged, this, [this] { updateTokensLabel(); });
@@ -254,7 +294,43 @@ QWidget *ExploreView::createControls()
             emit deleteRunRequested(id);
     });
     connect(m_uncheckRuns, &QPushButton::clicked, this, [this] { currentRunList()->setAllChecked(false); });
-    return scroll;
+    return column;
+}
+
+void ExploreView::setTabOrderTopDown()
+{
+    // Top to bottom, left to right, as laid out: the left panel (the run type, the book, what
+    // to score, the settings, the saved runs, then Run and Stop under them), then the results.
+    const QList<QWidget *> order{m_kind,
+                                 m_openBook,
+                                 m_context,
+                                 m_bucket,
+                                 m_windows,
+                                 m_needle->taskBox(),
+                                 m_needle->lengthsEdit(),
+                                 m_needle->depthsEdit(),
+                                 m_needle->trialsBox(),
+                                 m_settingsList,
+                                 m_addCurrent,
+                                 m_removeSetting,
+                                 m_presets,
+                                 m_runList,
+                                 m_needleList,
+                                 m_uncheckRuns,
+                                 m_deleteRun,
+                                 m_run,
+                                 m_cancel,
+                                 m_logScale,
+                                 m_exportPng,
+                                 m_exportCsv,
+                                 m_plot,
+                                 m_table,
+                                 m_needleLog,
+                                 m_needlePng,
+                                 m_needleCsv,
+                                 m_heatmaps};
+    for (qsizetype i = 1; i < order.size(); ++i)
+        QWidget::setTabOrder(order[i - 1], order[i]);
 }
 
 QWidget *ExploreView::createResults()
@@ -269,9 +345,12 @@ QWidget *ExploreView::createNeedlePage()
 {
     auto *area = new QWidget(this);
     m_needleLog = new QCheckBox(tr("Log scale"), area);
+    m_needleLog->setAccessibleName(tr("Log scale of the heatmaps"));
     m_needleLog->setToolTip(tr("Colour by log10 of the probability, from 1e-30 to 1 (a weak model's cells read apart)"));
     m_needlePng = new QPushButton(tr("Export PNG…"), area);
     m_needleCsv = new QPushButton(tr("Export CSV…"), area);
+    m_needlePng->setAccessibleName(tr("Export the heatmaps as PNG"));
+    m_needleCsv->setAccessibleName(tr("Export the needle grids as CSV"));
     auto *toolbar = new QHBoxLayout;
     toolbar->addWidget(m_needleLog);
     toolbar->addSpacing(12);
@@ -298,6 +377,7 @@ QWidget *ExploreView::createPlotPage()
     auto *area = new QWidget(this);
     m_logScale = new QCheckBox(tr("Log scale"), area);
     m_logScale->setChecked(true);
+    m_logScale->setAccessibleName(tr("Log scale of the perplexity axis"));
     m_logScale->setToolTip(tr("Perplexity on a logarithmic axis (a jump stays readable next to small differences)"));
     m_exportPng = new QPushButton(tr("Export PNG…"), area);
     m_exportCsv = new QPushButton(tr("Export CSV…"), area);
@@ -306,6 +386,8 @@ QWidget *ExploreView::createPlotPage()
     m_acrossText->setAccessibleName(tr("Plot across the text"));
     m_acrossText->setToolTip(tr("Plot by the token's index in the text instead of its position in the context: "
                                 "shows where a stream stopped, and what restarting or shifting the context did"));
+    m_exportPng->setAccessibleName(tr("Export the plot as PNG"));
+    m_exportCsv->setAccessibleName(tr("Export the curves as CSV"));
     auto *legendHint = hintLabel(tr("Dashed: keys cached before RoPE · shaded: beyond the trained context"), area);
     auto *toolbar = new QHBoxLayout;
     toolbar->addWidget(m_logScale);
@@ -448,6 +530,29 @@ void ExploreView::updateTokensLabel()
 }
 
 void ExploreView::updateEnabled()
+{
+    QWidget *focused = QApplication::focusWidget();
+    const bool hadFocus = focused && isAncestorOf(focused);
+    updateEnabledStates();
+    // Run or Stop had the focus and is disabled now: Qt hands the focus to the next control in
+    // the chain (a number box, its value selected, may come next); the button that does
+    // something now takes it instead.
+    if (hadFocus && !focused->isEnabled()) {
+        QPushButton *next = m_running && m_cancel->isEnabled() ? m_cancel : m_run->isEnabled() ? m_run : nullptr;
+        if (next) {
+            next->setFocus(Qt::OtherFocusReason);
+        } else { // Stop pressed: the saved runs until the queue ends, then Run
+            currentRunList()->setFocus(Qt::OtherFocusReason);
+            m_focusRunWhenIdle = true;
+        }
+    } else if (!m_running && m_focusRunWhenIdle) {
+        m_focusRunWhenIdle = false;
+        if (currentRunList()->hasFocus() && m_run->isEnabled())
+            m_run->setFocus(Qt::OtherFocusReason);
+    }
+}
+
+void ExploreView::updateEnabledStates()
 {
     const bool idle = !m_running;
     for (QWidget *w : {static_cast<QWidget *>(m_kind), static_cast<QWidget *>(m_openBook),
@@ -606,7 +711,7 @@ void ExploreView::startNext()
     m_current = m_queue.takeFirst();
     m_runProgress->setRange(0, 1);
     m_runProgress->setValue(0);
-    m_runProgress->setFormat(tr("%1: tokenizing…").arg(m_current.label));
+    m_runProgress->setFormat(tr("tokenizing…"));
     m_overallProgress->setFormat(tr("run %L1 of %L2").arg(m_queueDone + 1).arg(m_queueSize));
     if (m_runKind == RunKind::Needle) {
         setStatus(tr("Hiding needles with %1…").arg(m_current.label));
@@ -627,7 +732,7 @@ void ExploreView::showProgress(const QString &label, qint64 done, qint64 total, 
     // Progress bars hold ints: scale to per-mille.
     m_runProgress->setRange(0, kOverallSteps);
     m_runProgress->setValue(int(kOverallSteps * done / total));
-    m_runProgress->setFormat(tr("%1: %L2 / %L3 %4").arg(label).arg(done).arg(total).arg(unit));
+    m_runProgress->setFormat(tr("%L1 / %L2 %3").arg(done).arg(total).arg(unit));
     const double overall = (m_queueDone + double(done) / double(total)) / std::max(1, m_queueSize);
     m_overallProgress->setValue(int(kOverallSteps * overall));
     m_overallProgress->setFormat(tr("run %L1 of %L2%3")
@@ -705,7 +810,7 @@ void ExploreView::onPerplexityFinished(const QString &label, const PerplexityRun
     run.book_title = m_runBookTitle;
     if (!run.failed() && run.n_scored > 0) {
         keepRun(run, m_runs, m_runList);
-        m_runProgress->setFormat(tr("%1: perplexity %L2").arg(label).arg(run.perplexity(), 0, 'f', 1));
+        m_runProgress->setFormat(tr("perplexity %L1").arg(run.perplexity(), 0, 'f', 1));
         if (!run.stopped.isEmpty())
             m_stops << tr("%1 stopped after %L2 tokens: %3").arg(label).arg(run.n_scored).arg(run.stopped);
     }
@@ -720,7 +825,7 @@ void ExploreView::onNeedleFinished(const QString &label, const NeedleRunResult &
     const bool reached = std::any_of(run.cells.cbegin(), run.cells.cend(), [](const NeedleGridCell &c) { return c.trials > 0; });
     if (!run.failed() && reached) {
         keepRun(run, m_needleRuns, m_needleList);
-        m_runProgress->setFormat(tr("%1: %L2 of %L3 cells retrieved").arg(label).arg(run.retrievedCells()).arg(run.cells.size()));
+        m_runProgress->setFormat(tr("%L1 of %L2 cells retrieved").arg(run.retrievedCells()).arg(run.cells.size()));
     }
     afterFinished(run.cancelled);
 }

@@ -102,6 +102,8 @@ public:
     ExploreHeatmaps *heatmaps() const { return m_heatmaps; }
     ExploreRunList *needleRunList() const { return m_needleList; }
     QCheckBox *needleLogScaleBox() const { return m_needleLog; }
+    // Run, Stop, the progress bars and the status line, under the scrolled controls.
+    QWidget *runFooter() const { return m_footer; }
     // The preset groups' menu entries load a group into the compare list.
     void loadPresetGroup(const QString &name);
 
@@ -157,7 +159,10 @@ private:
     bool bookNeeded() const;
     ExploreRunList *currentRunList() const;
     void finishQueue();
+    // The enabled states, then the focus moved off a button that was disabled.
     void updateEnabled();
+    void updateEnabledStates();
+    void setTabOrderTopDown();
     void updateBookLabel();
     void updateTokensLabel();
     void refreshPlot();
@@ -189,6 +194,7 @@ private:
     NeedleRequest m_needleRequest;
     bool m_running = false;
     bool m_cancelling = false;
+    bool m_focusRunWhenIdle = false; // Stop had the focus: Run takes it once the queue ends
     QElapsedTimer m_queueClock;           // since the queue started
     int m_defaultContext = kDefaultContext; // the length a new model may move
     int m_finishedRuns = 0;
@@ -217,6 +223,8 @@ private:
     ExploreSettingsList *m_settingsList = nullptr;
     QPushButton *m_addCurrent = nullptr;
     QPushButton *m_removeSetting = nullptr;
+    QPushButton *m_presets = nullptr;
+    QWidget *m_footer = nullptr;
     QPushButton *m_run = nullptr;
     QPushButton *m_cancel = nullptr;
     QProgressBar *m_runProgress = nullptr;

@@ -29,6 +29,43 @@ void setCudaChoice(QComboBox *box, bool available)
 }
 
 constexpr int kMaxContextLimit = 1 << 20;
+constexpr int kModelsOwnScaling = -1; // the method box's data for "the model's own"
+constexpr double kMaxRopeFactor = 1024.0;
+
+// The method box's choices: the model's own, then every method, each with what it does.
+struct RopeChoice {
+    int method;
+    const char *label;
+    const char *tip;
+};
+const RopeChoice k_ropeChoices[] = {
+    {kModelsOwnScaling, QT_TRANSLATE_NOOP("LongContextPanel", "model's own"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "The scaling the model file asks for")},
+    {int(RopeScalingType::None), QT_TRANSLATE_NOOP("LongContextPanel", "none"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "RoPE as trained, no position scaling")},
+    {int(RopeScalingType::Linear), QT_TRANSLATE_NOOP("LongContextPanel", "linear"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "Positions divided by the factor (position interpolation)")},
+    {int(RopeScalingType::Ntk), QT_TRANSLATE_NOOP("LongContextPanel", "NTK"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "NTK-aware base: base × factor^(d/(d−2)) at every length")},
+    {int(RopeScalingType::Dynamic), QT_TRANSLATE_NOOP("LongContextPanel", "dynamic NTK"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "The NTK base grows once the sequence passes the original context")},
+    {int(RopeScalingType::Yarn), QT_TRANSLATE_NOOP("LongContextPanel", "YaRN"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "Per-dimension blend of interpolation and extrapolation, with an "
+                                           "attention factor")},
+    {int(RopeScalingType::Llama3), QT_TRANSLATE_NOOP("LongContextPanel", "llama3"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "Llama 3.1: low frequencies divided by the factor, high ones kept, "
+                                           "a smooth blend between")},
+    {int(RopeScalingType::LongRope), QT_TRANSLATE_NOOP("LongContextPanel", "LongRoPE"),
+     QT_TRANSLATE_NOOP("LongContextPanel", "Phi-3's short and long per-dimension factors (only for models that "
+                                           "carry them)")},
+};
+
+// The methods whose original context matters (the others ignore it).
+bool usesOriginalContext(int method)
+{
+    return method == int(RopeScalingType::Dynamic) || method == int(RopeScalingType::Yarn) ||
+           method == int(RopeScalingType::Llama3) || method == int(RopeScalingType::LongRope);
+}
 
 QLabel *mutedLabel(QWidget *parent)
 {
@@ -43,8 +80,60 @@ QLabel *mutedLabel(QWidget *parent)
 
 } // namespace
 
+QWidget *LongContextPanel::createRopeScalingRow()
+{
+    m_ropeScaling = new QComboBox(this);
+    for (const RopeChoice &c : k_ropeChoices) {
+        m_ropeScaling->addItem(tr(c.label), c.method);
+        m_ropeScaling->setItemData(m_ropeScaling->count() - 1, tr(c.tip), Qt::ToolTipRole);
+    }
+    // The first entry names the model's scaling, which may be long: it does not widen the panel.
+    m_ropeScaling->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_ropeScaling->setMinimumContentsLength(10);
+    m_ropeScaling->setToolTip(tr("How RoPE positions are scaled past the trained context; a switch applies at the "
+                                 "next step"));
+    m_ropeScaling->setAccessibleName(tr("RoPE scaling method"));
+    m_ropeFactor = new QDoubleSpinBox(this);
+    m_ropeFactor->setRange(0.0, kMaxRopeFactor);
+    m_ropeFactor->setDecimals(2);
+    m_ropeFactor->setSingleStep(0.5);
+    m_ropeFactor->setPrefix(tr("×"));
+    m_ropeFactor->setSpecialValueText(tr("model's ×"));
+    m_ropeFactor->setKeyboardTracking(false);
+    m_ropeFactor->setToolTip(tr("The scaling factor (at least 1); the lowest value keeps the model's own"));
+    m_ropeFactor->setAccessibleName(tr("RoPE scaling factor"));
+    m_ropeOrigCtx = new QSpinBox(this);
+    m_ropeOrigCtx->setRange(0, kMaxContextLimit);
+    m_ropeOrigCtx->setSingleStep(256);
+    m_ropeOrigCtx->setPrefix(tr("from "));
+    m_ropeOrigCtx->setSpecialValueText(tr("model's ctx"));
+    m_ropeOrigCtx->setKeyboardTracking(false);
+    m_ropeOrigCtx->setToolTip(tr("The original (pre-extension) context the method scales from, in tokens; the "
+                                 "lowest value keeps the model's own (else its trained context)"));
+    m_ropeOrigCtx->setAccessibleName(tr("RoPE original context"));
+    auto *row = new QWidget(this);
+    auto *h = new QHBoxLayout(row);
+    h->setContentsMargins(0, 0, 0, 0);
+    h->addWidget(m_ropeFactor, 1);
+    h->addWidget(m_ropeOrigCtx, 1);
+
+    connect(m_ropeScaling, &QComboBox::currentIndexChanged, this, &LongContextPanel::emitChanged);
+    connect(m_ropeFactor, &QDoubleSpinBox::valueChanged, this, [this](double value) {
+        // Factors below 1 do not exist: the step from 1 goes to "the model's", and back.
+        if (value > 0.0 && value < 1.0) {
+            m_ropeFactor->setValue(m_lastRopeFactor >= 1.0 ? 0.0 : 1.0);
+            return;
+        }
+        m_lastRopeFactor = value;
+        emitChanged();
+    });
+    connect(m_ropeOrigCtx, &QSpinBox::valueChanged, this, &LongContextPanel::emitChanged);
+    return row;
+}
+
 LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context"), parent)
 {
+    QWidget *ropeRow = createRopeScalingRow();
     m_alpha = new QDoubleSpinBox(this);
     m_alpha->setRange(1.0, 64.0);
     m_alpha->setDecimals(2);
@@ -137,6 +226,8 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
 
     auto *form = new QFormLayout(this);
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    form->addRow(tr("RoPE scaling"), m_ropeScaling);
+    form->addRow(QString(), ropeRow);
     form->addRow(tr("NTK alpha"), alphaRow);
     form->addRow(QString(), m_effectiveAlpha);
     form->addRow(QString(), m_keysBeforeRope);
@@ -178,6 +269,10 @@ LongContextPanel::LongContextPanel(QWidget *parent) : QGroupBox(tr("Long context
 longscope::Settings LongContextPanel::settings() const
 {
     longscope::Settings s = m_base;
+    const int method = m_ropeScaling->currentData().toInt();
+    s.rope.scaling = method == kModelsOwnScaling ? std::nullopt : std::optional(RopeScalingType(method));
+    s.rope.scaling_factor = s.rope.scaling && method != int(RopeScalingType::None) ? float(m_ropeFactor->value()) : 0.0f;
+    s.rope.scaling_orig_ctx = s.rope.scaling && usesOriginalContext(method) ? m_ropeOrigCtx->value() : 0;
     s.rope.ntk_alpha = float(m_alpha->value());
     s.rope.ntk_auto = m_autoAlpha->isChecked();
     s.rope.store_kv_before_rope = m_keysBeforeRope->isChecked();
@@ -197,6 +292,11 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
 {
     m_updating = true;
     m_base = s;
+    const int method = m_ropeScaling->findData(s.rope.scaling ? int(*s.rope.scaling) : kModelsOwnScaling);
+    m_ropeScaling->setCurrentIndex(method < 0 ? 0 : method);
+    m_ropeFactor->setValue(s.rope.scaling_factor >= 1.0f ? std::min(kMaxRopeFactor, double(s.rope.scaling_factor)) : 0.0);
+    m_lastRopeFactor = m_ropeFactor->value();
+    m_ropeOrigCtx->setValue(std::clamp(s.rope.scaling_orig_ctx, 0, kMaxContextLimit));
     m_alpha->setValue(std::max(1.0, double(s.rope.ntk_alpha)));
     m_autoAlpha->setChecked(s.rope.ntk_auto);
     m_keysBeforeRope->setChecked(s.rope.store_kv_before_rope);
@@ -216,6 +316,17 @@ void LongContextPanel::setSettings(const longscope::Settings &s)
     m_backendChoice->setCurrentIndex(be < 0 ? 0 : be);
     m_updating = false;
     updateEnabled();
+}
+
+void LongContextPanel::setModelScaling(const QString &own, bool hasLongRopeFactors)
+{
+    m_ropeScaling->setItemText(0, own.isEmpty() ? tr(k_ropeChoices[0].label)
+                                                : tr("model's own: %1").arg(own));
+    m_ropeScaling->setItemData(0, own.isEmpty() ? tr(k_ropeChoices[0].tip) : tr("The model file asks for %1").arg(own),
+                               Qt::ToolTipRole);
+    auto *model = qobject_cast<QStandardItemModel *>(m_ropeScaling->model());
+    if (QStandardItem *item = model ? model->item(m_ropeScaling->findData(int(RopeScalingType::LongRope))) : nullptr)
+        item->setEnabled(hasLongRopeFactors);
 }
 
 void LongContextPanel::setTrainedContext(int n)
@@ -265,6 +376,10 @@ void LongContextPanel::emitChanged()
 void LongContextPanel::updateEnabled()
 {
     m_alpha->setEnabled(!m_autoAlpha->isChecked() && !m_alphaLocked);
+    const int method = m_ropeScaling->currentData().toInt();
+    const bool ropeLocked = m_remote && !m_ropeScaling->isEnabled();
+    m_ropeFactor->setEnabled(!ropeLocked && method != kModelsOwnScaling && method != int(RopeScalingType::None));
+    m_ropeOrigCtx->setEnabled(!ropeLocked && usesOriginalContext(method));
     m_sinks->setEnabled(OverflowPolicy(m_overflow->currentData().toInt()) == OverflowPolicy::Shift && !m_remote);
 }
 
@@ -274,7 +389,9 @@ void LongContextPanel::setRemote(bool remote, bool perRequest, const QString &re
     const QString fixed = tr("Fixed by the server when it starts");
     const QList<QWidget *> perRequestToggles{m_alpha, m_autoAlpha, m_keysBeforeRope, m_memoryEfficient, m_causalFlash,
                                              m_kvMode};
-    const QList<QWidget *> serverOwned{m_contextLimit, m_overflow, m_sinks, m_kvTypeK, m_kvTypeV, m_backendChoice};
+    // The RoPE method is not sent with remote requests (yet): the server's, like the limit.
+    const QList<QWidget *> serverOwned{m_ropeScaling, m_ropeFactor, m_ropeOrigCtx, m_contextLimit, m_overflow,
+                                       m_sinks,       m_kvTypeK,    m_kvTypeV,     m_backendChoice};
     auto lock = [&](QWidget *w, bool locked, const QString &why) {
         if (!m_localTips.contains(w))
             m_localTips.insert(w, w->toolTip());

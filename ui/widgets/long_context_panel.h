@@ -1,5 +1,6 @@
-// The long-context controls: NTK alpha (fixed, or auto with the alpha in effect shown),
-// keys cached before RoPE, memory-efficient attention, causal flash, the KV cache mode, the
+// The long-context controls: the RoPE scaling method (the model's own, none, linear, NTK,
+// dynamic, YaRN, llama3, LongRoPE, with a factor and an original context), NTK alpha (fixed,
+// or auto with the alpha in effect shown), keys cached before RoPE, memory-efficient attention, causal flash, the KV cache mode, the
 // context limit (may exceed the trained context) and the overflow policy, plus the backend
 // in use and why CUDA is not. Every change is emitted at once so the worker can apply it at
 // the next step; the panel then shows when it did.
@@ -28,6 +29,11 @@ public:
     // Emits no settingsChanged. Fields without a control here are kept and returned as set.
     void setSettings(const longscope::Settings &settings);
 
+    // The model's own RoPE scaling ("linear x2"; empty: no model), named by the first choice of
+    // the method box, and whether it carries LongRoPE factors (the LongRoPE choice is enabled
+    // only then).
+    void setModelScaling(const QString &own, bool hasLongRopeFactors);
+
     // The model's trained context (shown next to the limit; 0: no model).
     void setTrainedContext(int n_ctx_train);
     int trainedContext() const { return m_trainedContext; }
@@ -47,6 +53,9 @@ public:
     void setPending();
     void setApplied(int position);
 
+    QComboBox *ropeScalingBox() const { return m_ropeScaling; }
+    QDoubleSpinBox *ropeFactorBox() const { return m_ropeFactor; }
+    QSpinBox *ropeOriginalContextBox() const { return m_ropeOrigCtx; }
     QDoubleSpinBox *alphaBox() const { return m_alpha; }
     QCheckBox *autoAlphaBox() const { return m_autoAlpha; }
     QCheckBox *keysBeforeRopeBox() const { return m_keysBeforeRope; }
@@ -67,9 +76,15 @@ signals:
 
 private:
     void emitChanged();
-    // Alpha off under auto, the sink count off unless the policy shifts.
+    // Alpha off under auto, the sink count off unless the policy shifts, the factor and
+    // original context off unless a method that uses them is chosen.
     void updateEnabled();
+    QWidget *createRopeScalingRow();
 
+    QComboBox *m_ropeScaling = nullptr;
+    QDoubleSpinBox *m_ropeFactor = nullptr;
+    QSpinBox *m_ropeOrigCtx = nullptr;
+    double m_lastRopeFactor = 0.0;
     QDoubleSpinBox *m_alpha = nullptr;
     QCheckBox *m_autoAlpha = nullptr;
     QLabel *m_effectiveAlpha = nullptr;

@@ -8,6 +8,7 @@
 #include "core/conversation_store.h"
 #include "core/explore_store.h"
 #include "core/model_paths.h"
+#include "core/settings_json.h"
 #include "core/store_files.h"
 #include "widgets/book_panel.h"
 #include "widgets/chat_panel.h"
@@ -20,6 +21,7 @@
 #include "widgets/long_context_panel.h"
 #include "widgets/metrics_plots.h"
 #include "widgets/remote_endpoint_dialog.h"
+#include "widgets/model_info_dialog.h"
 
 #include <QAction>
 #include <QApplication>
@@ -43,7 +45,9 @@
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabBar>
 #include <QTabWidget>
+#include <QTextDocument>
 #include <QTimer>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -255,6 +259,7 @@ MainWindow::MainWindow(const MainWindowOptions &options, QWidget *parent)
     exploreLayout->addWidget(m_explore, 1);
     m_tabs->addTab(explorePage, tr("Explore"));
     m_tabs->setTabToolTip(1, tr("Perplexity by position: where each long-context setting stops understanding a book"));
+    m_tabs->tabBar()->setAccessibleName(tr("Chat or Explore"));
     v->addWidget(m_tabs, 1);
     setCentralWidget(central);
 
@@ -367,8 +372,9 @@ QWidget *MainWindow::createBanner()
     h->setSpacing(10);
     h->addWidget(icon);
     h->addLayout(titles);
-    h->addStretch(1);
-    h->addWidget(m_bannerModel, 2);
+    // The model header takes all the width the titles leave (right-aligned), so its three
+    // lines stay three lines at the window's minimum width.
+    h->addWidget(m_bannerModel, 1);
     return banner;
 }
 
@@ -507,6 +513,8 @@ void MainWindow::createMenus()
             openChatTemplateDialog(this, m_worker, m_chat->conversation().chatTurns(), *m_appSettings->settings(),
                                    m_models->summary(), m_chatPanel->systemPrompt());
     });
+    QAction *modelInfo = view->addAction(tr("Model &Info…"), this, &MainWindow::showModelInfo);
+    modelInfo->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_I));
 
     createChatActions(menuBar()->addMenu(tr("C&hat")));
 
@@ -944,7 +952,9 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
     m_longContext->setTrainedContext(summary.n_ctx_train);
     m_explore->setModel(summary.name, summary.n_ctx_train);
     showBackend(summary);
-    showLocalBanner(summary);
+    m_longContext->setModelScaling(ropeScalingInUse(summary, longscope::Settings{}),
+                                   !summary.hparams.rope.long_factors.empty());
+    updateModelHeader();
     showStatus(tr("Loaded %1 (%2)").arg(summary.name, summary.format), 5000);
     setActivity(Activity::Idle);
     updateActions();
@@ -953,17 +963,38 @@ void MainWindow::onModelLoaded(const ModelSummary &summary)
     emit modelReady(summary.name);
 }
 
-void MainWindow::showLocalBanner(const ModelSummary &summary)
+void MainWindow::updateModelHeader()
 {
-    const double mib = double(summary.weight_bytes) / (1024.0 * 1024.0);
-    m_bannerModel->setText(tr("<b>%1</b><br><span style='color:gray'>%2 · %L3 layers · %L4-token trained context · "
-                              "%5 MiB · %6</span>")
-                               .arg(summary.name.toHtmlEscaped(), summary.format)
-                               .arg(summary.n_layer)
-                               .arg(summary.n_ctx_train)
-                               .arg(mib, 0, 'f', mib < 10 ? 2 : 0)
-                               .arg(summary.backend.toHtmlEscaped()));
+    if (isRemote())
+        return; // the banner names the server and its model (connectToEndpoint)
+    const ModelSummary none;
+    const ModelSummary &summary = m_models->isLoaded() ? m_models->summary() : none;
+    const longscope::Settings settings = m_longContext->settings();
+    m_bannerModel->setText(modelHeaderHtml(summary, settings));
     m_bannerModel->setToolTip(summary.path);
+    if (m_modelInfo)
+        m_modelInfo->setModel(summary, settings);
+}
+
+ModelInfoDialog *MainWindow::modelInfoDialog() const { return m_modelInfo; }
+
+QString MainWindow::modelHeaderText() const
+{
+    QTextDocument doc;
+    doc.setHtml(m_bannerModel->text());
+    return doc.toPlainText();
+}
+
+void MainWindow::showModelInfo()
+{
+    if (!m_modelInfo) {
+        m_modelInfo = new ModelInfoDialog(this);
+        m_modelInfo->setAttribute(Qt::WA_DeleteOnClose);
+    }
+    updateModelHeader();
+    m_modelInfo->show();
+    m_modelInfo->raise();
+    m_modelInfo->activateWindow();
 }
 
 void MainWindow::onLoadFailed(const QString &path, const QString &message)
@@ -1156,7 +1187,7 @@ void MainWindow::useLocalModel()
         m_longContext->setTrainedContext(summary.n_ctx_train);
         m_plots->setModel(summary.name);
         m_explore->setModel(summary.name, summary.n_ctx_train);
-        showLocalBanner(summary);
+        updateModelHeader();
         showStatus(tr("Back to %1 (local)").arg(summary.name), 4000);
     } else {
         m_bannerModel->setText(tr("No model: File > Open Model…"));
@@ -1341,6 +1372,7 @@ void MainWindow::onLongContextChanged(const longscope::Settings &settings)
     m_explore->setCurrentSettings(settings);
     m_appSettings->saveEngineSettings(settings);
     m_longContext->setPending();
+    updateModelHeader();
     updateBookFit();
     m_statusDirty = true;
 }
@@ -1380,6 +1412,9 @@ QString MainWindow::describeChange(const longscope::Settings &a, const longscope
     QStringList parts;
     if (a.rope.ntk_auto != b.rope.ntk_auto || (!b.rope.ntk_auto && a.rope.ntk_alpha != b.rope.ntk_alpha))
         parts << (b.rope.ntk_auto ? tr("α auto") : tr("α %1").arg(double(b.rope.ntk_alpha), 0, 'g', 3));
+    if (a.rope.scaling != b.rope.scaling || a.rope.scaling_factor != b.rope.scaling_factor ||
+        a.rope.scaling_orig_ctx != b.rope.scaling_orig_ctx)
+        parts << (b.rope.scaling ? ropeScalingText(b) : tr("RoPE the model's own"));
     if (a.rope.store_kv_before_rope != b.rope.store_kv_before_rope)
         parts << tr("pre-RoPE keys %1").arg(onOff(b.rope.store_kv_before_rope));
     if (a.attention.memory_efficient != b.attention.memory_efficient)

@@ -58,6 +58,7 @@ class Exports;
 class GenerationPanel;
 class LongContextPanel;
 class MetricsPlots;
+class ModelInfoDialog;
 
 // Registers the resources compiled into this static library (the icon); idempotent.
 void initResources();
@@ -142,6 +143,12 @@ public:
     QString lastStatusText() const { return m_lastStatus; }
     ExploreView *exploreView() const { return m_explore; }
     ExploreStore *exploreStore() const { return m_exploreStore; }
+    // The engine worker (on its own thread; only its thread-safe calls from here).
+    EngineWorker *worker() const { return m_worker; }
+    // The banner's model header as plain text (empty without a model).
+    QString modelHeaderText() const;
+    // View > Model Info's dialog while it is open (else null).
+    ModelInfoDialog *modelInfoDialog() const;
 
 public slots:
     void loadModel(const QString &path);
@@ -170,6 +177,9 @@ public slots:
     bool openExploreBook(const QString &path);
     void showChat();
     void showExplore();
+    // View > Model Info: the family, tokenizer, end-of-generation tokens, RoPE scaling in use
+    // and the rest (non-modal; kept up to date while open).
+    void showModelInfo();
     void streamBook();
     void continueText();
 
@@ -225,6 +235,8 @@ private:
     // Shows `text` in the status bar, elided to fit; the whole text is the bar's tooltip.
     void showStatus(const QString &text, int timeoutMs = 0);
     void closeLoadDialog();
+    // The banner's header and an open Model Info, after a load or a change of settings.
+    void updateModelHeader();
     // Empties what follows the context (stats, book panel) and emits contextReset.
     void resetContextState();
     void updateBusyBars();
@@ -251,7 +263,6 @@ private:
     void failRemote(const QString &message);
     void rebuildServersMenu();
     // The header's model line for the local model.
-    void showLocalBanner(const ModelSummary &summary);
     void rebuildRecentMenu();
     void setActivity(Activity activity);
     void updateActions();
@@ -299,6 +310,7 @@ private:
     ExploreView *m_explore = nullptr;
     ExploreStore *m_exploreStore = nullptr;
     QPointer<QProgressDialog> m_loadDialog;
+    QPointer<ModelInfoDialog> m_modelInfo;
     QLabel *m_statusNotice = nullptr; // problems with the app's data, shown once at start
     QLabel *m_statusModel = nullptr;
     QLabel *m_statusContext = nullptr;

@@ -24,6 +24,10 @@ RemoteEndpointDialog::RemoteEndpointDialog(SecretStore &store, QWidget *parent) 
     m_models = new QComboBox(this);
     m_models->setEnabled(false);
     m_fetch = new QPushButton(tr("Fetch models"), this);
+    m_url->setAccessibleName(tr("Server URL"));
+    m_key->setAccessibleName(tr("API key"));
+    m_models->setAccessibleName(tr("Model on the server"));
+    m_fetch->setAccessibleName(tr("Fetch the server's models"));
     m_status = new QLabel(this);
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
