@@ -4,6 +4,7 @@
 // streamed); end-of-generation token sets; cancellation by request id, in generate() and in a
 // batch; the reply kept in the context and continued; the statistics' definitions.
 #include "support/comparisons.h"
+#include "support/test_size.h"
 
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -97,10 +98,13 @@ private slots:
         // reuse is declined there, and the results are a fresh context's.
         const bool reused = !mem_efficient;
 
+        // Tokens generated: the first request, then each comparison (fewer under a sanitizer;
+        // with KV mode none every one of them evaluates the whole context again).
+        const int n_first = test::sized(20, 14), n_each = test::sized(24, 6);
         Session shared(*m_model, options(s));
-        const GenerateResult first = generate(shared, greedy(long_prompt(), 20));
+        const GenerateResult first = generate(shared, greedy(long_prompt(), n_first));
         QCOMPARE(first.n_cached, 0);
-        QCOMPARE(first.tokens.size(), size_t(20));
+        QCOMPARE(first.tokens.size(), size_t(n_first));
 
         // The first prompt, 12 of its generated tokens, then new text.
         std::vector<int32_t> second = long_prompt();
@@ -130,8 +134,8 @@ private slots:
 
             // Whole generations.
             Session fresh2(*m_model, options(s));
-            const GenerateResult want = generate(fresh2, greedy(prompt, 24));
-            const GenerateResult got = generate(shared, greedy(prompt, 24));
+            const GenerateResult want = generate(fresh2, greedy(prompt, n_each));
+            const GenerateResult got = generate(shared, greedy(prompt, n_each));
             QCOMPARE(got.n_cached > 0, reused);
             QCOMPARE(got.n_prompt, int(prompt.size()));
             QCOMPARE(got.tokens, want.tokens);

@@ -4,6 +4,7 @@
 #include "support/comparisons.h"
 #include "support/gguf_writer.h"
 #include "support/model_files.h"
+#include "support/test_size.h"
 
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -22,6 +23,7 @@ using namespace longscope;
 Q_DECLARE_METATYPE(longscope::KvMode)
 
 using longscope::test::max_diff;
+using longscope::test::sized;
 
 namespace {
 
@@ -324,8 +326,10 @@ private slots:
 
     void memory_efficient_scratch_is_flat_naive_grows_quadratically()
     {
+        // Lengths of one, two and three units, each unit more than one 256-token chunk.
+        const int unit = sized(600, 300);
         std::map<int, uint64_t> naive, tiled;
-        for (int n : {600, 1200, 1800}) {
+        for (int n : {unit, 2 * unit, 3 * unit}) {
             auto prompt = book_prompt(*m_model, n);
             for (bool me : {false, true}) {
                 SessionOptions o;
@@ -337,23 +341,24 @@ private slots:
                 (me ? tiled : naive)[n] = s.last_metrics().memory.peak_scratch;
             }
         }
-        qInfo("scratch peak, naive: %llu %llu %llu; memory-efficient: %llu %llu %llu", (unsigned long long)naive[600],
-              (unsigned long long)naive[1200], (unsigned long long)naive[1800], (unsigned long long)tiled[600],
-              (unsigned long long)tiled[1200], (unsigned long long)tiled[1800]);
+        qInfo("scratch peak, naive: %llu %llu %llu; memory-efficient: %llu %llu %llu", (unsigned long long)naive[unit],
+              (unsigned long long)naive[2 * unit], (unsigned long long)naive[3 * unit], (unsigned long long)tiled[unit],
+              (unsigned long long)tiled[2 * unit], (unsigned long long)tiled[3 * unit]);
         // Flat: the same chunk-sized buffers whatever the length (a few KB of slack for the
         // logits row and the size of the last chunk).
-        for (int n : {1200, 1800})
-            QVERIFY2(std::llabs(int64_t(tiled[n]) - int64_t(tiled[600])) <= int64_t(tiled[600] / 100),
-                     qPrintable(QString("%1 vs %2").arg(tiled[n]).arg(tiled[600])));
+        for (int n : {2 * unit, 3 * unit})
+            QVERIFY2(std::llabs(int64_t(tiled[n]) - int64_t(tiled[unit])) <= int64_t(tiled[unit] / 100),
+                     qPrintable(QString("%1 vs %2").arg(tiled[n]).arg(tiled[unit])));
         // Tripling the prompt: the score matrix grows 9x, the linear activations 3x.
-        QVERIFY(double(naive[1800]) / double(naive[600]) > 6.0);
-        QVERIFY(naive[600] > 4 * tiled[600]);
+        QVERIFY(double(naive[3 * unit]) / double(naive[unit]) > 6.0);
+        QVERIFY(naive[unit] > 4 * tiled[unit]);
     }
 
     void kv_modes_memory_ledger()
     {
-        // A long prompt, then decoding: enough tokens to cross several vmm commit steps.
-        const int n_prompt = 1800, n_new = 400, limit = 4096;
+        // A long prompt, then decoding: enough tokens to cross vmm commit steps (64 KB
+        // granules, 512 rows of this model: 1800 -> 2200 crosses one, 1000 -> 1100 too).
+        const int n_prompt = sized(1800, 1000), n_new = sized(400, 100), limit = sized(4096, 2048);
         auto prompt = book_prompt(*m_model, n_prompt);
         std::map<KvMode, std::vector<MemoryLedger>> ledgers;
         for (KvMode mode : {KvMode::Static, KvMode::Vmm, KvMode::Concat}) {
@@ -420,8 +425,9 @@ private slots:
             s.rope.ntk_auto = true;
         else
             s.rope.ntk_alpha = alpha.toFloat();
-        auto prompt = book_prompt(*m_model, mode == KvMode::None ? 1000 : 1800);
-        Trace t = run_greedy(*m_model, prompt, mode == KvMode::None ? 4 : 16, s, 4096);
+        // Past the trained 512 tokens (KV mode none evaluates the whole context every step).
+        auto prompt = book_prompt(*m_model, mode == KvMode::None ? sized(1000, 600) : sized(1800, 700));
+        Trace t = run_greedy(*m_model, prompt, mode == KvMode::None ? 4 : sized(16, 8), s, 4096);
         for (const auto &l : t.logits)
             for (float x : l)
                 QVERIFY(std::isfinite(x));

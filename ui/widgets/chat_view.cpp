@@ -1,6 +1,7 @@
 #include "widgets/chat_view.h"
 
 #include "core/chat_model.h"
+#include "widgets/plain_text_field.h"
 #include "widgets/thought_block.h"
 
 #include <QDateTime>
@@ -286,6 +287,7 @@ void ChatView::rebuild()
     m_dirtyRows.clear();
     m_frames.clear();
     document()->clear();
+    setWrapAnywhere(false);
     m_rebuilding = false;
     m_follow = true;
     if (!m_model)
@@ -364,10 +366,19 @@ void ChatView::onAnchorClicked(const QUrl &link)
         QDesktopServices::openUrl(link);
 }
 
+void ChatView::setWrapAnywhere(bool anywhere)
+{
+    m_wrapAnywhere = anywhere;
+    setWordWrapMode(anywhere ? QTextOption::WrapAnywhere : QTextOption::WrapAtWordBoundaryOrAnywhere);
+}
+
 void ChatView::fillFrame(QTextFrame *frame, int row)
 {
     const Colors c = colors();
     const Message m = m_model->at(row);
+    // Before the text goes in, so that it is laid out once, in the mode it needs.
+    if (!m_wrapAnywhere && hasLongUnbrokenRun(m.text))
+        setWrapAnywhere(true);
 
     QTextCursor cursor = frame->firstCursorPosition();
     cursor.beginEditBlock();

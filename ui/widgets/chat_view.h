@@ -2,7 +2,9 @@
 // coloured block (a QTextFrame) with a role label; the text gets a light Markdown rendering
 // (**bold**, *italic*, `code`, fenced code blocks, headings, lists). A streaming reply only
 // re-renders its own frame, coalesced to ~30 Hz, and the view stays scrolled to the bottom
-// unless the user has scrolled up.
+// unless the user has scrolled up. A conversation holding a run of text without white space
+// longer than kLongestWrappedRun is wrapped anywhere (Qt lays out such a run at word
+// boundaries in time quadratic in its length: a 1 MB message would take minutes to show).
 #pragma once
 
 // Complete, for the QPointer below.
@@ -34,6 +36,8 @@ public:
     bool isFollowingBottom() const { return m_follow; }
     // A reply's reasoning (<think>...</think>) is shown collapsed; clicking its label expands it.
     bool isThoughtExpanded(int row) const { return m_expandedThoughts.contains(row); }
+    // Whether lines break anywhere (a message holds a long unbroken run), not at word boundaries.
+    bool wrapsAnywhere() const { return m_wrapAnywhere; }
     void setThoughtExpanded(int row, bool expanded);
 
 protected:
@@ -55,6 +59,7 @@ private:
     void appendFrame(int row);
     void renderRow(int row);
     void fillFrame(QTextFrame *frame, int row);
+    void setWrapAnywhere(bool anywhere);
 
     QPointer<ChatModel> m_model;
     QVector<QTextFrame *> m_frames; // one per model row
@@ -63,6 +68,7 @@ private:
     QSet<int> m_expandedThoughts;
     bool m_follow = true;
     bool m_rebuilding = false;
+    bool m_wrapAnywhere = false;
 };
 
 } // namespace longscope::ui
