@@ -745,9 +745,11 @@ void TestMainWindow::defaultsChatTwoTurnsThenAskAboutABook()
     QCOMPARE(countRole(*w, Message::Role::Assistant), 2);
     QVERIFY(!lastText(*w).isEmpty());
     QVERIFY(w->contextUsed() <= 512);
-    // Max new tokens shows its cap: the free part of the context.
-    QVERIFY2(w->generationPanel()->roomLabel()->text().contains(QStringLiteral("free")),
-             qPrintable(w->generationPanel()->roomLabel()->text()));
+    // Max new tokens shows its cap: the free part of the context, or, when the replies filled
+    // it, that older turns make way (sampled replies vary in length from seed to seed).
+    const QString room = w->generationPanel()->roomLabel()->text();
+    QVERIFY2(room.contains(w->contextUsed() < 512 ? QStringLiteral("free") : QStringLiteral("make way")),
+             qPrintable(QStringLiteral("%1 (context used %2)").arg(room).arg(w->contextUsed())));
     QVERIFY(w->generationPanel()->effectiveMaxNewTokens() <= 512 - w->contextUsed());
 
     w->clearConversation();
