@@ -321,6 +321,7 @@ void ExploreView::setTabOrderTopDown()
                                  m_run,
                                  m_cancel,
                                  m_logScale,
+                                 m_acrossText,
                                  m_exportPng,
                                  m_exportCsv,
                                  m_plot,
