@@ -1051,7 +1051,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         // from the cache, or copied (and rotated) when it holds them unrotated.
                         const float *kr = nullptr;
                         int64_t kr_stride = 0;
-                        const float *kh = krows.p + int64_t(kvh) * hd;
+                        const float *kh = krows.p ? krows.p + int64_t(kvh) * hd : nullptr;
                         if (keys_direct) {
                             transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
                         } else if (!keys_in_rows) {
@@ -1064,7 +1064,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             kr = kh;
                             kr_stride = krows.stride;
                         }
-                        const float *vt = vrows.p + int64_t(kvh) * hd;
+                        const float *vt = vrows.p ? vrows.p + int64_t(kvh) * hd : nullptr;
                         // The group's query heads at each position together (rows h * n_q + qi).
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
