@@ -11,14 +11,13 @@ namespace longscope::ui {
 
 namespace {
 
-double meanPerplexity(const PerplexityRunResult &run, bool beyond)
+template <typename Keep>
+double meanPerplexity(const QVector<PerplexityPoint> &points, Keep keep)
 {
     double sum = 0;
     qint64 count = 0;
-    for (const PerplexityPoint &p : run.curve) {
-        const bool isBeyond = run.n_ctx_train > 0 && p.begin >= run.n_ctx_train;
-        const bool isWithin = run.n_ctx_train <= 0 || p.end <= run.n_ctx_train;
-        if (beyond ? isBeyond : isWithin) {
+    for (const PerplexityPoint &p : points) {
+        if (keep(p)) {
             sum += p.mean_nll * double(p.count);
             count += p.count;
         }
@@ -44,10 +43,14 @@ QTableWidgetItem *cell(const QString &text, Qt::Alignment alignment = Qt::AlignR
 ExploreRunTable::ExploreRunTable(QWidget *parent) : QTableWidget(0, ColumnCount, parent)
 {
     setObjectName(QStringLiteral("exploreRunTable"));
-    setHorizontalHeaderLabels({tr("Run"), tr("Perplexity"), tr("Within trained"), tr("Beyond trained"), tr("Tokens"),
+    setHorizontalHeaderLabels({tr("Run"), tr("Perplexity"), tr("Within trained"), tr("Beyond trained"),
+                               tr("Past the context"), tr("Tokens"),
                                tr("Tokens/s"), tr("Peak memory"), tr("Time")});
     horizontalHeaderItem(WithinTrained)->setToolTip(tr("Perplexity of the positions within the model's trained context"));
     horizontalHeaderItem(BeyondTrained)->setToolTip(tr("Perplexity of the positions beyond the model's trained context"));
+    horizontalHeaderItem(PastContext)
+        ->setToolTip(tr("Perplexity of the text after the run's first context was full: what its overflow policy "
+                        "(shift, truncation) made of the rest of the text"));
     horizontalHeaderItem(Speed)->setToolTip(tr("Tokens evaluated per second of evaluation"));
     horizontalHeaderItem(PeakMemory)->setToolTip(tr("Peak of weights + KV cache + scratch during the run"));
     verticalHeader()->hide();
@@ -66,9 +69,20 @@ ExploreRunTable::ExploreRunTable(QWidget *parent) : QTableWidget(0, ColumnCount,
     setAccessibleName(tr("Plotted runs: perplexity and cost"));
 }
 
-double ExploreRunTable::perplexityWithin(const PerplexityRunResult &run) { return meanPerplexity(run, false); }
+double ExploreRunTable::perplexityWithin(const PerplexityRunResult &run)
+{
+    return meanPerplexity(run.curve, [&](const PerplexityPoint &p) { return run.n_ctx_train <= 0 || p.end <= run.n_ctx_train; });
+}
 
-double ExploreRunTable::perplexityBeyond(const PerplexityRunResult &run) { return meanPerplexity(run, true); }
+double ExploreRunTable::perplexityBeyond(const PerplexityRunResult &run)
+{
+    return meanPerplexity(run.curve, [&](const PerplexityPoint &p) { return run.n_ctx_train > 0 && p.begin >= run.n_ctx_train; });
+}
+
+double ExploreRunTable::perplexityPastContext(const PerplexityRunResult &run)
+{
+    return meanPerplexity(run.text_curve, [&](const PerplexityPoint &p) { return run.ctx > 0 && p.begin >= run.ctx; });
+}
 
 void ExploreRunTable::setRuns(const QVector<PerplexityRunResult> &runs)
 {
@@ -87,6 +101,7 @@ void ExploreRunTable::setRuns(const QVector<PerplexityRunResult> &runs)
         setItem(i, Perplexity, cell(number(run.perplexity())));
         setItem(i, WithinTrained, cell(number(perplexityWithin(run))));
         setItem(i, BeyondTrained, cell(number(perplexityBeyond(run))));
+        setItem(i, PastContext, cell(number(perplexityPastContext(run))));
         setItem(i, Tokens, cell(QLocale().toString(run.n_scored)));
         setItem(i, Speed, cell(number(run.tokens_per_second)));
         setItem(i, PeakMemory, cell(run.peak_memory_bytes > 0
