@@ -718,7 +718,49 @@ private slots:
         }
     }
 
-    // Q4_K, Q6_K, Q8_0 and Q4_0 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // The packed Q5_K kernels at their integer extremes: every code 31 and every scale 63 (each
+    // weight 63 x 31 = 1953), every activation 1 (code 127), so a pair sum of eight words would
+    // be 8 x 2 x 31 x 127 = 62992, past 16 bits: each product must be n_in x 1953 exactly as the
+    // sum of equal terms (up to float rounding), and the same bits with VNNI and AVX2.
+    void packed_q5_k_extremes()
+    {
+        constexpr int n_in = 512, n_out = 16;
+        std::vector<uint8_t> block(176, 0);
+        block[0] = 0x00, block[1] = 0x3C; // d = 1 (f16), dmin = 0
+        for (int j = 0; j < 4; ++j)
+            block[4 + j] = 0xFF, block[12 + j] = 0x0F; // scales 63 (quant.h's 12-byte packing), mins 0
+        std::memset(block.data() + 16, 0xFF, 32 + 128); // every fifth bit and nibble set: code 31
+        std::vector<uint8_t> rows;
+        for (int i = 0; i < n_out * n_in / 256; ++i)
+            rows.insert(rows.end(), block.begin(), block.end());
+        std::vector<float> values(n_in);
+        dequantize_row(DType::Q5_K, rows.data(), values.data(), n_in);
+        for (float v : values)
+            QCOMPARE(v, 1953.0f);
+        std::vector<uint8_t> packed(packed_size(DType::Q5_K, n_in, n_out));
+        pack_rows(DType::Q5_K, rows.data(), n_in, packed.data(), 0, 1);
+        const std::vector<float> x(size_t(2 * n_in), 1.0f);
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), 2, n_in, acts);
+        std::vector<float> first;
+        for (QKernel k : {QKernel::Vnni, QKernel::Avx2}) {
+            if (!packed_kernel_available(k))
+                continue;
+            std::vector<float> y(size_t(2 * n_out), NAN);
+            packed_tile_with(k, DType::Q5_K, packed.data(), n_in, 0, acts, 0, 2, y.data(), n_out);
+            packed_tile_with(k, DType::Q5_K, packed.data(), n_in, 0, acts, 1, 1, y.data() + n_out, n_out);
+            for (float v : y)
+                QVERIFY2(std::fabs(v - 1953.0 * n_in) <= 1e-5 * 1953.0 * n_in,
+                         qPrintable(QString("%1: %2").arg(qkernel_name(k)).arg(v, 0, 'g', 9)));
+            if (!first.empty())
+                QVERIFY(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)) == 0);
+            first = y;
+        }
+        if (first.empty())
+            qInfo("no AVX2 here: the packed kernels never run on this CPU");
+    }
+
+    // Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -728,7 +770,7 @@ private slots:
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
+        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -753,7 +795,8 @@ private slots:
         const size_t bytes = packed_size(type, n_in, n_out);
         const size_t group = b32 ? size_t((n_in / 32 * 32 + 63) / 64 * 64 + n_in / 32 * (type == DType::Q8_0 ? 512 : 256))
                                                  : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
-                                                                                                   : packed_q6_k_block_bytes);
+                                                                               : type == DType::Q5_K ? packed_q5_k_block_bytes
+                                                                                                     : packed_q6_k_block_bytes);
         QCOMPARE(bytes, size_t(n_out / 16) * group);
         std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
         uint8_t *pk = packed.data() + 1;

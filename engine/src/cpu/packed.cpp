@@ -19,11 +19,13 @@ namespace longscope {
 namespace {
 
 constexpr int64_t qk_k = 256;
-constexpr int64_t q4_k_bytes = 144, q6_k_bytes = 210;
-// Q4_K block offsets
-constexpr int64_t off_d = 0, off_dmin = 32, off_sc = 64, off_m = 192, off_qs = 320;
+constexpr int64_t q4_k_bytes = 144, q5_k_bytes = 176, q6_k_bytes = 210;
+// Q4_K block offsets (Q5_K: the same, then the fifth bits)
+constexpr int64_t off_d = 0, off_dmin = 32, off_sc = 64, off_m = 192, off_qs = 320, off5_qh = 2368;
 static_assert(off_qs + 4 * 8 * 16 * 4 == packed_q4_k_block_bytes);
 static_assert(packed_q4_k_block_bytes % 64 == 0);
+static_assert(off5_qh + 8 * 16 * 4 == packed_q5_k_block_bytes);
+static_assert(packed_q5_k_block_bytes % 64 == 0);
 // Q6_K block offsets
 constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
 static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
@@ -33,6 +35,17 @@ constexpr int64_t qk = 32; // Q8_0 and Q4_0 block
 constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18;
 
 bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+
+// Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
+bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
+
+// Bytes of one packed super-block of sixteen rows (Q4_K, Q5_K, Q6_K).
+constexpr int64_t packed_k_block_bytes(DType type)
+{
+    return type == DType::Q4_K ? packed_q4_k_block_bytes
+           : type == DType::Q5_K ? packed_q5_k_block_bytes
+                                 : packed_q6_k_block_bytes;
+}
 
 // Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256.
 int64_t codes32_bytes(DType type) { return type == DType::Q8_0 ? packed_q8_0_block_bytes : packed_q4_0_block_bytes; }
@@ -50,7 +63,7 @@ size_t group_bytes(DType type, int64_t n_in)
 {
     if (is_block32(type))
         return size_t((n_in / qk + 1) / 2 * 64 + n_in / qk * codes32_bytes(type));
-    return size_t(n_in / qk_k) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes);
+    return size_t(n_in / qk_k) * size_t(packed_k_block_bytes(type));
 }
 
 // The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0 or Q4_0
@@ -91,7 +104,7 @@ inline int q6_packed_code(const uint8_t *b, int r, int i)
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
     const int64_t block = is_block32(type) ? qk : qk_k;
-    return (type == DType::Q4_K || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
+    return (is_q4_k_like(type) || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
 }
 
@@ -139,15 +152,17 @@ void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
         }
 }
 
-void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+// Q4_K or Q5_K (quant.h: d, dmin, scales[12], Q5_K's qh[32], qs[128]).
+void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    const int64_t nsb = n_in / qk_k;
-    const size_t row_stride = size_t(nsb) * q4_k_bytes;
+    const bool q5 = type == DType::Q5_K;
+    const int64_t nsb = n_in / qk_k, block_bytes = q5 ? q5_k_bytes : q4_k_bytes, off_src_qs = q5 ? 48 : 16;
+    const size_t row_stride = size_t(nsb * block_bytes);
     for (int64_t g = g0; g < g1; ++g)
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q4_k_block_bytes;
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
             for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q4_k_bytes;
+                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb * block_bytes);
                 std::memcpy(b + off_d + 2 * r, p, 2);
                 std::memcpy(b + off_dmin + 2 * r, p + 2, 2);
                 uint8_t sc[8], m[8];
@@ -158,7 +173,10 @@ void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
                 }
                 for (int pair = 0; pair < 4; ++pair)
                     for (int w = 0; w < 8; ++w)
-                        std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + 16 + 32 * pair + 4 * w, 4);
+                        std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + off_src_qs + 32 * pair + 4 * w, 4);
+                if (q5)
+                    for (int w = 0; w < 8; ++w)
+                        std::memcpy(b + off5_qh + (w * 16 + r) * 4, p + 16 + 4 * w, 4);
             }
         }
 }
@@ -190,16 +208,16 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    if (type == DType::Q4_K)
-        pack_q4_k(src, n_in, dst, g0, g1);
+    if (is_q4_k_like(type))
+        pack_q4_k(type, src, n_in, dst, g0, g1);
     else if (is_block32(type))
         pack_block32(type, src, n_in, dst, g0, g1);
     else
         pack_q6_k(src, n_in, dst, g0, g1);
 }
 
-// The arithmetic of dequantize_q4_k and dequantize_q6_k (quant.cpp): y = (d * sc) * q - (dmin
-// * m) and y = (d * sc) * (q - 32).
+// The arithmetic of dequantize_q4_k, dequantize_q5_k and dequantize_q6_k (quant.cpp): y = (d *
+// sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     if (is_block32(type)) { // x = d * q (dequantize_q8_0), x = d * (nibble - 8) (dequantize_q4_0)
@@ -236,12 +254,16 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
     const int64_t g = row / packed_group_rows;
     const int r = int(row % packed_group_rows);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q4_k_block_bytes;
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
         uint16_t hd, hm;
         std::memcpy(&hd, b + off_d + 2 * r, 2);
         std::memcpy(&hm, b + off_dmin + 2 * r, 2);
         const float d = f16_to_f32(hd), dmin = f16_to_f32(hm);
         float *y = out + sb * qk_k;
+        // Q5_K's fifth bit of value l of sub-block j: bit j of the row's qh[l].
+        auto fifth = [&](int j, int l) {
+            return type == DType::Q5_K ? ((b[off5_qh + ((l / 4) * 16 + r) * 4 + l % 4] >> j) & 1) << 4 : 0;
+        };
         for (int pair = 0; pair < 4; ++pair) {
             const float d1 = d * float(b[off_sc + 16 * (2 * pair) + r]);
             const float m1 = dmin * float(b[off_m + 16 * (2 * pair) + r]);
@@ -249,8 +271,8 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
             const float m2 = dmin * float(b[off_m + 16 * (2 * pair + 1) + r]);
             for (int l = 0; l < 32; ++l) {
                 const uint8_t q = b[off_qs + ((pair * 8 + l / 4) * 16 + r) * 4 + l % 4];
-                y[64 * pair + l] = d1 * float(q & 0x0f) - m1;
-                y[64 * pair + 32 + l] = d2 * float(q >> 4) - m2;
+                y[64 * pair + l] = d1 * float((q & 0x0f) | fifth(2 * pair, l)) - m1;
+                y[64 * pair + 32 + l] = d2 * float((q >> 4) | fifth(2 * pair + 1, l)) - m2;
             }
         }
     }
@@ -321,12 +343,19 @@ inline int32_t load_i32(const int8_t *p)
     return v;
 }
 
-// One group of 16 rows against NT tokens. Per super-block and token: for each pair of
-// sub-blocks, exact int32 sums of weight code times activation code per row (lanes = rows),
-// times the sub-block scale (the product stays below 2^24, so it is exact in float), times the
-// activation block's scale, summed over the even and the odd sub-blocks apart; the minimums as
-// sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin * mins.
-template <int NT>
+// Bit `bit` of every byte of qh moved to bit 4 (Q5_K's fifth bit of a code), the other bits 0.
+LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
+{
+    return _mm512_and_si512(_mm512_slli_epi16(_mm512_srli_epi16(qh, bit), 4), _mm512_set1_epi8(0x10));
+}
+
+// One group of 16 rows of Q4_K or Q5_K against NT tokens. Per super-block and token: for each
+// pair of sub-blocks, exact int32 sums of weight code times activation code per row (lanes =
+// rows), times the sub-block scale (the product stays below 2^24, so it is exact in float:
+// Q5_K 32 x 31 x 127 x 63), times the activation block's scale, summed over the even and the
+// odd sub-blocks apart; the minimums as sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin
+// * mins.
+template <int NT, DType T = DType::Q4_K>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                      float *out, int64_t ldo)
 {
@@ -343,7 +372,7 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
     }
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m512 fe[NT], fo[NT], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -362,8 +391,13 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
                 const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
-                const __m512i lo = _mm512_and_si512(v, low);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                __m512i lo = _mm512_and_si512(v, low);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if constexpr (T == DType::Q5_K) {
+                    const __m512i qh = _mm512_loadu_si512(b + off5_qh + w * 64);
+                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * pair));
+                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * pair + 1));
+                }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
@@ -545,8 +579,32 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
 // The same per-lane arithmetic as the VNNI kernels (exact integer sums, then the same float
 // operations in the same order), so the two give the same bits. Q4_K: the 16-bit pair sums of
 // vpmaddubsw of the eight words of a pair stay below 2^15 (8 x 2 x 15 x 128), so they add in
-// 16 bits and widen once per pair.
-template <int NT>
+// 16 bits and widen once per pair; Q5_K's (31 for 15) widen every four words.
+template <DType T> constexpr int words_in_16_bits = T == DType::Q5_K ? 4 : 8;
+
+// Bit `bit` of every byte of qh moved to bit 4, the other bits 0 (fifth_bit in 256 bits).
+LS_PACKED_AVX2 inline __m256i fifth_bit_avx2(__m256i qh, int bit)
+{
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, bit), 4), _mm256_set1_epi8(0x10));
+}
+
+// The codes of word w of pair `pair` (32 bytes at offset 32 h of the word), even and odd
+// sub-block: Q4_K the nibbles, Q5_K with their fifth bits.
+template <DType T>
+LS_PACKED_AVX2 inline void q4_k_like_codes_avx2(const uint8_t *b, int pair, int w, int h, __m256i &lo, __m256i &hi)
+{
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_qs + (pair * 8 + w) * 64 + 32 * h));
+    lo = _mm256_and_si256(v, low);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (T == DType::Q5_K) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off5_qh + w * 64 + 32 * h));
+        lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * pair));
+        hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * pair + 1));
+    }
+}
+
+template <int NT, DType T = DType::Q4_K>
 LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                      float *out, int64_t ldo)
 {
@@ -559,14 +617,15 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
         xd[t] = a.db_row(t0 + t);
         xs[t] = a.ds_row(t0 + t);
     }
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
+    constexpr int span = words_in_16_bits<T>;
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+            const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
             __m256 fe[NT], fo[NT], mn[NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
@@ -576,23 +635,36 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
             }
             #pragma GCC unroll 4
             for (int pair = 0; pair < 4; ++pair) {
-                __m256i ie[NT], io[NT];
+                __m256i ie[NT], io[NT]; // int32 sums
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     ie[t] = _mm256_setzero_si256();
                     io[t] = _mm256_setzero_si256();
                 }
-                #pragma GCC unroll 8
-                for (int w = 0; w < 8; ++w) {
-                    const __m256i v =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_qs + (pair * 8 + w) * 64 + 32 * h));
-                    const __m256i lo = _mm256_and_si256(v, low);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                #pragma GCC unroll 2
+                for (int w0 = 0; w0 < 8; w0 += span) {
+                    __m256i ie16[NT], io16[NT];
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
-                        const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
-                        ie[t] = _mm256_add_epi16(ie[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
-                        io[t] = _mm256_add_epi16(io[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                        ie16[t] = _mm256_setzero_si256();
+                        io16[t] = _mm256_setzero_si256();
+                    }
+                    #pragma GCC unroll 8
+                    for (int w = w0; w < w0 + span; ++w) {
+                        __m256i lo, hi;
+                        q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
+                        #pragma GCC unroll 4
+                        for (int t = 0; t < NT; ++t) {
+                            const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
+                            ie16[t] = _mm256_add_epi16(ie16[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
+                            io16[t] =
+                                _mm256_add_epi16(io16[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                        }
+                    }
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        ie[t] = _mm256_add_epi32(ie[t], _mm256_madd_epi16(ie16[t], ones));
+                        io[t] = _mm256_add_epi32(io[t], _mm256_madd_epi16(io16[t], ones));
                     }
                 }
                 const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -602,8 +674,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const float *d = xd[t] + sb * 8 + 2 * pair;
-                    const __m256 ve = _mm256_cvtepi32_ps(_mm256_madd_epi16(ie[t], ones));
-                    const __m256 vo = _mm256_cvtepi32_ps(_mm256_madd_epi16(io[t], ones));
+                    const __m256 ve = _mm256_cvtepi32_ps(ie[t]);
+                    const __m256 vo = _mm256_cvtepi32_ps(io[t]);
                     fe[t] = _mm256_fmadd_ps(_mm256_mul_ps(ve, se), _mm256_set1_ps(d[0]), fe[t]);
                     fo[t] = _mm256_fmadd_ps(_mm256_mul_ps(vo, so), _mm256_set1_ps(d[1]), fo[t]);
                 }
@@ -632,31 +704,41 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
 
 // One token (decode): both halves in one pass, so each word's 64 bytes and the activation
 // words are loaded once. The same per-lane operations as packed_q4_k_avx2.
+template <DType T = DType::Q4_K>
 LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0), *xs = a.ds_row(t0);
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
+    constexpr int span = words_in_16_bits<T>;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
         #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
-            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]};
-            #pragma GCC unroll 8
-            for (int w = 0; w < 8; ++w) {
-                const uint8_t *q = b + off_qs + (pair * 8 + w) * 64;
-                const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
-                const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
+            #pragma GCC unroll 2
+            for (int w0 = 0; w0 < 8; w0 += span) {
+                __m256i ie16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io16[2] = {ie16[0], ie16[0]};
+                #pragma GCC unroll 8
+                for (int w = w0; w < w0 + span; ++w) {
+                    const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
+                    const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+                    #pragma GCC unroll 2
+                    for (int h = 0; h < 2; ++h) {
+                        __m256i lo, hi;
+                        q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
+                        ie16[h] = _mm256_add_epi16(ie16[h], _mm256_maddubs_epi16(lo, xe));
+                        io16[h] = _mm256_add_epi16(io16[h], _mm256_maddubs_epi16(hi, xo));
+                    }
+                }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 32 * h));
-                    ie[h] = _mm256_add_epi16(ie[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low), xe));
-                    io[h] = _mm256_add_epi16(
-                        io[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xo));
+                    ie[h] = _mm256_add_epi32(ie[h], _mm256_madd_epi16(ie16[h], ones));
+                    io[h] = _mm256_add_epi32(io[h], _mm256_madd_epi16(io16[h], ones));
                 }
             }
             const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
@@ -666,8 +748,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
                     _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
                 const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                     _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
-                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(ie[h], ones)), se), d0, fe[h]);
-                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(io[h], ones)), so), d1, fo[h]);
+                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), se), d0, fe[h]);
+                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), so), d1, fo[h]);
             }
         }
         #pragma GCC unroll 2
@@ -875,6 +957,19 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
     }
 }
 
+// packed_q4_k_vnni for n_tokens (1..4) tokens.
+template <DType T>
+void packed_q4_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                           float *out, int64_t ldo)
+{
+    switch (n_tokens) {
+    case 1: packed_q4_k_vnni<1, T>(group, n_in, a, t0, out, ldo); return;
+    case 2: packed_q4_k_vnni<2, T>(group, n_in, a, t0, out, ldo); return;
+    case 3: packed_q4_k_vnni<3, T>(group, n_in, a, t0, out, ldo); return;
+    default: packed_q4_k_vnni<4, T>(group, n_in, a, t0, out, ldo); return;
+    }
+}
+
 } // namespace
 
 void packed_tile_with(
@@ -898,6 +993,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
                 packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
+            else if (type == DType::Q5_K && two)
+                packed_q4_k_avx2<2, DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_K)
+                packed_q4_k_avx2_one<DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo);
             else if (two)
                 packed_q4_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else
@@ -929,12 +1028,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         default: packed_q6_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
         }
     }
-    switch (n_tokens) {
-    case 1: packed_q4_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
-    case 2: packed_q4_k_vnni<2>(group, n_in, a, t0, out, ldo); return;
-    case 3: packed_q4_k_vnni<3>(group, n_in, a, t0, out, ldo); return;
-    default: packed_q4_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
-    }
+    if (type == DType::Q5_K)
+        packed_q4_k_like_vnni<DType::Q5_K>(group, n_in, a, t0, n_tokens, out, ldo);
+    else
+        packed_q4_k_like_vnni<DType::Q4_K>(group, n_in, a, t0, n_tokens, out, ldo);
 }
 
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
