@@ -760,7 +760,7 @@ private slots:
             qInfo("no AVX2 here: the packed kernels never run on this CPU");
     }
 
-    // Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -770,7 +770,7 @@ private slots:
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
+        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_1}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -780,6 +780,7 @@ private slots:
         QTest::newRow("Q8_0 96x32") << DType::Q8_0 << 96 << 32;
         QTest::newRow("Q8_0 5632x16") << DType::Q8_0 << 5632 << 16;
         QTest::newRow("Q4_0 160x32") << DType::Q4_0 << 160 << 32;
+        QTest::newRow("Q5_1 160x32") << DType::Q5_1 << 160 << 32;
     }
     void packed_matrices()
     {
@@ -788,12 +789,15 @@ private slots:
         QFETCH(int, n_out);
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
-        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0;
+        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1;
         QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
         QVERIFY(!packable(DType::Q5_0, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
-        const size_t group = b32 ? size_t((n_in / 32 * 32 + 63) / 64 * 64 + n_in / 32 * (type == DType::Q8_0 ? 512 : 256))
+        // Pairs of blocks: 64 bytes of scales (Q5_1: 128, with the minimums), then the codes.
+        const size_t pair_scales = type == DType::Q5_1 ? 128 : 64;
+        const size_t group = b32 ? size_t((n_in / 32 + 1) / 2 * pair_scales +
+                                          n_in / 32 * (type == DType::Q8_0 ? 512 : type == DType::Q5_1 ? 320 : 256))
                                                  : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
                                                                                : type == DType::Q5_K ? packed_q5_k_block_bytes
                                                                                                      : packed_q6_k_block_bytes);

@@ -31,10 +31,10 @@ constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
 static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
 static_assert(packed_q6_k_block_bytes % 64 == 0);
 
-constexpr int64_t qk = 32; // Q8_0 and Q4_0 block
-constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18;
+constexpr int64_t qk = 32; // Q8_0, Q4_0 and Q5_1 block
+constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q5_1_bytes = 24;
 
-bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1; }
 
 // Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
 bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
@@ -47,31 +47,51 @@ constexpr int64_t packed_k_block_bytes(DType type)
                                  : packed_q6_k_block_bytes;
 }
 
-// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256.
-int64_t codes32_bytes(DType type) { return type == DType::Q8_0 ? packed_q8_0_block_bytes : packed_q4_0_block_bytes; }
+// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256, Q5_1 320 (the nibbles,
+// then the fifth bits).
+int64_t codes32_bytes(DType type)
+{
+    return type == DType::Q8_0 ? packed_q8_0_block_bytes
+           : type == DType::Q5_1 ? packed_q5_1_block_bytes
+                                 : packed_q4_0_block_bytes;
+}
 
-// Where block b's sixteen scales and its codes start in a packed Q8_0 or Q4_0 group: blocks go
-// in pairs, the pair's 64 bytes of scales, then its two blocks' codes (packed.h).
-size_t scales32_offset(DType type, int64_t b) { return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 32 * (b % 2)); }
+// Bytes of a pair's scales: the d of both blocks (64), and Q5_1's m of both blocks (64 more).
+int64_t scales32_bytes(DType type) { return type == DType::Q5_1 ? 128 : 64; }
+
+// Where block b's sixteen scales (Q5_1: its minimums 64 bytes further) and its codes start in a
+// packed Q8_0, Q4_0 or Q5_1 group: blocks go in pairs, the pair's scales, then its two blocks'
+// codes (packed.h).
+size_t scales32_offset(DType type, int64_t b)
+{
+    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + 32 * (b % 2));
+}
 size_t codes32_offset(DType type, int64_t b)
 {
-    return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 64 + codes32_bytes(type) * (b % 2));
+    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + scales32_bytes(type) +
+                  codes32_bytes(type) * (b % 2));
 }
 
 // Bytes of a packed group of sixteen rows of n_in values.
 size_t group_bytes(DType type, int64_t n_in)
 {
     if (is_block32(type))
-        return size_t((n_in / qk + 1) / 2 * 64 + n_in / qk * codes32_bytes(type));
+        return size_t((n_in / qk + 1) / 2 * scales32_bytes(type) + n_in / qk * codes32_bytes(type));
     return size_t(n_in / qk_k) * size_t(packed_k_block_bytes(type));
 }
 
-// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0 or Q4_0
-// group (Q4_0: codes j < 16 in the low nibbles, j + 16 in the high ones of the same bytes).
+// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0, Q4_0 or
+// Q5_1 group (Q4_0, Q5_1: codes j < 16 in the low nibbles, j + 16 in the high ones of the same
+// bytes).
 size_t code32_byte(DType type, int r, int j)
 {
     return type == DType::Q8_0 ? size_t(64 * (j / 4) + 4 * r + j % 4) : size_t(64 * (j % 16 / 4) + 4 * r + j % 4);
 }
+
+// Q5_1's fifth bit of code j of row r: its byte within the block's codes, and the bit (word w
+// = j % 16 / 4 holds the bits of codes 4 w + c and 16 + 4 w + c at bits 2 w and 2 w + 1).
+size_t fifth32_byte(int r, int j) { return size_t(packed_q4_0_block_bytes + 4 * r + j % 4); }
+int fifth32_bit(int j) { return 2 * (j % 16 / 4) + j / 16; }
 
 // The 256 6-bit codes of a Q6_K super-block in value order (quant.h).
 void q6_k_codes(const uint8_t *p, uint8_t q[256])
@@ -181,24 +201,36 @@ void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
         }
 }
 
-// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each).
+// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each); Q5_1 (d, m, qh[4],
+// qs[16]): the bytes of qs as stored, and each code's fifth bit (bit j of qh) at its place.
 void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const int64_t nb = n_in / qk;
-    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
+    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : type == DType::Q5_1 ? q5_1_bytes : q4_0_bytes;
+    const int64_t off_codes = type == DType::Q5_1 ? 8 : 2;
     const size_t row_stride = size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
+        if (type == DType::Q5_1) // the fifth bits are or-ed in
+            std::memset(grp, 0, group_bytes(type, n_in));
         if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
-            std::memset(grp + scales32_offset(type, nb - 1) + 32, 0, 32);
+            for (int64_t at = 32; at < scales32_bytes(type); at += 64)
+                std::memset(grp + scales32_offset(type, nb - 1) + at, 0, 32);
         for (int r = 0; r < packed_group_rows; ++r) {
             const uint8_t *row = src + size_t(g * packed_group_rows + r) * row_stride;
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *p = row + size_t(b * bb);
                 std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
                 uint8_t *codes = grp + codes32_offset(type, b);
-                for (int j = 0; j < int(bb) - 2; ++j)
-                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
+                for (int j = 0; j < int(bb - off_codes); ++j)
+                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[off_codes + j];
+                if (type != DType::Q5_1)
+                    continue;
+                std::memcpy(grp + scales32_offset(type, b) + 64 + 2 * r, p + 2, 2);
+                uint32_t qh;
+                std::memcpy(&qh, p + 4, 4);
+                for (int j = 0; j < qk; ++j)
+                    codes[fifth32_byte(r, j)] |= uint8_t(((qh >> j) & 1) << fifth32_bit(j));
             }
         }
     }
@@ -225,9 +257,19 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         for (int64_t b = 0; b < n_in / qk; ++b) {
             const uint8_t *codes = grp + codes32_offset(type, b);
-            uint16_t hd;
+            uint16_t hd, hm;
             std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
             const float d = f16_to_f32(hd);
+            if (type == DType::Q5_1) { // x = q * d + m (dequantize_q5)
+                std::memcpy(&hm, grp + scales32_offset(type, b) + 64 + 2 * r, 2);
+                const float m = f16_to_f32(hm);
+                for (int j = 0; j < qk; ++j) {
+                    const uint8_t c = codes[code32_byte(type, r, j)];
+                    const int fifth = (codes[fifth32_byte(r, j)] >> fifth32_bit(j)) & 1;
+                    out[b * qk + j] = float((j < 16 ? c & 0x0f : c >> 4) | fifth << 4) * d + m;
+                }
+                continue;
+            }
             for (int j = 0; j < qk; ++j) {
                 const uint8_t c = codes[code32_byte(type, r, j)];
                 const int q = type == DType::Q8_0 ? int(int8_t(c ^ 0x80)) : (j < 16 ? c & 0x0f : c >> 4) - 8;
@@ -500,15 +542,16 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
-// One group of 16 rows of Q8_0 or Q4_0 against NT tokens. Per block of 32 and token: the
+// One group of 16 rows of Q8_0, Q4_0 or Q5_1 against NT tokens. Per block of 32 and token: the
 // exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble) times the activation
 // code per row (lanes = rows), started at -bias (128, 8) times the sum of the block's activation
 // codes, so it ends as sum(q x) with q the signed code; then acc += float(sum) * (d_w d_x).
+// Q5_1: the 5-bit code, no bias, then acc += m_w * (d_x sum(q_x)).
 template <DType T, int NT>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                     float *out, int64_t ldo)
 {
-    constexpr int bias = T == DType::Q8_0 ? 128 : 8;
+    constexpr int bias = T == DType::Q8_0 ? 128 : T == DType::Q4_0 ? 8 : 0;
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
     const int8_t *xq[NT];
@@ -552,7 +595,12 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
             #pragma GCC unroll 4
             for (int w = 0; w < 4; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
-                const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if constexpr (T == DType::Q5_1) {
+                    const __m512i qh = _mm512_loadu_si512(c + packed_q4_0_block_bytes);
+                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
+                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * w + 1));
+                }
                 #pragma GCC unroll 8
                 for (int t = 0; t < NT; ++t) {
                     const int8_t *x = xq[t] + b * qk + 4 * w;
@@ -566,6 +614,13 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
+        if constexpr (T == DType::Q5_1) {
+            const __m512 mw = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b) + 64)));
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+        }
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
@@ -893,7 +948,8 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
 
 // Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
 // with q's sign (pair sums at most 2 x 128 x 127 < 2^15); Q4_0: the nibbles, the sum started
-// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits).
+// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits);
+// Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15).
 // The sums are sum(q x) as in the VNNI kernel, and the same float operations follow.
 template <DType T, int NT>
 LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
@@ -926,15 +982,21 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             } else {
+                constexpr int bias = T == DType::Q4_0 ? 8 : 0; // Q5_1: none
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int32_t *s16 = a.s16_row(t0 + t);
-                    is[t] = _mm256_set1_epi32(-8 * (s16[2 * b] + s16[2 * b + 1]));
+                    is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
                 }
                 #pragma GCC unroll 4
                 for (int w = 0; w < 4; ++w) {
                     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
-                    const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    if constexpr (T == DType::Q5_1) {
+                        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
+                        lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
+                        hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
+                    }
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
                         const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
@@ -950,10 +1012,30 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
                                          acc[t]);
+            if constexpr (T == DType::Q5_1) {
+                const __m256 mw = _mm256_cvtph_ps(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+            }
         }
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
+// packed_b32_vnni for n_tokens (1..4) tokens.
+template <DType T>
+void packed_b32_vnni_n(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                       float *out, int64_t ldo)
+{
+    switch (n_tokens) {
+    case 1: packed_b32_vnni<T, 1>(group, n_in, a, t0, out, ldo); return;
+    case 2: packed_b32_vnni<T, 2>(group, n_in, a, t0, out, ldo); return;
+    case 3: packed_b32_vnni<T, 3>(group, n_in, a, t0, out, ldo); return;
+    default: packed_b32_vnni<T, 4>(group, n_in, a, t0, out, ldo); return;
     }
 }
 
@@ -989,6 +1071,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_b32_avx2<DType::Q4_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q4_0)
                 packed_b32_avx2<DType::Q4_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_1 && two)
+                packed_b32_avx2<DType::Q5_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_1)
+                packed_b32_avx2<DType::Q5_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K && two)
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
@@ -1004,22 +1090,12 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         }
         return;
     }
-    if (type == DType::Q8_0) {
-        switch (n_tokens) {
-        case 1: packed_b32_vnni<DType::Q8_0, 1>(group, n_in, a, t0, out, ldo); return;
-        case 2: packed_b32_vnni<DType::Q8_0, 2>(group, n_in, a, t0, out, ldo); return;
-        case 3: packed_b32_vnni<DType::Q8_0, 3>(group, n_in, a, t0, out, ldo); return;
-        default: packed_b32_vnni<DType::Q8_0, 4>(group, n_in, a, t0, out, ldo); return;
-        }
-    }
-    if (type == DType::Q4_0) {
-        switch (n_tokens) {
-        case 1: packed_b32_vnni<DType::Q4_0, 1>(group, n_in, a, t0, out, ldo); return;
-        case 2: packed_b32_vnni<DType::Q4_0, 2>(group, n_in, a, t0, out, ldo); return;
-        case 3: packed_b32_vnni<DType::Q4_0, 3>(group, n_in, a, t0, out, ldo); return;
-        default: packed_b32_vnni<DType::Q4_0, 4>(group, n_in, a, t0, out, ldo); return;
-        }
-    }
+    if (type == DType::Q8_0)
+        return packed_b32_vnni_n<DType::Q8_0>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q4_0)
+        return packed_b32_vnni_n<DType::Q4_0>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q5_1)
+        return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q6_K) {
         switch (n_tokens) {
         case 1: packed_q6_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
