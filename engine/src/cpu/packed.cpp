@@ -211,8 +211,6 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
     const size_t row_stride = size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
-        if (type == DType::Q5_1) // the fifth bits are or-ed in
-            std::memset(grp, 0, group_bytes(type, n_in));
         if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
             for (int64_t at = 32; at < scales32_bytes(type); at += 64)
                 std::memset(grp + scales32_offset(type, nb - 1) + at, 0, 32);
@@ -229,8 +227,12 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
                 std::memcpy(grp + scales32_offset(type, b) + 64 + 2 * r, p + 2, 2);
                 uint32_t qh;
                 std::memcpy(&qh, p + 4, 4);
-                for (int j = 0; j < qk; ++j)
-                    codes[fifth32_byte(r, j)] |= uint8_t(((qh >> j) & 1) << fifth32_bit(j));
+                for (int c = 0; c < 4; ++c) { // the byte of codes c, 4 + c, ..., 28 + c
+                    uint8_t bits = 0;
+                    for (int j = c; j < qk; j += 4)
+                        bits = uint8_t(bits | ((qh >> j) & 1) << fifth32_bit(j));
+                    codes[fifth32_byte(r, c)] = bits;
+                }
             }
         }
     }
