@@ -926,17 +926,38 @@ private slots:
         }
     }
 
-    // A Q4_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI or AVX2), every packable
-    // Q4_K and Q6_K matrix has its packed copy, whose rows are the file's rows, and whose products are
-    // those of the rows in the file within float rounding.
+    // A Q4_K_M or Q5_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI or AVX2),
+    // every packable matrix has its packed copy, whose rows are the file's rows, and whose
+    // products are those of the rows in the file within float rounding. With rows of 160 values
+    // (not whole 256-value blocks) Q5_K_M holds Q5_1 and Q8_0 where it would hold Q5_K and Q6_K.
+    void model_packs_k_quant_matrices_data()
+    {
+        QTest::addColumn<DType>("mix");
+        QTest::addColumn<int>("n_embd");
+        // The types of the eight matrices below, in their order, by llama.cpp's rules: with two
+        // layers, layer 0 is not one of use_more_bits' (attn_v and ffn_down keep the mix's type);
+        // the output takes Q6_K, Q8_0 where its rows do not divide into 256.
+        QTest::addColumn<QString>("types");
+        QTest::newRow("Q4_K_M") << DType::Q4_K << 256 << "Q4_K Q4_K Q4_K Q4_K Q4_K Q4_K Q4_K Q6_K";
+        QTest::newRow("Q5_K_M") << DType::Q5_K << 256 << "Q5_K Q5_K Q5_K Q5_K Q5_K Q5_K Q5_K Q6_K";
+        QTest::newRow("Q5_K_M 160") << DType::Q5_K << 160 << "Q5_1 Q5_1 Q5_1 Q5_1 Q5_1 Q5_1 Q5_K Q8_0";
+    }
     void model_packs_k_quant_matrices()
     {
-        const std::string f16 = tmp("pack-f16.gguf"), q4k = tmp("pack-q4k.gguf");
-        write_small_k_quant_models(f16, q4k, 2, 5);
-        auto m = Model::load(q4k);
+        QFETCH(DType, mix);
+        QFETCH(int, n_embd);
+        QFETCH(QString, types);
+        const std::string f16 = tmp("pack-f16.gguf"), q = tmp("pack-q.gguf");
+        RandomModelSpec spec = small_k_quant_spec(2, 5, 128);
+        spec.n_embd = n_embd;
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q, mix);
+        auto m = Model::load(q);
         const LayerWeights &l = m->weights().layers[0];
         int packed = 0;
+        QStringList seen;
         for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &m->weights().output}) {
+            seen << QString::fromLatin1(dtype_name(v->type).data(), int(dtype_name(v->type).size()));
             QCOMPARE(v->cpu_packed != nullptr, cpu_wants_packed(*v));
             if (!v->cpu_packed)
                 continue;
@@ -964,9 +985,10 @@ private slots:
                 QVERIFY2(std::fabs(yp[i] - yr[i]) <= 1e-4 * (std::fabs(yr[i]) + 1.0),
                          qPrintable(QString("%1 [%2]: %3 vs %4").arg(QString::fromStdString(v->name)).arg(i).arg(yp[i]).arg(yr[i])));
         }
+        QCOMPARE(seen.join(' '), types);
         qInfo("packed matrices in layer 0 and output: %d (integer kernels: %s)", packed, qkernel_name(qkernel()));
         if (packed_kernel_available(qkernel()) && cpu_options().pack_weights)
-            QVERIFY(packed == 8); // Q4_K: wq, wk, wo, gate, up; Q6_K: wv, down (layer 0), output
+            QVERIFY(packed == 8); // all eight: wq, wk, wv, wo, gate, up, down (layer 0), output
     }
 
     // The matrices are copied out of the file mapping at load (CpuOptions::copy_weights off
