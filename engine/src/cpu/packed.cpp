@@ -387,10 +387,12 @@ inline int32_t load_i32(const int8_t *p)
     return v;
 }
 
-// Bit `bit` of every byte of qh moved to bit 4 (Q5_K's fifth bit of a code), the other bits 0.
+// Bit `bit` of every byte of qh moved to bit 4 (the fifth bit of a Q5_K or Q5_1 code), the other
+// bits 0: one 16-bit shift by at most 4 keeps each byte's bit within its byte.
 LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
 {
-    return _mm512_and_si512(_mm512_slli_epi16(_mm512_srli_epi16(qh, bit), 4), _mm512_set1_epi8(0x10));
+    const __m512i at4 = bit < 4 ? _mm512_slli_epi16(qh, 4 - bit) : bit > 4 ? _mm512_srli_epi16(qh, bit - 4) : qh;
+    return _mm512_and_si512(at4, _mm512_set1_epi8(0x10));
 }
 
 // One group of 16 rows of Q4_K or Q5_K against NT tokens. Per super-block and token: for each
@@ -642,7 +644,8 @@ template <DType T> constexpr int words_in_16_bits = T == DType::Q5_K ? 4 : 8;
 // Bit `bit` of every byte of qh moved to bit 4, the other bits 0 (fifth_bit in 256 bits).
 LS_PACKED_AVX2 inline __m256i fifth_bit_avx2(__m256i qh, int bit)
 {
-    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, bit), 4), _mm256_set1_epi8(0x10));
+    const __m256i at4 = bit < 4 ? _mm256_slli_epi16(qh, 4 - bit) : bit > 4 ? _mm256_srli_epi16(qh, bit - 4) : qh;
+    return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
 }
 
 // The codes of word w of pair `pair` (32 bytes at offset 32 h of the word), even and odd
