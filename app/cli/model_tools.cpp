@@ -389,6 +389,10 @@ int cmd_quantize(const std::vector<std::string> &argv, const char *)
     if (!type)
         throw UsageError(std::string("--type must be ") + quantized_type_names + ", got '" + *type_name + "'");
     const std::string &in = a.positional()[0], &out = a.positional()[1];
+    std::error_code ec;
+    if (std::filesystem::is_directory(in, ec))
+        throw FormatError(in + ": is a directory; quantize reads a GGUF model file (a Hugging Face directory is not "
+                               "converted to GGUF)");
     quantize_model_file(in, out, *type, terminal_progress("quantizing"));
     std::printf("%s\n", describe(out).c_str());
     return 0;

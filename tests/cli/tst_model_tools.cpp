@@ -155,6 +155,7 @@ private slots:
         QTest::newRow("quantize bad --type") << QStringList{"quantize", bundled(), out, "--type", "iq2_xxs"} << 2 << "iq2_xxs";
         QTest::newRow("quantize one file") << QStringList{"quantize", bundled(), "--type", "q8_0"} << 2 << "IN OUT";
         QTest::newRow("quantize missing input") << QStringList{"quantize", "/nonexistent/in.gguf", out, "--type", "q8_0"} << 1 << "/nonexistent/in.gguf";
+        QTest::newRow("quantize a Hugging Face directory") << QStringList{"quantize", LONGSCOPE_TEST_DATA "/vocab/hf-bpe", out, "--type", "q8_0"} << 1 << "Hugging Face";
         QTest::newRow("quantize not gguf") << QStringList{"quantize", tok512(), out, "--type", "q8_0"} << 1 << "GGUF";
         QTest::newRow("quantize unwritable output") << QStringList{"quantize", bundled(), "/nonexistent/dir/out.gguf", "--type", "q8_0"} << 1 << "/nonexistent/dir/out.gguf";
         QTest::newRow("make-model without --shape") << QStringList{"make-model", "--type", "f16", "-o", out} << 2 << "--shape";

@@ -94,7 +94,7 @@ private slots:
         // have them, else 8-bit integer ones.
         const ComputeFamily quant = t.bf16_dot ? ComputeFamily::Bf16Dot : ComputeFamily::Int8Dot;
         const ComputeFamily packed = t.pack_weights ? ComputeFamily::Int8Dot : quant;
-        for (const char *type : {"Q8_0", "Q4_K", "Q6_K"})
+        for (const char *type : {"Q8_0", "Q4_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"})
             QCOMPARE(prefill_compute_family(type), packed);
         QCOMPARE(prefill_compute_family("Q5_0"), quant);
         CpuOptions o;

@@ -718,7 +718,49 @@ private slots:
         }
     }
 
-    // Q4_K, Q6_K, Q8_0 and Q4_0 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // The packed Q5_K kernels at their integer extremes: every code 31 and every scale 63 (each
+    // weight 63 x 31 = 1953), every activation 1 (code 127), so a pair sum of eight words would
+    // be 8 x 2 x 31 x 127 = 62992, past 16 bits: each product must be n_in x 1953 exactly as the
+    // sum of equal terms (up to float rounding), and the same bits with VNNI and AVX2.
+    void packed_q5_k_extremes()
+    {
+        constexpr int n_in = 512, n_out = 16;
+        std::vector<uint8_t> block(176, 0);
+        block[0] = 0x00, block[1] = 0x3C; // d = 1 (f16), dmin = 0
+        for (int j = 0; j < 4; ++j)
+            block[4 + j] = 0xFF, block[12 + j] = 0x0F; // scales 63 (quant.h's 12-byte packing), mins 0
+        std::memset(block.data() + 16, 0xFF, 32 + 128); // every fifth bit and nibble set: code 31
+        std::vector<uint8_t> rows;
+        for (int i = 0; i < n_out * n_in / 256; ++i)
+            rows.insert(rows.end(), block.begin(), block.end());
+        std::vector<float> values(n_in);
+        dequantize_row(DType::Q5_K, rows.data(), values.data(), n_in);
+        for (float v : values)
+            QCOMPARE(v, 1953.0f);
+        std::vector<uint8_t> packed(packed_size(DType::Q5_K, n_in, n_out));
+        pack_rows(DType::Q5_K, rows.data(), n_in, packed.data(), 0, 1);
+        const std::vector<float> x(size_t(2 * n_in), 1.0f);
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), 2, n_in, acts);
+        std::vector<float> first;
+        for (QKernel k : {QKernel::Vnni, QKernel::Avx2}) {
+            if (!packed_kernel_available(k))
+                continue;
+            std::vector<float> y(size_t(2 * n_out), NAN);
+            packed_tile_with(k, DType::Q5_K, packed.data(), n_in, 0, acts, 0, 2, y.data(), n_out);
+            packed_tile_with(k, DType::Q5_K, packed.data(), n_in, 0, acts, 1, 1, y.data() + n_out, n_out);
+            for (float v : y)
+                QVERIFY2(std::fabs(v - 1953.0 * n_in) <= 1e-5 * 1953.0 * n_in,
+                         qPrintable(QString("%1: %2").arg(qkernel_name(k)).arg(v, 0, 'g', 9)));
+            if (!first.empty())
+                QVERIFY(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)) == 0);
+            first = y;
+        }
+        if (first.empty())
+            qInfo("no AVX2 here: the packed kernels never run on this CPU");
+    }
+
+    // Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -728,7 +770,7 @@ private slots:
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
+        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_1}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -738,6 +780,7 @@ private slots:
         QTest::newRow("Q8_0 96x32") << DType::Q8_0 << 96 << 32;
         QTest::newRow("Q8_0 5632x16") << DType::Q8_0 << 5632 << 16;
         QTest::newRow("Q4_0 160x32") << DType::Q4_0 << 160 << 32;
+        QTest::newRow("Q5_1 160x32") << DType::Q5_1 << 160 << 32;
     }
     void packed_matrices()
     {
@@ -746,14 +789,18 @@ private slots:
         QFETCH(int, n_out);
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
-        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0;
+        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1;
         QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
         QVERIFY(!packable(DType::Q5_0, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
-        const size_t group = b32 ? size_t((n_in / 32 * 32 + 63) / 64 * 64 + n_in / 32 * (type == DType::Q8_0 ? 512 : 256))
+        // Pairs of blocks: 64 bytes of scales (Q5_1: 128, with the minimums), then the codes.
+        const size_t pair_scales = type == DType::Q5_1 ? 128 : 64;
+        const size_t group = b32 ? size_t((n_in / 32 + 1) / 2 * pair_scales +
+                                          n_in / 32 * (type == DType::Q8_0 ? 512 : type == DType::Q5_1 ? 320 : 256))
                                                  : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
-                                                                                                   : packed_q6_k_block_bytes);
+                                                                               : type == DType::Q5_K ? packed_q5_k_block_bytes
+                                                                                                     : packed_q6_k_block_bytes);
         QCOMPARE(bytes, size_t(n_out / 16) * group);
         std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
         uint8_t *pk = packed.data() + 1;
@@ -879,17 +926,38 @@ private slots:
         }
     }
 
-    // A Q4_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI or AVX2), every packable
-    // Q4_K and Q6_K matrix has its packed copy, whose rows are the file's rows, and whose products are
-    // those of the rows in the file within float rounding.
+    // A Q4_K_M or Q5_K_M model loaded here: where this CPU's kernels pack (AVX-512 VNNI or AVX2),
+    // every packable matrix has its packed copy, whose rows are the file's rows, and whose
+    // products are those of the rows in the file within float rounding. With rows of 160 values
+    // (not whole 256-value blocks) Q5_K_M holds Q5_1 and Q8_0 where it would hold Q5_K and Q6_K.
+    void model_packs_k_quant_matrices_data()
+    {
+        QTest::addColumn<DType>("mix");
+        QTest::addColumn<int>("n_embd");
+        // The types of the eight matrices below, in their order, by llama.cpp's rules: with two
+        // layers, layer 0 is not one of use_more_bits' (attn_v and ffn_down keep the mix's type);
+        // the output takes Q6_K, Q8_0 where its rows do not divide into 256.
+        QTest::addColumn<QString>("types");
+        QTest::newRow("Q4_K_M") << DType::Q4_K << 256 << "Q4_K Q4_K Q4_K Q4_K Q4_K Q4_K Q4_K Q6_K";
+        QTest::newRow("Q5_K_M") << DType::Q5_K << 256 << "Q5_K Q5_K Q5_K Q5_K Q5_K Q5_K Q5_K Q6_K";
+        QTest::newRow("Q5_K_M 160") << DType::Q5_K << 160 << "Q5_1 Q5_1 Q5_1 Q5_1 Q5_1 Q5_1 Q5_K Q8_0";
+    }
     void model_packs_k_quant_matrices()
     {
-        const std::string f16 = tmp("pack-f16.gguf"), q4k = tmp("pack-q4k.gguf");
-        write_small_k_quant_models(f16, q4k, 2, 5);
-        auto m = Model::load(q4k);
+        QFETCH(DType, mix);
+        QFETCH(int, n_embd);
+        QFETCH(QString, types);
+        const std::string f16 = tmp("pack-f16.gguf"), q = tmp("pack-q.gguf");
+        RandomModelSpec spec = small_k_quant_spec(2, 5, 128);
+        spec.n_embd = n_embd;
+        write_random_model_file(f16, spec);
+        quantize_model_file(f16, q, mix);
+        auto m = Model::load(q);
         const LayerWeights &l = m->weights().layers[0];
         int packed = 0;
+        QStringList seen;
         for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &m->weights().output}) {
+            seen << QString::fromLatin1(dtype_name(v->type).data(), int(dtype_name(v->type).size()));
             QCOMPARE(v->cpu_packed != nullptr, cpu_wants_packed(*v));
             if (!v->cpu_packed)
                 continue;
@@ -917,9 +985,10 @@ private slots:
                 QVERIFY2(std::fabs(yp[i] - yr[i]) <= 1e-4 * (std::fabs(yr[i]) + 1.0),
                          qPrintable(QString("%1 [%2]: %3 vs %4").arg(QString::fromStdString(v->name)).arg(i).arg(yp[i]).arg(yr[i])));
         }
+        QCOMPARE(seen.join(' '), types);
         qInfo("packed matrices in layer 0 and output: %d (integer kernels: %s)", packed, qkernel_name(qkernel()));
         if (packed_kernel_available(qkernel()) && cpu_options().pack_weights)
-            QVERIFY(packed == 8); // Q4_K: wq, wk, wo, gate, up; Q6_K: wv, down (layer 0), output
+            QVERIFY(packed == 8); // all eight: wq, wk, wv, wo, gate, up, down (layer 0), output
     }
 
     // The matrices are copied out of the file mapping at load (CpuOptions::copy_weights off

@@ -19,46 +19,79 @@ namespace longscope {
 namespace {
 
 constexpr int64_t qk_k = 256;
-constexpr int64_t q4_k_bytes = 144, q6_k_bytes = 210;
-// Q4_K block offsets
-constexpr int64_t off_d = 0, off_dmin = 32, off_sc = 64, off_m = 192, off_qs = 320;
+constexpr int64_t q4_k_bytes = 144, q5_k_bytes = 176, q6_k_bytes = 210;
+// Q4_K block offsets (Q5_K: the same, then the fifth bits)
+constexpr int64_t off_d = 0, off_dmin = 32, off_sc = 64, off_m = 192, off_qs = 320, off5_qh = 2368;
 static_assert(off_qs + 4 * 8 * 16 * 4 == packed_q4_k_block_bytes);
 static_assert(packed_q4_k_block_bytes % 64 == 0);
+static_assert(off5_qh + 8 * 16 * 4 == packed_q5_k_block_bytes);
+static_assert(packed_q5_k_block_bytes % 64 == 0);
 // Q6_K block offsets
 constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
 static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
 static_assert(packed_q6_k_block_bytes % 64 == 0);
 
-constexpr int64_t qk = 32; // Q8_0 and Q4_0 block
-constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18;
+constexpr int64_t qk = 32; // Q8_0, Q4_0 and Q5_1 block
+constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q5_1_bytes = 24;
 
-bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1; }
 
-// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256.
-int64_t codes32_bytes(DType type) { return type == DType::Q8_0 ? packed_q8_0_block_bytes : packed_q4_0_block_bytes; }
+// Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
+bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
 
-// Where block b's sixteen scales and its codes start in a packed Q8_0 or Q4_0 group: blocks go
-// in pairs, the pair's 64 bytes of scales, then its two blocks' codes (packed.h).
-size_t scales32_offset(DType type, int64_t b) { return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 32 * (b % 2)); }
+// Bytes of one packed super-block of sixteen rows (Q4_K, Q5_K, Q6_K).
+constexpr int64_t packed_k_block_bytes(DType type)
+{
+    return type == DType::Q4_K ? packed_q4_k_block_bytes
+           : type == DType::Q5_K ? packed_q5_k_block_bytes
+                                 : packed_q6_k_block_bytes;
+}
+
+// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256, Q5_1 320 (the nibbles,
+// then the fifth bits).
+int64_t codes32_bytes(DType type)
+{
+    return type == DType::Q8_0 ? packed_q8_0_block_bytes
+           : type == DType::Q5_1 ? packed_q5_1_block_bytes
+                                 : packed_q4_0_block_bytes;
+}
+
+// Bytes of a pair's scales: the d of both blocks (64), and Q5_1's m of both blocks (64 more).
+int64_t scales32_bytes(DType type) { return type == DType::Q5_1 ? 128 : 64; }
+
+// Where block b's sixteen scales (Q5_1: its minimums 64 bytes further) and its codes start in a
+// packed Q8_0, Q4_0 or Q5_1 group: blocks go in pairs, the pair's scales, then its two blocks'
+// codes (packed.h).
+size_t scales32_offset(DType type, int64_t b)
+{
+    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + 32 * (b % 2));
+}
 size_t codes32_offset(DType type, int64_t b)
 {
-    return size_t(b / 2 * (64 + 2 * codes32_bytes(type)) + 64 + codes32_bytes(type) * (b % 2));
+    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + scales32_bytes(type) +
+                  codes32_bytes(type) * (b % 2));
 }
 
 // Bytes of a packed group of sixteen rows of n_in values.
 size_t group_bytes(DType type, int64_t n_in)
 {
     if (is_block32(type))
-        return size_t((n_in / qk + 1) / 2 * 64 + n_in / qk * codes32_bytes(type));
-    return size_t(n_in / qk_k) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes : packed_q6_k_block_bytes);
+        return size_t((n_in / qk + 1) / 2 * scales32_bytes(type) + n_in / qk * codes32_bytes(type));
+    return size_t(n_in / qk_k) * size_t(packed_k_block_bytes(type));
 }
 
-// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0 or Q4_0
-// group (Q4_0: codes j < 16 in the low nibbles, j + 16 in the high ones of the same bytes).
+// The byte holding code j (0..31) of row r within a block's codes in a packed Q8_0, Q4_0 or
+// Q5_1 group (Q4_0, Q5_1: codes j < 16 in the low nibbles, j + 16 in the high ones of the same
+// bytes).
 size_t code32_byte(DType type, int r, int j)
 {
     return type == DType::Q8_0 ? size_t(64 * (j / 4) + 4 * r + j % 4) : size_t(64 * (j % 16 / 4) + 4 * r + j % 4);
 }
+
+// Q5_1's fifth bit of code j of row r: its byte within the block's codes, and the bit (word w
+// = j % 16 / 4 holds the bits of codes 4 w + c and 16 + 4 w + c at bits 2 w and 2 w + 1).
+size_t fifth32_byte(int r, int j) { return size_t(packed_q4_0_block_bytes + 4 * r + j % 4); }
+int fifth32_bit(int j) { return 2 * (j % 16 / 4) + j / 16; }
 
 // The 256 6-bit codes of a Q6_K super-block in value order (quant.h).
 void q6_k_codes(const uint8_t *p, uint8_t q[256])
@@ -91,7 +124,7 @@ inline int q6_packed_code(const uint8_t *b, int r, int i)
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
     const int64_t block = is_block32(type) ? qk : qk_k;
-    return (type == DType::Q4_K || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
+    return (is_q4_k_like(type) || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
 }
 
@@ -139,15 +172,17 @@ void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
         }
 }
 
-void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+// Q4_K or Q5_K (quant.h: d, dmin, scales[12], Q5_K's qh[32], qs[128]).
+void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    const int64_t nsb = n_in / qk_k;
-    const size_t row_stride = size_t(nsb) * q4_k_bytes;
+    const bool q5 = type == DType::Q5_K;
+    const int64_t nsb = n_in / qk_k, block_bytes = q5 ? q5_k_bytes : q4_k_bytes, off_src_qs = q5 ? 48 : 16;
+    const size_t row_stride = size_t(nsb * block_bytes);
     for (int64_t g = g0; g < g1; ++g)
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q4_k_block_bytes;
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
             for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q4_k_bytes;
+                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb * block_bytes);
                 std::memcpy(b + off_d + 2 * r, p, 2);
                 std::memcpy(b + off_dmin + 2 * r, p + 2, 2);
                 uint8_t sc[8], m[8];
@@ -158,29 +193,46 @@ void pack_q4_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
                 }
                 for (int pair = 0; pair < 4; ++pair)
                     for (int w = 0; w < 8; ++w)
-                        std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + 16 + 32 * pair + 4 * w, 4);
+                        std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + off_src_qs + 32 * pair + 4 * w, 4);
+                if (q5)
+                    for (int w = 0; w < 8; ++w)
+                        std::memcpy(b + off5_qh + (w * 16 + r) * 4, p + 16 + 4 * w, 4);
             }
         }
 }
 
-// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each).
+// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each); Q5_1 (d, m, qh[4],
+// qs[16]): the bytes of qs as stored, and each code's fifth bit (bit j of qh) at its place.
 void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const int64_t nb = n_in / qk;
-    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : q4_0_bytes;
+    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : type == DType::Q5_1 ? q5_1_bytes : q4_0_bytes;
+    const int64_t off_codes = type == DType::Q5_1 ? 8 : 2;
     const size_t row_stride = size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
         if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
-            std::memset(grp + scales32_offset(type, nb - 1) + 32, 0, 32);
+            for (int64_t at = 32; at < scales32_bytes(type); at += 64)
+                std::memset(grp + scales32_offset(type, nb - 1) + at, 0, 32);
         for (int r = 0; r < packed_group_rows; ++r) {
             const uint8_t *row = src + size_t(g * packed_group_rows + r) * row_stride;
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *p = row + size_t(b * bb);
                 std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
                 uint8_t *codes = grp + codes32_offset(type, b);
-                for (int j = 0; j < int(bb) - 2; ++j)
-                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[2 + j];
+                for (int j = 0; j < int(bb - off_codes); ++j)
+                    codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[off_codes + j];
+                if (type != DType::Q5_1)
+                    continue;
+                std::memcpy(grp + scales32_offset(type, b) + 64 + 2 * r, p + 2, 2);
+                uint32_t qh;
+                std::memcpy(&qh, p + 4, 4);
+                for (int c = 0; c < 4; ++c) { // the byte of codes c, 4 + c, ..., 28 + c
+                    uint8_t bits = 0;
+                    for (int j = c; j < qk; j += 4)
+                        bits = uint8_t(bits | ((qh >> j) & 1) << fifth32_bit(j));
+                    codes[fifth32_byte(r, c)] = bits;
+                }
             }
         }
     }
@@ -190,16 +242,16 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    if (type == DType::Q4_K)
-        pack_q4_k(src, n_in, dst, g0, g1);
+    if (is_q4_k_like(type))
+        pack_q4_k(type, src, n_in, dst, g0, g1);
     else if (is_block32(type))
         pack_block32(type, src, n_in, dst, g0, g1);
     else
         pack_q6_k(src, n_in, dst, g0, g1);
 }
 
-// The arithmetic of dequantize_q4_k and dequantize_q6_k (quant.cpp): y = (d * sc) * q - (dmin
-// * m) and y = (d * sc) * (q - 32).
+// The arithmetic of dequantize_q4_k, dequantize_q5_k and dequantize_q6_k (quant.cpp): y = (d *
+// sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     if (is_block32(type)) { // x = d * q (dequantize_q8_0), x = d * (nibble - 8) (dequantize_q4_0)
@@ -207,9 +259,19 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         for (int64_t b = 0; b < n_in / qk; ++b) {
             const uint8_t *codes = grp + codes32_offset(type, b);
-            uint16_t hd;
+            uint16_t hd, hm;
             std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
             const float d = f16_to_f32(hd);
+            if (type == DType::Q5_1) { // x = q * d + m (dequantize_q5)
+                std::memcpy(&hm, grp + scales32_offset(type, b) + 64 + 2 * r, 2);
+                const float m = f16_to_f32(hm);
+                for (int j = 0; j < qk; ++j) {
+                    const uint8_t c = codes[code32_byte(type, r, j)];
+                    const int fifth = (codes[fifth32_byte(r, j)] >> fifth32_bit(j)) & 1;
+                    out[b * qk + j] = float((j < 16 ? c & 0x0f : c >> 4) | fifth << 4) * d + m;
+                }
+                continue;
+            }
             for (int j = 0; j < qk; ++j) {
                 const uint8_t c = codes[code32_byte(type, r, j)];
                 const int q = type == DType::Q8_0 ? int(int8_t(c ^ 0x80)) : (j < 16 ? c & 0x0f : c >> 4) - 8;
@@ -236,12 +298,16 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
     const int64_t g = row / packed_group_rows;
     const int r = int(row % packed_group_rows);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q4_k_block_bytes;
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
         uint16_t hd, hm;
         std::memcpy(&hd, b + off_d + 2 * r, 2);
         std::memcpy(&hm, b + off_dmin + 2 * r, 2);
         const float d = f16_to_f32(hd), dmin = f16_to_f32(hm);
         float *y = out + sb * qk_k;
+        // Q5_K's fifth bit of value l of sub-block j: bit j of the row's qh[l].
+        auto fifth = [&](int j, int l) {
+            return type == DType::Q5_K ? ((b[off5_qh + ((l / 4) * 16 + r) * 4 + l % 4] >> j) & 1) << 4 : 0;
+        };
         for (int pair = 0; pair < 4; ++pair) {
             const float d1 = d * float(b[off_sc + 16 * (2 * pair) + r]);
             const float m1 = dmin * float(b[off_m + 16 * (2 * pair) + r]);
@@ -249,8 +315,8 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
             const float m2 = dmin * float(b[off_m + 16 * (2 * pair + 1) + r]);
             for (int l = 0; l < 32; ++l) {
                 const uint8_t q = b[off_qs + ((pair * 8 + l / 4) * 16 + r) * 4 + l % 4];
-                y[64 * pair + l] = d1 * float(q & 0x0f) - m1;
-                y[64 * pair + 32 + l] = d2 * float(q >> 4) - m2;
+                y[64 * pair + l] = d1 * float((q & 0x0f) | fifth(2 * pair, l)) - m1;
+                y[64 * pair + 32 + l] = d2 * float((q >> 4) | fifth(2 * pair + 1, l)) - m2;
             }
         }
     }
@@ -321,12 +387,21 @@ inline int32_t load_i32(const int8_t *p)
     return v;
 }
 
-// One group of 16 rows against NT tokens. Per super-block and token: for each pair of
-// sub-blocks, exact int32 sums of weight code times activation code per row (lanes = rows),
-// times the sub-block scale (the product stays below 2^24, so it is exact in float), times the
-// activation block's scale, summed over the even and the odd sub-blocks apart; the minimums as
-// sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin * mins.
-template <int NT>
+// Bit `bit` of every byte of qh moved to bit 4 (the fifth bit of a Q5_K or Q5_1 code), the other
+// bits 0: one 16-bit shift by at most 4 keeps each byte's bit within its byte.
+LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
+{
+    const __m512i at4 = bit < 4 ? _mm512_slli_epi16(qh, 4 - bit) : bit > 4 ? _mm512_srli_epi16(qh, bit - 4) : qh;
+    return _mm512_and_si512(at4, _mm512_set1_epi8(0x10));
+}
+
+// One group of 16 rows of Q4_K or Q5_K against NT tokens. Per super-block and token: for each
+// pair of sub-blocks, exact int32 sums of weight code times activation code per row (lanes =
+// rows), times the sub-block scale (the product stays below 2^24, so it is exact in float:
+// Q5_K 32 x 31 x 127 x 63), times the activation block's scale, summed over the even and the
+// odd sub-blocks apart; the minimums as sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin
+// * mins.
+template <int NT, DType T = DType::Q4_K>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                      float *out, int64_t ldo)
 {
@@ -343,7 +418,7 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
     }
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m512 fe[NT], fo[NT], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -362,8 +437,13 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
                 const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
-                const __m512i lo = _mm512_and_si512(v, low);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                __m512i lo = _mm512_and_si512(v, low);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if constexpr (T == DType::Q5_K) {
+                    const __m512i qh = _mm512_loadu_si512(b + off5_qh + w * 64);
+                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * pair));
+                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * pair + 1));
+                }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
@@ -466,15 +546,16 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
-// One group of 16 rows of Q8_0 or Q4_0 against NT tokens. Per block of 32 and token: the
+// One group of 16 rows of Q8_0, Q4_0 or Q5_1 against NT tokens. Per block of 32 and token: the
 // exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble) times the activation
 // code per row (lanes = rows), started at -bias (128, 8) times the sum of the block's activation
 // codes, so it ends as sum(q x) with q the signed code; then acc += float(sum) * (d_w d_x).
+// Q5_1: the 5-bit code, no bias, then acc += m_w * (d_x sum(q_x)).
 template <DType T, int NT>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                     float *out, int64_t ldo)
 {
-    constexpr int bias = T == DType::Q8_0 ? 128 : 8;
+    constexpr int bias = T == DType::Q8_0 ? 128 : T == DType::Q4_0 ? 8 : 0;
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
     const int8_t *xq[NT];
@@ -518,7 +599,12 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
             #pragma GCC unroll 4
             for (int w = 0; w < 4; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
-                const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if constexpr (T == DType::Q5_1) {
+                    const __m512i qh = _mm512_loadu_si512(c + packed_q4_0_block_bytes);
+                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
+                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * w + 1));
+                }
                 #pragma GCC unroll 8
                 for (int t = 0; t < NT; ++t) {
                     const int8_t *x = xq[t] + b * qk + 4 * w;
@@ -532,6 +618,13 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
+        if constexpr (T == DType::Q5_1) {
+            const __m512 mw = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b) + 64)));
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+        }
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
@@ -545,8 +638,33 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
 // The same per-lane arithmetic as the VNNI kernels (exact integer sums, then the same float
 // operations in the same order), so the two give the same bits. Q4_K: the 16-bit pair sums of
 // vpmaddubsw of the eight words of a pair stay below 2^15 (8 x 2 x 15 x 128), so they add in
-// 16 bits and widen once per pair.
-template <int NT>
+// 16 bits and widen once per pair; Q5_K's (31 for 15) widen every four words.
+template <DType T> constexpr int words_in_16_bits = T == DType::Q5_K ? 4 : 8;
+
+// Bit `bit` of every byte of qh moved to bit 4, the other bits 0 (fifth_bit in 256 bits).
+LS_PACKED_AVX2 inline __m256i fifth_bit_avx2(__m256i qh, int bit)
+{
+    const __m256i at4 = bit < 4 ? _mm256_slli_epi16(qh, 4 - bit) : bit > 4 ? _mm256_srli_epi16(qh, bit - 4) : qh;
+    return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
+}
+
+// The codes of word w of pair `pair` (32 bytes at offset 32 h of the word), even and odd
+// sub-block: Q4_K the nibbles, Q5_K with their fifth bits.
+template <DType T>
+LS_PACKED_AVX2 inline void q4_k_like_codes_avx2(const uint8_t *b, int pair, int w, int h, __m256i &lo, __m256i &hi)
+{
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_qs + (pair * 8 + w) * 64 + 32 * h));
+    lo = _mm256_and_si256(v, low);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (T == DType::Q5_K) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off5_qh + w * 64 + 32 * h));
+        lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * pair));
+        hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * pair + 1));
+    }
+}
+
+template <int NT, DType T = DType::Q4_K>
 LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                      float *out, int64_t ldo)
 {
@@ -559,14 +677,15 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
         xd[t] = a.db_row(t0 + t);
         xs[t] = a.ds_row(t0 + t);
     }
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
+    constexpr int span = words_in_16_bits<T>;
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+            const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
             __m256 fe[NT], fo[NT], mn[NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
@@ -576,23 +695,36 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
             }
             #pragma GCC unroll 4
             for (int pair = 0; pair < 4; ++pair) {
-                __m256i ie[NT], io[NT];
+                __m256i ie[NT], io[NT]; // int32 sums
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     ie[t] = _mm256_setzero_si256();
                     io[t] = _mm256_setzero_si256();
                 }
-                #pragma GCC unroll 8
-                for (int w = 0; w < 8; ++w) {
-                    const __m256i v =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_qs + (pair * 8 + w) * 64 + 32 * h));
-                    const __m256i lo = _mm256_and_si256(v, low);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                #pragma GCC unroll 2
+                for (int w0 = 0; w0 < 8; w0 += span) {
+                    __m256i ie16[NT], io16[NT];
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
-                        const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
-                        ie[t] = _mm256_add_epi16(ie[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
-                        io[t] = _mm256_add_epi16(io[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                        ie16[t] = _mm256_setzero_si256();
+                        io16[t] = _mm256_setzero_si256();
+                    }
+                    #pragma GCC unroll 8
+                    for (int w = w0; w < w0 + span; ++w) {
+                        __m256i lo, hi;
+                        q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
+                        #pragma GCC unroll 4
+                        for (int t = 0; t < NT; ++t) {
+                            const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
+                            ie16[t] = _mm256_add_epi16(ie16[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
+                            io16[t] =
+                                _mm256_add_epi16(io16[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                        }
+                    }
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t) {
+                        ie[t] = _mm256_add_epi32(ie[t], _mm256_madd_epi16(ie16[t], ones));
+                        io[t] = _mm256_add_epi32(io[t], _mm256_madd_epi16(io16[t], ones));
                     }
                 }
                 const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -602,8 +734,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const float *d = xd[t] + sb * 8 + 2 * pair;
-                    const __m256 ve = _mm256_cvtepi32_ps(_mm256_madd_epi16(ie[t], ones));
-                    const __m256 vo = _mm256_cvtepi32_ps(_mm256_madd_epi16(io[t], ones));
+                    const __m256 ve = _mm256_cvtepi32_ps(ie[t]);
+                    const __m256 vo = _mm256_cvtepi32_ps(io[t]);
                     fe[t] = _mm256_fmadd_ps(_mm256_mul_ps(ve, se), _mm256_set1_ps(d[0]), fe[t]);
                     fo[t] = _mm256_fmadd_ps(_mm256_mul_ps(vo, so), _mm256_set1_ps(d[1]), fo[t]);
                 }
@@ -632,31 +764,41 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
 
 // One token (decode): both halves in one pass, so each word's 64 bytes and the activation
 // words are loaded once. The same per-lane operations as packed_q4_k_avx2.
+template <DType T = DType::Q4_K>
 LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0), *xs = a.ds_row(t0);
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
+    constexpr int span = words_in_16_bits<T>;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q4_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
         #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
-            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]};
-            #pragma GCC unroll 8
-            for (int w = 0; w < 8; ++w) {
-                const uint8_t *q = b + off_qs + (pair * 8 + w) * 64;
-                const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
-                const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
+            #pragma GCC unroll 2
+            for (int w0 = 0; w0 < 8; w0 += span) {
+                __m256i ie16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io16[2] = {ie16[0], ie16[0]};
+                #pragma GCC unroll 8
+                for (int w = w0; w < w0 + span; ++w) {
+                    const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
+                    const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+                    #pragma GCC unroll 2
+                    for (int h = 0; h < 2; ++h) {
+                        __m256i lo, hi;
+                        q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
+                        ie16[h] = _mm256_add_epi16(ie16[h], _mm256_maddubs_epi16(lo, xe));
+                        io16[h] = _mm256_add_epi16(io16[h], _mm256_maddubs_epi16(hi, xo));
+                    }
+                }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 32 * h));
-                    ie[h] = _mm256_add_epi16(ie[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low), xe));
-                    io[h] = _mm256_add_epi16(
-                        io[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xo));
+                    ie[h] = _mm256_add_epi32(ie[h], _mm256_madd_epi16(ie16[h], ones));
+                    io[h] = _mm256_add_epi32(io[h], _mm256_madd_epi16(io16[h], ones));
                 }
             }
             const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
@@ -666,8 +808,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
                     _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
                 const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                     _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
-                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(ie[h], ones)), se), d0, fe[h]);
-                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(io[h], ones)), so), d1, fo[h]);
+                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), se), d0, fe[h]);
+                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), so), d1, fo[h]);
             }
         }
         #pragma GCC unroll 2
@@ -811,7 +953,8 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
 
 // Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
 // with q's sign (pair sums at most 2 x 128 x 127 < 2^15); Q4_0: the nibbles, the sum started
-// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits).
+// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits);
+// Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15).
 // The sums are sum(q x) as in the VNNI kernel, and the same float operations follow.
 template <DType T, int NT>
 LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
@@ -844,15 +987,21 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             } else {
+                constexpr int bias = T == DType::Q4_0 ? 8 : 0; // Q5_1: none
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int32_t *s16 = a.s16_row(t0 + t);
-                    is[t] = _mm256_set1_epi32(-8 * (s16[2 * b] + s16[2 * b + 1]));
+                    is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
                 }
                 #pragma GCC unroll 4
                 for (int w = 0; w < 4; ++w) {
                     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
-                    const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    if constexpr (T == DType::Q5_1) {
+                        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
+                        lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
+                        hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
+                    }
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
                         const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
@@ -868,10 +1017,43 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
                                          acc[t]);
+            if constexpr (T == DType::Q5_1) {
+                const __m256 mw = _mm256_cvtph_ps(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+            }
         }
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
+// packed_b32_vnni for n_tokens (1..4) tokens.
+template <DType T>
+void packed_b32_vnni_n(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                       float *out, int64_t ldo)
+{
+    switch (n_tokens) {
+    case 1: packed_b32_vnni<T, 1>(group, n_in, a, t0, out, ldo); return;
+    case 2: packed_b32_vnni<T, 2>(group, n_in, a, t0, out, ldo); return;
+    case 3: packed_b32_vnni<T, 3>(group, n_in, a, t0, out, ldo); return;
+    default: packed_b32_vnni<T, 4>(group, n_in, a, t0, out, ldo); return;
+    }
+}
+
+// packed_q4_k_vnni for n_tokens (1..4) tokens.
+template <DType T>
+void packed_q4_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                           float *out, int64_t ldo)
+{
+    switch (n_tokens) {
+    case 1: packed_q4_k_vnni<1, T>(group, n_in, a, t0, out, ldo); return;
+    case 2: packed_q4_k_vnni<2, T>(group, n_in, a, t0, out, ldo); return;
+    case 3: packed_q4_k_vnni<3, T>(group, n_in, a, t0, out, ldo); return;
+    default: packed_q4_k_vnni<4, T>(group, n_in, a, t0, out, ldo); return;
     }
 }
 
@@ -894,10 +1076,18 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_b32_avx2<DType::Q4_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q4_0)
                 packed_b32_avx2<DType::Q4_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_1 && two)
+                packed_b32_avx2<DType::Q5_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_1)
+                packed_b32_avx2<DType::Q5_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K && two)
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
                 packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
+            else if (type == DType::Q5_K && two)
+                packed_q4_k_avx2<2, DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_K)
+                packed_q4_k_avx2_one<DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo);
             else if (two)
                 packed_q4_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else
@@ -905,22 +1095,12 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         }
         return;
     }
-    if (type == DType::Q8_0) {
-        switch (n_tokens) {
-        case 1: packed_b32_vnni<DType::Q8_0, 1>(group, n_in, a, t0, out, ldo); return;
-        case 2: packed_b32_vnni<DType::Q8_0, 2>(group, n_in, a, t0, out, ldo); return;
-        case 3: packed_b32_vnni<DType::Q8_0, 3>(group, n_in, a, t0, out, ldo); return;
-        default: packed_b32_vnni<DType::Q8_0, 4>(group, n_in, a, t0, out, ldo); return;
-        }
-    }
-    if (type == DType::Q4_0) {
-        switch (n_tokens) {
-        case 1: packed_b32_vnni<DType::Q4_0, 1>(group, n_in, a, t0, out, ldo); return;
-        case 2: packed_b32_vnni<DType::Q4_0, 2>(group, n_in, a, t0, out, ldo); return;
-        case 3: packed_b32_vnni<DType::Q4_0, 3>(group, n_in, a, t0, out, ldo); return;
-        default: packed_b32_vnni<DType::Q4_0, 4>(group, n_in, a, t0, out, ldo); return;
-        }
-    }
+    if (type == DType::Q8_0)
+        return packed_b32_vnni_n<DType::Q8_0>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q4_0)
+        return packed_b32_vnni_n<DType::Q4_0>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q5_1)
+        return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q6_K) {
         switch (n_tokens) {
         case 1: packed_q6_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
@@ -929,12 +1109,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         default: packed_q6_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
         }
     }
-    switch (n_tokens) {
-    case 1: packed_q4_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
-    case 2: packed_q4_k_vnni<2>(group, n_in, a, t0, out, ldo); return;
-    case 3: packed_q4_k_vnni<3>(group, n_in, a, t0, out, ldo); return;
-    default: packed_q4_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
-    }
+    if (type == DType::Q5_K)
+        packed_q4_k_like_vnni<DType::Q5_K>(group, n_in, a, t0, n_tokens, out, ldo);
+    else
+        packed_q4_k_like_vnni<DType::Q4_K>(group, n_in, a, t0, n_tokens, out, ldo);
 }
 
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,

@@ -1,6 +1,6 @@
 // Quantized matrices re-laid out for the CPU's integer kernels.
 //
-// A Q4_K, Q6_K, Q8_0 or Q4_0 matrix is stored row after row (quant.h): a matrix-vector product then needs
+// A Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or Q5_1 matrix is stored row after row (quant.h): a matrix-vector product then needs
 // one horizontal reduction and one float scale step per row and sub-block. Packed, sixteen
 // rows are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
 // vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
@@ -19,6 +19,12 @@
 //                                     bytes qs[32 p + 4 w .. + 3] of the row's block (low
 //                                     nibbles: values 64 p + 4 w + c of sub-block 2p; high
 //                                     nibbles: values 64 p + 32 + 4 w + c of sub-block 2p+1)
+//
+// Q5_K (5-bit codes, x = (d * sc) * q - dmin * m as Q4_K), 2880 bytes: the Q4_K block with
+// each code's low four bits, then each code's fifth bit:
+//
+//   [2368, 2880) u8  qh[8][16][4]     word w, row r: the row's bytes qh[4 w .. 4 w + 3] (bit j
+//                                     of qh[l]: the fifth bit of value l of sub-block j)
 //
 // Q6_K (6-bit codes q, x = (d * sc) * (q - 32), a scale per 16 values), 3392 bytes:
 //
@@ -42,6 +48,11 @@
 //   Q4_0, then two blocks of u8 qs[4][16][4]: word w, row r: the row's bytes qs[4 w .. 4 w + 3]
 //         (low nibbles: values 4 w + c, high nibbles: values 16 + 4 w + c); 576 bytes a pair
 //
+// Q5_1 (x = d * q + m, 5-bit codes) has a second 64-byte line after the scales, the pair's
+// minimums m[2][16], and each block is the Q4_0 block of low four bits followed by 64 bytes of
+// fifth bits: byte 4 r + c, bit 2 w: of value 4 w + c, bit 2 w + 1: of value 16 + 4 w + c;
+// 128 + 2 x 320 = 768 bytes a pair.
+//
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
 #pragma once
@@ -59,12 +70,14 @@ struct WeightView;
 
 constexpr int64_t packed_group_rows = 16;
 constexpr int64_t packed_q4_k_block_bytes = 2368;
+constexpr int64_t packed_q5_k_block_bytes = 2880;
 constexpr int64_t packed_q6_k_block_bytes = 3392;
 constexpr int64_t packed_q8_0_block_bytes = 512; // the codes of one block of 32; the scales apart
 constexpr int64_t packed_q4_0_block_bytes = 256;
+constexpr int64_t packed_q5_1_block_bytes = 320;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
-// of 16 and n_in of 256 for Q4_K and Q6_K, of 32 for Q8_0 and Q4_0).
+// of 16 and n_in of 256 for Q4_K, Q5_K and Q6_K, of 32 for Q8_0, Q4_0 and Q5_1).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
