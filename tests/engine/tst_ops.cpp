@@ -1,5 +1,6 @@
 // CPU ops against naive references written here (double accumulation, textbook formulas),
 // and half-precision conversions against the CPU's own F16C instructions.
+#include "cpu/gemm.h"
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
@@ -196,6 +197,44 @@ private slots:
                              qPrintable(QString("t=%1 o=%2 got %3 want %4").arg(t).arg(o).arg(got).arg(ref)));
                 }
         }
+    }
+
+    // F16 weights stay on the exact float kernel unless the BF16 dot products are asked for;
+    // asked for, over 16 tokens and more, the product is that of the weights and activations
+    // rounded to BF16 (to nearest even), summed in float.
+    void f16_weights_take_bf16_dot_products_only_when_asked()
+    {
+        const int n_in = 96, n_out = 40, n_tokens = 20;
+        OwnedWeight w = make_weight(DType::F16, n_in, n_out, 4321);
+        QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Dequantize);
+        QCOMPARE(matmul_path(w.view, bf16_min_tokens - 1, QuantMatmul::Bf16), QuantMatmul::Dequantize);
+        QCOMPARE(matmul_path(w.view, n_tokens, QuantMatmul::Bf16),
+                 has_bf16_dot() ? QuantMatmul::Bf16 : QuantMatmul::Dequantize);
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 4322);
+        for (int threads : {1, 2}) {
+            ThreadPool pool(threads);
+            std::vector<float> y(size_t(n_out * n_tokens), NAN);
+            matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Bf16);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double ref = 0, ref_bf = 0, mag = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        const double wv = w.values[size_t(o * n_in + i)];
+                        const float xv = x[size_t(t * n_in + i)];
+                        ref += wv * xv;
+                        ref_bf += double(bf16_to_f32(f32_to_bf16(float(wv)))) * bf16_to_f32(f32_to_bf16(xv));
+                        mag += std::fabs(wv * xv);
+                    }
+                    const double got = y[size_t(t * n_out + o)];
+                    const double want = has_bf16_dot() ? ref_bf : ref;
+                    // Float accumulation of 96 terms: within 1e-5 of sum|w x|, far under the BF16 rounding.
+                    QVERIFY2(std::fabs(got - want) <= 1e-5 * mag + 1e-6,
+                             qPrintable(QString("threads=%1 t=%2 o=%3: %4 vs %5 (exact %6)").arg(threads).arg(t).arg(o)
+                                            .arg(got, 0, 'g', 9).arg(want, 0, 'g', 9).arg(ref, 0, 'g', 9)));
+                }
+        }
+        if (!has_bf16_dot())
+            qInfo("no AVX-512 BF16 here: F16 weights stay on the float kernel even when BF16 is asked for");
     }
 
     // A token multiplied alone (decode: rows one or eight at a time) gives the same bits as in a

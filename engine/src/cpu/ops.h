@@ -32,12 +32,14 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
 // bf16_min_tokens tokens; BF16 dot products (weights dequantized once per call, activations
 // rounded to BF16) for other matrices from bf16_min_tokens tokens on where the CPU has them.
 // Dequantize: rows widened to float into a buffer, then the float kernel (a reference path).
+// Float weights take the float kernel, except F16 weights from bf16_min_tokens tokens on when
+// Bf16 is asked for (rounded to BF16 like the activations; never under Auto).
 // The kernel table's forced path (CpuOptions::quant_matmul) replaces Auto.
 using QuantMatmul = QuantMatmulPath;
 constexpr int64_t bf16_min_tokens = 16;
 void matmul_with(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens, QuantMatmul how);
 // The path `how` resolves to for weight w over n_tokens tokens (Dequantize for float weights:
-// the float kernel).
+// the float kernel, but for the F16 case above).
 QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how = QuantMatmul::Auto);
 
 // Bytes the calling thread's matrix products keep between calls (activations quantized to 8
