@@ -398,6 +398,15 @@ void transpose_encoded_keys(const AttentionProblem &p, int kvh, int64_t j0, int6
         transpose_encoded_keys_v4<DType::Q8_0>(src, rb, dst, ld, count, p.head_dim);
 }
 
+// Asks for the cache lines of [p, p + bytes) to be brought into the L2 cache: the next key
+// tile's rows while the current one is computed.
+void prefetch_bytes(const void *p, size_t bytes)
+{
+    const char *c = static_cast<const char *>(p);
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
 // Whether the keys are scored in integers against a quantized query (attention_qk.h): Q8_0 and
 // Q4_0 keys stored rotated, in every path.
 bool keys_in_integers(const AttentionProblem &p) { return keys_scored_in_integers(p.k_type, p.rotate_keys != nullptr); }
@@ -677,9 +686,20 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
         for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
+    // The tile's max, sixteen lanes at a time (a max in any order is the same value).
     float tile_max = kNegInf;
-    for (int64_t c = 0; c < w; ++c)
-        tile_max = std::max(tile_max, s[c]);
+    int64_t cm = 0;
+    if (w >= 16) {
+        V16 mx = load16(s);
+        for (cm = 16; cm + 16 <= w; cm += 16) {
+            const V16 x = load16(s + cm);
+            mx = mx < x ? x : mx;
+        }
+        for (int k = 0; k < 16; ++k)
+            tile_max = std::max(tile_max, mx[k]);
+    }
+    for (; cm < w; ++cm)
+        tile_max = std::max(tile_max, s[cm]);
 
     const float m_old = m;
     const float m_new = std::max(m_old, tile_max);
@@ -1086,6 +1106,12 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                 for (int64_t t = first_tile + n_read * split / used; t < first_tile + n_read * (split + 1) / used;
                      ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
+                    if (const int64_t wn = std::min(T, n_kv - j0 - T); wn > 0) {
+                        prefetch_bytes(static_cast<const uint8_t *>(p.k) + size_t(j0 + T) * row_bytes(p.k_type, ekv),
+                                       size_t(wn) * row_bytes(p.k_type, ekv));
+                        prefetch_bytes(static_cast<const uint8_t *>(p.v) + size_t(j0 + T) * row_bytes(p.v_type, ekv),
+                                       size_t(wn) * row_bytes(p.v_type, ekv));
+                    }
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
