@@ -1,7 +1,10 @@
 // The quantized KV cache (settings.h KvType): rows stored as f16, q8_0 or q4_0 byte for byte
 // as the `gguf` package's numpy quantizers encode them (tests/data/kv/rows.bin, written by
 // scripts/gen_kv_quant_fixture.py); every attention variant over an encoded cache gives the
-// bits it gives over the decoded rows as floats, and agrees with a double-precision reference
+// bits it gives over the decoded rows as floats (except Q8_0 / Q4_0 keys stored rotated, scored
+// in integers against the query rounded to blocks of 32: every kernel gives the same bits, and
+// the outputs agree with a reference that rounds the query likewise and stay within the bound
+// the rounding allows of the exact query), and agrees with a double-precision reference
 // written here; the memory of every layout is what the block sizes say (34 bytes per 32 values
 // for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
 // and continues as a cache of the new type filled from scratch would; bad values are refused.
