@@ -54,6 +54,26 @@ __device__ __forceinline__ bool key_visible(const AttentionArgs &a, int64_t pos,
     return j <= pos && (a.window <= 0 || j > pos - a.window);
 }
 
+// Q8_0 / Q4_0 keys stored rotated are scored against the query rounded to blocks of 32 as the
+// CPU rounds it (engine/src/cpu/attention_qk.h: ggml's Q8_0 rounding, d = max|x| / 127,
+// x -> d * round(x / d), the scale a float), so both backends compute the same scores up to
+// float rounding. q_s holds n values (whole blocks); the caller synchronises before and after.
+__device__ void round_query_blocks(const AttentionArgs &a, float *q_s, int n)
+{
+    if (a.rotate_keys || !(a.k.type == k_kv_q8_0 || a.k.type == k_kv_q4_0))
+        return;
+    for (int b = threadIdx.x; b < n / k_kv_block; b += blockDim.x) {
+        float *x = q_s + b * k_kv_block;
+        float amax = 0.0f;
+        for (int e = 0; e < k_kv_block; ++e)
+            amax = fmaxf(amax, fabsf(x[e]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int e = 0; e < k_kv_block; ++e)
+            x[e] = d * roundf(x[e] * id);
+    }
+}
+
 // The score of a dot product: scaled, then soft-capped.
 __device__ __forceinline__ float score_of(const AttentionArgs &a, float dot)
 {
@@ -102,6 +122,8 @@ __global__ void naive_scores_kernel(AttentionArgs a, KvRows keys, const float *m
     const int hd = a.head_dim;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         q_s[d] = a.q[(i * a.n_head + h) * hd + d];
+    __syncthreads();
+    round_query_blocks(a, q_s, hd);
     __syncthreads();
     // With the mask every key is scored and the mask added; without it only the visible keys
     // are, and those before the window get -inf (as the CPU's causal_flash path).
@@ -225,6 +247,8 @@ __global__ void __launch_bounds__(k_threads)
         l_s[r] = 0.0f;
     }
     __syncthreads();
+    round_query_blocks(a, q_s, BQ * hd);
+    __syncthreads();
 
     const int64_t n_tiles = (a.n_kv + BK - 1) / BK;
     for (int64_t t = 0; t < n_tiles; ++t) {
@@ -347,6 +371,8 @@ __global__ void __launch_bounds__(k_threads)
             inv_freq[k] = a.inv_freq[k];
     for (int d = tid; d < hd; d += blockDim.x)
         q_s[d] = a.q[(i * a.n_head + h) * hd + d];
+    __syncthreads();
+    round_query_blocks(a, q_s, hd);
     __syncthreads();
 
     // One warp per key, lanes over the dims.

@@ -1,13 +1,18 @@
 // The quantized KV cache (settings.h KvType): rows stored as f16, q8_0 or q4_0 byte for byte
 // as the `gguf` package's numpy quantizers encode them (tests/data/kv/rows.bin, written by
 // scripts/gen_kv_quant_fixture.py); every attention variant over an encoded cache gives the
-// bits it gives over the decoded rows as floats, and agrees with a double-precision reference
+// bits it gives over the decoded rows as floats (except Q8_0 / Q4_0 keys stored rotated, scored
+// in integers against the query rounded to blocks of 32: every kernel gives the same bits, and
+// the outputs agree with a reference that rounds the query likewise and stay within the bound
+// the rounding allows of the exact query), and agrees with a double-precision reference
 // written here; the memory of every layout is what the block sizes say (34 bytes per 32 values
 // for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
 // and continues as a cache of the new type filled from scratch would; bad values are refused.
 #include "support/comparisons.h"
 
 #include "cpu/attention.h"
+#include "cpu/attention_qk.h"
+#include "cpu/kernel_table.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 #include "kv/kv_store.h"
@@ -85,23 +90,44 @@ std::string bytes_of(const uint8_t *p, size_t n) { return std::string(reinterpre
 
 // ---- attention reference ----------------------------------------------------------------
 
-// out[i, h] = softmax_j(q . k_j / sqrt(hd)) v_j over j <= q_pos0 + i, j < n_kv, in double.
+// The queries as attention over Q8_0 / Q4_0 keys sees them: every block of 32 rounded as
+// ggml's quantize_row_q8_0_ref rounds it (d = max|x| / 127, q = round(x / d), ties away from
+// zero), the scale kept as a float, the value d * q in double. n is a multiple of 32.
+std::vector<double> quantized_queries(const float *q, size_t n)
+{
+    std::vector<double> out(n);
+    for (size_t b = 0; b + 32 <= n; b += 32) {
+        float amax = 0.0f;
+        for (size_t i = b; i < b + 32; ++i)
+            amax = std::max(amax, std::fabs(q[i]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (size_t i = b; i < b + 32; ++i)
+            out[i] = double(d) * std::round(q[i] * id);
+    }
+    return out;
+}
+
+// out[i, h] = softmax_j(q . k_j / sqrt(hd)) v_j over j <= q_pos0 + i, j < n_kv, in double;
+// the queries p.q, or qd where given.
 std::vector<float> reference_attention(const AttentionProblem &p, const std::vector<float> &k,
-                                       const std::vector<float> &v)
+                                       const std::vector<float> &v, const std::vector<double> *qd = nullptr)
 {
     const int hd = p.head_dim, group = p.n_head / p.n_head_kv;
     const int64_t ekv = int64_t(p.n_head_kv) * hd;
     std::vector<float> out(size_t(p.n_q * p.n_head * hd), 0.0f);
+    std::vector<double> qrow(static_cast<size_t>(hd));
     for (int64_t i = 0; i < p.n_q; ++i)
         for (int h = 0; h < p.n_head; ++h) {
-            const float *q = p.q + (i * p.n_head + h) * hd;
+            for (int e = 0; e < hd; ++e)
+                qrow[size_t(e)] = qd ? (*qd)[size_t((i * p.n_head + h) * hd + e)] : p.q[(i * p.n_head + h) * hd + e];
+            const double *q = qrow.data();
             const int64_t last = std::min(p.n_kv - 1, p.q_pos0 + i);
             std::vector<double> s(size_t(last + 1));
             double mx = -INFINITY;
             for (int64_t j = 0; j <= last; ++j) {
                 double d = 0;
                 for (int e = 0; e < hd; ++e)
-                    d += double(q[e]) * k[size_t(j * ekv + (h / group) * hd + e)];
+                    d += q[e] * k[size_t(j * ekv + (h / group) * hd + e)];
                 s[size_t(j)] = d / std::sqrt(double(hd));
                 mx = std::max(mx, s[size_t(j)]);
             }
@@ -116,6 +142,53 @@ std::vector<float> reference_attention(const AttentionProblem &p, const std::vec
             }
         }
     return out;
+}
+
+// Rounding the query moves the score of key j by at most
+//   delta_j = sum_e |q_e - qd_e| |k_je| / sqrt(hd),
+// so with B the largest delta_j a query sees, every softmax weight changes by a factor within
+// e^{-2B} .. e^{2B}, and an output, a convex combination of values, by at most
+// (e^{2B} - 1) max_j |v_je - out_e| (the weights of both sum to 1). Checks `got` (attention with
+// the rounded query) against the double reference with the exact query within that bound,
+// plus 1e-4 for float rounding; causal, no window, keys not rotated. Empty when it holds.
+QString check_query_rounding_bound(const AttentionProblem &p, const std::vector<float> &q,
+                                   const std::vector<double> &qd, const std::vector<float> &k,
+                                   const std::vector<float> &v, const std::vector<float> &got)
+{
+    const auto exact = reference_attention(p, k, v);
+    const int hd = p.head_dim, group = p.n_head / p.n_head_kv;
+    const int64_t ekv = int64_t(p.n_head_kv) * hd;
+    double widest = 0.0;
+    for (int64_t i = 0; i < p.n_q; ++i)
+        for (int h = 0; h < p.n_head; ++h) {
+            const int64_t row = (i * p.n_head + h) * hd, last = std::min(p.n_kv - 1, p.q_pos0 + i);
+            const int64_t kv0 = int64_t(h / group) * hd;
+            double b = 0.0;
+            for (int64_t j = 0; j <= last; ++j) {
+                double delta = 0.0;
+                for (int e = 0; e < hd; ++e)
+                    delta += std::fabs(double(q[size_t(row + e)]) - qd[size_t(row + e)]) *
+                             std::fabs(double(k[size_t(j * ekv + kv0 + e)]));
+                b = std::max(b, delta / std::sqrt(double(hd)));
+            }
+            for (int e = 0; e < hd; ++e) {
+                const double want = exact[size_t(row + e)];
+                double spread = 0.0;
+                for (int64_t j = 0; j <= last; ++j)
+                    spread = std::max(spread, std::fabs(double(v[size_t(j * ekv + kv0 + e)]) - want));
+                const double bound = std::expm1(2.0 * b) * spread + 1e-4;
+                widest = std::max(widest, bound);
+                if (!(std::fabs(double(got[size_t(row + e)]) - want) <= bound))
+                    return QStringLiteral("query %1 head %2 dim %3: %4 vs the exact query's %5, bound %6")
+                        .arg(i)
+                        .arg(h)
+                        .arg(e)
+                        .arg(double(got[size_t(row + e)]))
+                        .arg(want)
+                        .arg(bound);
+            }
+        }
+    return {};
 }
 
 std::vector<uint8_t> encode(KvType t, const std::vector<float> &x)
@@ -350,9 +423,14 @@ private slots:
     {
         // The same problem over the encoded rows and over those rows decoded to f32: the same
         // bits (the kernels decode a tile at a time and then run as on f32 rows), and close
-        // to a double-precision reference over the decoded rows. Shapes: prefill (many
+        // to a double-precision reference over the decoded rows. Q8_0 and Q4_0 keys stored
+        // rotated are scored in integers against the query rounded to blocks of 32
+        // (cpu/attention_qk.h): there the reference rounds the query as ggml's Q8_0 does and
+        // the outputs stay within float rounding of it, and within the bound the query's
+        // rounding allows of the reference with the exact query. Shapes: prefill (many
         // queries, the blocked tiled path), decode (one and three queries, the split-keys
-        // path), TinyLlama's head layout and a multi-head one.
+        // path), TinyLlama's head layout and a multi-head one. The cache buffers hold nine
+        // more rows of 0xff bytes (NaN scales, NaN halves) past n_kv, which must never be read.
         QFETCH(int, type_k);
         QFETCH(int, type_v);
         QFETCH(bool, tiled);
@@ -384,8 +462,11 @@ private slots:
                     x = nd(rng);
                 for (auto &x : v)
                     x = nd(rng);
-                const auto kq = encode(tk, k), vq = encode(tv, v);
+                auto kq = encode(tk, k), vq = encode(tv, v);
                 const auto kd = decode(tk, kq, int64_t(k.size())), vd = decode(tv, vq, int64_t(v.size()));
+                kq.resize(kq.size() + size_t(9 * expected_row_bytes(tk, int(ekv))), 0xff);
+                vq.resize(vq.size() + size_t(9 * expected_row_bytes(tv, int(ekv))), 0xff);
+                const bool int_scores = (tk == KvType::Q8_0 || tk == KvType::Q4_0) && !rotate;
                 inv_freq.assign(size_t(sh.head_dim / 2), 0.0);
                 for (int i = 0; i < sh.head_dim / 2; ++i)
                     inv_freq[size_t(i)] = std::pow(10000.0, -2.0 * i / sh.head_dim);
@@ -423,17 +504,26 @@ private slots:
                                           .arg(sp.n_q)
                                           .arg(sp.q_pos0)
                                           .arg(sp.n_kv);
-                QVERIFY2(std::memcmp(out_enc.data(), out_dec.data(), out_enc.size() * 4) == 0,
-                         qPrintable(where + QStringLiteral(": max diff %1").arg(max_diff(out_enc, out_dec))));
+                if (!int_scores)
+                    QVERIFY2(std::memcmp(out_enc.data(), out_dec.data(), out_enc.size() * 4) == 0,
+                             qPrintable(where + QStringLiteral(": max diff %1").arg(max_diff(out_enc, out_dec))));
                 // The decode buffers are per worker and per tile: the scratch does not hold a
                 // decoded copy of the cache (a tile of 64 rows of every kv head per worker at
-                // most beyond the f32 run's).
-                QVERIFY2(se.scratch_bytes <= sd.scratch_bytes + uint64_t(pool.size()) * 2 * 64 * ekv * 4,
+                // most beyond the f32 run's, and with integer scores the quantized rows of a
+                // block of 64 queries of a kv head's query heads, 104 bytes per 32 values).
+                const uint64_t query_blocks =
+                    int_scores ? uint64_t(64 * sh.n_head / sh.n_head_kv * sh.head_dim / 32) * sizeof(QkQueryBlock) : 0;
+                QVERIFY2(se.scratch_bytes <= sd.scratch_bytes + uint64_t(pool.size()) * (2 * 64 * ekv * 4 + query_blocks),
                          qPrintable(where + QStringLiteral(": scratch %1 vs %2").arg(se.scratch_bytes).arg(sd.scratch_bytes)));
                 if (!rotate) {
-                    const auto ref = reference_attention(pd, kd, vd);
+                    const auto qd = int_scores ? quantized_queries(q.data(), q.size()) : std::vector<double>();
+                    const auto ref = reference_attention(pd, kd, vd, int_scores ? &qd : nullptr);
                     QVERIFY2(max_diff(ref, out_enc) < 1e-4, qPrintable(where + QStringLiteral(": vs reference %1")
                                                                                   .arg(max_diff(ref, out_enc))));
+                    if (int_scores) {
+                        const QString err = check_query_rounding_bound(pd, q, qd, kd, vd, out_enc);
+                        QVERIFY2(err.isEmpty(), qPrintable(where + QStringLiteral(": ") + err));
+                    }
                 }
                 // A sliding window shorter than the span and a soft cap that bites (Gemma's
                 // layers): the same bits over the encoded and the decoded rows, and close to the
@@ -442,14 +532,165 @@ private slots:
                 p.softcap = pd.softcap = 1.0f;
                 run(p);
                 run(pd);
-                QVERIFY2(std::memcmp(out_enc.data(), out_dec.data(), out_enc.size() * 4) == 0,
-                         qPrintable(where + QStringLiteral(" windowed: max diff %1").arg(max_diff(out_enc, out_dec))));
+                if (!int_scores)
+                    QVERIFY2(std::memcmp(out_enc.data(), out_dec.data(), out_enc.size() * 4) == 0,
+                             qPrintable(where + QStringLiteral(" windowed: max diff %1").arg(max_diff(out_enc, out_dec))));
+                // The plain kernel over the rows it would read in the same way: decoded, or the
+                // encoded keys scored in integers.
                 std::vector<float> out_plain(q.size());
-                pd.out = out_plain.data();
-                attention_naive(pool, pd, true);
+                AttentionProblem pp = int_scores ? p : pd;
+                pp.out = out_plain.data();
+                attention_naive(pool, pp, true);
                 QVERIFY2(max_diff(out_plain, out_enc) < 1e-4,
                          qPrintable(where + QStringLiteral(" windowed: vs plain %1").arg(max_diff(out_plain, out_enc))));
             }
+    }
+
+    void integer_scores_data()
+    {
+        QTest::addColumn<int>("type");
+        QTest::addColumn<int>("head_dim");
+        for (KvType t : {KvType::Q8_0, KvType::Q4_0})
+            for (int hd : {32, 64, 96})
+                QTest::addRow("%s head %d", to_string(t).data(), hd) << int(t) << hd;
+    }
+    void integer_scores()
+    {
+        // The integer scores of a few query rows against keys of kv head 1 of 2 (rows of two
+        // heads, so the head's blocks are strided), for counts that fill no, one and several
+        // groups of sixteen and leave remainders: every kernel this CPU runs packs the same
+        // bytes and gives the same bits as the portable one, writes nothing past the keys it
+        // was given (NaN there stays NaN), reads nothing past them (the buffer is exactly
+        // sized), and each score is the double-precision dot product of the rounded query
+        // (quantized_queries) and the decoded key, times the scale, within float rounding:
+        // the integer sums are exact, so only the block scales' products and the additions
+        // of the blocks round (a few ulp of the magnitudes involved).
+        QFETCH(int, type);
+        QFETCH(int, head_dim);
+        const KvType t = KvType(type);
+        const DType dt = kv_dtype(t);
+        const int hd = head_dim, n_rows = 3;
+        const float scale = 0.125f;
+        std::mt19937 rng(5);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (int64_t count : {1, 5, 16, 17, 40, 64}) {
+            const int64_t ekv = 2 * int64_t(hd);
+            std::vector<float> k(size_t(count * ekv)), q(size_t(n_rows * hd));
+            for (auto &x : k)
+                x = nd(rng);
+            for (auto &x : q)
+                x = 2.0f * nd(rng);
+            const auto kq = encode(t, k);
+            const auto kd = decode(t, kq, int64_t(k.size()));
+            const size_t rb = size_t(expected_row_bytes(t, int(ekv)));
+            const uint8_t *head1 = kq.data() + rb / 2;
+            std::vector<QkQueryBlock> qq(size_t(n_rows * hd / 32));
+            for (int r = 0; r < n_rows; ++r)
+                qk_quantize_query(q.data() + r * hd, hd, scale, qq.data() + r * hd / 32);
+            const auto qd = quantized_queries(q.data(), q.size());
+
+            const int64_t s_stride = count + 3;
+            std::vector<uint8_t> packed_portable(qk_packed_bytes(count, hd));
+            qk_pack_keys(QkKernel::Portable, dt, head1, rb, count, hd, packed_portable.data());
+            std::vector<float> want(size_t(n_rows * s_stride), NAN);
+            qk_scores(QkKernel::Portable, qq.data(), hd / 32, n_rows, packed_portable.data(), count, hd, want.data(),
+                      s_stride);
+            for (int r = 0; r < n_rows; ++r)
+                for (int64_t c = 0; c < s_stride; ++c) {
+                    const float got = want[size_t(r * s_stride + c)];
+                    if (c >= count) {
+                        QVERIFY2(std::isnan(got), "a score was written past the keys");
+                        continue;
+                    }
+                    double dot = 0.0, mag = 0.0;
+                    for (int e = 0; e < hd; ++e) {
+                        const double x = qd[size_t(r * hd + e)] * double(kd[size_t(c * ekv + hd + e)]);
+                        dot += x;
+                        mag += std::fabs(x);
+                    }
+                    dot *= scale;
+                    mag *= scale;
+                    QVERIFY2(std::fabs(double(got) - dot) <= 1e-6 * mag + 1e-30,
+                             qPrintable(QStringLiteral("count %1 row %2 key %3: %4 vs %5")
+                                            .arg(count)
+                                            .arg(r)
+                                            .arg(c)
+                                            .arg(double(got), 0, 'g', 9)
+                                            .arg(dot, 0, 'g', 9)));
+                }
+            for (QkKernel kernel : {QkKernel::Vnni, QkKernel::Avx2}) {
+                if (!qk_kernel_available(kernel))
+                    continue; // this CPU cannot run it; the portable kernel above is checked
+                std::vector<uint8_t> packed(qk_packed_bytes(count, hd));
+                qk_pack_keys(kernel, dt, head1, rb, count, hd, packed.data());
+                QVERIFY2(packed == packed_portable, qPrintable(QStringLiteral("count %1: packed bytes differ").arg(count)));
+                std::vector<float> got(size_t(n_rows * s_stride), NAN);
+                qk_scores(kernel, qq.data(), hd / 32, n_rows, packed.data(), count, hd, got.data(), s_stride);
+                QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
+                         qPrintable(QStringLiteral("count %1 kernel %2: max diff %3")
+                                        .arg(count)
+                                        .arg(int(kernel))
+                                        .arg(max_diff(got, want))));
+            }
+        }
+    }
+
+    void vector_levels_agree_on_integer_scores()
+    {
+        // Forcing the AVX2 kernels (and the portable level, whose attention still runs the
+        // x86-64-v3 build where the CPU has it) changes no bit of attention over Q8_0 / Q4_0
+        // keys, in the plain, blocked and split-keys paths, grouped and multi-head.
+        ThreadPool pool(2);
+        std::mt19937 rng(21);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        struct Case {
+            int n_head, n_head_kv, head_dim;
+            int64_t n_q, q_pos0, n_kv;
+        };
+        for (KvType t : {KvType::Q8_0, KvType::Q4_0})
+            for (const Case c : {Case{32, 4, 64, 1, 332, 333}, Case{4, 4, 64, 3, 97, 100}, Case{6, 2, 96, 70, 30, 100}})
+                for (bool tiled : {false, true}) {
+                    const int64_t ekv = int64_t(c.n_head_kv) * c.head_dim;
+                    std::vector<float> q(size_t(c.n_q * c.n_head * c.head_dim)), k(size_t(c.n_kv * ekv)),
+                        v(size_t(c.n_kv * ekv));
+                    for (auto *x : {&q, &k, &v})
+                        for (float &e : *x)
+                            e = nd(rng);
+                    const auto kq = encode(t, k), vq = encode(t, v);
+                    AttentionProblem p;
+                    p.n_head = c.n_head;
+                    p.n_head_kv = c.n_head_kv;
+                    p.head_dim = c.head_dim;
+                    p.q = q.data();
+                    p.n_q = c.n_q;
+                    p.q_pos0 = c.q_pos0;
+                    p.n_kv = c.n_kv;
+                    p.k = kq.data();
+                    p.v = vq.data();
+                    p.k_type = p.v_type = kv_dtype(t);
+                    std::vector<std::vector<float>> outs;
+                    for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2, SimdLevel::Portable}) {
+                        CpuOptions o;
+                        o.kernels = level;
+                        set_cpu_options(o);
+                        outs.emplace_back(q.size());
+                        p.out = outs.back().data();
+                        if (tiled)
+                            attention_tiled(pool, p, true);
+                        else
+                            attention_naive(pool, p, true);
+                    }
+                    set_cpu_options(CpuOptions{});
+                    for (size_t i = 1; i < outs.size(); ++i)
+                        QVERIFY2(std::memcmp(outs[i].data(), outs[0].data(), q.size() * 4) == 0,
+                                 qPrintable(QStringLiteral("%1 heads %2/%3 n_q %4 level %5: max diff %6")
+                                                .arg(QString::fromUtf8(to_string(t).data()))
+                                                .arg(c.n_head)
+                                                .arg(c.n_head_kv)
+                                                .arg(c.n_q)
+                                                .arg(i)
+                                                .arg(max_diff(outs[i], outs[0]))));
+                }
     }
 
     void attention_refuses_heads_that_are_not_whole_blocks()

@@ -6,6 +6,7 @@
 // output rescaled by exp(m_old - m_new) whenever the max grows, divided by l once at the end.
 #include "cpu/attention.h"
 
+#include "cpu/attention_qk.h"
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
@@ -397,6 +398,28 @@ void transpose_encoded_keys(const AttentionProblem &p, int kvh, int64_t j0, int6
         transpose_encoded_keys_v4<DType::Q8_0>(src, rb, dst, ld, count, p.head_dim);
 }
 
+// Asks for the cache lines of [p, p + bytes) to be brought into the L2 cache: the next key
+// tile's rows while the current one is computed.
+void prefetch_bytes(const void *p, size_t bytes)
+{
+    const char *c = static_cast<const char *>(p);
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
+// Whether the keys are scored in integers against a quantized query (attention_qk.h): Q8_0 and
+// Q4_0 keys stored rotated, in every path.
+bool keys_in_integers(const AttentionProblem &p) { return keys_scored_in_integers(p.k_type, p.rotate_keys != nullptr); }
+
+// Keys j0 .. j0 + count - 1 of kv head kvh from a Q8_0 / Q4_0 cache, packed for qk_scores.
+void pack_cached_keys(const AttentionProblem &p, QkKernel kernel, int kvh, int64_t j0, int64_t count, uint8_t *dst)
+{
+    const size_t rb = row_bytes(p.k_type, int64_t(p.n_head_kv) * p.head_dim);
+    qk_pack_keys(kernel, p.k_type,
+                 static_cast<const uint8_t *>(p.k) + size_t(j0) * rb + row_bytes(p.k_type, int64_t(kvh) * p.head_dim),
+                 rb, count, p.head_dim, dst);
+}
+
 // Physical memory, to refuse a score matrix that could only "succeed" through overcommit and
 // then get the process killed when touched. 0 when unknown.
 uint64_t physical_memory_bytes()
@@ -481,9 +504,16 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
         keys_type = DType::F32;
     }
     // Encoded rows are decoded per job, kRowChunk rows of one head at a time.
+    // Q8_0 / Q4_0 keys are packed a chunk at a time instead, and scored in integers.
     constexpr int64_t kRowChunk = 64;
-    const size_t kbuf_n = decode_floats(keys_type, kRowChunk, hd), vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
-    stats.scratch_bytes += uint64_t(pool.size()) * (kbuf_n + vbuf_n) * sizeof(float);
+    const bool int_keys = keys_in_integers(p);
+    const QkKernel qk = qk_kernel();
+    const int nb = hd / 32;
+    const size_t kbuf_n = int_keys ? 0 : decode_floats(keys_type, kRowChunk, hd),
+                 vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
+    const size_t packed_n = int_keys ? qk_packed_bytes(kRowChunk, hd) : 0, qq_n = int_keys ? size_t(nb) : 0;
+    stats.scratch_bytes +=
+        uint64_t(pool.size()) * ((kbuf_n + vbuf_n) * sizeof(float) + packed_n + qq_n * sizeof(QkQueryBlock));
 
     // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
     // the (bottom-right aligned) diagonal.
@@ -506,6 +536,8 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
             std::vector<float> kbuf(kbuf_n), vbuf(vbuf_n);
+            std::vector<uint8_t> packed(packed_n);
+            std::vector<QkQueryBlock> qq(qq_n);
             for (int64_t job = begin; job < end; ++job) {
                 const int h = int(job / n_q);
                 const int64_t i = job % n_q;
@@ -522,8 +554,15 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                                           : 0;
                 for (int64_t j = 0; j < first; ++j)
                     s[j] = kNegInf;
+                if (int_keys)
+                    qk_quantize_query(q, hd, scale, qq.data());
                 for (int64_t j0 = first; j0 < n_keys; j0 += kRowChunk) {
                     const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                    if (int_keys) {
+                        pack_cached_keys(p, qk, kvh, j0, cnt, packed.data());
+                        qk_scores(qk, qq.data(), nb, 1, packed.data(), cnt, hd, s + j0, 0);
+                        continue;
+                    }
                     const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
                     for (int64_t j = j0; j < j0 + cnt; ++j)
                         s[j] = dot_f32(q, kr.p + (j - j0) * kr.stride, hd) * scale;
@@ -647,9 +686,20 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
         for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
+    // The tile's max, sixteen lanes at a time (a max in any order is the same value).
     float tile_max = kNegInf;
-    for (int64_t c = 0; c < w; ++c)
-        tile_max = std::max(tile_max, s[c]);
+    int64_t cm = 0;
+    if (w >= 16) {
+        V16 mx = load16(s);
+        for (cm = 16; cm + 16 <= w; cm += 16) {
+            const V16 x = load16(s + cm);
+            mx = mx < x ? x : mx;
+        }
+        for (int k = 0; k < 16; ++k)
+            tile_max = std::max(tile_max, mx[k]);
+    }
+    for (; cm < w; ++cm)
+        tile_max = std::max(tile_max, s[cm]);
 
     const float m_old = m;
     const float m_new = std::max(m_old, tile_max);
@@ -768,8 +818,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
                                                           float *m, float *l, int64_t ml_stride)
 {
     // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims; or,
-    // with the keys in rows (kr), a row at a time.
-    int64_t c0 = kr ? w : 0;
+    // with the keys in rows (kr), a row at a time; with neither, s holds them already.
+    int64_t c0 = kr || !kt ? w : 0;
     if (kr)
         for (int g = 0; g < GB; ++g)
             scores_from_rows(q + g * q_stride, kr, kr_stride, w, hd, scale, s + g * T);
@@ -802,7 +852,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
                 acc += q[g * q_stride + d] * load16(kt + int64_t(d) * T + c0);
             store16(s + g * T + c0, acc * scale);
         }
-    for (int g = 0; g < GB; ++g)
+    for (int g = 0; g < GB && (kt || kr); ++g)
         for (int64_t c = c0; c < w; ++c) {
             float x = 0.0f;
             for (int d = 0; d < hd; ++d)
@@ -861,7 +911,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 
 // n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
 // key blocking keeps at least four independent chains and at most sixteen accumulators. The
-// keys come transposed (kt) or, where kr is given, in rows kr_stride apart.
+// keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither, the
+// rows' scores are given, row g's at s + g * T.
 template <class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
@@ -869,7 +920,8 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
                  int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
 #define LS_TILE_ROWS_BLOCK(GB, KB)                                                                            \
-    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s,        \
+    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm,           \
+                           kt || kr ? s : s + g * T,                                                         \
                            a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
     int g = 0;
     for (; g + 8 <= n_rows; g += 8)
@@ -990,9 +1042,14 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // Fewer than eight query rows per kv head (multi-head attention): their scores come from
     // the keys in rows, summed across lanes, instead of from a transposed copy of the tile,
     // whose cost (per key, about six operations per sixteen dims) only pays off when shared.
-    const bool keys_in_rows = group * n_q < 8 && hd % 16 == 0;
+    // Q8_0 / Q4_0 keys are packed once per tile and kv head and scored in integers against
+    // the query rows quantized once per call.
+    const bool int_keys = keys_in_integers(p);
+    const QkKernel qk = qk_kernel();
+    const int nb = hd / 32;
+    const bool keys_in_rows = !int_keys && group * n_q < 8 && hd % 16 == 0;
     // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
-    const bool keys_direct = !keys_in_rows && keys_transposed_from_cache(p);
+    const bool keys_direct = !int_keys && !keys_in_rows && keys_transposed_from_cache(p);
     // Q8_0 values are decoded as they are summed.
     const bool values_direct = values_from_q8_cache(p);
     const int64_t n_splits = attention_key_splits;
@@ -1017,12 +1074,23 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // scores [8, T] for a block of rows; mask [n_q, T] without causal_flash. At most one set
     // per thread is alive at a time.
     // kbuf / vbuf [T, n_head_kv * head_dim]: the tile's rows decoded, for an encoded cache.
-    const size_t ktile_n = size_t(T * hd), scores_n = size_t(8 * T), mask_n = causal_flash ? 0 : size_t(n_q * T);
-    const size_t kbuf_n = keys_direct ? 0 : decode_floats(p.k_type, T, ekv),
+    // With integer scores: packed [the tile's keys of one kv head] instead of ktile and kbuf,
+    // scores [group, T], and the quantized query rows qq [n_q, n_head, head_dim / 32] (shared).
+    const size_t ktile_n = int_keys ? 0 : size_t(T * hd),
+                 scores_n = size_t(std::max(8, int_keys ? group : 0) * T),
+                 mask_n = causal_flash ? 0 : size_t(n_q * T);
+    const size_t kbuf_n = keys_direct || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
                  vbuf_n = values_direct ? 0 : decode_floats(p.v_type, T, ekv);
+    const size_t packed_n = int_keys ? qk_packed_bytes(T, hd) : 0;
+    std::vector<QkQueryBlock> qq(int_keys ? size_t(rows * nb) : 0);
+    for (int64_t i = 0; i < n_q && int_keys; ++i)
+        for (int h = 0; h < n_head; ++h)
+            qk_quantize_query(p.q + (i * n_head + h) * hd, hd, scale, qq.data() + (i * n_head + h) * nb);
     stats.scratch_bytes = (2 * state + acc_state + size_t(std::min<int64_t>(pool.size(), n_splits)) *
                                                        (ktile_n + scores_n + mask_n + kbuf_n + vbuf_n)) *
-                          sizeof(float);
+                              sizeof(float) +
+                          size_t(std::min<int64_t>(pool.size(), n_splits)) * packed_n +
+                          qq.size() * sizeof(QkQueryBlock);
 
     // Only the splits that hold tiles are handed out, at least enough of them per thread to
     // be worth a thread: scores and the weighted sum, two multiply-adds per key, dim and row.
@@ -1031,19 +1099,27 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
         used,
         [&](int64_t begin, int64_t end) {
             std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n), kbuf(kbuf_n), vbuf(vbuf_n);
+            std::vector<uint8_t> packed(packed_n);
             for (int64_t split = begin; split < end; ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
                 for (int64_t t = first_tile + n_read * split / used; t < first_tile + n_read * (split + 1) / used;
                      ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
+                    if (const int64_t wn = std::min(T, n_kv - j0 - T); wn > 0) {
+                        prefetch_bytes(static_cast<const uint8_t *>(p.k) + size_t(j0 + T) * row_bytes(p.k_type, ekv),
+                                       size_t(wn) * row_bytes(p.k_type, ekv));
+                        prefetch_bytes(static_cast<const uint8_t *>(p.v) + size_t(j0 + T) * row_bytes(p.v_type, ekv),
+                                       size_t(wn) * row_bytes(p.v_type, ekv));
+                    }
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
                     // The tile's rows as floats: the cache itself, or decoded once for every kv head
                     // (keys not at all where they go straight into the transposed tile).
-                    const FloatRows krows = keys_direct ? FloatRows{nullptr, 0}
-                                                        : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
+                    const FloatRows krows = keys_direct || int_keys
+                                                ? FloatRows{nullptr, 0}
+                                                : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
                     const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
                                                           : cache_rows(p.v, p.v_type, ekv, j0, w, 0, ekv, vbuf.data());
                     for (int kvh = 0; kvh < p.n_head_kv; ++kvh) {
@@ -1052,7 +1128,11 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         const float *kr = nullptr;
                         int64_t kr_stride = 0;
                         const float *kh = krows.p ? krows.p + int64_t(kvh) * hd : nullptr;
-                        if (keys_direct) {
+                        const float *kt = ktile.data();
+                        if (int_keys) {
+                            pack_cached_keys(p, qk, kvh, j0, w, packed.data());
+                            kt = nullptr;
+                        } else if (keys_direct) {
                             transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
                         } else if (!keys_in_rows) {
                             load_keys(p.rotate_keys, kh, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
@@ -1071,14 +1151,17 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             const int64_t r0 = int64_t(h0) * n_q + qi;
                             const TileMask tm = tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T,
                                                           diagonal, first_pos + qi, j0);
+                            if (int_keys)
+                                qk_scores(qk, qq.data() + (qi * n_head + h0) * nb, nb, group, packed.data(), w, hd,
+                                          scores.data(), T);
                             if (values_direct)
-                                tile_rows_q8_values(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr,
-                                                    kr_stride, T, w, q8_values(p, kvh, j0), hd, scale, tm,
-                                                    scores.data(), acc + r0 * hd, n_q * hd, m + r0, l + r0, n_q);
+                                tile_rows_q8_values(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T, w,
+                                                    q8_values(p, kvh, j0), hd, scale, tm, scores.data(), acc + r0 * hd,
+                                                    n_q * hd, m + r0, l + r0, n_q);
                             else
-                                tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, ktile.data(), kr, kr_stride, T,
-                                          w, vt, vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd,
-                                          m + r0, l + r0, n_q);
+                                tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T, w, vt,
+                                          vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd, m + r0,
+                                          l + r0, n_q);
                         }
                     }
                 }
@@ -1145,7 +1228,10 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     // Rows of a unit: r = g * bq + qi for query head kvh * group + g and query i0 + qi.
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
-    const bool keys_direct = keys_transposed_from_cache(p), values_direct = values_from_q8_cache(p);
+    const bool int_keys = keys_in_integers(p);
+    const bool keys_direct = !int_keys && keys_transposed_from_cache(p), values_direct = values_from_q8_cache(p);
+    const QkKernel qk = qk_kernel();
+    const int nb = hd / 32;
 
     std::atomic<uint64_t> scratch{0};
     std::atomic<int64_t> computed{0}, skipped{0};
@@ -1163,17 +1249,21 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             //   scores [max_rows, T]      one tile of scores / probabilities
             //   mask   [min(B, n_q), T]    explicit additive mask tile (without causal_flash)
             //   acc    [max_rows, head_dim], m [max_rows], l [max_rows]
-            std::vector<float> ktile(static_cast<size_t>(T * hd));
+            std::vector<float> ktile(int_keys ? 0 : static_cast<size_t>(T * hd));
             std::vector<float> scores(size_t(max_rows * T));
             std::vector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
             std::vector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
             //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
-            std::vector<float> kbuf(keys_direct ? 0 : decode_floats(p.k_type, T, hd)),
+            std::vector<float> kbuf(keys_direct || int_keys ? 0 : decode_floats(p.k_type, T, hd)),
                 vbuf(values_direct ? 0 : decode_floats(p.v_type, T, hd));
+            //   packed, qq  the tile's keys packed and the unit's queries quantized (integer scores)
+            std::vector<uint8_t> packed(int_keys ? qk_packed_bytes(T, hd) : 0);
+            std::vector<QkQueryBlock> qq(int_keys ? size_t(max_rows * nb) : 0);
             scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
                                 m.size() + l.size() + kbuf.size() + vbuf.size()) *
-                       sizeof(float);
+                           sizeof(float) +
+                       packed.size() + qq.size() * sizeof(QkQueryBlock);
             int64_t n_computed = 0, n_skipped = 0;
 
             // parallel_for hands each chunk a single worker index (n_workers <= pool size).
@@ -1188,6 +1278,11 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                 std::fill(m.begin(), m.begin() + rows, kNegInf);
                 std::fill(l.begin(), l.begin() + rows, 0.0f);
                 std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+                // The unit's query rows quantized once, [bq, group, head_dim / 32].
+                for (int64_t qi = 0; qi < bq && int_keys; ++qi)
+                    for (int g = 0; g < group; ++g)
+                        qk_quantize_query(p.q + ((i0 + qi) * n_head + kvh * group + g) * hd, hd, scale,
+                                          qq.data() + (qi * group + g) * nb);
 
                 // In a sliding window, the tiles ending before the first query's window hold no
                 // key any query of the block sees: never touched.
@@ -1208,14 +1303,16 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     // rotated when the cache holds them unrotated): one load per (key, kv head)
                     // per unit, shared by its group * bq rows, and the score loop below runs
                     // over contiguous keys, which the compiler vectorises.
-                    if (keys_direct) {
+                    if (int_keys) {
+                        pack_cached_keys(p, qk, kvh, j0, w, packed.data());
+                    } else if (keys_direct) {
                         transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
                     } else {
                         const FloatRows krows =
                             cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, kbuf.data());
                         load_keys(p.rotate_keys, krows.p, krows.stride, ktile.data(), 1, T, j0, w, 1, hd);
                     }
-                    const float *kt = ktile.data();
+                    const float *kt = int_keys ? nullptr : ktile.data();
                     const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
                                                           : cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd,
                                                                        vbuf.data());
@@ -1233,6 +1330,9 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     for (int64_t qi = 0; qi < bq; ++qi) {
                         const TileMask tm =
                             tile_mask(p, causal_flash ? nullptr : mask.data() + qi * T, diagonal, first_pos + qi, j0);
+                        if (int_keys)
+                            qk_scores(qk, qq.data() + qi * group * nb, nb, group, packed.data(), w, hd, scores.data(),
+                                      T);
                         if (values_direct)
                             tile_rows_q8_values(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr,
                                                 0, T, w, q8_values(p, kvh, j0), hd, scale, tm, scores.data(),

@@ -35,7 +35,9 @@ struct AttentionProblem {
 
     // [n_kv, n_head_kv * head_dim] (row i = position i), each row encoded as k_type / v_type
     // (F32, F16, or Q8_0 / Q4_0 blocks, head_dim then a multiple of 32). Encoded rows are
-    // decoded a tile (or a few rows) at a time into per-worker buffers, never all at once.
+    // decoded a tile (or a few rows) at a time into per-worker buffers, never all at once;
+    // Q8_0 / Q4_0 keys stored rotated are instead packed a tile at a time and scored in
+    // integers against the query rounded to blocks of 32 (cpu/attention_qk.h), in every path.
     const void *k = nullptr;
     const void *v = nullptr;
     DType k_type = DType::F32;
