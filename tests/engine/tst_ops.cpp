@@ -1,7 +1,5 @@
 // CPU ops against naive references written here (double accumulation, textbook formulas),
 // and half-precision conversions against the CPU's own F16C instructions.
-#include "support/random_floats.h"
-
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
@@ -18,7 +16,6 @@
 #include <vector>
 
 using namespace longscope;
-using longscope::test::random_floats;
 
 namespace {
 
@@ -85,6 +82,16 @@ OwnedWeight make_weight(DType type, int64_t n_in, int64_t n_out, uint32_t seed)
     w.view.data = w.bytes.data();
     w.view.nbytes = w.bytes.size();
     return w;
+}
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float &x : v)
+        x = dist(rng);
+    return v;
 }
 
 } // namespace
@@ -170,7 +177,7 @@ private slots:
         QFETCH(int, n_out);
         QFETCH(int, n_tokens);
         OwnedWeight w = make_weight(DType(type), n_in, n_out, 1234);
-        std::vector<float> x = random_floats(size_t(n_in * n_tokens), 99);
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 99);
         for (int threads : {1, 2, 3}) {
             ThreadPool pool(threads);
             std::vector<float> y(size_t(n_out * n_tokens), NAN);
@@ -207,7 +214,7 @@ private slots:
         QFETCH(int, n_in);
         const int n_out = 23, n_tokens = 5;
         OwnedWeight w = make_weight(DType(type), n_in, n_out, 77);
-        std::vector<float> x = random_floats(size_t(n_in * n_tokens), 78);
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 78);
         // One thread takes all 23 rows at once (long rows: two blocks of eight, then one at a
         // time); two split them into smaller pieces.
         for (int threads : {1, 2}) {
@@ -229,7 +236,7 @@ private slots:
     {
         const int n = 67, tokens = 3;
         OwnedWeight w = make_weight(DType::F32, n, 1, 5);
-        std::vector<float> x = random_floats(size_t(n * tokens), 6, 3.0f), out(size_t(n * tokens));
+        std::vector<float> x = random_vec(size_t(n * tokens), 6, 3.0f), out(size_t(n * tokens));
         rmsnorm(x.data(), w.view, out.data(), tokens, n, 1e-5f);
         for (int t = 0; t < tokens; ++t) {
             double ss = 0;
@@ -249,7 +256,7 @@ private slots:
         std::vector<double> pos = {0, 1, 17, 511}, inv(size_t(n_rot / 2));
         for (int i = 0; i < n_rot / 2; ++i)
             inv[size_t(i)] = std::pow(base, -2.0 * i / n_rot);
-        std::vector<float> x = random_floats(size_t(tokens * heads * hd), 3), y = x;
+        std::vector<float> x = random_vec(size_t(tokens * heads * hd), 3), y = x;
         rope(y.data(), tokens, heads, hd, n_rot, RopeStyle::Interleaved, pos, inv);
         for (int t = 0; t < tokens; ++t)
             for (int h = 0; h < heads; ++h) {
@@ -275,7 +282,7 @@ private slots:
         std::vector<double> pos = {3, 250}, inv(size_t(hd / 2));
         for (int i = 0; i < hd / 2; ++i)
             inv[size_t(i)] = std::pow(10000.0, -2.0 * i / hd);
-        std::vector<float> x = random_floats(size_t(tokens * hd), 8), p(x.size());
+        std::vector<float> x = random_vec(size_t(tokens * hd), 8), p(x.size());
         for (int t = 0; t < tokens; ++t)
             for (int i = 0; i < hd / 2; ++i) {
                 p[size_t(t * hd + i)] = x[size_t(t * hd + 2 * i)];
@@ -292,14 +299,14 @@ private slots:
 
     void softmax_and_swiglu_match_naive()
     {
-        std::vector<float> x = random_floats(50, 4, 10.0f), s = x;
+        std::vector<float> x = random_vec(50, 4, 10.0f), s = x;
         softmax_inplace(s.data(), int64_t(s.size()));
         double denom = 0;
         for (float v : x)
             denom += std::exp(double(v));
         for (size_t i = 0; i < x.size(); ++i)
             QVERIFY(std::fabs(s[i] - std::exp(double(x[i])) / denom) < 1e-6);
-        std::vector<float> g = random_floats(33, 1, 4.0f), u = random_floats(33, 2), o(33);
+        std::vector<float> g = random_vec(33, 1, 4.0f), u = random_vec(33, 2), o(33);
         swiglu(g.data(), u.data(), o.data(), 33);
         for (size_t i = 0; i < 33; ++i)
             QVERIFY(std::fabs(o[i] - g[i] / (1 + std::exp(-double(g[i]))) * u[i]) < 1e-5);
@@ -323,7 +330,7 @@ private slots:
         available_cpu_kernels(ks, 4);
         const CpuKernels &k = *ks[kernel];
         // Misaligned starts (+1 float) catch aligned-load assumptions.
-        std::vector<float> w = random_floats(size_t(n) + 1, 21), x = random_floats(4 * (size_t(n) + 1) + 1, 22);
+        std::vector<float> w = random_vec(size_t(n) + 1, 21), x = random_vec(4 * (size_t(n) + 1) + 1, 22);
         const float *wp = w.data() + 1, *xp = x.data() + 1;
         float out[4];
         k.dot4(wp, xp, n + 1, n, out);
