@@ -1,5 +1,7 @@
 // longscope-cli template and generate --chat: the prompt printed exactly as jinja2 renders the
 // template (tests/data/templates/expected.json), the format note on stderr, clear errors.
+#include "support/read_file.h"
+
 #include "cli_runner.h"
 
 #include <QTemporaryDir>
@@ -8,26 +10,18 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <sstream>
 
 using longscope::test::run_cli;
 using json = nlohmann::ordered_json;
+using longscope::test::read_file;
 
 namespace {
 const std::string dir = LONGSCOPE_TEST_DATA "/templates/";
 
-std::string read(const std::string &path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 // jinja2's output for (template, conversation), as rendered by the fixture script.
 std::string expected_output(const std::string &tmpl, const std::string &conversation)
 {
-    for (const json &e : json::parse(read(dir + "expected.json")))
+    for (const json &e : json::parse(read_file(dir + "expected.json")))
         if (e["template"] == tmpl && e["conversation"] == conversation)
             return e.value("output", std::string("<error>"));
     return "<missing>";
@@ -52,7 +46,7 @@ class TestChatTemplateCli : public QObject {
     }
 
 private slots:
-    void initTestCase() { m_conversations = json::parse(read(dir + "conversations.json")); }
+    void initTestCase() { m_conversations = json::parse(read_file(dir + "conversations.json")); }
 
     void template_prints_exactly_what_jinja2_renders()
     {

@@ -2,6 +2,8 @@
 // as they came, and the prompt is byte-equal to what jinja2 renders for the same conversation
 // (tests/data/templates/expected.json); what the template cannot render is a 400 carrying the
 // renderer's message; replies come back split (reasoning_content, tool_calls).
+#include "support/read_file.h"
+
 #include "server_api.h"
 
 #include "longscope/model.h"
@@ -10,25 +12,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
-
 using namespace longscope;
 using namespace longscope::cli::api;
 // Keys kept in the order written, as a client's JSON and Python's dicts keep them.
 using ojson = nlohmann::ordered_json;
+using longscope::test::read_file;
 
 namespace {
 
 const std::string dir = LONGSCOPE_TEST_DATA "/templates/";
-
-std::string read(const std::string &path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
 
 std::string corpus_name(const std::string &name) { return "corpus/llama.cpp-templates__" + name + ".jinja"; }
 
@@ -77,8 +69,8 @@ private slots:
     {
         // The bundled stories260K writes BOS and EOS as <s> and </s>, as the fixtures do.
         m_model = Model::load(LONGSCOPE_BUNDLED_MODEL);
-        m_conversations = ojson::parse(read(dir + "conversations.json"));
-        m_expected = ojson::parse(read(dir + "expected.json"));
+        m_conversations = ojson::parse(read_file(dir + "conversations.json"));
+        m_expected = ojson::parse(read_file(dir + "expected.json"));
     }
 
     void prompt_is_what_jinja2_renders()
@@ -86,7 +78,7 @@ private slots:
         int outputs = 0, errors = 0;
         for (const std::string &name : k_templates) {
             const std::string tmpl = corpus_name(name);
-            const std::string text = read(dir + tmpl);
+            const std::string text = read_file(dir + tmpl);
             for (const auto &[conversation, c] : m_conversations.items()) {
                 if (!c["add_generation_prompt"].get<bool>())
                     continue; // the server always asks for the reply
@@ -134,7 +126,7 @@ private slots:
         for (const char *name : {"Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
                                  "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"}) {
             const std::string tmpl = corpus_name(name);
-            const ChatPrompt p = render(body, read(dir + tmpl));
+            const ChatPrompt p = render(body, read_file(dir + tmpl));
             QVERIFY2(p.text == (*expected(tmpl, "tools"))["output"].get<std::string>(), (name + (":\n" + p.text)).c_str());
         }
     }
@@ -159,7 +151,7 @@ private slots:
 
     void reply_format_follows_the_request()
     {
-        const std::string qwen = read(dir + corpus_name("Qwen-Qwen3-0.6B"));
+        const std::string qwen = read_file(dir + corpus_name("Qwen-Qwen3-0.6B"));
         ojson body = body_of("tools");
         CompletionRequest r = parse_request(Endpoint::Chat, body.dump(), Settings{});
         ChatPrompt p = chat_prompt(*m_model, r, qwen, 1 << 20, 0, OverflowPolicy::Error);

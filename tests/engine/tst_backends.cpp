@@ -1,5 +1,7 @@
 // Backends as the engine finds them: the CPU always, the CUDA plugin loaded at run time
 // with a reason whenever it cannot be used.
+#include "support/cuda_status.h"
+
 #include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -16,9 +18,7 @@ class TestBackends : public QObject {
 private slots:
     void initTestCase()
     {
-        for (const BackendStatus &b : probe_backends())
-            if (b.name == "CUDA")
-                m_cuda = b;
+        m_cuda = longscope::test::cuda_status();
         qInfo("CUDA backend: %s", m_cuda.detail.c_str());
     }
 

@@ -4,6 +4,7 @@
 // and that package's ids (scripts/gen_hf_bpe_fixture.py), and ids published for the chat
 // formats (Llama 3, Qwen 2); and the `tokenizers` package's ids for a whole book with the
 // Llama 3 and Qwen 2 vocabularies (scripts/gen_bpe_book_ids.py).
+#include "support/read_file.h"
 #include "support/vocab_files.h"
 
 #include "longscope/errors.h"
@@ -17,14 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
 #include <sstream>
 
 using namespace longscope;
+using longscope::test::read_file;
 
 namespace {
 
@@ -49,12 +49,6 @@ const VocabInfo kVocabs[] = {
     {"phi-3", TokenizerKind::SentencePiece, ""},
     {"llama-spm", TokenizerKind::SentencePiece, ""},
 };
-
-std::string read_file(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 QList<int> as_list(const std::vector<int32_t> &v) { return QList<int>(v.begin(), v.end()); }
 

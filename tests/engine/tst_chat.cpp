@@ -1,4 +1,6 @@
 // Chat prompts: templates, turn dropping on overflow; model loading progress and cancel.
+#include "support/read_file.h"
+
 #include "longscope/chat.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -11,21 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 using namespace longscope;
+using longscope::test::read_file;
 
 namespace {
 const std::string gguf_path = LONGSCOPE_BUNDLED_MODEL;
 const std::string hf_path = LONGSCOPE_TEST_DATA "/stories260K/hf";
-
-std::string read(const std::string &path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
 
 std::vector<ChatMessage> conversation(int turns)
 {
@@ -72,8 +66,9 @@ private slots:
     // equals the built-in llama-2 format on the same conversation.
     void llama2_builtin_equals_the_real_template()
     {
-        const auto expected = nlohmann::json::parse(read(LONGSCOPE_TEST_DATA "/templates/expected.json"));
-        const auto conversations = nlohmann::json::parse(read(LONGSCOPE_TEST_DATA "/templates/conversations.json"));
+        const auto expected = nlohmann::json::parse(read_file(LONGSCOPE_TEST_DATA "/templates/expected.json"));
+        const auto conversations =
+            nlohmann::json::parse(read_file(LONGSCOPE_TEST_DATA "/templates/conversations.json"));
         int compared = 0;
         for (const auto &e : expected) {
             if (e["template"] != "builtin/llama-2.jinja" || !e.contains("output"))
@@ -89,7 +84,7 @@ private slots:
     // chooses it; the built-in output equals llama.cpp's own for the formats written to match.
     void fallbacks_match_llama_cpp()
     {
-        const auto f = nlohmann::json::parse(read(LONGSCOPE_TEST_DATA "/templates/fallbacks.json"));
+        const auto f = nlohmann::json::parse(read_file(LONGSCOPE_TEST_DATA "/templates/fallbacks.json"));
         const std::vector<ChatMessage> msgs = parse_chat_messages(f["messages"].dump());
         const std::set<std::string> exact{"chatml",     "mistral-v1", "mistral-v3", "mistral-v3-tekken",
                                           "mistral-v7", "llama-3",    "phi-3",      "phi-4",

@@ -1,36 +1,31 @@
 // The assistant's reply split into reasoning, content and tool calls: the formats read from real
 // templates (tests/data/templates), and the same split whatever the pieces the text streams in.
+#include "support/read_file.h"
+
 #include "longscope/chat.h"
 
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
-
 using namespace longscope;
 using Tools = ReplyFormat::Tools;
+using longscope::test::read_file;
 
 namespace {
 
 const std::string dir = LONGSCOPE_TEST_DATA "/templates/";
 
-std::string read(const std::string &path)
+std::string corpus(const std::string &name)
 {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    return read_file(dir + "corpus/llama.cpp-templates__" + name + ".jinja");
 }
-
-std::string corpus(const std::string &name) { return read(dir + "corpus/llama.cpp-templates__" + name + ".jinja"); }
 
 // jinja2's rendering of the template for the "single" conversation (one user message, with the
 // generation prompt), from the fixtures.
 std::string rendered_single(const std::string &name)
 {
-    for (const nlohmann::json &e : nlohmann::json::parse(read(dir + "expected.json")))
+    for (const nlohmann::json &e : nlohmann::json::parse(read_file(dir + "expected.json")))
         if (e["template"] == "corpus/llama.cpp-templates__" + name + ".jinja" && e["conversation"] == "single")
             return e.value("output", std::string());
     return {};

@@ -22,8 +22,6 @@
 
 using namespace longscope;
 
-Q_DECLARE_METATYPE(longscope::KvMode)
-
 using longscope::test::max_diff;
 
 namespace {

@@ -12,6 +12,10 @@
 // Variants of one op agree more tightly: split-KV and single-pass attention, and
 // memory-efficient and plain attention, to 1e-10; skipping fully masked key tiles and computing
 // them masked, bit for bit.
+#include "support/attention_problem.h"
+#include "support/cuda_status.h"
+#include "support/random_floats.h"
+
 #include "cpu/attention.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/ops.h"
@@ -37,6 +41,8 @@
 #include <vector>
 
 using namespace longscope;
+using longscope::test::last_queries_problem;
+using longscope::test::random_floats;
 
 namespace {
 
@@ -134,16 +140,6 @@ double nmse(const std::vector<float> &gpu, const std::vector<float> &cpu)
     if (!std::isfinite(err))
         return std::numeric_limits<double>::infinity();
     return ref > 0 ? err / ref : err;
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float sd = 1.0f)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, sd);
-    std::vector<float> v(n);
-    for (float &x : v)
-        x = dist(rng);
-    return v;
 }
 
 WeightView f32_view(const std::vector<float> &v, std::vector<int64_t> shape)
@@ -410,9 +406,7 @@ class TestCudaBackend : public QObject {
 private slots:
     void initTestCase()
     {
-        for (const BackendStatus &b : probe_backends())
-            if (b.name == "CUDA")
-                m_cuda = b;
+        m_cuda = longscope::test::cuda_status();
         qInfo("CUDA backend: %s", m_cuda.detail.c_str());
         if (m_cuda.library.empty())
             return;
@@ -876,16 +870,8 @@ private slots:
         const std::vector<double> rot_freqs = inv_freq(base, rot.n_rot);
         rot.inv_freq = rot_freqs;
 
-        AttentionProblem p;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = head_dim;
-        p.q = q.data();
-        p.n_q = n_q;
+        AttentionProblem p = last_queries_problem(n_head, n_head_kv, head_dim, q.data(), n_q, k.data(), v.data(), n_kv);
         p.q_pos0 = q_pos0;
-        p.k = k.data();
-        p.v = v.data();
-        p.n_kv = n_kv;
         p.rotate_keys = rotate ? &rot : nullptr;
         attention_variants_match_the_cpu(p, k.data(), k.size() * 4, v.data(), v.size() * 4);
     }
@@ -1070,16 +1056,7 @@ private slots:
         const std::vector<float> v = random_floats(size_t(n_kv) * ekv, 163);
         const std::vector<double> freqs = inv_freq(10000.0, head_dim);
         KeyRotation rot{freqs, 1.0, head_dim, RopeStyle::RotateHalf};
-        AttentionProblem p;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = head_dim;
-        p.q = q.data();
-        p.n_q = n_q;
-        p.q_pos0 = n_kv - n_q;
-        p.k = k.data();
-        p.v = v.data();
-        p.n_kv = n_kv;
+        AttentionProblem p = last_queries_problem(n_head, n_head_kv, head_dim, q.data(), n_q, k.data(), v.data(), n_kv);
         p.scale = 1.0f / std::sqrt(256.0f); // query_pre_attn_scalar 256 on a head of 64
         p.softcap = softcap;
         p.window = window;
@@ -1216,18 +1193,10 @@ private slots:
         const std::vector<uint8_t> kb = encode_rows(kt, k), vb = encode_rows(vt, v);
         const std::vector<double> freqs = inv_freq(10000.0, 64);
         KeyRotation rot{freqs, 1.0, 64, RopeStyle::Interleaved};
-        AttentionProblem p;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = head_dim;
-        p.q = q.data();
-        p.n_q = n_q;
-        p.q_pos0 = n_kv - n_q;
-        p.k = kb.data();
-        p.v = vb.data();
+        AttentionProblem p =
+            last_queries_problem(n_head, n_head_kv, head_dim, q.data(), n_q, kb.data(), vb.data(), n_kv);
         p.k_type = kt;
         p.v_type = vt;
-        p.n_kv = n_kv;
         p.rotate_keys = rotate ? &rot : nullptr;
         attention_variants_match_the_cpu(p, kb.data(), kb.size(), vb.data(), vb.size());
         if (QTest::currentTestFailed())
@@ -1270,16 +1239,7 @@ private slots:
         const int64_t ekv = int64_t(n_head_kv) * head_dim;
         const std::vector<float> q = random_floats(size_t(n_head * head_dim), 81);
         const std::vector<float> k = random_floats(size_t(n_kv) * ekv, 82), v = random_floats(size_t(n_kv) * ekv, 83);
-        AttentionProblem p;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = head_dim;
-        p.q = q.data();
-        p.n_q = 1;
-        p.q_pos0 = n_kv - 1;
-        p.k = k.data();
-        p.v = v.data();
-        p.n_kv = n_kv;
+        AttentionProblem p = last_queries_problem(n_head, n_head_kv, head_dim, q.data(), 1, k.data(), v.data(), n_kv);
         std::vector<float> cpu(size_t(n_head * head_dim));
         p.out = cpu.data();
         attention_tiled(m_pool, p, true);

@@ -16,6 +16,9 @@
 // must agree exactly.
 #include "support/arch_fixtures.h"
 #include "support/comparisons.h"
+#include "support/cuda_status.h"
+#include "support/greedy_trace.h"
+#include "support/kv_models.h"
 #include "longscope/backend.h"
 #include "longscope/engine.h"
 #include "longscope/errors.h"
@@ -27,58 +30,29 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
 
 using namespace longscope;
 
-Q_DECLARE_METATYPE(longscope::KvMode)
-
+using longscope::test::expected_row_bytes;
 using longscope::test::max_diff;
+using longscope::test::random_kv_model;
+using longscope::test::random_kv_tokens;
+using longscope::test::Trace;
 
 namespace {
 
 constexpr double k_gpu_logit_tol = 1e-3;
 
-struct Trace {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> logits; // after the prompt, then after each token
-    std::vector<StepMetrics> metrics;
-};
-
-int32_t argmax_of(const std::vector<float> &v)
-{
-    size_t best = 0;
-    for (size_t i = 1; i < v.size(); ++i)
-        if (v[i] > v[best])
-            best = i;
-    return int32_t(best);
-}
-
+// Greedy decoding as the shared runner does it, with the session's backend note (a fallback to
+// the CPU) shown as a warning.
 Trace run_greedy(const Model &m, const std::vector<int32_t> &prompt, int n_new, const Settings &s, int n_ctx = 512,
                  const std::function<void(Session &, int)> &between = {})
 {
-    SessionOptions o;
-    o.n_ctx = n_ctx;
-    o.n_threads = 2;
-    o.settings = s;
-    Session session(m, o);
-    Trace t;
-    session.set_metrics_callback([&](const StepMetrics &sm) { t.metrics.push_back(sm); });
-    auto l = session.eval(prompt);
-    t.logits.emplace_back(l.begin(), l.end());
-    for (int i = 0; i < n_new; ++i) {
-        const int32_t id = argmax_of(t.logits.back());
-        t.tokens.push_back(id);
-        if (between)
-            between(session, i);
-        auto next = session.eval(std::span<const int32_t>(&id, 1));
-        t.logits.emplace_back(next.begin(), next.end());
-    }
-    if (!session.backend_note().empty())
-        qWarning("%s", session.backend_note().c_str());
+    Trace t = longscope::test::run_greedy(m, prompt, n_new, s, n_ctx, between);
+    if (!t.note.empty())
+        qWarning("%s", t.note.c_str());
     return t;
 }
-
 
 Settings cuda_settings()
 {
@@ -92,82 +66,16 @@ Settings cuda_settings()
 // the transcendental functions (measured on the CPU: 4e-6 to 2.3e-5).
 constexpr double k_transformers_tol = 2e-4;
 
-// Bytes of a cached row of n values, from the block layouts (written out here rather than
-// asked of the code): f32 4 per value, f16 2, q8_0 34 per 32 values, q4_0 18 per 32.
-uint64_t expected_row_bytes(KvType t, int64_t n)
-{
-    switch (t) {
-    case KvType::F32: return uint64_t(n) * 4;
-    case KvType::F16: return uint64_t(n) * 2;
-    case KvType::Q8_0: return uint64_t(n) / 32 * 34;
-    case KvType::Q4_0: return uint64_t(n) / 32 * 18;
-    }
-    return 0;
-}
-
-// A random llama-family model with a head size of 64 (blocks of 32 fit; the bundled model's
-// head is 8), two query heads per kv head, weights spread wide enough that the logits span
-// several units (as tst_kv_quant's).
-std::unique_ptr<Model> random_model(const QTemporaryDir &dir, int n_layer)
-{
-    RandomModelSpec spec;
-    spec.n_embd = 128;
-    spec.n_layer = n_layer;
-    spec.n_head = 4;
-    spec.n_head_kv = 2;
-    spec.head_dim = 64;
-    spec.n_ff = 256;
-    spec.n_vocab = 300;
-    spec.n_ctx = 512;
-    spec.type = DType::F32;
-    spec.stddev = 0.08f;
-    spec.seed = 7;
-    const std::string path = dir.filePath(QStringLiteral("kv%1.gguf").arg(n_layer)).toStdString();
-    write_random_model_file(path, spec);
-    return Model::load(path);
-}
-
-std::vector<int32_t> random_tokens(int n, uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> pick(3, 299);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto &id : t)
-        id = pick(rng);
-    return t;
-}
-
 // The logits after the prompt and after each further token (the same tokens for every
 // session compared, so a near tie cannot make two runs diverge), with the metrics of every
-// step; `between` runs before token i.
-struct Fed {
-    std::vector<std::vector<float>> logits;
-    std::vector<StepMetrics> metrics;
-    std::string note; // the session's backend note (empty unless it fell back to the CPU)
-};
-Fed feed(const Model &m, const std::vector<int32_t> &prompt, const std::vector<int32_t> &tokens, const Settings &s,
-         int n_ctx, const std::function<void(Session &, int)> &between = {})
+// step and the backend note; `between` runs before token i.
+Trace feed(const Model &m, const std::vector<int32_t> &prompt, const std::vector<int32_t> &tokens, const Settings &s,
+           int n_ctx, const std::function<void(Session &, int)> &between = {})
 {
-    SessionOptions o;
-    o.n_ctx = n_ctx;
-    o.n_threads = 2;
-    o.settings = s;
-    Session session(m, o);
-    Fed f;
-    session.set_metrics_callback([&](const StepMetrics &sm) { f.metrics.push_back(sm); });
-    auto l = session.eval(prompt);
-    f.logits.emplace_back(l.begin(), l.end());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        if (between)
-            between(session, int(i));
-        l = session.eval(std::span<const int32_t>(&tokens[i], 1));
-        f.logits.emplace_back(l.begin(), l.end());
-    }
-    f.note = session.backend_note();
-    return f;
+    return longscope::test::run_greedy(m, prompt, int(tokens.size()), s, n_ctx, between, tokens);
 }
 
-double worst_diff(const Fed &a, const Fed &b)
+double worst_diff(const Trace &a, const Trace &b)
 {
     if (a.logits.size() != b.logits.size())
         return INFINITY;
@@ -217,9 +125,7 @@ class TestCudaForward : public QObject {
 private slots:
     void initTestCase()
     {
-        for (const BackendStatus &b : probe_backends())
-            if (b.name == "CUDA")
-                m_cuda = b;
+        m_cuda = longscope::test::cuda_status();
         qInfo("CUDA backend: %s", m_cuda.detail.c_str());
         m_model = Model::load(LONGSCOPE_BUNDLED_MODEL);
         m_prompt = m_model->tokenizer().encode("Once upon a time", true);
@@ -271,15 +177,7 @@ private slots:
     void every_combination_matches_the_cpu()
     {
         REQUIRE_GPU();
-        QFETCH(bool, mem_efficient);
-        QFETCH(bool, causal_flash);
-        QFETCH(KvMode, mode);
-        QFETCH(bool, before_rope);
-        Settings s = cuda_settings();
-        s.attention.memory_efficient = mem_efficient;
-        s.attention.causal_flash = causal_flash;
-        s.kv_mode = mode;
-        s.rope.store_kv_before_rope = before_rope;
+        const Settings s = longscope::test::technique_matrix_settings(cuda_settings());
         const Trace t = run_greedy(*m_model, m_prompt, 100, s);
         COMPARE_WITH_CPU(t, m_cpu_plain);
     }
@@ -548,9 +446,9 @@ private slots:
         s.rope.scaling = RopeScalingType(method);
         s.rope.scaling_factor = factor;
         s.rope.scaling_orig_ctx = orig_ctx;
-        const Fed cpu = feed(*m, prompt, next, s, 128);
+        const Trace cpu = feed(*m, prompt, next, s, 128);
         s.backend = ComputeBackend::Cuda;
-        const Fed gpu = feed(*m, prompt, next, s, 128);
+        const Trace gpu = feed(*m, prompt, next, s, 128);
         RAN_ON_THE_GPU(gpu);
         const double d = worst_diff(gpu, cpu);
         qInfo("%s: max logit difference GPU - CPU %.3g", qPrintable(QString::fromUtf8(QTest::currentDataTag())), d);
@@ -603,19 +501,19 @@ private slots:
         QFETCH(bool, before_rope);
         const KvType tk = KvType(type_k), tv = KvType(type_v);
         QTemporaryDir dir;
-        const auto model = random_model(dir, 1);
+        const auto model = random_kv_model(dir.path().toStdString(), 1);
         const int n_ctx = 200;
-        const auto prompt = random_tokens(60, 9), next = random_tokens(12, 10);
+        const auto prompt = random_kv_tokens(60, 9), next = random_kv_tokens(12, 10);
         Settings s;
         s.kv_mode = mode;
         s.attention.memory_efficient = mem_efficient;
         s.rope.store_kv_before_rope = before_rope;
-        const Fed cpu_f32 = feed(*model, prompt, next, s, n_ctx);
+        const Trace cpu_f32 = feed(*model, prompt, next, s, n_ctx);
         s.kv_type_k = tk;
         s.kv_type_v = tv;
-        const Fed cpu = feed(*model, prompt, next, s, n_ctx);
+        const Trace cpu = feed(*model, prompt, next, s, n_ctx);
         s.backend = ComputeBackend::Cuda;
-        const Fed gpu = feed(*model, prompt, next, s, n_ctx);
+        const Trace gpu = feed(*model, prompt, next, s, n_ctx);
         RAN_ON_THE_GPU(gpu);
         const auto quantized = [](KvType t) { return t == KvType::Q8_0 || t == KvType::Q4_0; };
         const double tol = tk == KvType::Q4_0 || tv == KvType::Q4_0 ? 0.9 / 4
@@ -662,9 +560,9 @@ private slots:
         QFETCH(bool, mem_efficient);
         const KvType tt = KvType(to);
         QTemporaryDir dir;
-        const auto model = random_model(dir, 1);
+        const auto model = random_kv_model(dir.path().toStdString(), 1);
         const int n_ctx = 200;
-        const auto prompt = random_tokens(60, 9), next = random_tokens(14, 10);
+        const auto prompt = random_kv_tokens(60, 9), next = random_kv_tokens(14, 10);
         const auto switcher = [&](Session &session, int i) {
             if (i == 4 || i == 9) {
                 Settings st = session.settings();
@@ -675,10 +573,10 @@ private slots:
         Settings s;
         s.kv_mode = KvMode::Static;
         s.attention.memory_efficient = mem_efficient;
-        const Fed cpu = feed(*model, prompt, next, s, n_ctx, switcher);
+        const Trace cpu = feed(*model, prompt, next, s, n_ctx, switcher);
         s.backend = ComputeBackend::Cuda;
-        const Fed gpu = feed(*model, prompt, next, s, n_ctx, switcher);
-        const Fed gpu_plain = feed(*model, prompt, next, s, n_ctx);
+        const Trace gpu = feed(*model, prompt, next, s, n_ctx, switcher);
+        const Trace gpu_plain = feed(*model, prompt, next, s, n_ctx);
         RAN_ON_THE_GPU(gpu);
         const double tol = tt == KvType::Q4_0 ? 0.9 / 4 : tt == KvType::Q8_0 ? 0.039 / 4 : k_gpu_logit_tol;
         const double d = worst_diff(gpu, cpu), moved = worst_diff(gpu, gpu_plain);
@@ -716,11 +614,12 @@ private slots:
         QFETCH(bool, llama3);
         const KvType tk = KvType(type_k);
         QTemporaryDir dir;
-        const auto model = llama3 ? Model::load(test::arch_fixture_path("llama", "gguf")) : random_model(dir, 1);
+        const auto model = llama3 ? Model::load(test::arch_fixture_path("llama", "gguf"))
+                                  : random_kv_model(dir.path().toStdString(), 1);
         if (llama3)
             QCOMPARE(model->hparams().rope.type, RopeScalingType::Llama3);
         const int vocab = model->hparams().n_vocab;
-        auto prompt = random_tokens(20, 11), next = random_tokens(100, 12);
+        auto prompt = random_kv_tokens(20, 11), next = random_kv_tokens(100, 12);
         for (auto *v : {&prompt, &next})
             for (int32_t &id : *v)
                 id %= vocab;
@@ -728,9 +627,9 @@ private slots:
         s.kv_mode = KvMode::Static;
         s.overflow = OverflowPolicy::Shift;
         s.kv_type_k = tk;
-        const Fed cpu = feed(*model, prompt, next, s, 48);
+        const Trace cpu = feed(*model, prompt, next, s, 48);
         s.backend = ComputeBackend::Cuda;
-        const Fed gpu = feed(*model, prompt, next, s, 48);
+        const Trace gpu = feed(*model, prompt, next, s, 48);
         RAN_ON_THE_GPU(gpu);
         QVERIFY(gpu.metrics.back().position <= 48);
         const double tol = tk == KvType::Q4_0 ? 0.9 / 4 : tk == KvType::Q8_0 ? 0.039 / 4 : k_gpu_logit_tol;

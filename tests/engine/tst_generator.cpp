@@ -17,8 +17,6 @@
 
 using namespace longscope;
 
-Q_DECLARE_METATYPE(longscope::KvMode)
-
 namespace {
 
 const std::string gguf_path = LONGSCOPE_BUNDLED_MODEL;
@@ -84,19 +82,11 @@ private slots:
     void prefix_reuse_equals_fresh_data() { test::add_technique_matrix_rows(); }
     void prefix_reuse_equals_fresh()
     {
-        QFETCH(bool, mem_efficient);
-        QFETCH(bool, causal_flash);
-        QFETCH(KvMode, mode);
-        QFETCH(bool, before_rope);
-        Settings s;
-        s.attention.memory_efficient = mem_efficient;
-        s.attention.causal_flash = causal_flash;
-        s.kv_mode = mode;
-        s.rope.store_kv_before_rope = before_rope;
+        const Settings s = test::technique_matrix_settings();
 
         // Memory-efficient attention sums decode rows in another order than prompt rows:
         // reuse is declined there, and the results are a fresh context's.
-        const bool reused = !mem_efficient;
+        const bool reused = !s.attention.memory_efficient;
 
         // Tokens generated: the first request, then each comparison (fewer under a sanitizer;
         // with KV mode none every one of them evaluates the whole context again).

@@ -11,7 +11,9 @@
 #include "cpu/quant.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
+#include "support/attention_problem.h"
 #include "support/cpu_options_scope.h"
+#include "support/random_floats.h"
 
 #include <QtTest>
 
@@ -19,12 +21,13 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 using namespace longscope;
 using longscope::test::CpuOptionsScope;
+using longscope::test::last_queries_problem;
+using longscope::test::random_floats;
 
 namespace {
 
@@ -44,16 +47,6 @@ std::vector<VectorLevel> available_levels()
     if (cpu_features().avx2)
         v.push_back(VectorLevel::Avx2);
     v.push_back(VectorLevel::Portable);
-    return v;
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float sigma)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, sigma);
-    std::vector<float> v(n);
-    for (float &x : v)
-        x = dist(rng);
     return v;
 }
 
@@ -402,16 +395,7 @@ private slots:
         const std::vector<float> q = random_floats(size_t(n_q * n_head * hd), 21, 1.0f);
         const std::vector<float> k = random_floats(size_t(n_kv * n_head_kv * hd), 22, 1.0f);
         const std::vector<float> v = random_floats(size_t(n_kv * n_head_kv * hd), 23, 1.0f);
-        AttentionProblem p;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = hd;
-        p.q = q.data();
-        p.n_q = n_q;
-        p.q_pos0 = n_kv - n_q;
-        p.k = k.data();
-        p.v = v.data();
-        p.n_kv = n_kv;
+        AttentionProblem p = last_queries_problem(n_head, n_head_kv, hd, q.data(), n_q, k.data(), v.data(), n_kv);
         ThreadPool pool(2);
         auto run = [&](SimdLevel level, int which) {
             CpuOptionsScope scope(with_kernels(level));

@@ -9,6 +9,7 @@
 // for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
 // and continues as a cache of the new type filled from scratch would; bad values are refused.
 #include "support/comparisons.h"
+#include "support/kv_models.h"
 
 #include "cpu/attention.h"
 #include "cpu/attention_qk.h"
@@ -33,7 +34,10 @@
 #include <vector>
 
 using namespace longscope;
+using longscope::test::expected_row_bytes;
 using longscope::test::max_diff;
+using longscope::test::random_kv_model;
+using longscope::test::random_kv_tokens;
 
 namespace {
 
@@ -68,19 +72,6 @@ Fixture load_fixture()
     if (!in)
         f.n_rows = 0;
     return f;
-}
-
-// Bytes per row from the block layouts (quant.h), written out here rather than asked of the
-// code: f32 4 per value, f16 2, q8_0 34 per 32 values, q4_0 18 per 32.
-uint64_t expected_row_bytes(KvType t, int n)
-{
-    switch (t) {
-    case KvType::F32: return uint64_t(n) * 4;
-    case KvType::F16: return uint64_t(n) * 2;
-    case KvType::Q8_0: return uint64_t(n) / 32 * 34;
-    case KvType::Q4_0: return uint64_t(n) / 32 * 18;
-    }
-    return 0;
 }
 
 const KvMode kModes[] = {KvMode::Concat, KvMode::Static, KvMode::Vmm};
@@ -205,39 +196,7 @@ std::vector<float> decode(KvType t, const std::vector<uint8_t> &b, int64_t n)
     return x;
 }
 
-// ---- models ----------------------------------------------------------------------------------
-
-// A random llama-family model with a head size of 64 (the bundled one has 8, too small for
-// blocks of 32): two query heads per kv head. Weights of a larger spread than make-model's
-// default, so the logits are far from uniform and differences show.
-std::unique_ptr<Model> random_model(const QTemporaryDir &dir, int n_layer)
-{
-    RandomModelSpec spec;
-    spec.n_embd = 128;
-    spec.n_layer = n_layer;
-    spec.n_head = 4;
-    spec.n_head_kv = 2;
-    spec.head_dim = 64;
-    spec.n_ff = 256;
-    spec.n_vocab = 300;
-    spec.n_ctx = 512;
-    spec.type = DType::F32;
-    spec.stddev = 0.08f;
-    spec.seed = 7;
-    const std::string path = dir.filePath(QStringLiteral("kv%1.gguf").arg(n_layer)).toStdString();
-    write_random_model_file(path, spec);
-    return Model::load(path);
-}
-
-std::vector<int32_t> random_tokens(int n, uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> pick(3, 299);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto &id : t)
-        id = pick(rng);
-    return t;
-}
+// ---- sessions --------------------------------------------------------------------------------
 
 std::vector<float> eval_copy(Session &s, std::span<const int32_t> tokens)
 {
@@ -738,8 +697,8 @@ private slots:
         QFETCH(bool, causal_flash);
         QFETCH(bool, before_rope);
         QTemporaryDir dir;
-        const auto model = random_model(dir, 2);
-        const auto prompt = random_tokens(90, 3), more = random_tokens(4, 4);
+        const auto model = random_kv_model(dir.path().toStdString(), 2);
+        const auto prompt = random_kv_tokens(90, 3), more = random_kv_tokens(4, 4);
         std::vector<std::vector<float>> first;
         for (KvMode mode : {KvMode::Static, KvMode::Concat, KvMode::Vmm, KvMode::None}) {
             SessionOptions o;
@@ -798,9 +757,9 @@ private slots:
         QFETCH(double, tol);
         const KvType tt = KvType(to);
         QTemporaryDir dir;
-        const auto model = random_model(dir, n_layer);
+        const auto model = random_kv_model(dir.path().toStdString(), n_layer);
         const int n_ctx = 200;
-        const auto prompt = random_tokens(60, 9), cont = random_tokens(12, 10);
+        const auto prompt = random_kv_tokens(60, 9), cont = random_kv_tokens(12, 10);
         SessionOptions o;
         o.n_ctx = n_ctx;
         o.n_threads = 2;

@@ -3,6 +3,7 @@
 // settings switched between steps; batches against single runs; the memory ledger.
 #include "support/comparisons.h"
 #include "support/gguf_writer.h"
+#include "support/greedy_trace.h"
 #include "support/model_files.h"
 #include "support/test_size.h"
 
@@ -20,10 +21,10 @@
 
 using namespace longscope;
 
-Q_DECLARE_METATYPE(longscope::KvMode)
-
 using longscope::test::max_diff;
+using longscope::test::run_greedy;
 using longscope::test::sized;
+using longscope::test::Trace;
 
 namespace {
 
@@ -33,39 +34,6 @@ const std::string gguf_path = LONGSCOPE_BUNDLED_MODEL;
 // softmax rescaling), so float32 rounding differs; 1e-4 is ~100x that noise on this model
 // and far below the gaps that decide its greedy tokens.
 constexpr double k_logit_tol = 1e-4;
-
-struct Trace {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> logits; // after the prompt, then after each token
-    std::vector<StepMetrics> metrics;
-};
-
-// Greedy decoding with the given settings, recording every step's logits.
-// With `forced`, those tokens are fed instead of the argmax (teacher forcing).
-Trace run_greedy(const Model &m, const std::vector<int32_t> &prompt, int n_new, const Settings &s,
-                 int n_ctx = 512, const std::function<void(Session &, int)> &between = {},
-                 const std::vector<int32_t> &forced = {})
-{
-    SessionOptions o;
-    o.n_ctx = n_ctx;
-    o.n_threads = 2;
-    o.settings = s;
-    Session session(m, o);
-    Trace t;
-    session.set_metrics_callback([&](const StepMetrics &sm) { t.metrics.push_back(sm); });
-    auto l = session.eval(prompt);
-    t.logits.emplace_back(l.begin(), l.end());
-    for (int i = 0; i < n_new; ++i) {
-        const int32_t id = i < int(forced.size()) ? forced[size_t(i)] : argmax(t.logits.back());
-        t.tokens.push_back(id);
-        if (between)
-            between(session, i);
-        auto next = session.eval(std::span<const int32_t>(&id, 1));
-        t.logits.emplace_back(next.begin(), next.end());
-    }
-    return t;
-}
-
 
 // Independent statement of the auto alpha formula (DESIGN.md).
 double auto_alpha(int L, int n_ctx_train) { return std::max(1.0, 1.1 * (L / (n_ctx_train / 2.0) - 1.0)); }
@@ -108,15 +76,7 @@ private slots:
     }
     void every_combination_matches_the_plain_path()
     {
-        QFETCH(bool, mem_efficient);
-        QFETCH(bool, causal_flash);
-        QFETCH(KvMode, mode);
-        QFETCH(bool, before_rope);
-        Settings s;
-        s.attention.memory_efficient = mem_efficient;
-        s.attention.causal_flash = causal_flash;
-        s.kv_mode = mode;
-        s.rope.store_kv_before_rope = before_rope;
+        const Settings s = longscope::test::technique_matrix_settings();
         Trace t = run_greedy(*m_model, m_prompt, 100, s);
         QCOMPARE(t.tokens, m_plain.tokens);
         for (size_t i = 0; i < t.logits.size(); ++i)

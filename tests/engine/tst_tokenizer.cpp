@@ -6,6 +6,7 @@
 #include "longscope/gguf.h"
 #include "longscope/tokenizer.h"
 #include "support/gguf_writer.h"
+#include "support/read_file.h"
 
 #include <sentencepiece_processor.h>
 
@@ -17,22 +18,16 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
 
 using namespace longscope;
+using longscope::test::read_file;
 
 namespace {
 
 const std::string kDataDir = LONGSCOPE_TEST_DATA;
-
-std::string read_file(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Strict UTF-8 check written independently of Utf8Stream: decode each code point and reject
 // overlong forms, surrogates and values past U+10FFFF.

@@ -3,7 +3,10 @@
 // with the BOS the tokenizer adds in front; a built-in or a custom template can be picked; an
 // invalid template shows the renderer's error inline and is not taken; the choice is kept per
 // model path in the settings.
+#include "support/read_file.h"
+
 #include "focus_chain.h"
+#include "offscreen.h"
 
 #include "core/chat_template_choice.h"
 #include "core/engine_worker.h"
@@ -22,34 +25,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
-
 using namespace longscope::ui;
+using longscope::test::read_file;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 constexpr int kTimeoutMs = 60000;
 const std::string dir = LONGSCOPE_TEST_DATA "/templates/";
 
-std::string read(const std::string &path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 // jinja2's output for the "no_system" conversation (user, assistant, user).
 QString jinja2Output(const std::string &tmpl)
 {
-    for (const nlohmann::json &e : nlohmann::json::parse(read(dir + "expected.json")))
+    for (const nlohmann::json &e : nlohmann::json::parse(read_file(dir + "expected.json")))
         if (e["template"] == tmpl && e["conversation"] == "no_system")
             return QString::fromStdString(e["output"].get<std::string>());
     return QStringLiteral("<missing>");
@@ -75,7 +62,6 @@ class TestChatTemplateDialog : public QObject {
     {
         return d->findChild<QDialogButtonBox *>()->button(QDialogButtonBox::Ok)->isEnabled();
     }
-
 
     void select(ChatTemplateDialog *d, const QString &data)
     {
@@ -123,7 +109,7 @@ private slots:
         // A custom template: Qwen 2.5's, pasted in.
         select(d, QStringLiteral("custom"));
         d->templateEdit()->setPlainText(QString::fromStdString(
-            read(dir + "corpus/llama.cpp-templates__Qwen-Qwen2.5-7B-Instruct.jinja")));
+            read_file(dir + "corpus/llama.cpp-templates__Qwen-Qwen2.5-7B-Instruct.jinja")));
         d->renderNow();
         const QString qwen =
             QStringLiteral("<s>") + jinja2Output("corpus/llama.cpp-templates__Qwen-Qwen2.5-7B-Instruct.jinja");

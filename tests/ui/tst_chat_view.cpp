@@ -2,6 +2,9 @@
 // space (1 MB of one letter took minutes to show: Qt lays such a run out at word boundaries
 // in time quadratic in its length, 25 000 characters 0.3 s, 100 000 4.8 s) is laid out
 // wrapping anywhere, in lines no wider than the view; ordinary text keeps wrapping at words.
+#include "chat_view_shown.h"
+#include "offscreen.h"
+
 #include "core/chat_model.h"
 #include "widgets/chat_view.h"
 #include "widgets/plain_text_field.h"
@@ -13,14 +16,9 @@
 #include <QTextLayout>
 
 using namespace longscope::ui;
+using longscope::test::showChatView;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 QTextOption::WrapMode wrapMode(const ChatView &view)
 {
@@ -47,9 +45,7 @@ private slots:
     {
         ChatModel model;
         ChatView view;
-        view.resize(600, 400);
-        view.setModel(&model);
-        view.show();
+        showChatView(view, model);
         model.appendMessage(Message::Role::User, QStringLiteral("Hello there, how are you?"));
         QCOMPARE(wrapMode(view), QTextOption::WrapAtWordBoundaryOrAnywhere);
         QVERIFY(!view.wrapsAnywhere());
@@ -77,9 +73,7 @@ private slots:
     {
         ChatModel model;
         ChatView view;
-        view.resize(600, 400);
-        view.setModel(&model);
-        view.show();
+        showChatView(view, model);
         model.appendMessage(Message::Role::User, QStringLiteral("Repeat one letter."));
         model.appendMessage(Message::Role::Assistant, QString());
         const QString piece(kLongestWrappedRun / 10, QLatin1Char('a'));

@@ -1,6 +1,9 @@
 // The engine worker on a real QThread with the bundled stories260K: loading (success,
 // failure keeping the old model), streaming, stopping, settings switched mid-generation,
 // cache reuse across chat turns, books streamed chunk by chunk, a clean shutdown.
+#include "support/cuda_status.h"
+#include "threaded_worker.h"
+
 #include "core/book.h"
 #include "core/engine_worker.h"
 
@@ -13,6 +16,7 @@
 #include <QtTest>
 
 using namespace longscope::ui;
+using longscope::test::ThreadedWorker;
 using longscope::KvMode;
 using longscope::OverflowPolicy;
 using longscope::StepMetrics;
@@ -38,27 +42,6 @@ ChatRequest userSays(const QString &text, const GenerationParams &params)
     r.params = params;
     return r;
 }
-
-// A worker on its own thread; stopped and destroyed cleanly.
-struct ThreadedWorker {
-    QThread thread;
-    EngineWorker *worker = nullptr;
-
-    ThreadedWorker()
-    {
-        worker = new EngineWorker(2);
-        worker->moveToThread(&thread);
-        thread.start();
-    }
-    ~ThreadedWorker()
-    {
-        worker->requestStop();
-        thread.quit();
-        thread.wait();
-        delete worker;
-    }
-};
-
 
 // Records the worker's signals in the test thread. The connections are queued (the recorder
 // lives here, the worker on its thread), so everything is read and written on one thread and
@@ -349,10 +332,7 @@ private slots:
     // GPU: the switch takes effect and the greedy text is the CPU's.
     void cudaBackendRequested()
     {
-        bool cuda = false;
-        for (const longscope::BackendStatus &b : longscope::probe_backends())
-            if (b.name == "CUDA")
-                cuda = b.available;
+        const bool cuda = longscope::test::cuda_status().available;
         reset();
         const GenerationSummary cpu = chat(userSays(QStringLiteral("Once upon a time"), greedy(30)));
         QCOMPARE(cpu.reason, FinishReason::MaxTokens);

@@ -6,6 +6,9 @@
 // a 2x3 grid run by the view for two settings, each cell's probability against exp of the
 // log-probability perplexity() gives the answer's tokens, the heatmaps and their PNG and CSV,
 // saving and reopening, bad input named; the preset groups covering every setting.
+#include "offscreen.h"
+#include "threaded_worker.h"
+
 #include "core/book.h"
 #include "core/engine_worker.h"
 #include "core/explore_presets.h"
@@ -48,38 +51,13 @@
 
 using namespace longscope;
 using namespace longscope::ui;
+using longscope::test::ThreadedWorker;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 constexpr int kTimeoutMs = 60000;
 const QString k_model = QStringLiteral(LONGSCOPE_BUNDLED_MODEL);
 const QString k_alice = QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt");
-
-// A worker on its own thread with the bundled model loaded.
-struct ThreadedWorker {
-    QThread thread;
-    EngineWorker *worker = nullptr;
-
-    ThreadedWorker()
-    {
-        worker = new EngineWorker(2);
-        worker->moveToThread(&thread);
-        thread.start();
-    }
-    ~ThreadedWorker()
-    {
-        worker->requestStop();
-        thread.quit();
-        thread.wait();
-        delete worker;
-    }
-};
 
 // The worker's perplexity signals, received in the test thread (queued).
 struct Runs : QObject {
@@ -186,7 +164,7 @@ private slots:
 
 void TestExplore::initTestCase()
 {
-    QVERIFY(kOffscreen);
+    QVERIFY(longscope::test::k_offscreen);
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(m_dir.isValid());
     QVERIFY2(QFile::exists(k_model), qPrintable(k_model));
@@ -198,12 +176,7 @@ void TestExplore::initTestCase()
     m_text = book->text.left(2400);
 
     m_tw = std::make_unique<ThreadedWorker>();
-    // Received here (queued), so a load that ends before the wait starts is not missed.
-    QObject receiver;
-    bool loaded = false;
-    connect(w(), &EngineWorker::modelLoaded, &receiver, [&loaded] { loaded = true; });
-    QMetaObject::invokeMethod(w(), [worker = w()] { worker->loadModel(k_model); }, Qt::QueuedConnection);
-    QTRY_VERIFY_WITH_TIMEOUT(loaded, kTimeoutMs);
+    QVERIFY(m_tw->loadModel(k_model, kTimeoutMs));
 }
 
 void TestExplore::cleanupTestCase()

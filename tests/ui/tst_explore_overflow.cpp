@@ -6,6 +6,9 @@
 // "Sinks vs truncation" preset group expands to the right settings and runs in the view,
 // plotted across the text; saved runs keep the new fields, and a run file saved before them
 // still opens.
+#include "offscreen.h"
+#include "threaded_worker.h"
+
 #include "core/book.h"
 #include "core/engine_worker.h"
 #include "core/explore_presets.h"
@@ -40,14 +43,9 @@
 
 using namespace longscope;
 using namespace longscope::ui;
+using longscope::test::ThreadedWorker;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 constexpr int kTimeoutMs = 120000;
 constexpr int kCtx = 512;                  // the bundled model's trained context
@@ -57,25 +55,6 @@ constexpr double kTolerance = 1e-5;
 const QString k_model = QStringLiteral(LONGSCOPE_BUNDLED_MODEL);
 const QString k_alice = QStringLiteral(LONGSCOPE_TEST_DATA "/books/pg11-alice-in-wonderland.txt");
 const QString k_group = QStringLiteral("Sinks vs truncation");
-
-struct ThreadedWorker {
-    QThread thread;
-    EngineWorker *worker = nullptr;
-
-    ThreadedWorker()
-    {
-        worker = new EngineWorker(2);
-        worker->moveToThread(&thread);
-        thread.start();
-    }
-    ~ThreadedWorker()
-    {
-        worker->requestStop();
-        thread.quit();
-        thread.wait();
-        delete worker;
-    }
-};
 
 ExplorePresetGroup group(const QString &name)
 {
@@ -146,7 +125,7 @@ private slots:
 
 void TestExploreOverflow::initTestCase()
 {
-    QVERIFY(kOffscreen);
+    QVERIFY(longscope::test::k_offscreen);
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(m_dir.isValid());
     m_model = Model::load(k_model.toStdString());
@@ -162,11 +141,7 @@ void TestExploreOverflow::initTestCase()
     m_tokens.resize(size_t(kTokens));
 
     m_tw = std::make_unique<ThreadedWorker>();
-    QObject receiver;
-    bool loaded = false;
-    connect(w(), &EngineWorker::modelLoaded, &receiver, [&loaded] { loaded = true; });
-    QMetaObject::invokeMethod(w(), [worker = w()] { worker->loadModel(k_model); }, Qt::QueuedConnection);
-    QTRY_VERIFY_WITH_TIMEOUT(loaded, kTimeoutMs);
+    QVERIFY(m_tw->loadModel(k_model, kTimeoutMs));
 }
 
 void TestExploreOverflow::cleanupTestCase() { m_tw.reset(); }

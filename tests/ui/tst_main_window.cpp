@@ -3,6 +3,8 @@
 // books streamed and continued, clear, regenerate, saved conversations, and closing while
 // the worker is busy.
 #include "focus_chain.h"
+#include "offscreen.h"
+#include "support/cuda_status.h"
 #include "support/vocab_files.h"
 
 #include "core/chat_model.h"
@@ -81,13 +83,6 @@ using namespace longscope;
 using namespace longscope::ui;
 
 namespace {
-
-// QTEST_MAIN builds the QApplication in main(); the platform has to be chosen before that.
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 constexpr int kTimeoutMs = 60000;
 
@@ -217,7 +212,7 @@ private slots:
 
 void TestMainWindow::initTestCase()
 {
-    QVERIFY(kOffscreen);
+    QVERIFY(longscope::test::k_offscreen);
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(m_dir.isValid());
     QVERIFY2(QFile::exists(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)), LONGSCOPE_BUNDLED_MODEL);
@@ -269,10 +264,7 @@ void TestMainWindow::loadsTheBundledModel()
     QCOMPARE(QFileInfo(w->modelSummary().path), QFileInfo(QStringLiteral(LONGSCOPE_BUNDLED_MODEL)));
 
     // The backend box offers CUDA exactly when the probe found a usable GPU.
-    bool cuda = false;
-    for (const longscope::BackendStatus &b : longscope::probe_backends())
-        if (b.name == "CUDA")
-            cuda = b.available;
+    const bool cuda = longscope::test::cuda_status().available;
     QComboBox *backend = w->longContextPanel()->backendBox();
     QCOMPARE(backend->count(), 2);
     QCOMPARE(backend->currentText(), QStringLiteral("CPU"));

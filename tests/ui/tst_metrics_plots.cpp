@@ -3,6 +3,8 @@
 // columns, PNG at twice the size with its caption), and the run following the context (a new
 // model, a new chat, a reopened conversation), on the widget alone and in the window with the
 // bundled model; and the Explore plot's PNG, which cuts off nothing.
+#include "offscreen.h"
+
 #include "core/chat_model.h"
 #include "core/conversation.h"
 #include "core/conversation_store.h"
@@ -34,12 +36,6 @@ using namespace longscope;
 using namespace longscope::ui;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 constexpr int kTimeoutMs = 60000;
 
@@ -157,7 +153,7 @@ private slots:
 
 void TestMetricsPlots::initTestCase()
 {
-    QVERIFY(kOffscreen);
+    QVERIFY(longscope::test::k_offscreen);
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(m_dir.isValid());
 }

@@ -1,6 +1,9 @@
 // A thinking model's reply in the chat view, off screen: the reasoning streams in live while
 // the model thinks, then collapses to a clickable "Thought for N tokens" that expands and
 // collapses again; the answer is shown apart. And the split itself (ui/core/thought.h).
+#include "chat_view_shown.h"
+#include "offscreen.h"
+
 #include "core/chat_model.h"
 #include "core/thought.h"
 #include "widgets/chat_view.h"
@@ -12,14 +15,9 @@
 #include <QTextDocument>
 
 using namespace longscope::ui;
+using longscope::test::showChatView;
 
 namespace {
-
-const bool kOffscreen = [] {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    return true;
-}();
 
 // The href of the first anchor in the document, empty when there is none.
 QString firstAnchor(const QTextDocument *doc)
@@ -69,9 +67,7 @@ private slots:
     {
         ChatModel model;
         ChatView view;
-        view.resize(600, 400);
-        view.setModel(&model);
-        view.show();
+        showChatView(view, model);
         model.appendMessage(Message::Role::User, QStringLiteral("What is 2+2?"));
         model.appendMessage(Message::Role::Assistant, QString());
 

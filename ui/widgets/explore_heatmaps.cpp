@@ -1,8 +1,9 @@
 #include "widgets/explore_heatmaps.h"
 
+#include "widgets/save_file.h"
+
 #include <QImage>
 #include <QPainter>
-#include <QSaveFile>
 
 #include <algorithm>
 #include <cmath>
@@ -283,25 +284,13 @@ bool ExploreHeatmaps::exportPng(const QString &path, QString *error, int width, 
         p.setFont(font());
         paint(p, QRect(0, 0, w, h));
     }
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return savePng(path, image, error);
 }
 
 bool ExploreHeatmaps::exportCsv(const QString &path, QString *error) const
 {
     const QByteArray bytes = needleCsv(m_runs);
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return saveBytes(path, bytes, error);
 }
 
 } // namespace longscope::ui

@@ -2,12 +2,12 @@
 
 #include "core/explore_format.h"
 #include "core/settings_json.h"
+#include "widgets/save_file.h"
 
 #include <QFontMetrics>
 #include <QPainter>
 #include <QPixmap>
 #include <QKeyEvent>
-#include <QSaveFile>
 #include <QVBoxLayout>
 
 #include <qcustomplot.h>
@@ -411,13 +411,7 @@ QImage ExplorePlot::renderImage(int width, int height)
 bool ExplorePlot::exportPng(const QString &path, QString *error, int width, int height)
 {
     const QImage pixmap = renderImage(width, height);
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || !pixmap.save(&file, "PNG") || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return savePng(path, pixmap, error);
 }
 
 QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs, bool acrossText)
@@ -438,13 +432,7 @@ QByteArray ExplorePlot::csv(const QVector<PerplexityRunResult> &runs, bool acros
 bool ExplorePlot::exportCsv(const QString &path, QString *error) const
 {
     const QByteArray bytes = csv(m_runs, m_acrossText);
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return saveBytes(path, bytes, error);
 }
 
 } // namespace longscope::ui

@@ -1,6 +1,7 @@
 #include "widgets/metrics_plots.h"
 
 #include "core/session_stats.h"
+#include "widgets/save_file.h"
 
 #include <QFontMetrics>
 #include <QHBoxLayout>
@@ -8,7 +9,6 @@
 #include <QListWidget>
 #include <QMouseEvent>
 #include <QPainter>
-#include <QSaveFile>
 #include <QTimer>
 #include <QToolTip>
 
@@ -609,25 +609,13 @@ QImage MetricsPlots::renderImage()
 bool MetricsPlots::exportPng(const QString &path, QString *error)
 {
     const QImage image = renderImage();
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return savePng(path, image, error);
 }
 
 bool MetricsPlots::exportCsv(const QString &path, QString *error) const
 {
     const QByteArray bytes = m_run.toCsv();
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit()) {
-        if (error)
-            *error = tr("Cannot write %1: %2").arg(path, file.errorString());
-        return false;
-    }
-    return true;
+    return saveBytes(path, bytes, error);
 }
 
 } // namespace longscope::ui

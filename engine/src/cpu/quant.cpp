@@ -148,6 +148,19 @@ inline int q3_k_code(const uint8_t *qs, const uint8_t *hmask, int i)
     return q2_k_code(qs, i) | (((hmask[i % 32] >> (i / 32)) & 1) << 2);
 }
 
+// The value of largest magnitude among x[0, n), sign kept (the first of equal ones; 0 when all
+// are 0): the quantizers map it to their most negative code, the one with no positive twin.
+float signed_absmax(const float *x, int n)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; ++j)
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
 // 256 2-bit codes (value order) into qs[64], the inverse of q2_k_code.
 void pack_2bit(const uint8_t *L, uint8_t *qs)
 {
@@ -188,17 +201,29 @@ void quantize_q8_0(const float *x, uint8_t *dst, int64_t n)
 
 // ---- Q4_0 -----------------------------------------------------------------------------------
 
-void dequantize_q4_0(const uint8_t *src, float *dst, int64_t n)
+// The 32-value blocks whose 16 bytes `qs` hold value j in the low nibble of byte j and value
+// j + 16 in the high one (Q4_0, Q4_1, IQ4_NL): `decoder(blk)` gives the block's function from a
+// nibble to its value.
+template <typename Block, typename Decoder> void dequantize_nibble_blocks(const uint8_t *src, float *dst, int64_t n,
+                                                                          Decoder decoder)
 {
     for (int64_t b = 0; b < n / qk_small; ++b) {
-        const auto blk = load_block<BlockQ4_0>(src + b * sizeof(BlockQ4_0));
-        const float d = f16_to_f32(blk.d);
+        const auto blk = load_block<Block>(src + b * sizeof(Block));
+        const auto value = decoder(blk);
         float *y = dst + b * qk_small;
         for (int j = 0; j < qk_small / 2; ++j) {
-            y[j] = d * float((blk.qs[j] & 0x0f) - 8);
-            y[j + qk_small / 2] = d * float((blk.qs[j] >> 4) - 8);
+            y[j] = value(blk.qs[j] & 0x0f);
+            y[j + qk_small / 2] = value(blk.qs[j] >> 4);
         }
     }
+}
+
+void dequantize_q4_0(const uint8_t *src, float *dst, int64_t n)
+{
+    dequantize_nibble_blocks<BlockQ4_0>(src, dst, n, [](const BlockQ4_0 &blk) {
+        const float d = f16_to_f32(blk.d);
+        return [d](int q) { return d * float(q - 8); };
+    });
 }
 
 void quantize_q4_0(const float *x, uint8_t *dst, int64_t n)
@@ -206,13 +231,7 @@ void quantize_q4_0(const float *x, uint8_t *dst, int64_t n)
     for (int64_t b = 0; b < n / qk_small; ++b, x += qk_small) {
         // The signed value of largest magnitude maps to -8, the one code with no positive
         // twin, so the full range [-8, 7] is used on the side where the extreme value lies.
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk_small; ++j)
-            if (amax < std::fabs(x[j])) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        const float d = max / -8.0f;
+        const float d = signed_absmax(x, qk_small) / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         BlockQ4_0 blk;
         blk.d = f32_to_f16(d);
@@ -440,15 +459,8 @@ constexpr float group_max_eps = 1e-15f;
 
 float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < group_max_eps) { // all (practically) zero
+    const float max = signed_absmax(x, n);
+    if (std::fabs(max) < group_max_eps) { // all (practically) zero
         std::fill(L, L + n, int8_t(0));
         return 0.0f;
     }
@@ -489,16 +501,11 @@ void quantize_q6_k(const float *x, uint8_t *dst, int64_t n)
     int8_t L[qk_k];
     float scales[qk_k / 16];
     for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
-        float max_scale = 0, max_abs_scale = 0;
-        for (int ib = 0; ib < qk_k / 16; ++ib) {
+        for (int ib = 0; ib < qk_k / 16; ++ib)
             scales[ib] = fit_symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
-            if (std::fabs(scales[ib]) > max_abs_scale) {
-                max_abs_scale = std::fabs(scales[ib]);
-                max_scale = scales[ib];
-            }
-        }
+        const float max_scale = signed_absmax(scales, qk_k / 16);
         BlockQ6_K blk{};
-        if (max_abs_scale < group_max_eps) { // an all-zero block: zero bytes decode to zeros
+        if (std::fabs(max_scale) < group_max_eps) { // an all-zero block: zero bytes decode to zeros
             blk.d = f32_to_f16(0.0f);
             std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
             continue;
@@ -548,15 +555,10 @@ inline uint32_t load_u32(const uint8_t *p)
 
 void dequantize_q4_1(const uint8_t *src, float *dst, int64_t n)
 {
-    for (int64_t b = 0; b < n / qk_small; ++b) {
-        const auto blk = load_block<BlockQ4_1>(src + b * sizeof(BlockQ4_1));
+    dequantize_nibble_blocks<BlockQ4_1>(src, dst, n, [](const BlockQ4_1 &blk) {
         const float d = f16_to_f32(blk.d), m = f16_to_f32(blk.m);
-        float *y = dst + b * qk_small;
-        for (int j = 0; j < qk_small / 2; ++j) {
-            y[j] = float(blk.qs[j] & 0x0f) * d + m;
-            y[j + qk_small / 2] = float(blk.qs[j] >> 4) * d + m;
-        }
-    }
+        return [d, m](int q) { return float(q) * d + m; };
+    });
 }
 
 // Q5_0 (offset 16, no min) and Q5_1 (min m): x = (q - offset) * d + m.
@@ -630,13 +632,7 @@ void quantize_q5_0(const float *x, uint8_t *dst, int64_t n)
 {
     for (int64_t b = 0; b < n / qk_small; ++b, x += qk_small) {
         // As Q4_0: the signed value of largest magnitude maps to -16.
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk_small; ++j)
-            if (amax < std::fabs(x[j])) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        const float d = max / -16.0f;
+        const float d = signed_absmax(x, qk_small) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         BlockQ5_0 blk;
         blk.d = f32_to_f16(d);
@@ -743,13 +739,8 @@ void dequantize_q3_k(const uint8_t *src, float *dst, int64_t n)
 // codes where that raises (sum w x l)^2 / sum w l^2 (weights x^2). L gets l + nmax.
 float fit_q3_scale(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i)
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            max = x[i];
-        }
-    if (amax < group_max_eps) {
+    const float max = signed_absmax(x, n);
+    if (std::fabs(max) < group_max_eps) {
         std::fill(L, L + n, int8_t(0));
         return 0.0f;
     }
@@ -795,14 +786,9 @@ void quantize_q3_k(const float *x, uint8_t *dst, int64_t n)
     int8_t L[qk_k];
     float scales[16];
     for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
-        float max_scale = 0, amax = 0;
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < 16; ++j)
             scales[j] = fit_q3_scale(16, 4, x + 16 * j, L + 16 * j);
-            if (std::fabs(scales[j]) > amax) {
-                amax = std::fabs(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        const float max_scale = signed_absmax(scales, 16);
         // The signed scale of largest magnitude maps to -32; scales are stored as 6-bit l + 32.
         BlockQ3_K blk{};
         if (max_scale != 0.0f) {
@@ -882,15 +868,10 @@ void quantize_q5_k(const float *x, uint8_t *dst, int64_t n)
 
 void dequantize_iq4_nl(const uint8_t *src, float *dst, int64_t n)
 {
-    for (int64_t b = 0; b < n / qk_small; ++b) {
-        const auto blk = load_block<BlockIQ4_NL>(src + b * sizeof(BlockIQ4_NL));
+    dequantize_nibble_blocks<BlockIQ4_NL>(src, dst, n, [](const BlockIQ4_NL &blk) {
         const float d = f16_to_f32(blk.d);
-        float *y = dst + b * qk_small;
-        for (int j = 0; j < qk_small / 2; ++j) {
-            y[j] = d * float(iq4_nl_values[blk.qs[j] & 0x0f]);
-            y[j + 16] = d * float(iq4_nl_values[blk.qs[j] >> 4]);
-        }
-    }
+        return [d](int q) { return d * float(iq4_nl_values[q]); };
+    });
 }
 
 void dequantize_iq4_xs(const uint8_t *src, float *dst, int64_t n)
@@ -941,17 +922,11 @@ void quantize_iq4_impl(const float *x, int n_blocks, uint16_t &d_out, uint8_t *s
     const int8_t *values = iq4_nl_values;
     uint8_t L[qk_k];
     float scales[8];
-    float max_scale = 0, amax_scale = 0;
     for (int ib = 0; ib < n_blocks; ++ib) {
         const float *xb = x + ib * bs;
         uint8_t *Lb = L + ib * bs;
-        float amax = 0, max = 0;
-        for (int j = 0; j < bs; ++j)
-            if (std::fabs(xb[j]) > amax) {
-                amax = std::fabs(xb[j]);
-                max = xb[j];
-            }
-        if (amax < group_max_eps) {
+        const float max = signed_absmax(xb, bs);
+        if (std::fabs(max) < group_max_eps) {
             scales[ib] = 0;
             continue;
         }
@@ -981,14 +956,10 @@ void quantize_iq4_impl(const float *x, int n_blocks, uint16_t &d_out, uint8_t *s
             }
         }
         scales[ib] = d;
-        if (std::fabs(d) > amax_scale) {
-            amax_scale = std::fabs(d);
-            max_scale = d;
-        }
     }
     if (n_blocks > 1) {
         *scales_h = 0;
-        const float d = -max_scale / 32.0f;
+        const float d = -signed_absmax(scales, n_blocks) / 32.0f;
         d_out = f32_to_f16(d);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int ib = 0; ib < n_blocks; ++ib) {
@@ -1301,24 +1272,9 @@ void dequantize_row_with(VectorLevel level, DType type, const void *src, float *
         else
             dequantize_q8_0(p, dst, n);
         return;
-    case DType::Q4_0:
-        if (avx512)
-            dequantize_q4_0_avx512(p, dst, n);
-        else
-            dequantize_q4_0(p, dst, n);
-        return;
-    case DType::Q4_K:
-        if (avx512)
-            dequantize_q4_k_avx512(p, dst, n);
-        else
-            dequantize_q4_k(p, dst, n);
-        return;
-    case DType::Q6_K:
-        if (avx512)
-            dequantize_q6_k_avx512(p, dst, n);
-        else
-            dequantize_q6_k(p, dst, n);
-        return;
+    case DType::Q4_0: avx512 ? dequantize_q4_0_avx512(p, dst, n) : dequantize_q4_0(p, dst, n); return;
+    case DType::Q4_K: avx512 ? dequantize_q4_k_avx512(p, dst, n) : dequantize_q4_k(p, dst, n); return;
+    case DType::Q6_K: avx512 ? dequantize_q6_k_avx512(p, dst, n) : dequantize_q6_k(p, dst, n); return;
     case DType::Q4_1: avx512 ? dequantize_block32_avx512<DType::Q4_1>(p, dst, n) : dequantize_q4_1(p, dst, n); return;
     case DType::Q5_0:
         avx512 ? dequantize_block32_avx512<DType::Q5_0>(p, dst, n) : dequantize_q5<BlockQ5_0, false>(p, dst, n);

@@ -1,6 +1,7 @@
 // Shared by the suites that compare whole-model runs: the largest difference between two
 // logit vectors, and the data rows of the technique matrix (attention x causal flash x KV mode
-// x keys before RoPE) that the CPU variants and the CUDA backend are both checked over.
+// x keys before RoPE) that the CPU variants and the CUDA backend are both checked over, with
+// the settings of a row.
 #pragma once
 
 #include "longscope/settings.h"
@@ -11,6 +12,9 @@
 #include <cmath>
 #include <string>
 #include <vector>
+
+// The technique matrix's KvMode column.
+Q_DECLARE_METATYPE(longscope::KvMode)
 
 namespace longscope::test {
 
@@ -25,8 +29,8 @@ inline double max_diff(const std::vector<float> &a, const std::vector<float> &b)
     return d;
 }
 
-// Columns mem_efficient, causal_flash, mode (KvMode, declared as a metatype by the suite) and
-// before_rope; one row per combination, 32 in all.
+// Columns mem_efficient, causal_flash, mode (KvMode) and before_rope; one row per combination,
+// 32 in all.
 inline void add_technique_matrix_rows()
 {
     QTest::addColumn<bool>("mem_efficient");
@@ -40,6 +44,20 @@ inline void add_technique_matrix_rows()
                     QTest::addRow("%s%s kv=%s%s", me ? "mem-efficient" : "naive", cf ? " causal-flash" : "",
                                   std::string(to_string(mode)).c_str(), br ? " keys-before-rope" : "")
                         << me << cf << mode << br;
+}
+
+// `base` with the current technique-matrix row's settings (the columns above) applied.
+inline Settings technique_matrix_settings(Settings base = {})
+{
+    QFETCH(bool, mem_efficient);
+    QFETCH(bool, causal_flash);
+    QFETCH(KvMode, mode);
+    QFETCH(bool, before_rope);
+    base.attention.memory_efficient = mem_efficient;
+    base.attention.causal_flash = causal_flash;
+    base.kv_mode = mode;
+    base.rope.store_kv_before_rope = before_rope;
+    return base;
 }
 
 } // namespace longscope::test
