@@ -292,7 +292,8 @@ ClientError prompt_logprobs_failure(const ClientError &e)
 
 bool no_tokenizer_endpoint(const ClientError &e)
 {
-    return e.failure() == Failure::NotFound || e.status() == 404 || e.status() == 405 || e.status() == 501;
+    return e.failure() == Failure::NotFound || e.failure() == Failure::Protocol || e.status() == 404 ||
+           e.status() == 405 || e.status() == 501;
 }
 
 std::string one_window_note()

@@ -111,7 +111,7 @@ std::vector<int32_t> parse_tokens(std::string_view body);
 // without log-probabilities is; other failures are returned as they are.
 ClientError prompt_logprobs_failure(const ClientError &e);
 // Whether a failed /tokenize means the server has no such endpoint (404, 405, 501: SGLang,
-// TGI), so a client scores the text as one window instead.
+// TGI; or an answer without "tokens"), so a client scores the text as one window instead.
 bool no_tokenizer_endpoint(const ClientError &e);
 // What a client says when it falls back to one window.
 std::string one_window_note();

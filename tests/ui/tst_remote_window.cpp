@@ -478,6 +478,8 @@ private slots:
                                                   "log-probabilities (echo with logprobs)")),
                  qPrintable(r.error));
         QCOMPARE(errors, QStringList{r.error});
+        // Its /tokenize answers no tokens either: the text went as one window, and the run says so.
+        QVERIFY2(r.note.contains(QLatin1String("one window")), qPrintable(r.note));
 
         QSignalSpy needles(&w, &InferenceWorker::needleFinished);
         w.queueNeedle(NeedleRequest{});

@@ -584,17 +584,16 @@ void RemoteWorker::run_perplexity(const QString &text, const QString &label, Per
             r.cancelled = true;
             return end_perplexity(label, r);
         }
-        if (failure && remote::no_tokenizer_endpoint(*failure)) {
-            r.note = QString::fromStdString(remote::one_window_note());
-            return run_one_window(text, label, r);
-        }
         std::vector<int32_t> tokens;
         try {
             if (failure)
                 throw *failure;
             tokens = remote::parse_tokens(body);
         } catch (const remote::ClientError &e) {
-            return end_perplexity(label, r, text_of(e));
+            if (!remote::no_tokenizer_endpoint(e))
+                return end_perplexity(label, r, text_of(e));
+            r.note = QString::fromStdString(remote::one_window_note());
+            return run_one_window(text, label, r);
         }
         if (maxTokens > 0 && qint64(tokens.size()) > maxTokens)
             tokens.resize(size_t(maxTokens));
