@@ -1,6 +1,8 @@
 #include "remote/openai_client.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <cctype>
 
 namespace longscope::remote {
@@ -247,6 +249,59 @@ json prompt_logprobs_request(const std::string &model, const std::string &prompt
                 {"max_tokens", 1}, {"temperature", 0}, {"stream", false}};
 }
 
+json prompt_logprobs_request(const std::string &model, const std::vector<int32_t> &prompt)
+{
+    json body = prompt_logprobs_request(model, std::string());
+    body["prompt"] = prompt;
+    return body;
+}
+
+json tokenize_request(const std::string &model, const std::string &text, bool add_special)
+{
+    return json{{"model", model},         {"prompt", text}, {"add_special_tokens", add_special},
+                {"content", text},        {"add_special", add_special}};
+}
+
+std::vector<int32_t> parse_tokens(std::string_view body)
+{
+    const json j = parse_json(body, "tokenizer answer");
+    const json *tokens = field(j, "tokens");
+    if (!tokens || !tokens->is_array())
+        throw ClientError(Failure::Protocol, "the server's /tokenize answer has no 'tokens' array");
+    std::vector<int32_t> out;
+    out.reserve(tokens->size());
+    for (size_t i = 0; i < tokens->size(); ++i) {
+        const json &t = (*tokens)[i];
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+            throw ClientError(Failure::Protocol,
+                              "the server's /tokenize answer has no token id at tokens[" + std::to_string(i) + "]");
+        out.push_back(int32_t(t.get<int64_t>()));
+    }
+    return out;
+}
+
+ClientError prompt_logprobs_failure(const ClientError &e)
+{
+    if (e.failure() == Failure::BadRequest && lower(e.what()).find("echo") != std::string::npos)
+        return ClientError(Failure::Unsupported,
+                           std::string("the server does not return prompt log-probabilities (it refuses 'echo'): ") +
+                               e.what(),
+                           e.status());
+    return e;
+}
+
+bool no_tokenizer_endpoint(const ClientError &e)
+{
+    return e.failure() == Failure::NotFound || e.failure() == Failure::Protocol || e.status() == 404 ||
+           e.status() == 405 || e.status() == 501;
+}
+
+std::string one_window_note()
+{
+    return "the server has no /tokenize endpoint, so the text is scored as one window from its start (it must fit "
+           "the server's context); the window length and stride asked for are not used";
+}
+
 std::vector<std::pair<std::string, std::string>> request_headers(const std::string &api_key)
 {
     std::vector<std::pair<std::string, std::string>> h{{"Content-Type", "application/json"},
@@ -433,28 +488,126 @@ PromptLogprobs parse_prompt_logprobs(std::string_view body)
     return out;
 }
 
-NllCurve nll_by_position(const PromptLogprobs &lp, int bucket, int context)
+namespace {
+
+// Mean NLL per bucket of `bucket` keys (key i in [0, max_key]); empty buckets are left out,
+// the last one ends at max_key + 1.
+NllCurve bucketed(const std::vector<int64_t> &keys, const std::vector<double> &nll, int64_t max_key, int bucket)
 {
-    NllCurve out;
     bucket = std::max(1, bucket);
+    std::map<int64_t, std::pair<double, int64_t>> sums; // bucket index: sum, count
+    NllCurve out;
     double sum = 0;
-    for (size_t i = 0; i < lp.logprobs.size();) {
+    for (size_t i = 0; i < nll.size(); ++i) {
+        auto &[bsum, count] = sums[keys[i] / bucket];
+        bsum += nll[i];
+        ++count;
+        sum += nll[i];
+    }
+    for (const auto &[index, value] : sums) {
         NllBucket b;
-        const int position = int(i + 1);
-        b.begin = position / bucket * bucket;
-        b.end = b.begin + bucket;
-        double bsum = 0;
-        for (; i < lp.logprobs.size() && int(i + 1) < b.end; ++i, ++b.count)
-            bsum -= lp.logprobs[i];
-        if (context > 0)
-            b.end = std::min(b.end, context);
-        b.mean_nll = bsum / double(b.count);
-        sum += bsum;
+        b.begin = int(index * bucket);
+        b.end = int(std::min<int64_t>(max_key + 1, (index + 1) * bucket));
+        b.count = value.second;
+        b.mean_nll = value.first / double(value.second);
         out.buckets.push_back(b);
     }
-    out.n_scored = int64_t(lp.logprobs.size());
+    out.n_scored = int64_t(nll.size());
     out.mean_nll = out.n_scored > 0 ? sum / double(out.n_scored) : 0;
     return out;
+}
+
+} // namespace
+
+NllCurve nll_by_position(const PromptLogprobs &lp, int bucket, int context)
+{
+    std::vector<int64_t> positions;
+    std::vector<double> nll;
+    for (size_t i = 0; i < lp.logprobs.size(); ++i) {
+        positions.push_back(int64_t(i + 1));
+        nll.push_back(-lp.logprobs[i]);
+    }
+    const int64_t unbounded = int64_t(std::numeric_limits<int>::max()) - 1;
+    return bucketed(positions, nll, context > 0 ? context - 1 : unbounded, bucket);
+}
+
+WindowedScoring::WindowedScoring(std::vector<int32_t> tokens, std::vector<int32_t> prefix, int ctx, int stride,
+                                 bool stream)
+    : m_tokens(std::move(tokens)), m_prefix(std::move(prefix))
+{
+    const int64_t n = int64_t(m_tokens.size());
+    const int lead = int(m_prefix.size());
+    if (n + lead < 2 || n < 1)
+        throw std::invalid_argument("the text is too short to score (fewer than 2 tokens)");
+    if (stream) {
+        // One context of ctx tokens: the token at context index ctx is the last one predicted.
+        const int64_t per_window = int64_t(ctx) + 1 - lead;
+        if (ctx < 2 || per_window < 1)
+            throw std::invalid_argument("the context to score to must hold at least 2 tokens");
+        m_max_position = ctx;
+        m_windows.push_back({0, std::min(n, per_window), 0});
+        if (per_window < n)
+            m_stopped = "the context of " + std::to_string(ctx) + " tokens is full (" +
+                        std::to_string(n + lead - 1 - ctx) + " tokens of the text left unscored)";
+    } else {
+        const int per_window = ctx - lead;
+        if (per_window < 1 || ctx < 2)
+            throw std::invalid_argument("the perplexity window must hold at least 2 tokens");
+        stride = stride > 0 ? stride : per_window;
+        if (stride > per_window)
+            throw std::invalid_argument("the stride " + std::to_string(stride) + " is longer than the " +
+                                        std::to_string(per_window) + " text tokens of a window");
+        m_max_position = ctx - 1;
+        // Text token i is scored once, in the first window where it is new.
+        for (int64_t start = 0, scored_to = 0; scored_to < n; start += stride) {
+            const int64_t end = std::min(n, start + per_window);
+            m_windows.push_back({start, end, std::max(scored_to, start)});
+            scored_to = end;
+        }
+    }
+    for (const Window &w : m_windows)
+        m_total += w.end - w.first_new;
+    if (lead == 0)
+        --m_total; // nothing predicts the text's first token
+}
+
+json WindowedScoring::request(const std::string &model) const
+{
+    const Window &w = m_windows.at(m_next);
+    std::vector<int32_t> ids = m_prefix;
+    ids.insert(ids.end(), m_tokens.begin() + w.start, m_tokens.begin() + w.end);
+    return prompt_logprobs_request(model, ids);
+}
+
+void WindowedScoring::add(const PromptLogprobs &lp)
+{
+    const Window &w = m_windows.at(m_next);
+    const int lead = int(m_prefix.size());
+    const int64_t length = lead + (w.end - w.start);
+    if (int64_t(lp.logprobs.size()) != length - 1)
+        throw ClientError(Failure::Protocol, "the server returned " + std::to_string(lp.logprobs.size()) +
+                                                 " prompt log-probabilities for a window of " + std::to_string(length) +
+                                                 " tokens (expected " + std::to_string(length - 1) + ")");
+    // logprobs[i] belongs to window index i + 1.
+    for (size_t i = 0; i < lp.logprobs.size(); ++i) {
+        const int64_t text_index = w.start + int64_t(i + 1) - lead;
+        if (text_index < w.first_new)
+            continue;
+        m_positions.push_back(int(i + 1));
+        m_text_index.push_back(text_index);
+        m_nll.push_back(-lp.logprobs[i]);
+    }
+    ++m_next;
+}
+
+NllCurve WindowedScoring::curve(int bucket) const
+{
+    return bucketed(std::vector<int64_t>(m_positions.begin(), m_positions.end()), m_nll, m_max_position, bucket);
+}
+
+NllCurve WindowedScoring::text_curve(int bucket) const
+{
+    return bucketed(m_text_index, m_nll, int64_t(m_tokens.size()) - 1, bucket);
 }
 
 ClientError http_error(int status, std::string_view body, std::string_view model, std::string_view url)

@@ -94,8 +94,27 @@ json chat_request(const std::string &model, const std::vector<ChatTurn> &message
 json completion_request(const std::string &model, const std::string &prompt, const SamplingFields &sampling,
                         bool stream);
 // A completion that echoes the prompt with the log-probability of each of its tokens and
-// generates one token (max_tokens 0 is refused by some servers).
+// generates one token (max_tokens 0 is refused by some servers). The prompt as text, or as
+// token ids (a list of ints, which OpenAI, vLLM, llama-server and Longscope serve take as the
+// prompt's tokens, adding none).
 json prompt_logprobs_request(const std::string &model, const std::string &prompt);
+json prompt_logprobs_request(const std::string &model, const std::vector<int32_t> &prompt);
+
+// POST /tokenize (at the server's root) as llama-server ({"content", "add_special"}) and vLLM
+// ({"model", "prompt", "add_special_tokens"}) take it: the body carries both spellings, each
+// server reads its own and leaves the other's fields.
+json tokenize_request(const std::string &model, const std::string &text, bool add_special);
+// The "tokens" of a /tokenize answer; throws ClientError(Protocol) naming what is missing.
+std::vector<int32_t> parse_tokens(std::string_view body);
+// A failed prompt log-probabilities request as the client reports it: a 400 that refuses
+// 'echo' (llama-server: "Only no echo is supported") becomes Unsupported, as an answer
+// without log-probabilities is; other failures are returned as they are.
+ClientError prompt_logprobs_failure(const ClientError &e);
+// Whether a failed /tokenize means the server has no such endpoint (404, 405, 501: SGLang,
+// TGI; or an answer without "tokens"), so a client scores the text as one window instead.
+bool no_tokenizer_endpoint(const ClientError &e);
+// What a client says when it falls back to one window.
+std::string one_window_note();
 
 // The headers every request carries: JSON bodies, and the key when there is one.
 std::vector<std::pair<std::string, std::string>> request_headers(const std::string &api_key);
@@ -194,6 +213,56 @@ struct NllCurve {
     int64_t n_scored = 0;
 };
 NllCurve nll_by_position(const PromptLogprobs &lp, int bucket, int context = 0);
+
+// Perplexity in windows through a server, with the windows of the local perplexity
+// (longscope/perplexity.h): each window is the prefix the server's tokenizer puts ahead of a
+// text (BOS, or nothing) and up to `ctx` - prefix text tokens, sent as token ids; with a
+// `stride` below that, later windows score only the tokens no earlier window scored. Streamed
+// (`stream`: a local run through one context of `ctx` tokens that stops when it is full, as
+// under the error overflow policy) the text is one window of the prefix and `ctx` tokens.
+// The transport asks request() for each window's body, sends it and hands the answer to add().
+class WindowedScoring {
+public:
+    // Throws std::invalid_argument for a text shorter than two tokens (one with a prefix) or
+    // a window or stride that does not fit.
+    WindowedScoring(std::vector<int32_t> tokens, std::vector<int32_t> prefix, int ctx, int stride = 0,
+                    bool stream = false);
+    bool done() const { return m_next >= m_windows.size(); }
+    // The current window's /v1/completions body.
+    json request(const std::string &model) const;
+    // The server's answer for the current window (parse_prompt_logprobs of it); moves on.
+    // Throws ClientError(Protocol) when it has not one log-probability per prompt token after
+    // the first.
+    void add(const PromptLogprobs &lp);
+
+    int windows() const { return int(m_windows.size()); }
+    int windows_done() const { return int(m_next); }
+    int64_t total() const { return m_total; } // tokens the run scores
+    int64_t scored() const { return int64_t(m_nll.size()); }
+    // Why a streamed run stopped before the text's end (empty otherwise).
+    const std::string &stopped() const { return m_stopped; }
+    // Per scored token, in the text's order: its position in its window and its NLL.
+    const std::vector<int> &positions() const { return m_positions; }
+    const std::vector<double> &nll() const { return m_nll; }
+    // Mean NLL by position in the window, and by index in the text.
+    NllCurve curve(int bucket) const;
+    NllCurve text_curve(int bucket) const;
+
+private:
+    struct Window {
+        int64_t start = 0, end = 0, first_new = 0; // text tokens [start, end), scored from first_new
+    };
+    std::vector<int32_t> m_tokens;
+    std::vector<int32_t> m_prefix;
+    int m_max_position = 0;
+    std::vector<Window> m_windows;
+    size_t m_next = 0;
+    int64_t m_total = 0;
+    std::string m_stopped;
+    std::vector<int> m_positions;
+    std::vector<int64_t> m_text_index;
+    std::vector<double> m_nll;
+};
 
 // An HTTP status other than 200 as a ClientError with a sentence that says what to do; the
 // server's own message (OpenAI's {"error": {"message"}}, TGI's {"error": "..."}, FastAPI's

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 
 namespace longscope::cli {
 
@@ -154,47 +156,127 @@ int cmd_generate_remote(const std::vector<std::string> &argv)
     return 0;
 }
 
+namespace {
+
+// The server's answer to a prompt log-probabilities request, with the message that says what
+// a server without them lacks.
+remote::PromptLogprobs prompt_logprobs(const RemoteHttp &server, const json &body, const std::string &model)
+{
+    try {
+        return remote::parse_prompt_logprobs(server.post(server.base().api("/completions"), body, model));
+    } catch (const remote::ClientError &error) {
+        const remote::ClientError e = remote::prompt_logprobs_failure(error);
+        if (e.failure() == remote::Failure::Unsupported)
+            throw remote::ClientError(e.failure(), std::string("perplexity needs a local model or a server that "
+                                                               "returns prompt log-probabilities: ") + e.what());
+        throw e;
+    }
+}
+
+// The text's tokens and the server's special prefix (BOS) from its /tokenize; nullopt when
+// the server has none.
+std::optional<std::pair<std::vector<int32_t>, std::vector<int32_t>>> server_tokens(const RemoteHttp &server,
+                                                                                   const std::string &model,
+                                                                                   const std::string &text)
+{
+    const std::string route = server.base().root("/tokenize");
+    try {
+        auto tokens = remote::parse_tokens(server.post(route, remote::tokenize_request(model, text, false), model));
+        auto prefix = remote::parse_tokens(server.post(route, remote::tokenize_request(model, "", true), model));
+        return std::make_pair(std::move(tokens), std::move(prefix));
+    } catch (const remote::ClientError &e) {
+        if (remote::no_tokenizer_endpoint(e))
+            return std::nullopt;
+        throw;
+    }
+}
+
+void put_curve(const remote::NllCurve &curve, std::vector<PositionBucket> &out)
+{
+    for (const remote::NllBucket &b : curve.buckets)
+        out.push_back(PositionBucket{b.begin, b.end, b.count, b.mean_nll});
+}
+
+} // namespace
+
 int cmd_perplexity_remote(const std::vector<std::string> &argv)
 {
-    Args a(argv, with_remote({{{"-f", "--file"}}, {{"--bucket"}}, {{"--csv"}}, {{"--json"}, false}}));
+    Args a(argv, with_remote({{{"-f", "--file"}},
+                              {{"-c", "--ctx"}},
+                              {{"--stride"}},
+                              {{"--max-tokens"}},
+                              {{"--bucket"}},
+                              {{"--csv"}},
+                              {{"--json"}, false}}));
     const auto file = a.value("--file");
     if (!file)
         throw UsageError("give the text to score with -f FILE");
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
     const int bucket = a.get_int("--bucket", 1, 1 << 20).value_or(64);
+    const std::optional<int> ctx_asked = a.get_int("--ctx", 2, 1 << 24);
+    const int stride = a.get_int("--stride", 1, 1 << 24).value_or(0);
+    const int max_tokens = a.get_int("--max-tokens", 2, 1 << 30).value_or(0);
     const std::string text = read_text_file(*file);
     if (text.empty())
         throw UsageError(*file + " is empty");
 
     const RemoteHttp server = connect(a);
     const remote::RemoteModel model = server.pick_model(a.value("--model").value_or(""));
-    remote::PromptLogprobs lp;
-    try {
-        lp = remote::parse_prompt_logprobs(
-            server.post(server.base().api("/completions"), remote::prompt_logprobs_request(model.id, text), model.id));
-    } catch (const remote::ClientError &e) {
-        if (e.failure() == remote::Failure::Unsupported)
-            throw remote::ClientError(e.failure(), std::string("perplexity needs a local model or a server that "
-                                                               "returns prompt log-probabilities: ") + e.what());
-        throw;
-    }
-    if (lp.logprobs.empty())
-        throw UsageError(*file + " is too short to score (fewer than 2 tokens)");
-
-    // The server scored the text as one window from its start, as a local run's first window.
-    const remote::NllCurve curve = remote::nll_by_position(lp, bucket, model.context_length.value_or(0));
+    const int server_ctx = model.context_length.value_or(0);
     PerplexityResult r;
-    r.windows = 1;
-    for (size_t i = 0; i < lp.logprobs.size(); ++i) {
-        r.positions.push_back(int(i + 1));
-        r.nll.push_back(float(-lp.logprobs[i]));
+    auto tokens = server_tokens(server, model.id, text);
+    if (!tokens) {
+        std::fprintf(stderr, "[longscope] %s\n", remote::one_window_note().c_str());
+        const remote::PromptLogprobs lp = prompt_logprobs(server, remote::prompt_logprobs_request(model.id, text), model.id);
+        if (lp.logprobs.empty())
+            throw UsageError(*file + " is too short to score (fewer than 2 tokens)");
+        const remote::NllCurve curve = remote::nll_by_position(lp, bucket, server_ctx);
+        r.windows = 1;
+        for (size_t i = 0; i < lp.logprobs.size(); ++i) {
+            r.positions.push_back(int(i + 1));
+            r.nll.push_back(float(-lp.logprobs[i]));
+        }
+        r.n_scored = curve.n_scored;
+        r.mean_nll = curve.mean_nll;
+        put_curve(curve, r.curve);
+        return report_perplexity(a, r, server_ctx, "server context", "context_length");
     }
+
+    // Windows of --ctx tokens (the server's context less the one token each request
+    // generates, by default), as a local run scores them.
+    const int room = server_ctx > 1 ? server_ctx - 1 : 0;
+    if (ctx_asked && room > 0 && *ctx_asked > room)
+        throw UsageError("--ctx " + std::to_string(*ctx_asked) + " does not fit the server's context of " +
+                         std::to_string(server_ctx) + " tokens (a window leaves room for the one token a request "
+                         "generates: at most " + std::to_string(room) + ")");
+    const int ctx = ctx_asked.value_or(room);
+    if (ctx < 2)
+        throw UsageError("the server does not say its context length: give the window length with --ctx");
+    auto &[ids, prefix] = *tokens;
+    if (max_tokens > 0 && int64_t(ids.size()) > max_tokens)
+        ids.resize(size_t(max_tokens));
+    std::optional<remote::WindowedScoring> scoring;
+    try {
+        scoring.emplace(std::move(ids), std::move(prefix), ctx, stride);
+    } catch (const std::invalid_argument &e) {
+        throw UsageError(*file + ": " + e.what());
+    }
+    while (!scoring->done()) {
+        scoring->add(prompt_logprobs(server, scoring->request(model.id), model.id));
+        std::fprintf(stderr, "\r[longscope] scored %lld of %lld tokens", (long long)scoring->scored(),
+                     (long long)scoring->total());
+    }
+    std::fprintf(stderr, "\n");
+    r.windows = scoring->windows();
+    r.positions = scoring->positions();
+    r.nll.assign(scoring->nll().begin(), scoring->nll().end());
+    const remote::NllCurve curve = scoring->curve(bucket);
     r.n_scored = curve.n_scored;
     r.mean_nll = curve.mean_nll;
-    for (const remote::NllBucket &b : curve.buckets)
-        r.curve.push_back(PositionBucket{b.begin, b.end, b.count, b.mean_nll});
-    return report_perplexity(a, r, model.context_length.value_or(0), "server context", "context_length");
+    put_curve(curve, r.curve);
+    put_curve(scoring->text_curve(bucket), r.text_curve);
+    return report_perplexity(a, r, server_ctx, "server context", "context_length");
 }
 
 } // namespace longscope::cli

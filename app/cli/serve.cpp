@@ -531,13 +531,14 @@ std::vector<std::string_view> header_values(const httplib::Request &req, const s
     return out;
 }
 
-// Which requests take a body: the two completion endpoints. GET and HEAD take none; any other
-// method or path is answered 404 before a body is read.
+// Which requests take a body: the two completion endpoints and the tokenizer's. GET and HEAD
+// take none; any other method or path is answered 404 before a body is read.
 enum class Route { Body, NoBody, Unknown };
 
 Route route_of(const httplib::Request &req)
 {
-    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions"))
+    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                                 req.path == "/tokenize" || req.path == "/detokenize"))
         return Route::Body;
     if (req.method == "GET" || req.method == "HEAD")
         return Route::NoBody;
@@ -932,6 +933,14 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
     svr.Post("/v1/completions",
              guarded_post([&](const std::string &body, const httplib::Request &, httplib::Response &res) {
                  completion(Endpoint::Completion, body, res);
+             }));
+
+    svr.Post("/tokenize", guarded_post([&](const std::string &body, const httplib::Request &, httplib::Response &res) {
+                 send_json(res, 200, tokenize_response(model->tokenizer(), body, model_name, n_ctx));
+             }));
+    svr.Post("/detokenize",
+             guarded_post([&](const std::string &body, const httplib::Request &, httplib::Response &res) {
+                 send_json(res, 200, detokenize_response(model->tokenizer(), model->hparams().n_vocab, body, model_name));
              }));
 
     int port = o.port;

@@ -717,6 +717,67 @@ json model_object(const std::string &name, int64_t created, const ModelMeta &met
     return j;
 }
 
+namespace {
+
+// A /tokenize or /detokenize body: an object, its "model" (when given) the served one.
+json tokenizer_body(std::string_view body_text, const std::string &model_name)
+{
+    const json body = parse_body(body_text);
+    if (!body.is_object())
+        throw ApiError(400, "the request body must be a JSON object");
+    if (const auto m = body.find("model"); m != body.end() && !m->is_null()) {
+        if (!m->is_string())
+            bad("model", "'model' must be a string");
+        if (m->get<std::string>() != model_name)
+            throw ApiError(404, "The model '" + m->get<std::string>() + "' does not exist; this server serves '" +
+                                    model_name + "'",
+                           "invalid_request_error", "model", "model_not_found");
+    }
+    return body;
+}
+
+bool flag_in(const json &body, const char *name, bool fallback)
+{
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null())
+        return fallback;
+    if (!it->is_boolean())
+        bad(name, std::string("'") + name + "' must be a boolean, got " + type_name(*it));
+    return it->get<bool>();
+}
+
+} // namespace
+
+json tokenize_response(const Tokenizer &tok, std::string_view body_text, const std::string &model_name, int n_ctx)
+{
+    const json body = tokenizer_body(body_text, model_name);
+    const bool as_llama = body.contains("content");
+    const json &text = as_llama ? body["content"] : body.contains("prompt") ? body["prompt"] : json();
+    if (!text.is_string())
+        bad(as_llama ? "content" : "prompt", text.is_null() ? "give the text to tokenize as 'content' or 'prompt'"
+                                                            : std::string("the text to tokenize must be a string, got ") +
+                                                                  type_name(text));
+    const bool add_special = flag_in(body, "add_special", flag_in(body, "add_special_tokens", !as_llama));
+    const std::vector<int32_t> ids = tok.encode(text.get<std::string>(), add_special && tok.add_bos_default());
+    return json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", n_ctx}};
+}
+
+json detokenize_response(const Tokenizer &tok, int n_vocab, std::string_view body_text, const std::string &model_name)
+{
+    const json body = tokenizer_body(body_text, model_name);
+    const auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array())
+        bad("tokens", "give the token ids to detokenize as the array 'tokens'");
+    const std::vector<int32_t> ids = token_ids(*it, "tokens");
+    const int limit = std::min(tok.n_vocab(), n_vocab);
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] >= limit)
+            bad("tokens", "token id " + std::to_string(ids[i]) + " at tokens[" + std::to_string(i) +
+                              "] is outside the vocabulary of " + std::to_string(limit));
+    const std::string text = tok.decode(ids);
+    return json{{"content", text}, {"prompt", text}};
+}
+
 json models_list(const std::string &name, int64_t created, const ModelMeta &meta)
 {
     return json{{"object", "list"}, {"data", json::array({model_object(name, created, meta)})}};

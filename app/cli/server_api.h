@@ -8,6 +8,7 @@
 #include "longscope/metrics.h"
 #include "longscope/sampler.h"
 #include "longscope/settings.h"
+#include "longscope/tokenizer.h"
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,16 @@ struct ModelMeta {
     std::string architecture;
 };
 json model_object(const std::string &name, int64_t created, const ModelMeta &meta = {});
+
+// POST /tokenize and /detokenize, as llama-server and vLLM answer them (so a client that
+// needs token boundaries, such as windowed remote perplexity, speaks one protocol to all):
+// the text in "content" (llama-server) or "prompt" (vLLM), special tokens (BOS) added with
+// "add_special" / "add_special_tokens" (default: false for "content", true for "prompt", as
+// each of them does); an optional "model" must name the served one. The answer is
+// {"tokens", "count", "max_model_len"}; /detokenize takes {"tokens"} and answers the text as
+// "content" and "prompt". Throws ApiError (400, or 404 for another model).
+json tokenize_response(const Tokenizer &tok, std::string_view body, const std::string &model_name, int n_ctx);
+json detokenize_response(const Tokenizer &tok, int n_vocab, std::string_view body, const std::string &model_name);
 json models_list(const std::string &name, int64_t created, const ModelMeta &meta = {});
 
 // What GET /metrics publishes (docs/serve.md, "Prometheus metrics").

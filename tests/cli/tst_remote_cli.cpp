@@ -162,6 +162,42 @@ private slots:
         }
         QCOMPARE(remote["context_length"].toInt(), k_ctx);
     }
+    // Windows of --ctx tokens with --stride, as a local run scores them: the token
+    // boundaries come from the server's /tokenize and each window goes as token ids.
+    void perplexity_in_windows_equals_local()
+    {
+        const QString file = write("windows.txt", m_text.toUtf8());
+        const QStringList common{"perplexity", "-f", file, "--ctx", "64", "--stride", "40", "--bucket", "8", "--json"};
+        const CliRun r = run_remote(common);
+        if (!longscope()) { // llama-server tokenizes, then refuses 'echo': one clear line
+            QCOMPARE(r.code, 1);
+            QVERIFY2(r.err.contains("prompt log-probabilities") && r.err.trimmed().count('\n') == 0, r.err.constData());
+            return;
+        }
+        QVERIFY2(r.code == 0, r.err.constData());
+        QVERIFY2(!r.err.contains("one window"), r.err.constData());
+        const CliRun l = run_cli(common);
+        QVERIFY2(l.code == 0, l.err.constData());
+        const QJsonObject remote = json_of(r.out), local = json_of(l.out);
+        QVERIFY2(local["windows"].toInt() >= 3, qPrintable(QString::number(local["windows"].toInt())));
+        QCOMPARE(remote["windows"].toInt(), local["windows"].toInt());
+        QCOMPARE(remote["n_scored"].toInt(), local["n_scored"].toInt());
+        QVERIFY2(std::abs(remote["mean_nll"].toDouble() - local["mean_nll"].toDouble()) < 1e-4,
+                 qPrintable(QStringLiteral("%1 vs %2").arg(remote["mean_nll"].toDouble()).arg(local["mean_nll"].toDouble())));
+        const QJsonArray rc = remote["curve"].toArray(), lc = local["curve"].toArray();
+        QCOMPARE(rc.size(), lc.size());
+        for (qsizetype i = 0; i < rc.size(); ++i) {
+            QCOMPARE(rc[i].toObject()["begin"].toInt(), lc[i].toObject()["begin"].toInt());
+            QCOMPARE(rc[i].toObject()["end"].toInt(), lc[i].toObject()["end"].toInt());
+            QCOMPARE(rc[i].toObject()["count"].toInt(), lc[i].toObject()["count"].toInt());
+            QVERIFY(std::abs(rc[i].toObject()["mean_nll"].toDouble() - lc[i].toObject()["mean_nll"].toDouble()) < 1e-3);
+        }
+        // A window that does not fit the server's context is refused before anything is sent.
+        const CliRun big = run_remote({"perplexity", "-f", file, "--ctx", QString::number(k_ctx)});
+        QCOMPARE(big.code, 2);
+        QVERIFY2(big.err.contains("does not fit the server's context of 512 tokens"), big.err.constData());
+    }
+
     void failures_data()
     {
         QTest::addColumn<QStringList>("args");

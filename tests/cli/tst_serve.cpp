@@ -322,6 +322,50 @@ private slots:
         verify_error_shape(get("/v1/nothing"), 404);
     }
 
+    // /tokenize in llama-server's and vLLM's shapes, /detokenize back; the ids as a
+    // /v1/completions prompt (a list of ints, no BOS added) give what the text gives.
+    void tokenize_and_detokenize()
+    {
+        const Reply llama = post("/tokenize", QJsonObject{{"content", "Once upon a time"}});
+        QCOMPARE(llama.status, 200);
+        const QJsonArray ids = llama.json()["tokens"].toArray();
+        QCOMPARE(ids.size(), 4); // as usage.prompt_tokens counts it: BOS + 4
+        QCOMPARE(llama.json()["count"].toInt(), 4);
+        QCOMPARE(llama.json()["max_model_len"].toInt(), k_ctx);
+        const Reply vllm = post("/tokenize", QJsonObject{{"model", "stories260K"}, {"prompt", "Once upon a time"}});
+        QCOMPARE(vllm.status, 200);
+        const QJsonArray with_bos = vllm.json()["tokens"].toArray(); // vLLM adds special tokens by default
+        QCOMPARE(with_bos.size(), 5);
+        QCOMPARE(with_bos[0].toInt(), 1); // the model's BOS
+        QCOMPARE(with_bos.last().toInt(), ids.last().toInt());
+        const Reply empty = post("/tokenize", QJsonObject{{"content", ""}, {"add_special", true}});
+        QCOMPARE(empty.json()["tokens"].toArray(), (QJsonArray{1}));
+
+        const Reply back = post("/detokenize", QJsonObject{{"tokens", ids}});
+        QCOMPARE(back.status, 200);
+        QCOMPARE(back.json()["content"].toString(), QString("Once upon a time"));
+        QCOMPARE(back.json()["prompt"].toString(), QString("Once upon a time"));
+
+        auto greedy = [&](const QJsonValue &prompt) {
+            const Reply r = post("/v1/completions",
+                                 QJsonObject{{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 20}});
+            return QPair<int, QString>(r.json()["usage"].toObject()["prompt_tokens"].toInt(),
+                                       r.json()["choices"].toArray().first().toObject()["text"].toString());
+        };
+        const auto from_text = greedy("Once upon a time");
+        QCOMPARE(greedy(with_bos), from_text);
+        QVERIFY(!from_text.second.isEmpty());
+
+        verify_error_shape(post("/tokenize", QJsonObject{{"text", "x"}}), 400, "prompt");
+        verify_error_shape(post("/tokenize", QJsonObject{{"content", 3}}), 400, "content");
+        verify_error_shape(post("/tokenize", QJsonObject{{"content", "x"}, {"add_special", "yes"}}), 400, "add_special");
+        verify_error_shape(post("/tokenize", QJsonObject{{"model", "gpt-4"}, {"prompt", "x"}}), 404, "model",
+                           "model_not_found");
+        verify_error_shape(post("/detokenize", QJsonObject{{"tokens", QJsonArray{1, 100000}}}), 400, "tokens");
+        verify_error_shape(post("/detokenize", QJsonObject{{"tokens", QJsonArray{-1}}}), 400, "tokens[0]");
+        verify_error_shape(post("/detokenize", QJsonObject{}), 400, "tokens");
+    }
+
     void port_in_use_is_an_error()
     {
         QProcess second;

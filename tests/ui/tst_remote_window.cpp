@@ -7,13 +7,16 @@
 // log-probabilities refused with Explore's message, and two Longscope instances (this window
 // local, then this window on the server) giving the same greedy text on the same plots.
 // Nothing talks to anything but 127.0.0.1.
+#include <QCheckBox>
 #include <QCoreApplication>
 #include <QDir>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QMenu>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -25,6 +28,9 @@
 #include "core/chat_model.h"
 #include "core/remote_endpoint.h"
 #include "core/remote_worker.h"
+#include "longscope/model.h"
+#include "longscope/tokenizer.h"
+#include "remote/openai_client.h"
 #include "widgets/book_panel.h"
 #include "widgets/generation_panel.h"
 #include "widgets/long_context_panel.h"
@@ -74,19 +80,36 @@ QString lastReply(const MainWindow &w)
 }
 
 // One perplexity run on `worker` (as Explore queues it), waited for.
-PerplexityRunResult score(InferenceWorker *worker, const QString &text, const QString &label, QStringList *errors = nullptr)
+PerplexityRunResult score(InferenceWorker *worker, const QString &text, const QString &label, QStringList *errors = nullptr,
+                          const longscope::Settings &settings = {}, int ctx = 512)
 {
     QSignalSpy done(worker, &InferenceWorker::perplexityFinished);
     auto c = QObject::connect(worker, &InferenceWorker::errorOccurred, [&](const QString &e) {
         if (errors)
             *errors << e;
     });
-    worker->queuePerplexity(text, longscope::Settings{}, 512, 1, label);
+    worker->queuePerplexity(text, settings, ctx, 1, label);
     done.wait(kTimeoutMs);
     QObject::disconnect(c);
     if (done.isEmpty())
         return PerplexityRunResult{};
     return done.first().at(1).value<PerplexityRunResult>();
+}
+
+// Two curves point by point: the same positions and counts, NLL within 1e-3.
+void compareCurves(const QVector<PerplexityPoint> &remote, const QVector<PerplexityPoint> &local)
+{
+    QCOMPARE(remote.size(), local.size());
+    for (int i = 0; i < local.size(); ++i) {
+        QCOMPARE(remote[i].begin, local[i].begin);
+        QCOMPARE(remote[i].end, local[i].end);
+        QCOMPARE(remote[i].count, local[i].count);
+        QVERIFY2(std::abs(remote[i].mean_nll - local[i].mean_nll) < 1e-3,
+                 qPrintable(QStringLiteral("position %1: %2 vs %3")
+                                .arg(local[i].begin)
+                                .arg(remote[i].mean_nll)
+                                .arg(local[i].mean_nll)));
+    }
 }
 
 } // namespace
@@ -134,6 +157,15 @@ class TestRemoteWindow : public QObject {
         return !connected.isEmpty();
     }
 
+    bool longscope() const { return m_server.kind() == QLatin1String("longscope"); }
+
+    // An external server without prompt log-probabilities (llama-server): the run failed with
+    // Explore's message (the caller skips the rest of the case then).
+    bool withoutPromptLogprobs(const PerplexityRunResult &remote) const
+    {
+        return !longscope() && remote.failed() && remote.error.startsWith(RemoteWorker::explorePerplexityNeeds());
+    }
+
     QString sendAndWait(TestWindow &w, const QString &text)
     {
         QSignalSpy finished(&w, &MainWindow::replyFinished);
@@ -152,7 +184,8 @@ private slots:
                  m_server.log().constData());
         QVERIFY(m_server.url().startsWith(QLatin1String("http://127.0.0.1:")));
         bool stored = false;
-        m_secrets.write(m_server.url(), QString::fromLatin1(k_key), [&](const QString &error) { stored = error.isEmpty(); });
+        m_secrets.write(m_server.url(), QString::fromLatin1(m_server.key(k_key)),
+                        [&](const QString &error) { stored = error.isEmpty(); });
         QTRY_VERIFY(stored);
     }
 
@@ -261,9 +294,10 @@ private slots:
         MetricsPlots *plots = w->metricsPlots();
         QTRY_VERIFY_WITH_TIMEOUT(plots->history().server.size() >= 2, 10000);
         plots->flush();
-        QCOMPARE(plots->history().serverEngine, QStringLiteral("longscope"));
+        QCOMPARE(plots->history().serverEngine, m_server.kind());
         const ServerSample last = plots->history().server.last();
-        QVERIFY(last.kv_usage > 0 && last.kv_usage <= 1);
+        if (longscope()) // llama-server publishes no KV usage (no llamacpp:kv_cache_usage_ratio since 2025)
+            QVERIFY(last.kv_usage > 0 && last.kv_usage <= 1);
         QCOMPARE(last.requests_running, 0.0);
         QCOMPARE(last.requests_waiting, 0.0);
         QVERIFY(plots->serverPointCount() >= 3 * 2);
@@ -293,6 +327,8 @@ private slots:
         QVERIFY2(!local.failed(), qPrintable(local.error));
         QVERIFY(connectTo(*w));
         const PerplexityRunResult remote = score(w->activeWorker(), k_story, QStringLiteral("remote"));
+        if (withoutPromptLogprobs(remote))
+            QSKIP(qPrintable(QStringLiteral("the server returns no prompt log-probabilities; Explore said: ") + remote.error));
         QVERIFY2(!remote.failed(), qPrintable(remote.error));
         QVERIFY(local.curve.size() > 20);
         QCOMPARE(remote.curve.size(), local.curve.size());
@@ -312,6 +348,118 @@ private slots:
         QCOMPARE(reopened->curve.size(), remote.curve.size());
     }
 
+    // A text of several windows is scored in the run's windows (token boundaries from the
+    // server's /tokenize, each window sent as token ids), or through one context of the run's
+    // length that stops when it is full, as the local run does: the remote curves (by position
+    // and along the text) equal the local ones point by point.
+    void explorePerplexityInWindowsMatchesTheLocalOne_data()
+    {
+        QTest::addColumn<int>("overflow");
+        QTest::newRow("windows (head-tail)") << int(OverflowPolicy::HeadTail);
+        QTest::newRow("one context (error)") << int(OverflowPolicy::Error);
+    }
+    void explorePerplexityInWindowsMatchesTheLocalOne()
+    {
+        QFETCH(int, overflow);
+        auto w = makeWindow();
+        QVERIFY(w);
+        const QString text = QStringList{k_story, k_story, k_story, k_story}.join(QLatin1Char(' '));
+        longscope::Settings settings;
+        settings.overflow = OverflowPolicy(overflow);
+        constexpr int ctx = 64;
+        const PerplexityRunResult local = score(w->activeWorker(), text, QStringLiteral("local"), nullptr, settings, ctx);
+        QVERIFY2(!local.failed(), qPrintable(local.error));
+        if (settings.overflow == OverflowPolicy::HeadTail)
+            QVERIFY2(local.windows >= 3, qPrintable(QString::number(local.windows)));
+        else
+            QVERIFY(!local.stopped.isEmpty() && local.n_scored == ctx);
+        QVERIFY(connectTo(*w));
+        const PerplexityRunResult remote = score(w->activeWorker(), text, QStringLiteral("remote"), nullptr, settings, ctx);
+        if (withoutPromptLogprobs(remote))
+            QSKIP(qPrintable(QStringLiteral("the server returns no prompt log-probabilities; Explore said: ") + remote.error));
+        QVERIFY2(!remote.failed(), qPrintable(remote.error));
+        QVERIFY2(remote.note.isEmpty(), qPrintable(remote.note)); // the server has /tokenize
+        QCOMPARE(remote.ctx, ctx);
+        QCOMPARE(remote.windows, local.windows);
+        QCOMPARE(remote.n_scored, local.n_scored);
+        QCOMPARE(remote.streamed, local.streamed);
+        QCOMPARE(remote.stopped.isEmpty(), local.stopped.isEmpty());
+        compareCurves(remote.curve, local.curve);
+        compareCurves(remote.text_curve, local.text_curve);
+        QVERIFY(std::abs(remote.mean_nll - local.mean_nll) < 1e-3);
+    }
+
+    // The server's /tokenize, asked as the client asks it, gives the local tokenizer's ids
+    // (and its BOS for an empty text with special tokens).
+    void serverTokenizerGivesTheLocalTokens()
+    {
+        const auto model = longscope::Model::load(LONGSCOPE_BUNDLED_MODEL);
+        QVERIFY(model);
+        const std::string text = k_story.toStdString();
+        auto tokenize = [&](const std::string &t, bool special) {
+            const QByteArray body = QByteArray::fromStdString(remote::tokenize_request(k_model.toStdString(), t, special).dump());
+            const auto reply = longscope::test::http(m_server.url() + QStringLiteral("/tokenize"), body, m_server.key(k_key));
+            if (reply.status != 200)
+                qWarning() << reply.status << reply.body;
+            return remote::parse_tokens(reply.body.toStdString());
+        };
+        QCOMPARE(tokenize(text, false), model->tokenizer().encode(text, false));
+        QCOMPARE(tokenize(std::string(), true), std::vector<int32_t>{model->tokenizer().bos_id()});
+    }
+
+    // A change on the long-context panel waits for the next request ("Change sent"); a
+    // Longscope server takes it with that request, and the marker clears then: "Applied at
+    // token N" and a marker on the plots.
+    void pendingChangeClearsAtTheNextRequest()
+    {
+        auto w = makeWindow();
+        QVERIFY(w);
+        QVERIFY(connectTo(*w));
+        LongContextPanel *panel = w->longContextPanel();
+        if (!longscope()) {
+            // The toggles are greyed with the reason: nothing can be pending.
+            QVERIFY(!panel->memoryEfficientBox()->isEnabled());
+            QVERIFY(!panel->appliedLabel()->text().contains(QLatin1String("next step")));
+            QSKIP("the server fixes the long-context switches when it starts (checked: greyed, nothing pending)");
+        }
+        QVERIFY(!sendAndWait(*w, QStringLiteral("Tell me a story.")).isEmpty());
+        const int markers = w->metricsPlots()->markerCount();
+        QVERIFY(panel->memoryEfficientBox()->isEnabled());
+        panel->memoryEfficientBox()->setChecked(!panel->memoryEfficientBox()->isChecked());
+        QCOMPARE(panel->appliedLabel()->text(), QStringLiteral("Change sent: applies at the next step"));
+        QVERIFY(!sendAndWait(*w, QStringLiteral("And then?")).isEmpty());
+        const QString applied = panel->appliedLabel()->text();
+        const QRegularExpressionMatch m = QRegularExpression(QStringLiteral("Applied at token ([\\d,.\\s]+)")).match(applied);
+        QVERIFY2(m.hasMatch(), qPrintable(applied));
+        QVERIFY2(m.captured(1).remove(QRegularExpression(QStringLiteral("\\D"))).toInt() > 0, qPrintable(applied));
+        QCOMPARE(w->metricsPlots()->markerCount(), markers + 1);
+        // A request without a change applies nothing new.
+        QVERIFY(!sendAndWait(*w, QStringLiteral("Go on.")).isEmpty());
+        QCOMPARE(w->metricsPlots()->markerCount(), markers + 1);
+    }
+
+    // A server that fixes the switches when it starts (anything but Longscope serve) gets no
+    // "Change sent" marker: its toggles are greyed, and a change that reaches the window
+    // anyway (a preset, settings restored) is not waited for.
+    void greyedTogglesLeaveNothingPending()
+    {
+        longscope::test::CannedServer other(longscope::test::http_response(
+            200, "application/json", R"({"object":"list","data":[{"id":"stories260K","object":"model","owned_by":"vllm"}]})"));
+        auto w = makeWindow();
+        QVERIFY(w);
+        QSignalSpy connected(w.get(), &MainWindow::remoteConnected);
+        w->connectToServer(RemoteEndpoint{other.url(), k_model, false});
+        QVERIFY(connected.wait(kTimeoutMs));
+        LongContextPanel *panel = w->longContextPanel();
+        QVERIFY(!panel->memoryEfficientBox()->isEnabled());
+        const QString reason = panel->appliedLabel()->text();
+        QVERIFY(!reason.isEmpty());
+        longscope::Settings changed = panel->settings();
+        changed.attention.memory_efficient = !changed.attention.memory_efficient;
+        emit panel->settingsChanged(changed);
+        QCOMPARE(panel->appliedLabel()->text(), reason);
+    }
+
     // A server that echoes no prompt log-probabilities (llama-server's /v1/completions) gets
     // Explore's message; a needle grid says it needs a local model.
     void exploreSaysWhatTheServerLacks()
@@ -328,6 +476,8 @@ private slots:
                                                   "log-probabilities (echo with logprobs)")),
                  qPrintable(r.error));
         QCOMPARE(errors, QStringList{r.error});
+        // Its /tokenize answers no tokens either: the text went as one window, and the run says so.
+        QVERIFY2(r.note.contains(QLatin1String("one window")), qPrintable(r.note));
 
         QSignalSpy needles(&w, &InferenceWorker::needleFinished);
         w.queueNeedle(NeedleRequest{});
@@ -361,7 +511,7 @@ private slots:
             longscope::test::http(m_server.url() + QStringLiteral("/v1/completions"),
                                   QJsonDocument(QJsonObject{{"model", k_model}, {"prompt", book}, {"max_tokens", 1}})
                                       .toJson(),
-                                  k_key)
+                                  m_server.key(k_key))
                 .json();
         QCOMPARE(tokens, direct["usage"].toObject()["prompt_tokens"].toInt());
         QCOMPARE(w->contextUsed(), tokens);
@@ -386,6 +536,8 @@ private slots:
     // same model) give the same greedy text, and both put points on the same plots.
     void twoInstancesGiveTheSameText()
     {
+        if (!longscope())
+            QSKIP("compares with Longscope's own engine and chat template (another server formats the chat its own way)");
         auto w = makeWindow();
         QVERIFY(w);
         MetricsPlots *plots = w->metricsPlots();

@@ -95,6 +95,8 @@ QJsonObject PerplexityRunResult::toJson() const
                      {QStringLiteral("streamed"), streamed}};
     if (!stopped.isEmpty())
         json.insert(QStringLiteral("stopped"), stopped);
+    if (!note.isEmpty())
+        json.insert(QStringLiteral("note"), note);
     return json;
 }
 
@@ -159,6 +161,7 @@ std::optional<PerplexityRunResult> PerplexityRunResult::fromJson(const QJsonObje
     r.text_curve = std::move(*points);
     r.streamed = streamed.toBool();
     r.stopped = stopped.toString();
+    r.note = j.value(QStringLiteral("note")).toString(); // absent (empty) in most runs
     return r;
 }
 

@@ -46,6 +46,9 @@ struct PerplexityRunResult {
     QVector<PerplexityPoint> text_curve;
     bool streamed = false;       // through one context (perplexityStreams), not windows
     QString stopped;             // the stream stopped at the full context: why (empty otherwise)
+    // How the run differs from what was asked, in words (a server without a tokenizer
+    // endpoint scored the text as one window); empty when it does not.
+    QString note;
     double mean_nll = 0;         // over every scored token
     qint64 n_scored = 0;
     qint64 n_total = 0;          // tokens the run set out to score

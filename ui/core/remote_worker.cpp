@@ -73,6 +73,8 @@ void RemoteWorker::setEndpoint(const QString &baseUrl, const QString &apiKey, co
     m_context_length = 0;
     m_document.clear();
     m_document_tokens = 0;
+    m_settings.reset();
+    m_settings_unsent = false;
     try {
         m_base = remote::parse_base_url(baseUrl.toStdString());
     } catch (const remote::ClientError &e) {
@@ -250,8 +252,7 @@ void RemoteWorker::run_chat(const ChatRequest &request)
     for (const ChatTurn &t : request.turns)
         turns.push_back({t.role == ChatTurn::Role::User ? "user" : "assistant", t.text.toStdString()});
     remote::json body = remote::chat_request(m_model.toStdString(), turns, sampling(request.params), true);
-    if (m_settings && capabilities().per_request_settings)
-        put_settings(body, *m_settings);
+    attach_settings(body);
     stream_reply("/chat/completions", body, [this] { job_done(); });
 }
 
@@ -268,8 +269,9 @@ quint64 RemoteWorker::queueContinue(const GenerationParams &params)
 
 void RemoteWorker::run_continue(const GenerationParams &params)
 {
-    const remote::json body =
+    remote::json body =
         remote::completion_request(m_model.toStdString(), m_document.toStdString(), sampling(params), true);
+    attach_settings(body);
     stream_reply("/completions", body, [this] {
         // What was written joins the document: the next Continue goes on from it.
         m_document += m_summary.text;
@@ -375,6 +377,8 @@ void RemoteWorker::finish_chat(FinishReason reason)
     } else if (rm.completion_tokens > 1 && decode_s > 0) {
         rm.decode_tokens_per_second = (rm.completion_tokens - 1) / decode_s;
     }
+    settings_answered(reason != FinishReason::Error && reason != FinishReason::Stopped && m_stream.usage(),
+                      rm.prompt_tokens);
     m_summary.prompt_tokens = rm.prompt_tokens;
     m_summary.generated_tokens = rm.completion_tokens;
     m_summary.decode_tokens_per_second = rm.decode_tokens_per_second;
@@ -447,7 +451,8 @@ void RemoteWorker::run_stream(const QString &text)
     remote::SamplingFields one;
     one.max_tokens = 1;
     one.temperature = 0.0;
-    const remote::json body = remote::completion_request(m_model.toStdString(), document.toStdString(), one, false);
+    remote::json body = remote::completion_request(m_model.toStdString(), document.toStdString(), one, false);
+    attach_settings(body);
     m_stopping = false;
     m_started.start();
     emit streamProgress(0, 1);
@@ -469,6 +474,7 @@ void RemoteWorker::run_stream(const QString &text)
         if (failure)
             emit errorOccurred(text_of(*failure));
         if (stopped || failure) {
+            settings_answered(false, 0);
             emit streamFinished(true, m_document_tokens);
             job_done();
             return;
@@ -478,6 +484,7 @@ void RemoteWorker::run_stream(const QString &text)
         const int added = std::max(0, total - m_document_tokens);
         m_document = document;
         m_document_tokens = total;
+        settings_answered(true, total);
         emit streamFitted(added, added);
         emit streamProgress(added, added);
         StepMetrics step;
@@ -502,18 +509,18 @@ void RemoteWorker::queueResetContext()
 quint64 RemoteWorker::queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                                       const QString &label, qint64 maxTokens)
 {
-    Q_UNUSED(maxTokens);
     auto result = [=, this] {
         PerplexityRunResult r;
         r.label = label;
         r.settings = settings;
-        r.ctx = m_context_length > 0 ? m_context_length : ctx;
+        r.ctx = ctx;
         r.bucket = bucket;
+        r.n_ctx_train = m_context_length;
         r.model_name = m_model;
         r.created = QDateTime::currentDateTimeUtc();
         return r;
     };
-    return enqueue([this, text, label, result] { run_perplexity(text, label, result()); },
+    return enqueue([this, text, label, result, maxTokens] { run_perplexity(text, label, result(), maxTokens); },
                    [this, label, result] {
                        PerplexityRunResult r = result();
                        r.cancelled = true;
@@ -521,71 +528,205 @@ quint64 RemoteWorker::queuePerplexity(const QString &text, const longscope::Sett
                    });
 }
 
-void RemoteWorker::run_perplexity(const QString &text, const QString &label, PerplexityRunResult r)
+void RemoteWorker::post_then(const std::string &path, const remote::json &body, Answer answer)
 {
-    auto fail = [this, label](PerplexityRunResult out, const QString &message) {
-        out.error = message;
-        emit errorOccurred(message);
-        emit perplexityFinished(label, out);
-        job_done();
-    };
-    if (!m_base || m_model.isEmpty())
-        return fail(r, QStringLiteral("no remote server and model are set"));
-    const remote::json body = remote::prompt_logprobs_request(m_model.toStdString(), text.toStdString());
-    m_stopping = false;
-    m_started.start();
-    emit perplexityProgress(label, 0, 1);
-    m_chat = send(m_base->api("/completions"), &body);
+    m_chat = send(path, &body);
     QNetworkReply *reply = m_chat;
-    connect(reply, &QNetworkReply::finished, this, [this, reply, label, r, fail]() mutable {
+    connect(reply, &QNetworkReply::finished, this, [this, reply, answer] {
         bool stopped = false;
         const std::optional<remote::ClientError> failure = finished_failure(reply, &stopped);
+        answer(stopped, failure, stopped || failure ? std::string() : reply->readAll().toStdString());
+    });
+}
+
+void RemoteWorker::end_perplexity(const QString &label, PerplexityRunResult r, const QString &error)
+{
+    if (!error.isEmpty()) {
+        r.error = error;
+        emit errorOccurred(error);
+    }
+    r.seconds = double(m_started.nsecsElapsed()) / 1e9;
+    r.created = QDateTime::currentDateTimeUtc();
+    emit perplexityFinished(label, r);
+    job_done();
+}
+
+QString RemoteWorker::perplexity_failure(const remote::ClientError &error) const
+{
+    const remote::ClientError e = remote::prompt_logprobs_failure(error);
+    // A server that sends no prompt log-probabilities; one that refuses the request (the
+    // fields, or a window longer than its context).
+    if (e.failure() == remote::Failure::Unsupported)
+        return QStringLiteral("%1: %2").arg(explorePerplexityNeeds(), text_of(e));
+    if (e.failure() == remote::Failure::BadRequest)
+        return QStringLiteral("%1. Each window must fit the server's context (%2 tokens), and the server must return "
+                              "prompt log-probabilities (echo with logprobs)")
+            .arg(text_of(e))
+            .arg(m_context_length > 0 ? QString::number(m_context_length) : QStringLiteral("?"));
+    return text_of(e);
+}
+
+void RemoteWorker::run_perplexity(const QString &text, const QString &label, PerplexityRunResult r, qint64 maxTokens)
+{
+    if (!m_base || m_model.isEmpty())
+        return end_perplexity(label, r, QStringLiteral("no remote server and model are set"));
+    m_stopping = false;
+    m_started.start();
+    m_evaluated = 0;
+    emit perplexityProgress(label, 0, 1);
+    // The token boundaries from the server's tokenizer: the text's tokens, then what it puts
+    // ahead of a text (BOS).
+    const std::string model = m_model.toStdString();
+    const std::string route = m_base->root("/tokenize");
+    post_then(route, remote::tokenize_request(model, text.toStdString(), false),
+              [=, this](bool stopped, const std::optional<remote::ClientError> &failure, const std::string &body) mutable {
         if (stopped) {
             r.cancelled = true;
-            emit perplexityFinished(label, r);
-            job_done();
-            return;
+            return end_perplexity(label, r);
+        }
+        std::vector<int32_t> tokens;
+        try {
+            if (failure)
+                throw *failure;
+            tokens = remote::parse_tokens(body);
+        } catch (const remote::ClientError &e) {
+            if (!remote::no_tokenizer_endpoint(e))
+                return end_perplexity(label, r, text_of(e));
+            r.note = QString::fromStdString(remote::one_window_note());
+            return run_one_window(text, label, r);
+        }
+        if (maxTokens > 0 && qint64(tokens.size()) > maxTokens)
+            tokens.resize(size_t(maxTokens));
+        post_then(route, remote::tokenize_request(model, std::string(), true),
+                  [=, this, tokens = std::move(tokens)](bool stopped2, const std::optional<remote::ClientError> &failure2,
+                                                        const std::string &body2) mutable {
+            if (stopped2) {
+                r.cancelled = true;
+                return end_perplexity(label, r);
+            }
+            std::shared_ptr<remote::WindowedScoring> scoring;
+            try {
+                if (failure2)
+                    throw *failure2;
+                scoring = make_scoring(std::move(tokens), remote::parse_tokens(body2), r);
+            } catch (const remote::ClientError &e) {
+                return end_perplexity(label, r, text_of(e));
+            } catch (const std::invalid_argument &e) {
+                return end_perplexity(label, r, QString::fromStdString(e.what()));
+            }
+            score_windows(scoring, label, r);
+        });
+    });
+}
+
+std::shared_ptr<remote::WindowedScoring> RemoteWorker::make_scoring(std::vector<int32_t> tokens,
+                                                                    std::vector<int32_t> prefix, PerplexityRunResult &r)
+{
+    // As the local run: through one context of the run's length when the overflow policy
+    // streams (the server cannot shift its context, so under shift it stops there too),
+    // windows otherwise; each request leaves one token of the server's context for the token
+    // it generates.
+    r.streamed = perplexityStreams(r.settings);
+    const int room = m_context_length > 0 ? m_context_length - 1 - (r.streamed ? 1 : 0) : 0;
+    QStringList notes;
+    if (room > 1 && r.ctx > room) {
+        notes << QStringLiteral("scored to %1 tokens, the server's context (%2) less the token each request generates")
+                     .arg(room)
+                     .arg(m_context_length);
+        r.ctx = room;
+    }
+    if (r.settings.overflow == longscope::OverflowPolicy::Shift)
+        notes << QStringLiteral("a remote server cannot shift its context: the run stops where it is full");
+    r.note = notes.join(QStringLiteral("; "));
+    auto scoring = std::make_shared<remote::WindowedScoring>(std::move(tokens), std::move(prefix), r.ctx, 0, r.streamed);
+    r.n_total = scoring->total();
+    r.stopped = QString::fromStdString(scoring->stopped());
+    return scoring;
+}
+
+void RemoteWorker::score_windows(const std::shared_ptr<remote::WindowedScoring> &scoring, const QString &label,
+                                 PerplexityRunResult r)
+{
+    if (scoring->done()) {
+        r.windows = scoring->windows();
+        r.steps = r.windows;
+        finish_curves(r, scoring->curve(r.bucket), scoring->text_curve(r.bucket));
+        return end_perplexity(label, r);
+    }
+    const remote::json body = scoring->request(m_model.toStdString());
+    m_evaluated += qint64(body["prompt"].size());
+    post_then(m_base->api("/completions"), body,
+              [=, this](bool stopped, const std::optional<remote::ClientError> &failure, const std::string &answer) mutable {
+        if (stopped) {
+            // What was scored stays, as a cancelled local run keeps it.
+            r.cancelled = true;
+            r.windows = scoring->windows_done();
+            if (scoring->scored() > 0)
+                finish_curves(r, scoring->curve(r.bucket), scoring->text_curve(r.bucket));
+            return end_perplexity(label, r);
+        }
+        try {
+            if (failure)
+                throw *failure;
+            scoring->add(remote::parse_prompt_logprobs(answer));
+        } catch (const remote::ClientError &e) {
+            return end_perplexity(label, r, perplexity_failure(e));
+        }
+        emit perplexityProgress(label, scoring->scored(), scoring->total());
+        score_windows(scoring, label, r);
+    });
+}
+
+void RemoteWorker::run_one_window(const QString &text, const QString &label, PerplexityRunResult r)
+{
+    const remote::json body = remote::prompt_logprobs_request(m_model.toStdString(), text.toStdString());
+    post_then(m_base->api("/completions"), body,
+              [=, this](bool stopped, const std::optional<remote::ClientError> &failure, const std::string &answer) mutable {
+        if (stopped) {
+            r.cancelled = true;
+            return end_perplexity(label, r);
         }
         remote::PromptLogprobs lp;
         try {
             if (failure)
                 throw *failure;
-            lp = remote::parse_prompt_logprobs(reply->readAll().toStdString());
+            lp = remote::parse_prompt_logprobs(answer);
         } catch (const remote::ClientError &e) {
-            // A server that sends no prompt log-probabilities; one that refuses the request
-            // (the fields, or a text longer than its context: it scores the text as one window).
-            if (e.failure() == remote::Failure::Unsupported)
-                return fail(r, QStringLiteral("%1: %2").arg(explorePerplexityNeeds(), text_of(e)));
-            if (e.failure() == remote::Failure::BadRequest)
-                return fail(r, QStringLiteral("%1. A server scores the text as one window, so it must fit the server's "
-                                              "context (%2 tokens), and the server must return prompt "
-                                              "log-probabilities (echo with logprobs)")
-                                   .arg(text_of(e))
-                                   .arg(m_context_length > 0 ? QString::number(m_context_length) : QStringLiteral("?")));
-            return fail(r, text_of(e));
+            return end_perplexity(label, r, perplexity_failure(e));
         }
         if (lp.logprobs.empty())
-            return fail(r, QStringLiteral("the text is too short to score (fewer than 2 tokens)"));
-        const remote::NllCurve curve = remote::nll_by_position(lp, r.bucket, m_context_length);
-        for (const remote::NllBucket &b : curve.buckets)
-            r.curve.append(PerplexityPoint{b.begin, b.end, qint64(b.count), b.mean_nll});
+            return end_perplexity(label, r, QStringLiteral("the text is too short to score (fewer than 2 tokens)"));
         // One window from the text's start: the position in the window is the index in the text.
-        r.text_curve = r.curve;
-        r.mean_nll = curve.mean_nll;
-        r.n_scored = curve.n_scored;
-        r.n_total = curve.n_scored;
+        r.ctx = m_context_length > 0 ? m_context_length : r.ctx;
+        const remote::NllCurve curve = remote::nll_by_position(lp, r.bucket, m_context_length);
         r.windows = 1;
         r.steps = 1;
-        r.seconds = double(m_started.nsecsElapsed()) / 1e9;
-        r.tokens_per_second = r.seconds > 0 ? double(lp.tokens.size()) / r.seconds : 0;
-        if (m_last_poll)
-            if (auto it = m_last_poll->metrics.memory_bytes.find("total"); it != m_last_poll->metrics.memory_bytes.end())
-                r.peak_memory_bytes = qint64(it->second);
-        r.created = QDateTime::currentDateTimeUtc();
-        emit perplexityProgress(label, r.n_scored, r.n_scored);
-        emit perplexityFinished(label, r);
-        job_done();
+        r.n_total = curve.n_scored;
+        m_evaluated = qint64(lp.tokens.size());
+        finish_curves(r, curve, curve);
+        end_perplexity(label, r);
     });
+}
+
+void RemoteWorker::finish_curves(PerplexityRunResult &r, const remote::NllCurve &curve,
+                                 const remote::NllCurve &text_curve)
+{
+    const auto points = [](const remote::NllCurve &c) {
+        QVector<PerplexityPoint> out;
+        for (const remote::NllBucket &b : c.buckets)
+            out.append(PerplexityPoint{b.begin, b.end, qint64(b.count), b.mean_nll});
+        return out;
+    };
+    r.curve = points(curve);
+    r.text_curve = points(text_curve);
+    r.mean_nll = curve.mean_nll;
+    r.n_scored = curve.n_scored;
+    const double seconds = double(m_started.nsecsElapsed()) / 1e9;
+    r.tokens_per_second = seconds > 0 ? double(m_evaluated) / seconds : 0;
+    if (m_last_poll)
+        if (auto it = m_last_poll->metrics.memory_bytes.find("total"); it != m_last_poll->metrics.memory_bytes.end())
+            r.peak_memory_bytes = qint64(it->second);
+    emit perplexityProgress(r.label, r.n_scored, r.n_scored);
 }
 
 QString RemoteWorker::needleNeedsLocal()
@@ -611,7 +752,34 @@ quint64 RemoteWorker::queueNeedle(const NeedleRequest &request, const QString &b
     }, refuse);
 }
 
-void RemoteWorker::setSettings(const longscope::Settings &settings) { m_settings = settings; }
+void RemoteWorker::setSettings(const longscope::Settings &settings)
+{
+    // The first settings of an endpoint are where it starts, not a change.
+    m_settings_unsent = m_settings_unsent || (m_settings && *m_settings != settings);
+    m_settings = settings;
+}
+
+void RemoteWorker::attach_settings(remote::json &body)
+{
+    m_settings_in_flight = false;
+    if (!m_settings || !capabilities().per_request_settings)
+        return;
+    put_settings(body, *m_settings);
+    m_settings_in_flight = m_settings_unsent;
+    m_settings_unsent = false;
+}
+
+void RemoteWorker::settings_answered(bool answered, int position)
+{
+    if (!m_settings_in_flight)
+        return;
+    m_settings_in_flight = false;
+    if (!answered) {
+        m_settings_unsent = true; // the next request carries them again
+        return;
+    }
+    emit settingsApplied(m_steps, position, *m_settings);
+}
 
 void RemoteWorker::setPollInterval(int ms)
 {

@@ -22,6 +22,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 
 class QNetworkAccessManager;
@@ -90,8 +91,12 @@ public:
     quint64 queueStream(const QString &text, int chunk_tokens) override;
     void queueResetContext() override;
     // Perplexity by position from the server's prompt log-probabilities (/v1/completions with
-    // echo and logprobs): the text (its first `maxTokens` tokens are not chosen: the server
-    // scores it whole) as one window from its start; `settings` and `ctx` are the server's.
+    // echo and logprobs), in the local run's windows of `ctx` tokens (or through one context
+    // of `ctx` when the overflow policy streams) over the text's first `maxTokens` tokens: the
+    // server's /tokenize gives the token boundaries and each window goes as token ids. `ctx`
+    // is cut to the server's context less the token a request generates. A server without
+    // /tokenize scores the whole text as one window (the run's note says so). The other
+    // `settings` are the server's.
     quint64 queuePerplexity(const QString &text, const longscope::Settings &settings, int ctx, int bucket,
                             const QString &label, qint64 maxTokens = 0) override;
     // Needle grids need a local model: answered at once with that error.
@@ -112,9 +117,10 @@ public slots:
     void generateChat(const longscope::ui::ChatRequest &request);
     // Aborts the request in flight and cancels the jobs queued so far.
     void requestStop() override;
-    // The long-context switches, sent with each chat request to a server that takes them
-    // (capabilities().per_request_settings: NTK alpha, keys before RoPE, the attention
-    // switches, the KV mode); other servers fix them when they start.
+    // The long-context switches, sent with each chat, book and Continue request to a server
+    // that takes them (capabilities().per_request_settings: NTK alpha, keys before RoPE, the
+    // attention switches, the KV mode); other servers fix them when they start. A change is
+    // reported by settingsApplied when the first request that carries it is answered.
     void setSettings(const longscope::Settings &settings) override;
     // GET /metrics once (serverMetrics, or metricsUnavailable), and every `ms` after when
     // positive.
@@ -149,11 +155,34 @@ private:
     // Ends the reply: the client's measurements when usage came, then generationFinished.
     void finish_chat(FinishReason reason);
     remote::SamplingFields sampling(const GenerationParams &p) const;
+    // The long-context switches into a request's body where the server takes them; the
+    // first request after a change carries it (m_settings_in_flight).
+    void attach_settings(remote::json &body);
+    // That request's end: settingsApplied at `position` (its prompt's tokens) when the server
+    // answered it, else the change waits for the next request.
+    void settings_answered(bool answered, int position);
     void run_chat(const ChatRequest &request);
     void run_stream(const QString &text);
     void run_continue(const GenerationParams &params);
+    // The answer to a request that is not streamed: stopped (requestStop()), or its failure,
+    // or its body.
+    using Answer = std::function<void(bool stopped, const std::optional<remote::ClientError> &failure,
+                                      const std::string &body)>;
+    void post_then(const std::string &path, const remote::json &body, Answer answer);
     // `r`: the result with what was asked filled in.
-    void run_perplexity(const QString &text, const QString &label, PerplexityRunResult r);
+    void run_perplexity(const QString &text, const QString &label, PerplexityRunResult r, qint64 maxTokens);
+    // The windows of a run from the server's tokens (r's ctx, note, streamed, stopped and
+    // n_total set); throws std::invalid_argument for a text or window too short.
+    std::shared_ptr<remote::WindowedScoring> make_scoring(std::vector<int32_t> tokens, std::vector<int32_t> prefix,
+                                                          PerplexityRunResult &r);
+    void score_windows(const std::shared_ptr<remote::WindowedScoring> &scoring, const QString &label,
+                       PerplexityRunResult r);
+    // The text as one window (a server without /tokenize).
+    void run_one_window(const QString &text, const QString &label, PerplexityRunResult r);
+    void finish_curves(PerplexityRunResult &r, const remote::NllCurve &curve, const remote::NllCurve &text_curve);
+    // perplexityFinished (after errorOccurred when `error` is set), and the next job.
+    void end_perplexity(const QString &label, PerplexityRunResult r, const QString &error = {});
+    QString perplexity_failure(const remote::ClientError &e) const;
     // The finished `reply` of a job that is not streamed (deleted later): its failure, none
     // when it succeeded or requestStop() aborted it (`stopped`).
     std::optional<remote::ClientError> finished_failure(QNetworkReply *reply, bool *stopped);
@@ -166,6 +195,8 @@ private:
     QString m_owned_by;
     int m_context_length = 0;
     std::optional<longscope::Settings> m_settings;
+    bool m_settings_unsent = false;   // changed since the last request that carried them
+    bool m_settings_in_flight = false; // the request in flight carries a change
     double m_timeout_s = 120;
 
     // Jobs: numbered as queued; requestStop() cancels those numbered up to m_last_job.
@@ -187,6 +218,7 @@ private:
     qint64 m_first_token_ns = -1; // nanoseconds after the request, -1 before the first token
     int m_text_reads = 0;         // reads of the reply that brought text
     qint64 m_steps = 0;
+    qint64 m_evaluated = 0; // prompt tokens a perplexity run's requests carried
 
     QTimer m_poll;
     QElapsedTimer m_clock;

@@ -814,6 +814,8 @@ void ExploreView::onPerplexityFinished(const QString &label, const PerplexityRun
         m_runProgress->setFormat(tr("perplexity %L1").arg(run.perplexity(), 0, 'f', 1));
         if (!run.stopped.isEmpty())
             m_stops << tr("%1 stopped after %L2 tokens: %3").arg(label).arg(run.n_scored).arg(run.stopped);
+        if (!run.note.isEmpty())
+            m_stops << tr("%1: %2").arg(label, run.note);
     }
     afterFinished(run.cancelled);
 }

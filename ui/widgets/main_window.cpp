@@ -1371,7 +1371,9 @@ void MainWindow::onLongContextChanged(const longscope::Settings &settings)
     m_remote->setSettings(settings);     // sent with the next request where the server takes it
     m_explore->setCurrentSettings(settings);
     m_appSettings->saveEngineSettings(settings);
-    m_longContext->setPending();
+    // A server that fixes the switches when it starts takes none of them: nothing is pending.
+    if (!isRemote() || m_remote->capabilities().per_request_settings)
+        m_longContext->setPending();
     updateModelHeader();
     updateBookFit();
     m_statusDirty = true;
