@@ -30,11 +30,10 @@ endif()
 
 # In the fuzz build, the sources no harness reaches are compiled without the coverage
 # instrumentation (they keep ASan+UBSan): the CPU compute kernels (no harness runs a forward
-# pass), the Qt Test suites and their helpers (the harnesses use the helpers only to write
-# their fixed inputs). Their coverage counters would never guide the fuzzer, and the
-# instrumentation (a call on every comparison) is most of their compile time under clang
-# (qdot.cpp: over 300 CPU-seconds with it; docs/testing.md) and slows the ASan+UBSan suites
-# that the CI runs from this build. Called at the end of the top-level CMakeLists, once every
+# pass) and the Qt Test suites with their helpers (the harnesses use the helpers only to write
+# their fixed inputs). Their coverage counters could never guide the fuzzer, and the
+# instrumentation (a counter per edge, a call per comparison) only slows the ASan+UBSan suites
+# that CI runs from this build. Called at the end of the top-level CMakeLists, once every
 # target exists.
 function(longscope_fuzz_coverage_exclusions)
   if(NOT LONGSCOPE_FUZZ)
