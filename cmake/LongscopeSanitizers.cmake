@@ -27,3 +27,26 @@ elseif(LONGSCOPE_SANITIZE STREQUAL "address" OR LONGSCOPE_SANITIZE)
   add_compile_options(${LONGSCOPE_ASAN_FLAGS} -g1)
   add_link_options(-fsanitize=address,undefined)
 endif()
+
+# In the fuzz build, the sources no harness reaches are compiled without the coverage
+# instrumentation (they keep ASan+UBSan): the CPU compute kernels (no harness runs a forward
+# pass) and the Qt Test suites with their helpers (the harnesses use the helpers only to write
+# their fixed inputs). Their coverage counters could never guide the fuzzer, and the
+# instrumentation (a counter per edge, a call per comparison) only slows the ASan+UBSan suites
+# that CI runs from this build. Called at the end of the top-level CMakeLists, once every
+# target exists.
+function(longscope_fuzz_coverage_exclusions)
+  if(NOT LONGSCOPE_FUZZ)
+    return()
+  endif()
+  set(kernels qdot packed gemm attention attention_qk simd quant ops)
+  list(TRANSFORM kernels REPLACE "(.+)" "${PROJECT_SOURCE_DIR}/engine/src/cpu/\\1.cpp")
+  set_property(SOURCE ${kernels} TARGET_DIRECTORY longscope_engine
+               APPEND PROPERTY COMPILE_OPTIONS -fno-sanitize=fuzzer-no-link)
+  get_property(test_targets DIRECTORY ${PROJECT_SOURCE_DIR}/tests PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(target IN LISTS test_targets)
+    if(target MATCHES "^tst_" OR target STREQUAL "longscope_test_support")
+      target_compile_options(${target} PRIVATE -fno-sanitize=fuzzer-no-link)
+    endif()
+  endforeach()
+endfunction()
