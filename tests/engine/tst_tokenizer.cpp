@@ -847,13 +847,24 @@ void TestTokenizer::sentencepiece_file_errors_data()
     QTest::addColumn<QString>("name");
     QTest::addColumn<QByteArray>("contents"); // null: do not create the file
     QTest::addColumn<bool>("io_error");       // IoError, else FormatError
-    QTest::newRow("missing") << QStringLiteral("missing.model") << QByteArray() << true;
-    QTest::newRow("directory") << QStringLiteral("a-directory") << QByteArray() << true;
+    QTest::addColumn<QString>("says");        // what the message holds besides the path
+    QTest::newRow("missing") << QStringLiteral("missing.model") << QByteArray() << true << QString();
+    QTest::newRow("directory") << QStringLiteral("a-directory") << QByteArray() << true << QString();
     static const char garbage[] = "this is not a sentencepiece model\n\xFF\xFE\x00\x01";
     QTest::newRow("garbage") << QStringLiteral("garbage.model")
-                             << QByteArray(garbage, sizeof garbage - 1) << false;
-    QTest::newRow("empty") << QStringLiteral("empty.model") << QByteArray("") << false;
-    QTest::newRow("gguf_instead") << QStringLiteral("vocab.gguf-as.model") << VocabFile().bytes() << false;
+                             << QByteArray(garbage, sizeof garbage - 1) << false << QString();
+    QTest::newRow("empty") << QStringLiteral("empty.model") << QByteArray("") << false << QString();
+    QTest::newRow("gguf_instead") << QStringLiteral("vocab.gguf-as.model") << VocabFile().bytes() << false
+                                  << QString();
+    // tok512.model made a unigram model (a second trainer_spec merges in model_type 1) with one
+    // more piece "\0x" of type normal, hand-encoded in protobuf's wire format. sentencepiece
+    // builds its trie from C strings: the piece has length zero there, and the exception it
+    // throws from inside its loader ended the process (found by fuzz_sp_model).
+    QByteArray nul_piece = QByteArray::fromStdString(read_file(kDataDir + "/stories260K/tok512.model"));
+    nul_piece += QByteArray("\x12\x02\x18\x01", 4);                 // trainer_spec { model_type: 1 }
+    nul_piece += QByteArray("\x0a\x06\x0a\x02\x00x\x18\x01", 8);     // pieces { piece: "\0x" type: 1 }
+    QTest::newRow("piece_with_nul") << QStringLiteral("nul-piece.model") << nul_piece << false
+                                    << QStringLiteral("piece 512 holds a NUL byte");
 }
 
 void TestTokenizer::sentencepiece_file_errors()
@@ -861,6 +872,7 @@ void TestTokenizer::sentencepiece_file_errors()
     QFETCH(QString, name);
     QFETCH(QByteArray, contents);
     QFETCH(bool, io_error);
+    QFETCH(QString, says);
     std::string path = m_tmp.filePath(name).toStdString();
     if (name == QLatin1String("a-directory"))
         QVERIFY(QDir(m_tmp.path()).mkpath(name));
@@ -870,6 +882,7 @@ void TestTokenizer::sentencepiece_file_errors()
     const QString what = io_error ? message_of<IoError>(load) : message_of<FormatError>(load);
     QVERIFY2(!what.startsWith('<'), qPrintable(what));
     QVERIFY2(what.contains(QString::fromStdString(path)), qPrintable(what));
+    QVERIFY2(what.contains(says), qPrintable(what));
     QVERIFY_THROWS_EXCEPTION(Error, load());
 }
 

@@ -5,17 +5,17 @@
 //   odd:  the rest is a vocabulary: lines up to a line "--" are the tokens, the lines after
 //         it the merges, the second byte picks tokenizer.ggml.pre. Loading may refuse it
 //         with a longscope::Error (one line); a vocabulary that loads must encode text.
+#include "support.h"
+
 #include "longscope/errors.h"
 #include "longscope/tokenizer.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -53,7 +53,8 @@ public:
         u32(v);
         ++m_count;
     }
-    bool write(const std::string &path) const
+    // Writes the file into the scratch folder and returns its path.
+    std::string write(const std::string &name) const
     {
         std::string out = "GGUF";
         auto put = [&out](uint64_t v, int n) {
@@ -64,9 +65,7 @@ public:
         put(0, 8);
         put(m_count, 8);
         out += m_kv;
-        std::ofstream f(path, std::ios::binary | std::ios::trunc);
-        f.write(out.data(), std::streamsize(out.size()));
-        return bool(f);
+        return longscope::fuzz::write_scratch(name, out);
     }
 
 private:
@@ -113,18 +112,6 @@ std::vector<std::string> byte_alphabet()
     return out;
 }
 
-std::string temp_file(const char *name)
-{
-    static std::string dir;
-    if (dir.empty()) {
-        char templ[] = "/tmp/fuzz_bpe_XXXXXX";
-        if (mkdtemp(templ) == nullptr)
-            std::abort();
-        dir = templ;
-    }
-    return dir + "/" + name;
-}
-
 const longscope::Tokenizer &fixed_tokenizer()
 {
     static std::unique_ptr<longscope::Tokenizer> tok = [] {
@@ -145,10 +132,7 @@ const longscope::Tokenizer &fixed_tokenizer()
         w.ints("tokenizer.ggml.token_type", types);
         w.strings("tokenizer.ggml.merges", merges);
         w.u32_key("tokenizer.ggml.eos_token_id", uint32_t(tokens.size() - 2));
-        const std::string path = temp_file("fixed.gguf");
-        if (!w.write(path))
-            std::abort();
-        return longscope::Tokenizer::load(path);
+        return longscope::Tokenizer::load(w.write("fixed.gguf"));
     }();
     return *tok;
 }
@@ -192,9 +176,7 @@ void fuzz_vocabulary(std::string_view data)
     w.string("tokenizer.ggml.pre", pre);
     w.strings("tokenizer.ggml.tokens", tokens);
     w.strings("tokenizer.ggml.merges", merges);
-    const std::string path = temp_file("fuzzed.gguf");
-    if (!w.write(path))
-        std::abort();
+    const std::string path = w.write("fuzzed.gguf");
     std::unique_ptr<longscope::Tokenizer> tok;
     try {
         tok = longscope::Tokenizer::load(path);

@@ -10,7 +10,8 @@
 
 namespace longscope::fuzz {
 
-// A folder of this process's own, created on first use and removed at exit.
+// A folder of this process's own (in /dev/shm where it is writable, else the temporary
+// folder), created on first use and removed at exit.
 const std::string &scratch_dir();
 
 // Writes `size` bytes to scratch_dir()/name (replacing it) and returns the path.

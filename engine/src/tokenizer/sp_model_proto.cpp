@@ -87,7 +87,7 @@ private:
     std::string m_out;
 };
 
-// Walks the fields of one message. Only what read_add_dummy_prefix needs: every wire type is
+// Walks the fields of one message. Only what the readers below need: every wire type is
 // skipped correctly, groups (deprecated, never used by sentencepiece) count as malformed.
 class ProtoReader {
 public:
@@ -236,6 +236,32 @@ std::optional<bool> read_add_dummy_prefix(std::string_view serialized)
     if (!model.ok())
         return std::nullopt;
     return value;
+}
+
+std::string sp_model_problem(std::string_view serialized)
+{
+    ProtoReader model(serialized);
+    ProtoReader::Field f;
+    size_t index = 0;
+    while (model.next(f)) {
+        if (f.number != model_proto::pieces || f.wire_type != LengthDelimited)
+            continue;
+        // As in protobuf, the last occurrence of the piece field is the piece.
+        std::string_view text;
+        ProtoReader piece(f.payload);
+        ProtoReader::Field pf;
+        while (piece.next(pf))
+            if (pf.number == piece_field::piece && pf.wire_type == LengthDelimited)
+                text = pf.payload;
+        if (!piece.ok())
+            return "not well-formed protobuf";
+        if (text.find('\0') != std::string_view::npos)
+            return "piece " + std::to_string(index) + " holds a NUL byte";
+        ++index;
+    }
+    if (!model.ok())
+        return "not well-formed protobuf";
+    return {};
 }
 
 } // namespace longscope::detail

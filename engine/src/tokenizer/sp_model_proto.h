@@ -53,4 +53,11 @@ std::string serialize_sp_model(const SpModelSpec &spec);
 // as in sentencepiece), or nullopt when the bytes are not well-formed protobuf.
 std::optional<bool> read_add_dummy_prefix(std::string_view serialized);
 
+// What in a serialized ModelProto sentencepiece's parser accepts but its loader cannot survive,
+// in words ("piece 512 holds a NUL byte"), or empty. sentencepiece builds its tries from the
+// pieces as C strings, and the exception that throws from inside its loader ends the process.
+// Bytes that are not well-formed protobuf (groups included, which sentencepiece never writes)
+// give "not well-formed protobuf".
+std::string sp_model_problem(std::string_view serialized);
+
 } // namespace longscope::detail

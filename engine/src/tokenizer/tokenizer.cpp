@@ -100,6 +100,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_sentencepiece_file(const std::string 
 {
     // Real tokenizer models are a few MB; 256 MiB leaves room and stops absurd files.
     const std::string bytes = read_regular_file(path, 256ull << 20, "tokenizer model");
+    if (const std::string problem = detail::sp_model_problem(bytes); !problem.empty())
+        throw FormatError(path + ": not a valid sentencepiece model (" + problem + ")");
     std::unique_ptr<Tokenizer> tok(new Tokenizer());
     tok->m_sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto status = tok->m_sp->LoadFromSerializedProto(bytes);
