@@ -284,6 +284,9 @@ FEATURES = [
     ("err_percent_too_many", "{{ 'x' % 5 }}", {}),
     ("err_percent_key", "{{ '%(a)s' % {'b': 1} }}", {}),
     ("err_loop_not_recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}", {}),
+    # Floats past the range of a 64-bit integer in arithmetic with integers.
+    ("float_overflow_plus_int", "{{ 78365282 + 2e228 + 2e22222 }}", {}),
+    ("float_huge_minus_int", "{{ 5 - 1e300 }} {{ 3 * -1e308 * 10 }}", {}),
 ]
 
 

@@ -3,6 +3,7 @@
 
 #include "template/jinja.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -110,7 +111,20 @@ struct Value {
     bool is_number() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
     bool is_mapping() const { return kind == Kind::Dict || kind == Kind::Namespace; }
     double as_double() const { return kind == Kind::Float ? f : double(as_int()); }
-    int64_t as_int() const { return kind == Kind::Bool ? int64_t(b) : kind == Kind::Int ? i : int64_t(f); }
+    int64_t as_int() const { return kind == Kind::Bool ? int64_t(b) : kind == Kind::Int ? i : float_to_int(f); }
+
+    // A float truncated toward zero; NaN gives 0 and a value past int64's range its nearest
+    // limit (a plain cast is undefined there).
+    static int64_t float_to_int(double f)
+    {
+        if (std::isnan(f))
+            return 0;
+        if (f >= 9223372036854775808.0)
+            return INT64_MAX;
+        if (f < -9223372036854775808.0)
+            return INT64_MIN;
+        return int64_t(f);
+    }
 
 private:
     static Value make(Kind k)

@@ -59,7 +59,7 @@ std::string integer_text(const Value &v, const Spec &s, const std::string &at)
                             type_name(v));
     if (v.kind == Value::Kind::Float && !std::isfinite(v.f))
         throw TemplateError(at + ": cannot convert float " + py_float(v.f) + " to integer");
-    const int64_t i = v.kind == Value::Kind::Float ? int64_t(std::trunc(v.f)) : v.as_int();
+    const int64_t i = v.as_int();
     const uint64_t mag = i < 0 ? uint64_t(0) - uint64_t(i) : uint64_t(i);
     char buf[32];
     std::snprintf(buf, sizeof buf, c == 'x' ? "%llx" : c == 'X' ? "%llX" : c == 'o' ? "%llo" : "%llu",
