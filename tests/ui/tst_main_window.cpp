@@ -187,6 +187,7 @@ private slots:
     void binaryBookIsRejected();
     void bookStreamsAndContinues();
     void droppedBookOpens();
+    void loadEndingInsideTheProgressDialogIsSafe();
     void clearEmptiesTheView();
     void regenerateReplacesTheReply();
     void conversationsAreSavedReopenedAndDeleted();
@@ -501,6 +502,31 @@ void TestMainWindow::droppedBookOpens()
     QApplication::sendEvent(w.get(), &drop);
     QVERIFY(w->bookPanel()->hasBook());
     QVERIFY(w->bookPanel()->book().title.contains(QStringLiteral("Two Cities")));
+    QVERIFY(w->errors.isEmpty());
+}
+
+void TestMainWindow::loadEndingInsideTheProgressDialogIsSafe()
+{
+    auto w = makeWindow();
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kTimeoutMs);
+    ModelController *models = w->modelController();
+    const ModelSummary summary = w->modelSummary();
+    emit models->loadStarted(summary.path);
+    auto *dialog = w->findChild<QProgressDialog *>();
+    QVERIFY(dialog);
+    // Shown after its minimum duration; window-modal, so its setValue() runs the event loop.
+    QTRY_VERIFY(dialog->isVisible());
+    // The load ends in that event loop, and the window closes the dialog inside its setValue().
+    QMetaObject::invokeMethod(models, [models, summary] { emit models->loaded(summary); }, Qt::QueuedConnection);
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    const QPointer<QProgressDialog> alive(dialog);
+    emit models->loadProgress(0.5);
+    QCOMPARE(ready.count(), 1); // the load ended inside setValue()
+    // ... and the dialog outlived it, hidden (deleted there, setValue() read freed memory).
+    QVERIFY(alive);
+    QVERIFY(!alive->isVisible());
+    QTRY_VERIFY(!w->findChild<QProgressDialog *>());
+    QVERIFY(w->isModelLoaded());
     QVERIFY(w->errors.isEmpty());
 }
 

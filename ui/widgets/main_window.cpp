@@ -39,6 +39,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QProgressDialog>
+#include <QScopedValueRollback>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QScrollBar>
@@ -915,7 +916,12 @@ void MainWindow::closeLoadDialog()
         dialog->disconnect(this);
         dialog->disconnect(m_models);
         dialog->hide();
-        delete dialog;
+        // A window-modal dialog's setValue() runs the event loop, where the load can end: the
+        // dialog is then still inside setValue() and reads itself on return, so it goes later.
+        if (m_inLoadDialogSetValue)
+            dialog->deleteLater();
+        else
+            delete dialog;
     }
 }
 
@@ -938,8 +944,10 @@ void MainWindow::onLoadStarted(const QString &path)
 
 void MainWindow::onLoadProgress(double fraction)
 {
-    if (m_loadDialog)
+    if (m_loadDialog) {
+        const QScopedValueRollback<bool> inSetValue(m_inLoadDialogSetValue, true);
         m_loadDialog->setValue(std::clamp(int(fraction * 100.0), 0, 100));
+    }
 }
 
 void MainWindow::onModelLoaded(const ModelSummary &summary)

@@ -310,6 +310,7 @@ private:
     ExploreView *m_explore = nullptr;
     ExploreStore *m_exploreStore = nullptr;
     QPointer<QProgressDialog> m_loadDialog;
+    bool m_inLoadDialogSetValue = false; // its setValue runs a nested event loop (modal dialog)
     QPointer<ModelInfoDialog> m_modelInfo;
     QLabel *m_statusNotice = nullptr; // problems with the app's data, shown once at start
     QLabel *m_statusModel = nullptr;
