@@ -77,6 +77,14 @@ struct Job {
         }
         cv.notify_all();
     }
+    void complete()
+    {
+        {
+            std::lock_guard<std::mutex> lk(m);
+            state = State::Done;
+        }
+        cv.notify_all();
+    }
 };
 
 struct LastRequest {
@@ -227,18 +235,21 @@ private:
                 std::lock_guard<std::mutex> lk(m_stats_mutex);
                 m_busy = true;
             }
+            // The client hears the outcome only once the statistics say the engine is free, so
+            // a /metrics scrape after a reply never sees that request still running.
+            std::optional<ApiError> failure;
             try {
                 process(*job);
             } catch (const ApiError &e) {
-                job->fail(e);
+                failure = e;
             } catch (const ContextOverflow &e) {
-                job->fail(ApiError(400, e.what(), "invalid_request_error", "", "context_length_exceeded"));
+                failure = ApiError(400, e.what(), "invalid_request_error", "", "context_length_exceeded");
             } catch (const InvalidArgument &e) {
-                job->fail(ApiError(400, e.what()));
+                failure = ApiError(400, e.what());
             } catch (const std::bad_alloc &) {
-                job->fail(ApiError(500, "out of memory", "server_error"));
+                failure = ApiError(500, "out of memory", "server_error");
             } catch (const std::exception &e) {
-                job->fail(ApiError(500, e.what(), "server_error"));
+                failure = ApiError(500, e.what(), "server_error");
             }
             m_cancels.close(job->number);
             MemoryLedger ledger;
@@ -246,10 +257,16 @@ private:
                 ledger = m_session.memory();
             } catch (...) {
             }
-            std::lock_guard<std::mutex> lk(m_stats_mutex);
-            m_ledger = ledger;
-            m_kv_tokens = m_session.n_past();
-            m_busy = false;
+            {
+                std::lock_guard<std::mutex> lk(m_stats_mutex);
+                m_ledger = ledger;
+                m_kv_tokens = m_session.n_past();
+                m_busy = false;
+            }
+            if (failure)
+                job->fail(std::move(*failure));
+            else
+                job->complete();
         }
     }
 
@@ -263,13 +280,11 @@ private:
     {
         if (m_cancels.cancelled(job.number)) {
             std::fprintf(stderr, "[serve] %s: dropped, the client went away while it waited\n", job.id.c_str());
-            job.fail(ApiError(499, "the client went away", "invalid_request_error", "", "cancelled"));
-            return;
+            throw ApiError(499, "the client went away", "invalid_request_error", "", "cancelled");
         }
         if (clock_type::now() >= job.deadline) {
             std::fprintf(stderr, "[serve] %s: timed out waiting for the engine\n", job.id.c_str());
-            job.fail(ApiError(503, "the request timed out waiting for the engine", "server_error", "", "timeout"));
-            return;
+            throw ApiError(503, "the request timed out waiting for the engine", "server_error", "", "timeout");
         }
         Settings s = job.req.settings;
         s.context_limit = m_n_ctx;
@@ -339,10 +354,8 @@ private:
             m_counters.prompt_tokens_per_second = last.prefill_tokens_per_second;
             m_counters.generation_tokens_per_second = last.decode_tokens_per_second;
         }
-        if (shutting_down) {
-            job.fail(ApiError(503, "the server is shutting down", "server_error", "", "server_shutting_down"));
-            return;
-        }
+        if (shutting_down)
+            throw ApiError(503, "the server is shutting down", "server_error", "", "server_shutting_down");
         json logprobs = nullptr;
         if (job.req.logprobs && !client_gone && !timed_out)
             logprobs = score(job, result.tokens);
@@ -352,9 +365,7 @@ private:
             job.prompt_tokens = result.n_prompt;
             job.completion_tokens = int(result.tokens.size());
             job.finish = finish;
-            job.state = Job::State::Done;
-        }
-        job.cv.notify_all();
+        } // the worker loop marks the job done once the statistics are updated
     }
 
     // choices[0].logprobs of a completion: the prompt and the reply evaluated again with
