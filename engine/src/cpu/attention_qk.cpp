@@ -9,6 +9,7 @@
 
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 
 #include <algorithm>
 #include <array>
@@ -279,17 +280,12 @@ void qk_quantize_query(const float *q, int head_dim, float scale, QkQueryBlock *
 {
     for (int b = 0; b < head_dim / kBlock; ++b, q += kBlock) {
         // ggml's Q8_0 rounding (quantize_row_q8_0_ref), the scale kept as a float.
-        float amax = 0.0f;
-        for (int i = 0; i < kBlock; ++i)
-            amax = std::max(amax, std::fabs(q[i]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        static_assert(kBlock == 32);
         int8_t qs[kBlock];
+        const float d = quantize_block_q8_0_codes(q, qs);
         int32_t sum = 0;
-        for (int i = 0; i < kBlock; ++i) {
-            qs[i] = int8_t(std::round(q[i] * id));
+        for (int i = 0; i < kBlock; ++i)
             sum += qs[i];
-        }
         QkQueryBlock &blk = dst[b];
         const auto word = [](int8_t a, int8_t c) { return int32_t(uint32_t(uint16_t(a)) | uint32_t(uint16_t(c)) << 16); };
         for (int w = 0; w < 8; ++w) {

@@ -183,18 +183,27 @@ void dequantize_q8_0(const uint8_t *src, float *dst, int64_t n)
     }
 }
 
+} // namespace
+
+float quantize_block_q8_0_codes(const float *x, int8_t qs[32])
+{
+    float amax = 0.0f;
+    for (int j = 0; j < qk_small; ++j)
+        amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < qk_small; ++j)
+        qs[j] = int8_t(std::round(x[j] * id)); // ties away from zero, as roundf
+    return d;
+}
+
+namespace {
+
 void quantize_q8_0(const float *x, uint8_t *dst, int64_t n)
 {
     for (int64_t b = 0; b < n / qk_small; ++b, x += qk_small) {
-        float amax = 0.0f;
-        for (int j = 0; j < qk_small; ++j)
-            amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
         BlockQ8_0 blk;
-        blk.d = f32_to_f16(d);
-        for (int j = 0; j < qk_small; ++j)
-            blk.qs[j] = int8_t(std::round(x[j] * id)); // ties away from zero, as roundf
+        blk.d = f32_to_f16(quantize_block_q8_0_codes(x, blk.qs));
         std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
     }
 }

@@ -85,6 +85,11 @@ VectorLevel dequantize_level(DType type);
 // IQ4_XS search of the scale per 32 over the value table. Also F32, F16 and BF16.
 void quantize_row(DType type, const float *src, void *dst, int64_t n);
 
+// One block of 32 values to Q8_0's codes by ggml's reference rounding (quantize_row_q8_0_ref):
+// d = max|x| / 127, q = round(x / d), ties away from zero. Returns d as a float (Q8_0 blocks
+// store it as F16; the attention's quantized query keeps the float).
+float quantize_block_q8_0_codes(const float *x, int8_t qs[32]);
+
 // The eight 6-bit scales and mins of a Q4_K (and Q5_K) super-block from its 12 packed bytes.
 void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8]);
 
