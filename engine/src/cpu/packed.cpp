@@ -561,28 +561,34 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
             f[t][0] = _mm512_setzero_ps();
             f[t][1] = _mm512_setzero_ps();
         }
-        #pragma GCC unroll 2
-        for (int g = 0; g < 16; ++g) {
-            const uint8_t *v = b + off6_q + 192 * g;
-            const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
-            const __m512i u0 = _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-            const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
-                                               _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-            const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
-            const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
-                                               _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
-            const __m512 sc = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                const int64_t blk = sb * 8 + g / 2; // the block of 32 holding group g, from word 4 (g % 2)
-                __m512i is = _mm512_set1_epi32(-32 * x.sum16(t, sb * 16 + g));
-                is = dpbusd_bcast(is, u0, x.word(t, blk, 4 * (g % 2)));
-                is = dpbusd_bcast(is, u1, x.word(t, blk, 4 * (g % 2) + 1));
-                is = dpbusd_bcast(is, u2, x.word(t, blk, 4 * (g % 2) + 2));
-                is = dpbusd_bcast(is, u3, x.word(t, blk, 4 * (g % 2) + 3));
-                f[t][g % 2] =
-                    _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc), _mm512_set1_ps(x.db(t, blk)), f[t][g % 2]);
+        // The two groups of a block of 32 in one pass, so that which of f[t][0] and f[t][1] a
+        // group adds to is known when compiling (GCC kept them in memory otherwise).
+        for (int k = 0; k < 8; ++k) {
+            #pragma GCC unroll 2
+            for (int e = 0; e < 2; ++e) {
+                const int g = 2 * k + e;
+                const uint8_t *v = b + off6_q + 192 * g;
+                const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
+                const __m512i u0 =
+                    _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+                const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                                                   _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+                const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
+                const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                                                   _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+                const __m512 sc = _mm512_cvtepi32_ps(
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
+                    __m512i is = _mm512_set1_epi32(-32 * x.sum16(t, sb * 16 + g));
+                    is = dpbusd_bcast(is, u0, x.word(t, blk, 4 * e));
+                    is = dpbusd_bcast(is, u1, x.word(t, blk, 4 * e + 1));
+                    is = dpbusd_bcast(is, u2, x.word(t, blk, 4 * e + 2));
+                    is = dpbusd_bcast(is, u3, x.word(t, blk, 4 * e + 3));
+                    f[t][e] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc), _mm512_set1_ps(x.db(t, blk)), f[t][e]);
+                }
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
