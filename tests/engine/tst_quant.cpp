@@ -899,6 +899,29 @@ private slots:
                         QVERIFY(bits_of(yp[i]) == bits_of(first[i]));
                 }
         }
+        // The VNNI kernels over the tiles of four tokens pack_acts copies: the bits of the tiles
+        // above, NaN for the poisoned token of the first tile.
+        if (packed_kernel_available(QKernel::Vnni))
+            for (const QuantizedActs *from : {&acts, &poisoned}) {
+                PackedActs pa;
+                pack_acts(nullptr, *from, pa);
+                QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
+                std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
+                for (int64_t g = 0; g < groups; ++g)
+                    for (int64_t tile = 0; tile < pa.n_tiles; ++tile)
+                        packed_tile_acts(type, pk, n_in, g, pa, tile, yt.data() + tile * packed_act_tile * n_out + g * 16,
+                                         n_out);
+                for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
+                    for (int o = 0; o < n_out; ++o) {
+                        const size_t i = size_t(t * n_out + o);
+                        const QString where = QString("tiled t %1 o %2: %3 vs %4").arg(t).arg(o).arg(yt[i], 0, 'g', 9)
+                                                  .arg(first[i], 0, 'g', 9);
+                        if (from == &poisoned && t == 2)
+                            QVERIFY2(std::isnan(yt[i]), qPrintable(where));
+                        else
+                            QVERIFY2(bits_of(yt[i]) == bits_of(first[i]), qPrintable(where));
+                    }
+            }
 
         y4 = first;
         if (!packed_kernel_available(qkernel()))

@@ -111,6 +111,7 @@ namespace {
 // Buffers the calling thread's matrix products keep from call to call (sized by the largest
 // call so far), counted as scratch by matmul_scratch_bytes.
 thread_local QuantizedActs t_acts;     // activations quantized to 8 bits (integer path)
+thread_local PackedActs t_pacts;       // the same in tiles of four tokens (packed VNNI kernels)
 thread_local std::vector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
 
 // Rows per tile. A single token takes one row at a time: each thread then reads its weights as
@@ -121,8 +122,8 @@ int decode_row_block(int64_t n_tokens) { return n_tokens == 1 ? 1 : 4; }
 
 // Quantized weights against activations quantized to 8 bits per block of 32 (qdot.h): the
 // weight rows stream once per group of tokens, never widened to floats. Rows [begin, end).
-void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t n_tokens, int64_t begin,
-                  int64_t end)
+void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs *pa, float *y, int64_t n_tokens,
+                  int64_t begin, int64_t end)
 {
     const int64_t n_out = w.ne(1);
     constexpr int64_t token_group = 64;
@@ -134,7 +135,11 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, float *y, int64_t
             for (int64_t gi = (begin + gr - 1) / gr; gi < (end + gr - 1) / gr; ++gi)
                 for (int64_t t = g0; t < g_end; t += 4) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
-                    packed_tile(w.type, w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
+                    if (pa && t / packed_act_tile < pa->n_tiles)
+                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, *pa, t / packed_act_tile,
+                                         y + t * n_out + gi * gr, n_out);
+                    else
+                        packed_tile(w.type, w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
                 }
         }
         return;
@@ -286,7 +291,7 @@ uint64_t matmul_scratch_bytes()
 {
     return t_acts.q.capacity() +
            4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity() + t_acts.s16.capacity()) +
-           2 * t_xb.capacity();
+           t_pacts.bytes() + 2 * t_xb.capacity();
 }
 
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
@@ -323,9 +328,16 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     // One loop over the rows of every weight: one wake-up of the pool instead of one each,
     // and the activations quantized once.
     const QuantizedActs *acts = nullptr;
+    const PackedActs *pacts = nullptr;
     if (path == QuantMatmul::Integer) {
         quantize_acts(&pool, x, n_tokens, n_in, t_acts);
         acts = &t_acts;
+        // Packed matrices under the VNNI kernels read whole tiles of four tokens from one copy.
+        const bool packed = std::any_of(outs.begin(), outs.end(), [](const MatmulOut &o) { return o.w->cpu_packed; });
+        if (packed && qkernel() == QKernel::Vnni && n_tokens >= packed_act_tile) {
+            pack_acts(&pool, t_acts, t_pacts);
+            pacts = &t_pacts;
+        }
     }
     int64_t total = 0;
     for (const MatmulOut &o : outs)
@@ -339,7 +351,7 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
                 const int64_t b = std::max(begin, first) - first, e = std::min(end, first + n_out) - first;
                 if (b < e) {
                     if (acts)
-                        integer_rows(*o.w, *acts, o.y, n_tokens, b, e);
+                        integer_rows(*o.w, *acts, pacts, o.y, n_tokens, b, e);
                     else
                         float_rows(*o.w, x, o.y, n_tokens, b, e);
                 }

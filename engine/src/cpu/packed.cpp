@@ -4,7 +4,9 @@
 #include "cpu/ops.h"
 #include "cpu/qdot.h"
 #include "cpu/quant.h"
+#include "cpu/thread_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <immintrin.h>
 
@@ -387,6 +389,68 @@ inline int32_t load_i32(const int8_t *p)
     return v;
 }
 
+// acc + the vpdpbusd of w and the four bytes at p in every lane. GCC (12) does not fold the
+// broadcast into the instruction as clang does; a separate vpbroadcastd from memory costs a
+// vector slot beside each vpdpbusd on this AMD EPYC (one core, a loop of eight independent
+// vpdpbusd: 0.92 ns each with the separate broadcast, 0.69 embedded, 0.60 from registers).
+LS_PACKED_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t *>(p)));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load_i32(p)));
+#endif
+}
+
+// The activations of NT tokens as the VNNI kernels read them, from each token's rows of
+// QuantizedActs (any NT tokens; one pointer per token and kind of value) or from a tile of
+// PackedActs (TileActs: four tokens, one pointer per kind of value). Both give the same values.
+template <int NT> struct RowActs {
+    const int8_t *q[NT];
+    const float *d[NT], *s[NT];
+    const int32_t *s16[NT];
+
+    RowActs(const QuantizedActs &a, int64_t t0)
+    {
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+            q[t] = a.q_row(t0 + t);
+            d[t] = a.db_row(t0 + t);
+            s[t] = a.ds_row(t0 + t);
+            s16[t] = a.s16_row(t0 + t);
+        }
+    }
+    // Where word w (values 4 w .. 4 w + 3) of block b of token t is; the block's d and d *
+    // sum(q); the sum of the codes of values 16 j .. 16 j + 15 and of block b.
+    const int8_t *word(int t, int64_t b, int w) const { return q[t] + 32 * b + 4 * w; }
+    float db(int t, int64_t b) const { return d[t][b]; }
+    float ds(int t, int64_t b) const { return s[t][b]; }
+    int32_t sum16(int t, int64_t j) const { return s16[t][j]; }
+    int32_t sum32(int t, int64_t b) const { return s16[t][2 * b] + s16[t][2 * b + 1]; }
+};
+
+struct TileActs {
+    const int8_t *q;
+    const float *d, *s;
+    const int32_t *s16, *s32;
+
+    TileActs(const PackedActs &a, int64_t tile)
+    {
+        constexpr int nt = packed_act_tile;
+        q = a.q.data() + tile * a.n * nt;
+        d = a.db.data() + tile * (a.n / qk) * nt;
+        s = a.ds.data() + tile * (a.n / qk) * nt;
+        s16 = a.s16.data() + tile * (a.n / 16) * nt;
+        s32 = a.s32.data() + tile * (a.n / qk) * nt;
+    }
+    const int8_t *word(int t, int64_t b, int w) const { return q + packed_act_tile * (32 * b + 4 * w) + 4 * t; }
+    float db(int t, int64_t b) const { return d[packed_act_tile * b + t]; }
+    float ds(int t, int64_t b) const { return s[packed_act_tile * b + t]; }
+    int32_t sum16(int t, int64_t j) const { return s16[packed_act_tile * j + t]; }
+    int32_t sum32(int t, int64_t b) const { return s32[packed_act_tile * b + t]; }
+};
+
 // Bit `bit` of every byte of qh moved to bit 4 (the fifth bit of a Q5_K or Q5_1 code), the other
 // bits 0: one 16-bit shift by at most 4 keeps each byte's bit within its byte.
 LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
@@ -401,21 +465,14 @@ LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
 // Q5_K 32 x 31 x 127 x 63), times the activation block's scale, summed over the even and the
 // odd sub-blocks apart; the minimums as sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin
 // * mins.
-template <int NT, DType T = DType::Q4_K>
-LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                     float *out, int64_t ldo)
+template <int NT, DType T, class Acts>
+LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const int64_t nsb = n_in / qk_k;
-    const int8_t *xq[NT];
-    const float *xd[NT], *xs[NT];
     __m512 acc[NT];
     #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-        xq[t] = a.q_row(t0 + t);
-        xd[t] = a.db_row(t0 + t);
-        xs[t] = a.ds_row(t0 + t);
+    for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
-    }
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
@@ -446,9 +503,8 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
                 }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
-                    const int8_t *x = xq[t] + sb * qk_k + 64 * pair + 4 * w;
-                    ie[t] = _mm512_dpbusd_epi32(ie[t], lo, _mm512_set1_epi32(load_i32(x)));
-                    io[t] = _mm512_dpbusd_epi32(io[t], hi, _mm512_set1_epi32(load_i32(x + 32)));
+                    ie[t] = dpbusd_bcast(ie[t], lo, x.word(t, sb * 8 + 2 * pair, w));
+                    io[t] = dpbusd_bcast(io[t], hi, x.word(t, sb * 8 + 2 * pair + 1, w));
                 }
             }
             const __m512 se = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
@@ -457,9 +513,10 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
                 _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1)))));
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
-                const float *d = xd[t] + sb * 8 + 2 * pair;
-                fe[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ie[t]), se), _mm512_set1_ps(d[0]), fe[t]);
-                fo[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(io[t]), so), _mm512_set1_ps(d[1]), fo[t]);
+                const int64_t blk = sb * 8 + 2 * pair;
+                fe[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ie[t]), se), _mm512_set1_ps(x.db(t, blk)), fe[t]);
+                fo[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(io[t]), so), _mm512_set1_ps(x.db(t, blk + 1)),
+                                        fo[t]);
             }
         }
         #pragma GCC unroll 8
@@ -468,7 +525,7 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
                 _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j))));
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
-                mn[t] = _mm512_fmadd_ps(mj, _mm512_set1_ps(xs[t][sb * 8 + j]), mn[t]);
+                mn[t] = _mm512_fmadd_ps(mj, _mm512_set1_ps(x.ds(t, sb * 8 + j)), mn[t]);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
@@ -487,22 +544,14 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Q
 // int32 sum of code times activation code per row (lanes = rows), minus 32 times the sum of
 // the 16 activation codes (the codes' bias), times the group's scale (|product| < 2^24, exact
 // in float), times the activation block's scale; then acc += d * sum.
-template <int NT>
-LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                     float *out, int64_t ldo)
+template <int NT, class Acts>
+LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const int64_t nsb = n_in / qk_k;
-    const int8_t *xq[NT];
-    const float *xd[NT];
-    const int32_t *xs[NT];
     __m512 acc[NT];
     #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-        xq[t] = a.q_row(t0 + t);
-        xd[t] = a.db_row(t0 + t);
-        xs[t] = a.s16_row(t0 + t);
+    for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
-    }
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
@@ -512,28 +561,34 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
             f[t][0] = _mm512_setzero_ps();
             f[t][1] = _mm512_setzero_ps();
         }
-        #pragma GCC unroll 2
-        for (int g = 0; g < 16; ++g) {
-            const uint8_t *v = b + off6_q + 192 * g;
-            const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
-            const __m512i u0 = _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-            const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
-                                               _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-            const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
-            const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
-                                               _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
-            const __m512 sc = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                const int8_t *x = xq[t] + sb * qk_k + 16 * g;
-                __m512i is = _mm512_set1_epi32(-32 * xs[t][sb * 16 + g]);
-                is = _mm512_dpbusd_epi32(is, u0, _mm512_set1_epi32(load_i32(x)));
-                is = _mm512_dpbusd_epi32(is, u1, _mm512_set1_epi32(load_i32(x + 4)));
-                is = _mm512_dpbusd_epi32(is, u2, _mm512_set1_epi32(load_i32(x + 8)));
-                is = _mm512_dpbusd_epi32(is, u3, _mm512_set1_epi32(load_i32(x + 12)));
-                f[t][g % 2] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc),
-                                              _mm512_set1_ps(xd[t][sb * 8 + g / 2]), f[t][g % 2]);
+        // The two groups of a block of 32 in one pass, so that which of f[t][0] and f[t][1] a
+        // group adds to is known when compiling (GCC kept them in memory otherwise).
+        for (int k = 0; k < 8; ++k) {
+            #pragma GCC unroll 2
+            for (int e = 0; e < 2; ++e) {
+                const int g = 2 * k + e;
+                const uint8_t *v = b + off6_q + 192 * g;
+                const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
+                const __m512i u0 =
+                    _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+                const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                                                   _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+                const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
+                const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                                                   _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+                const __m512 sc = _mm512_cvtepi32_ps(
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
+                    __m512i is = _mm512_set1_epi32(-32 * x.sum16(t, sb * 16 + g));
+                    is = dpbusd_bcast(is, u0, x.word(t, blk, 4 * e));
+                    is = dpbusd_bcast(is, u1, x.word(t, blk, 4 * e + 1));
+                    is = dpbusd_bcast(is, u2, x.word(t, blk, 4 * e + 2));
+                    is = dpbusd_bcast(is, u3, x.word(t, blk, 4 * e + 3));
+                    f[t][e] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc), _mm512_set1_ps(x.db(t, blk)), f[t][e]);
+                }
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
@@ -551,40 +606,30 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Q
 // code per row (lanes = rows), started at -bias (128, 8) times the sum of the block's activation
 // codes, so it ends as sum(q x) with q the signed code; then acc += float(sum) * (d_w d_x).
 // Q5_1: the 5-bit code, no bias, then acc += m_w * (d_x sum(q_x)).
-template <DType T, int NT>
-LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                    float *out, int64_t ldo)
+template <DType T, int NT, class Acts>
+LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     constexpr int bias = T == DType::Q8_0 ? 128 : T == DType::Q4_0 ? 8 : 0;
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
-    const int8_t *xq[NT];
-    const float *xd[NT];
-    const int32_t *xs[NT];
     __m512 acc[NT];
     #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-        xq[t] = a.q_row(t0 + t);
-        xd[t] = a.db_row(t0 + t);
-        xs[t] = a.s16_row(t0 + t);
+    for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
-    }
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *c = group + codes32_offset(T, b);
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
-            is[t] = _mm512_set1_epi32(-bias * (xs[t][2 * b] + xs[t][2 * b + 1]));
+            is[t] = _mm512_set1_epi32(-bias * x.sum32(t, b));
         if constexpr (T == DType::Q8_0 && NT == 1) {
             // One token (decode): two chains of four, so the loads of the next block start
             // sooner (the sums are exact either way).
             __m512i odd = _mm512_setzero_si512();
             #pragma GCC unroll 8
             for (int w = 0; w < 8; w += 2) {
-                is[0] = _mm512_dpbusd_epi32(is[0], _mm512_loadu_si512(c + 64 * w),
-                                            _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w)));
-                odd = _mm512_dpbusd_epi32(odd, _mm512_loadu_si512(c + 64 * w + 64),
-                                          _mm512_set1_epi32(load_i32(xq[0] + b * qk + 4 * w + 4)));
+                is[0] = dpbusd_bcast(is[0], _mm512_loadu_si512(c + 64 * w), x.word(0, b, w));
+                odd = dpbusd_bcast(odd, _mm512_loadu_si512(c + 64 * w + 64), x.word(0, b, w + 1));
             }
             is[0] = _mm512_add_epi32(is[0], odd);
         } else if constexpr (T == DType::Q8_0) {
@@ -593,7 +638,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 #pragma GCC unroll 8
                 for (int t = 0; t < NT; ++t)
-                    is[t] = _mm512_dpbusd_epi32(is[t], v, _mm512_set1_epi32(load_i32(xq[t] + b * qk + 4 * w)));
+                    is[t] = dpbusd_bcast(is[t], v, x.word(t, b, w));
             }
         } else { // word w: low nibbles values 4 w .. 4 w + 3, high nibbles 16 + 4 w ..
             #pragma GCC unroll 4
@@ -607,9 +652,8 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
                 }
                 #pragma GCC unroll 8
                 for (int t = 0; t < NT; ++t) {
-                    const int8_t *x = xq[t] + b * qk + 4 * w;
-                    is[t] = _mm512_dpbusd_epi32(is[t], lo, _mm512_set1_epi32(load_i32(x)));
-                    is[t] = _mm512_dpbusd_epi32(is[t], hi, _mm512_set1_epi32(load_i32(x + 16)));
+                    is[t] = dpbusd_bcast(is[t], lo, x.word(t, b, w));
+                    is[t] = dpbusd_bcast(is[t], hi, x.word(t, b, w + 4));
                 }
             }
         }
@@ -617,13 +661,13 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Qu
             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b))));
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.db(t, b))), acc[t]);
         if constexpr (T == DType::Q5_1) {
             const __m512 mw = _mm512_cvtph_ps(
                 _mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b) + 64)));
             #pragma GCC unroll 8
             for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.ds(t, b)), acc[t]);
         }
     }
     #pragma GCC unroll 8
@@ -1037,10 +1081,10 @@ void packed_b32_vnni_n(const uint8_t *group, int64_t n_in, const QuantizedActs &
                        float *out, int64_t ldo)
 {
     switch (n_tokens) {
-    case 1: packed_b32_vnni<T, 1>(group, n_in, a, t0, out, ldo); return;
-    case 2: packed_b32_vnni<T, 2>(group, n_in, a, t0, out, ldo); return;
-    case 3: packed_b32_vnni<T, 3>(group, n_in, a, t0, out, ldo); return;
-    default: packed_b32_vnni<T, 4>(group, n_in, a, t0, out, ldo); return;
+    case 1: packed_b32_vnni<T, 1>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+    case 2: packed_b32_vnni<T, 2>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+    case 3: packed_b32_vnni<T, 3>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+    default: packed_b32_vnni<T, 4>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
     }
 }
 
@@ -1050,10 +1094,10 @@ void packed_q4_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
                            float *out, int64_t ldo)
 {
     switch (n_tokens) {
-    case 1: packed_q4_k_vnni<1, T>(group, n_in, a, t0, out, ldo); return;
-    case 2: packed_q4_k_vnni<2, T>(group, n_in, a, t0, out, ldo); return;
-    case 3: packed_q4_k_vnni<3, T>(group, n_in, a, t0, out, ldo); return;
-    default: packed_q4_k_vnni<4, T>(group, n_in, a, t0, out, ldo); return;
+    case 1: packed_q4_k_vnni<1, T>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+    case 2: packed_q4_k_vnni<2, T>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+    case 3: packed_q4_k_vnni<3, T>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+    default: packed_q4_k_vnni<4, T>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
     }
 }
 
@@ -1103,10 +1147,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q6_K) {
         switch (n_tokens) {
-        case 1: packed_q6_k_vnni<1>(group, n_in, a, t0, out, ldo); return;
-        case 2: packed_q6_k_vnni<2>(group, n_in, a, t0, out, ldo); return;
-        case 3: packed_q6_k_vnni<3>(group, n_in, a, t0, out, ldo); return;
-        default: packed_q6_k_vnni<4>(group, n_in, a, t0, out, ldo); return;
+        case 1: packed_q6_k_vnni<1>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+        case 2: packed_q6_k_vnni<2>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+        case 3: packed_q6_k_vnni<3>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+        default: packed_q6_k_vnni<4>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
         }
     }
     if (type == DType::Q5_K)
@@ -1119,6 +1163,88 @@ void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, con
                  int n_tokens, float *out, int64_t ldo)
 {
     packed_tile_with(qkernel(), type, packed, n_in, g, a, t0, n_tokens, out, ldo);
+}
+
+namespace {
+
+// out[4 i + t] = rows[t][i] for i < n: four rows of 32-bit values interleaved, a 4 x 4 transpose
+// per four values.
+void interleave4(const void *const rows[4], int64_t n, void *out)
+{
+    const auto *r = reinterpret_cast<const uint32_t *const *>(rows);
+    auto *o = static_cast<uint32_t *>(out);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(r[0] + i));
+        const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(r[1] + i));
+        const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(r[2] + i));
+        const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(r[3] + i));
+        const __m128i lo01 = _mm_unpacklo_epi32(r0, r1), lo23 = _mm_unpacklo_epi32(r2, r3);
+        const __m128i hi01 = _mm_unpackhi_epi32(r0, r1), hi23 = _mm_unpackhi_epi32(r2, r3);
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(o + 4 * i), _mm_unpacklo_epi64(lo01, lo23));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(o + 4 * i + 4), _mm_unpackhi_epi64(lo01, lo23));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(o + 4 * i + 8), _mm_unpacklo_epi64(hi01, hi23));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(o + 4 * i + 12), _mm_unpackhi_epi64(hi01, hi23));
+    }
+    for (; i < n; ++i)
+        for (int t = 0; t < 4; ++t)
+            o[4 * i + t] = r[t][i];
+}
+
+} // namespace
+
+void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
+{
+    static_assert(packed_act_tile == 4, "interleave4 takes four tokens");
+    constexpr int nt = packed_act_tile;
+    const int64_t n = a.n, nb = n / qk, tiles = a.n_tokens / nt;
+    out.n = n;
+    out.n_tiles = tiles;
+    out.q.resize(size_t(tiles * nt * n));
+    out.db.resize(size_t(tiles * nt * nb));
+    out.ds.resize(out.db.size());
+    out.s32.resize(out.db.size());
+    out.s16.resize(size_t(tiles * nt * (n / 16)));
+    auto copy = [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+            const void *q[nt], *db[nt], *ds[nt], *s16[nt];
+            for (int t = 0; t < nt; ++t) {
+                q[t] = a.q_row(k * nt + t);
+                db[t] = a.db_row(k * nt + t);
+                ds[t] = a.ds_row(k * nt + t);
+                s16[t] = a.s16_row(k * nt + t);
+            }
+            interleave4(q, n / 4, out.q.data() + k * nt * n);
+            interleave4(db, nb, out.db.data() + k * nt * nb);
+            interleave4(ds, nb, out.ds.data() + k * nt * nb);
+            const int32_t *s = out.s16.data() + k * nt * (n / 16);
+            interleave4(s16, n / 16, out.s16.data() + k * nt * (n / 16));
+            int32_t *s32 = out.s32.data() + k * nt * nb;
+            for (int64_t b = 0; b < nb; ++b)
+                for (int t = 0; t < nt; ++t)
+                    s32[nt * b + t] = s[nt * 2 * b + t] + s[nt * (2 * b + 1) + t];
+        }
+    };
+    if (pool)
+        pool->parallel_for(tiles, copy, min_items_per_thread(n * nt));
+    else
+        copy(0, tiles);
+}
+
+void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const PackedActs &a, int64_t tile,
+                      float *out, int64_t ldo)
+{
+    const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
+    const TileActs x(a, tile);
+    constexpr int nt = packed_act_tile;
+    switch (type) {
+    case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt>(group, n_in, x, out, ldo); return;
+    case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt>(group, n_in, x, out, ldo); return;
+    case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); return;
+    case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
+    case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
+    default: packed_q6_k_vnni<nt>(group, n_in, x, out, ldo); return;
+    }
 }
 
 } // namespace longscope

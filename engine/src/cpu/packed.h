@@ -63,9 +63,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace longscope {
 
+class ThreadPool;
 struct WeightView;
 
 constexpr int64_t packed_group_rows = 16;
@@ -113,5 +115,31 @@ void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in
 // The same with the kernel set in use (qkernel()).
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
                  int n_tokens, float *out, int64_t ldo);
+
+// Quantized activations (qdot.h) of tiles of packed_act_tile tokens interleaved for the VNNI
+// kernels, so that one pointer reaches a tile's four tokens: tile k holds tokens 4 k .. 4 k + 3
+// (the tokens after the last whole tile are not copied), and within it, for each block of 32
+// values, word w (values 4 w .. 4 w + 3) of token t is at bytes 16 w + 4 t of the block's 128.
+constexpr int packed_act_tile = 4;
+struct PackedActs {
+    int64_t n = 0;              // values per token
+    int64_t n_tiles = 0;
+    std::vector<int8_t> q;      // [tile][n / 32][8][4 tokens][4]
+    std::vector<float> db, ds;  // [tile][n / 32][4 tokens]: d and d * sum(q) per block
+    std::vector<int32_t> s16;   // [tile][n / 16][4 tokens]: sum(q) per 16 values
+    std::vector<int32_t> s32;   // [tile][n / 32][4 tokens]: sum(q) per block
+
+    size_t bytes() const { return q.capacity() + 4 * (db.capacity() + ds.capacity() + s16.capacity() + s32.capacity()); }
+};
+
+// Copies the whole tiles of `a` into `out`, reusing its storage; splits the tiles over `pool`.
+void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
+
+// packed_tile_with(QKernel::Vnni, ...) for the four tokens of tile `tile` of `a` (CPUs with
+// the VNNI kernel only): the same operations, so the same bits. One pointer walks the tile's
+// activations where the row layout needs one per token, which left the kernels short of
+// general registers.
+void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const PackedActs &a, int64_t tile,
+                      float *out, int64_t ldo);
 
 } // namespace longscope
