@@ -21,6 +21,12 @@ void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, 
 // (a decode step's rows are 4-11 KiB each: the per-row choice cost a fifth of the time).
 void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y);
 
+// y[t * ldy + r] = row r . x_t for r < n_rows, t < n_tokens, row r at base + r * row_stride and
+// x_t = x + t * n: gemm_tile's results (the same bits) for a whole block of rows and tokens, the
+// tiles' shape chosen for the kernel level in use.
+void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n_tokens,
+               int64_t n, float *y, int64_t ldy);
+
 // Whether the AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice the
 // float FMA's 16) are in use for the matrix products of quantized weights over many tokens:
 // the CPU has them and the kernel table's level is AVX-512.
