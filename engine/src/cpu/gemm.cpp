@@ -327,7 +327,11 @@ void rows_avx512(const uint8_t *base, size_t stride, int64_t n_rows, const float
                  float *y, int64_t ldy)
 {
     constexpr int RB = k_rows_avx512, TB = k_tokens_avx512;
-    constexpr int64_t token_group = 64 / TB * TB;
+    // Tokens in groups of 128: each 6-row block (24-66 KiB of F16) stays in L1/L2 while the
+    // group's activations stream past it from L2/L3, and the thread's rows stream from memory
+    // once per group. One core, TinyLlama's matrices by 512 tokens: groups of 128 took 1-6%
+    // less CPU time than groups of 64 (F16 the least, F32 the most), 32 took 5-10% more.
+    constexpr int64_t token_group = 128;
     const void *rows[RB];
     for (int64_t g = 0; g < n_tokens; g += token_group) {
         const int64_t g_end = std::min(n_tokens, g + token_group);
