@@ -322,6 +322,25 @@ template <DType T, int R, int NT> struct Avx512Tile {
 // matrices by 128 tokens: 7% less CPU time than 4 x 4 tiles, F32 8%).
 constexpr int k_rows_avx512 = 6, k_tokens_avx512 = 4;
 
+// The loops of a block of rows by many tokens: tokens in groups of `group`, rows in blocks of
+// up to RB, each block against the group's tokens TB at a time; tile(rows, nr, t, nt) runs one.
+template <int RB, class Tile>
+void for_each_tile(const uint8_t *base, size_t stride, int64_t n_rows, int64_t n_tokens, int tb, int64_t group,
+                   Tile &&tile)
+{
+    const void *rows[RB];
+    for (int64_t g = 0; g < n_tokens; g += group) {
+        const int64_t g_end = std::min(n_tokens, g + group);
+        for (int64_t o = 0; o < n_rows; o += RB) {
+            const int nr = int(std::min<int64_t>(RB, n_rows - o));
+            for (int r = 0; r < nr; ++r)
+                rows[r] = base + size_t(o + r) * stride;
+            for (int64_t t = g; t < g_end; t += tb)
+                tile(rows, nr, o, t, int(std::min<int64_t>(tb, g_end - t)));
+        }
+    }
+}
+
 template <DType T>
 void rows_avx512(const uint8_t *base, size_t stride, int64_t n_rows, const float *x, int64_t n_tokens, int64_t n,
                  float *y, int64_t ldy)
@@ -332,20 +351,12 @@ void rows_avx512(const uint8_t *base, size_t stride, int64_t n_rows, const float
     // once per group. One core, TinyLlama's matrices by 512 tokens: groups of 128 took 1-6%
     // less CPU time than groups of 64 (F16 the least, F32 the most), 32 took 5-10% more.
     constexpr int64_t token_group = 128;
-    const void *rows[RB];
-    for (int64_t g = 0; g < n_tokens; g += token_group) {
-        const int64_t g_end = std::min(n_tokens, g + token_group);
-        for (int64_t o = 0; o < n_rows; o += RB) {
-            const int nr = int(std::min<int64_t>(RB, n_rows - o));
-            for (int r = 0; r < nr; ++r)
-                rows[r] = base + size_t(o + r) * stride;
-            for (int64_t t = g; t < g_end; t += TB) {
-                const int nt = int(std::min<int64_t>(TB, g_end - t));
-                const TileFn fn = nr == RB && nt == TB ? tile_avx512<T, RB, TB> : TileTable<T, RB, TB, Avx512Tile>::get(nr, nt);
-                fn(rows, x + t * n, n, n, y + t * ldy + o, ldy);
-            }
-        }
-    }
+    for_each_tile<RB>(base, stride, n_rows, n_tokens, TB, token_group,
+                      [&](const void *const *rows, int nr, int64_t o, int64_t t, int nt) {
+                          const TileFn fn = nr == RB && nt == TB ? tile_avx512<T, RB, TB>
+                                                                 : TileTable<T, RB, TB, Avx512Tile>::get(nr, nt);
+                          fn(rows, x + t * n, n, n, y + t * ldy + o, ldy);
+                      });
 }
 
 } // namespace
@@ -469,21 +480,10 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
         default: rows_avx512<DType::F32>(b, row_stride, n_rows, x, n_tokens, n, y, ldy); return;
         }
     }
-    const int token_block = gemm_token_block();
-    constexpr int64_t token_group = 64;
-    const void *rows[4];
-    for (int64_t g = 0; g < n_tokens; g += token_group) {
-        const int64_t g_end = std::min(n_tokens, g + token_group);
-        for (int64_t o = 0; o < n_rows; o += 4) {
-            const int nr = int(std::min<int64_t>(4, n_rows - o));
-            for (int r = 0; r < nr; ++r)
-                rows[r] = b + size_t(o + r) * row_stride;
-            for (int64_t t = g; t < g_end; t += token_block) {
-                const int nt = int(std::min<int64_t>(token_block, g_end - t));
-                gemm_tile(type, rows, nr, x + t * n, n, nt, n, y + t * ldy + o, ldy);
-            }
-        }
-    }
+    for_each_tile<4>(b, row_stride, n_rows, n_tokens, gemm_token_block(), 64,
+                     [&](const void *const *rows, int nr, int64_t o, int64_t t, int nt) {
+                         gemm_tile(type, rows, nr, x + t * n, n, nt, n, y + t * ldy + o, ldy);
+                     });
 }
 
 } // namespace longscope
