@@ -238,23 +238,28 @@ private slots:
     }
 
     // A token multiplied alone (decode: rows one or eight at a time) gives the same bits as in a
-    // batch of several (tiles of up to 4 x 4), for short rows and for rows above 4096.
+    // batch of several (tiles of up to 6 x 4, whose sums are reduced together), for short rows
+    // and for rows above 4096, with whole and partial tiles of rows (6, 6, 6, 5; 6 x 4 + 4;
+    // 6 x 4 + 2) and of tokens, and a batch over one token group (128).
     void single_token_equals_batched_data()
     {
         QTest::addColumn<int>("type");
         QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::addColumn<int>("n_tokens");
         for (DType t : {DType::F32, DType::F16, DType::BF16})
-            for (int n : {300, 4161})
-                QTest::addRow("%s n_in=%d", dtype_name(t).data(), n) << int(t) << n;
+            for (auto [n, o, nt] : {std::tuple{300, 23, 5}, {4161, 23, 5}, {300, 28, 9}, {200, 26, 131}})
+                QTest::addRow("%s n_in=%d n_out=%d tokens=%d", dtype_name(t).data(), n, o, nt) << int(t) << n << o << nt;
     }
     void single_token_equals_batched()
     {
         QFETCH(int, type);
         QFETCH(int, n_in);
-        const int n_out = 23, n_tokens = 5;
+        QFETCH(int, n_out);
+        QFETCH(int, n_tokens);
         OwnedWeight w = make_weight(DType(type), n_in, n_out, 77);
         std::vector<float> x = random_vec(size_t(n_in * n_tokens), 78);
-        // One thread takes all 23 rows at once (long rows: two blocks of eight, then one at a
+        // One thread takes all the rows at once (long rows: blocks of eight, then one at a
         // time); two split them into smaller pieces.
         for (int threads : {1, 2}) {
             ThreadPool pool(threads);

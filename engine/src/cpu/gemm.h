@@ -1,4 +1,5 @@
-// The matrix-product micro-kernel: a tile of up to 4 weight rows against up to 4 token rows,
+// The matrix-product micro-kernel: a tile of a few weight rows against a few token rows (up to
+// 4 x 4 through gemm_tile; gemm_rows takes 6 x 4 tiles at the AVX-512 level),
 // every (row, token) pair accumulated in its own register in the same order whatever the tile
 // size, so results do not depend on how rows and tokens were grouped (batched and single runs,
 // any thread count, agree bit for bit). Weight rows are read in their stored type (F32, F16,
@@ -20,6 +21,12 @@ void gemm_tile(DType type, const void *const *rows, int n_rows, const float *x, 
 // token (the same bits), with the kernel chosen once for all the rows instead of once per row
 // (a decode step's rows are 4-11 KiB each: the per-row choice cost a fifth of the time).
 void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n, float *y);
+
+// y[t * ldy + r] = row r . x_t for r < n_rows, t < n_tokens, row r at base + r * row_stride and
+// x_t = x + t * n: gemm_tile's results (the same bits) for a whole block of rows and tokens, the
+// tiles' shape chosen for the kernel level in use.
+void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n_tokens,
+               int64_t n, float *y, int64_t ldy);
 
 // Whether the AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice the
 // float FMA's 16) are in use for the matrix products of quantized weights over many tokens:

@@ -180,6 +180,11 @@ void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens,
                   x, n_in, y + begin);
         return;
     }
+    if (in_place) {
+        gemm_rows(w.type, static_cast<const uint8_t *>(w.data) + begin * row_stride, size_t(row_stride), end - begin, x,
+                  n_tokens, n_in, y + begin, n_out);
+        return;
+    }
     const int token_block = gemm_token_block();
     const int row_block = decode_row_block(n_tokens);
     // Tokens are taken in groups whose activations ([64, n_in] floats) stay in the L2 cache
