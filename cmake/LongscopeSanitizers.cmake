@@ -39,7 +39,7 @@ function(longscope_fuzz_coverage_exclusions)
   if(NOT LONGSCOPE_FUZZ)
     return()
   endif()
-  set(kernels qdot packed gemm attention attention_qk simd quant ops)
+  set(kernels qdot qdot_vnni qdot_avx2 packed gemm attention attention_qk simd quant ops)
   list(TRANSFORM kernels REPLACE "(.+)" "${PROJECT_SOURCE_DIR}/engine/src/cpu/\\1.cpp")
   set_property(SOURCE ${kernels} TARGET_DIRECTORY longscope_engine
                APPEND PROPERTY COMPILE_OPTIONS -fno-sanitize=fuzzer-no-link)
