@@ -287,6 +287,10 @@ FEATURES = [
     # Floats past the range of a 64-bit integer in arithmetic with integers.
     ("float_overflow_plus_int", "{{ 78365282 + 2e228 + 2e22222 }}", {}),
     ("float_huge_minus_int", "{{ 5 - 1e300 }} {{ 3 * -1e308 * 10 }}", {}),
+    # An attribute path's digits past the range of a 64-bit integer: no item, so undefined.
+    ("map_attribute_huge_index",
+     "{{ [[1, 2], [3]] | map(attribute='99999999999999999999') | select('defined') | list | length }}-"
+     "{{ [[1, 2], [3]] | map(attribute='1') | select('defined') | list }}", {}),
 ]
 
 

@@ -164,6 +164,8 @@ private slots:
             {"replace blow-up", "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s | "
                                 "replace('a', ns.s) %}{% endfor %}"},
             {"integer overflow", "{{ 2 ** 64 }}"},
+            {"integer literal past int64", "{{ 99999999999999999999 }}"},
+            {"attribute index past int64", "{{ x.99999999999999999999 }}"},
         };
         for (const auto &[name, source] : hostile) {
             const auto t0 = std::chrono::steady_clock::now();

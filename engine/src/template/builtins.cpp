@@ -3,6 +3,7 @@
 #include "template/interpreter.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -313,7 +314,10 @@ Value Interpreter::attribute_or_item(const Value &x, const Value &attr, const st
         if (cur.is_undefined())
             return cur;
         const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-        cur = digits ? subscript(cur, Value::integer(std::stoll(part)), at) : subscript(cur, Value::string(part), at);
+        int64_t index = 0;
+        if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+            return Value::undefined(); // past any list's length, and no key (jinja2: undefined too)
+        cur = digits ? subscript(cur, Value::integer(index), at) : subscript(cur, Value::string(part), at);
         if (dot == std::string::npos)
             return cur;
         pos = dot + 1;

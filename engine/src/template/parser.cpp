@@ -526,12 +526,8 @@ private:
         }
         case T::Int: {
             next();
-            int64_t v = 0;
-            const auto r = std::from_chars(at.text.data(), at.text.data() + at.text.size(), v);
-            if (r.ec != std::errc())
-                fail(at.line, at.col, "integer literal out of range");
             auto e = make(Expr::Kind::Literal, at);
-            e->literal = Value::integer(v);
+            e->literal = int_literal(at);
             return e;
         }
         case T::Float: {
@@ -619,6 +615,16 @@ private:
         }
     }
 
+    // An integer token's value; one past int64_t is an error (jinja2 has big integers).
+    Value int_literal(const Token &t)
+    {
+        int64_t v = 0;
+        const auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (r.ec != std::errc() || r.ptr != t.text.data() + t.text.size())
+            fail(t.line, t.col, "integer literal out of range");
+        return Value::integer(v);
+    }
+
     ExprPtr postfix(ExprPtr e)
     {
         for (;;) {
@@ -629,7 +635,7 @@ private:
                     a->kind = Expr::Kind::Subscript;
                     a->args.push_back(std::move(e));
                     auto idx = make(Expr::Kind::Literal, cur());
-                    idx->literal = Value::integer(std::stoll(next().text));
+                    idx->literal = int_literal(next());
                     a->args.push_back(std::move(idx));
                 } else {
                     a->name = expect_name("attribute");
