@@ -291,6 +291,11 @@ FEATURES = [
     ("map_attribute_huge_index",
      "{{ [[1, 2], [3]] | map(attribute='99999999999999999999') | select('defined') | list | length }}-"
      "{{ [[1, 2], [3]] | map(attribute='1') | select('defined') | list }}", {}),
+    # Keys that start with a control byte or a non-ASCII letter stay strings.
+    ("dict_keys_control_and_utf8",
+     "{{ d | length }}{% for k, v in d | items %} {{ k | length }}:{{ v }}:{{ k is string }}{% endfor %}"
+     " {{ d[5] is defined }} {% for k in {'\u00e9t\u00e9': 1, 2: 3} %}{{ k }},{% endfor %} {{ d | tojson }}",
+     {"d": {"\u0001x": 1, "\u00015": 2, "\u00e9": 3, "\u0000": 4}}),
 ]
 
 

@@ -148,7 +148,8 @@ struct CallArgs {
 };
 
 // Dict keys: strings as they are; other keys (numbers, booleans, none) encoded after a
-// control byte, so that {0: 'a'} works as in Python.
+// control byte (1-3), so that {0: 'a'} works as in Python; a string that itself starts with
+// a byte 0-3 is stored after a 0 byte.
 std::string dict_key(const Value &key);
 Value key_value(const std::string &key);
 

@@ -49,7 +49,7 @@ Value Value::from_json(const nlohmann::ordered_json &j)
     case nlohmann::ordered_json::value_t::object: {
         Dict d;
         for (const auto &[k, e] : j.items())
-            d.items.emplace_back(k, from_json(e));
+            d.items.emplace_back(dict_key(string(k)), from_json(e));
         return of_dict(std::move(d));
     }
     default: return none();
@@ -81,10 +81,20 @@ void CallArgs::done(std::string_view callee) const
                             ")");
 }
 
+namespace {
+// Whether a stored key starts with a tag byte (0-3) rather than a string's first byte.
+bool tagged(const std::string &key)
+{
+    return !key.empty() && static_cast<unsigned char>(key[0]) <= 3;
+}
+} // namespace
+
 std::string dict_key(const Value &key)
 {
     switch (key.kind) {
-    case Value::Kind::String: return key.s;
+    case Value::Kind::String:
+        // A string that starts with a tag byte is itself tagged, so it reads back as a string.
+        return tagged(key.s) ? '\x00' + key.s : key.s;
     case Value::Kind::Bool:
     case Value::Kind::Int: return "\x01" + std::to_string(key.as_int());
     case Value::Kind::Float:
@@ -98,12 +108,14 @@ std::string dict_key(const Value &key)
 
 Value key_value(const std::string &key)
 {
-    if (key.empty() || key[0] > '\x03')
+    if (!tagged(key))
         return Value::string(key);
     if (key[0] == '\x01')
         return Value::integer(std::stoll(key.substr(1)));
     if (key[0] == '\x02')
         return Value::real(std::stod(key.substr(1)));
+    if (key[0] == '\x00')
+        return Value::string(key.substr(1));
     return Value::none();
 }
 
