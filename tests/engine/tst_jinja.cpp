@@ -166,6 +166,7 @@ private slots:
             {"integer overflow", "{{ 2 ** 64 }}"},
             {"integer literal past int64", "{{ 99999999999999999999 }}"},
             {"attribute index past int64", "{{ x.99999999999999999999 }}"},
+            {"format index past size_t", "{{ '{99999999999999999999999}'.format(1) }}{{ nope() }}"},
         };
         for (const auto &[name, source] : hostile) {
             const auto t0 = std::chrono::steady_clock::now();

@@ -165,8 +165,9 @@ std::string format(const std::string &f, CallArgs &args)
             v = auto_index < args.pos.size() ? args.pos[auto_index] : Value::undefined();
             ++auto_index;
         } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
-            const size_t idx = std::stoul(field);
-            v = idx < args.pos.size() ? args.pos[idx] : Value::undefined();
+            size_t idx = 0;
+            const bool in_range = std::from_chars(field.data(), field.data() + field.size(), idx).ec == std::errc();
+            v = in_range && idx < args.pos.size() ? args.pos[idx] : Value::undefined();
         } else {
             for (auto &[name, val] : args.kw)
                 if (name == field)
