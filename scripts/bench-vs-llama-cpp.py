@@ -21,8 +21,9 @@ after an 8-token prompt), keeps the best of each, and prints tokens/s and the ra
 longscope / llama.cpp, with longscope's prefill roofline fraction (its prefill GFLOP/s over
 the peak of the instruction its matrix products run on). With --depth D, decode runs at
 depth D instead: llama-bench `-d D` (the cache filled with D tokens first), longscope-cli
-bench after a D-token prompt with memory-efficient causal attention. Machines are noisy:
-compare the ratios, not the absolute numbers.
+bench after a D-token prompt with memory-efficient causal attention. Both sides cache keys and
+values as --kv-type (default f16, llama.cpp's default; -ctk/-ctv there, --kv-type-k/-v here).
+Machines are noisy: compare the ratios, not the absolute numbers.
 """
 import argparse
 import json
@@ -38,8 +39,8 @@ def run_json(cmd):
     return json.loads(out)
 
 
-def llama(bench, model, prompt, new, threads, depth):
-    common = ["-t", str(threads), "-fa", "1", "-r", "1", "-o", "json"]
+def llama(bench, model, prompt, new, threads, depth, kv_type):
+    common = ["-t", str(threads), "-fa", "1", "-r", "1", "-o", "json", "-ctk", kv_type, "-ctv", kv_type]
     if depth == 0:
         rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", str(new)] + common)
         pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
@@ -53,8 +54,9 @@ def llama(bench, model, prompt, new, threads, depth):
     return pp, tg
 
 
-def longscope(cli, model, prompt, new, threads, depth):
+def longscope(cli, model, prompt, new, threads, depth, kv_type):
     common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json",
+              "--kv-type-k", kv_type, "--kv-type-v", kv_type,
               "--ctx", str(max(prompt, max(8, depth) + new) + 1)]
     flash = ["--attn", "mem-efficient", "--causal-flash"]
     pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1"] + flash)[0]
@@ -75,6 +77,8 @@ def main():
     ap.add_argument("--depth", type=int, default=0, help="decode with this many tokens already in the cache "
                     "(llama-bench -d); 0: after an 8-token prompt")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-type", default="f16", choices=["f32", "f16", "q8_0", "q4_0"],
+                    help="the KV cache's type on both sides (default f16, llama.cpp's default)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--baseline-cli", help="an earlier longscope-cli, run in the same alternation: its figures "
                     "and the ratios this one / earlier are printed too (a refactor's no-regression check)")
@@ -96,13 +100,13 @@ def main():
         best_b = [0.0, 0.0]
         bytes_per_token, bandwidth, prefill_roof = 0.0, 0.0, 0.0
         for _ in range(a.rounds):
-            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth)
+            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
             best_l = [max(best_l[0], pp), max(best_l[1], tg)]
-            pre, dec, bpt, bw, proof = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth)
+            pre, dec, bpt, bw, proof = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
             best_s = [max(best_s[0], pre), max(best_s[1], dec)]
             bytes_per_token, bandwidth, prefill_roof = bpt, max(bandwidth, bw), max(prefill_roof, proof)
             if a.baseline_cli:
-                pre, dec, _, bw, _ = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads, a.depth)
+                pre, dec, _, bw, _ = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
                 best_b = [max(best_b[0], pre), max(best_b[1], dec)]
                 bandwidth = max(bandwidth, bw)
         roof = bandwidth * 1e9 / bytes_per_token  # tokens/s at the roofline
