@@ -18,9 +18,9 @@ std::string cpu_kernel_name();
 // are several times slower.
 std::string cpu_kernel_warning();
 
-// Reads a buffer of `bytes` (larger than the caches) with `n_threads` threads, several
-// times, and returns the best rate in bytes per second. Throws OutOfMemory if the buffer
-// cannot be had.
+// Reads a buffer of `bytes` (larger than the caches, in 2 MiB pages as the weights' copy) with
+// `n_threads` threads, several times, and returns the best rate in bytes per second. Throws
+// OutOfMemory if the buffer cannot be had.
 double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
 
 // The instruction families of the CPU's matrix-product kernels: float multiply-adds (float

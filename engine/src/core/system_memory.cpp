@@ -1,7 +1,10 @@
 #include "core/system_memory.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -66,6 +69,18 @@ uint64_t available_memory_bytes()
          read_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes", used)))
         avail = std::min(avail, limit > used ? limit - used : 0);
     return avail;
+}
+
+std::shared_ptr<uint8_t> allocate_huge_pages(size_t bytes)
+{
+    constexpr size_t huge = size_t(2) << 20;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + huge - 1) / huge * huge;
+    std::shared_ptr<uint8_t> buf(static_cast<uint8_t *>(std::aligned_alloc(huge, rounded)), std::free);
+#ifdef MADV_HUGEPAGE
+    if (buf)
+        ::madvise(buf.get(), rounded, MADV_HUGEPAGE);
+#endif
+    return buf;
 }
 
 } // namespace longscope

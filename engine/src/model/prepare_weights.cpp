@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <sys/mman.h>
 #include <thread>
 
 namespace longscope {
@@ -77,13 +76,8 @@ void ModelBuilder::prepare_weights(Model &m, const WeightPreparer &prep, const L
     }
     uint8_t *block = nullptr;
     if (total_bytes > 0) {
-        constexpr size_t huge = size_t(2) << 20;
-        const size_t rounded = (total_bytes + huge - 1) / huge * huge;
-        std::shared_ptr<uint8_t> buf(static_cast<uint8_t *>(std::aligned_alloc(huge, rounded)), std::free);
+        std::shared_ptr<uint8_t> buf = allocate_huge_pages(total_bytes);
         if (buf) {
-#ifdef MADV_HUGEPAGE
-            ::madvise(buf.get(), rounded, MADV_HUGEPAGE);
-#endif
             block = buf.get();
             m.m_packed.push_back(std::move(buf));
         } else { // refused (an address-space limit, say): everything stays in the mapping
