@@ -3,6 +3,7 @@
 #include "cpu/attention.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
+#include "cpu/simd.h"
 #include "kv/kv_store.h"
 #include "longscope/errors.h"
 
@@ -230,10 +231,8 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
 
 void CpuBackend::add_inplace(float *x, const float *y, int64_t n)
 {
-    for_values(&m_pool, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            x[i] += y[i];
-    });
+    const CpuKernels &k = cpu_kernels();
+    for_values(&m_pool, n, [&](int64_t b, int64_t e) { k.add(x + b, y + b, e - b); });
 }
 
 void CpuBackend::swiglu(const float *gate, const float *up, float *out, int64_t n)
@@ -250,19 +249,17 @@ void CpuBackend::add_bias(float *x, const WeightView &bias, int64_t n_rows, int6
 {
     std::vector<float> b(static_cast<size_t>(width));
     weight_row_f32(bias, 0, b.data());
+    const CpuKernels &k = cpu_kernels();
     for_rows(&m_pool, n_rows, width, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t)
-            for (int64_t i = 0; i < width; ++i)
-                x[t * width + i] += b[size_t(i)];
+            k.add(x + t * width, b.data(), width);
     });
 }
 
 void CpuBackend::scale(float *x, float s, int64_t n)
 {
-    for_values(&m_pool, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            x[i] *= s;
-    });
+    const CpuKernels &k = cpu_kernels();
+    for_values(&m_pool, n, [&](int64_t b, int64_t e) { k.scale(x + b, s, e - b); });
 }
 
 void CpuBackend::softcap(float *x, float cap, int64_t n)

@@ -391,15 +391,12 @@ void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tok
     if (weight_offset != 0.0f)
         for (float &w : wrow)
             w += weight_offset;
+    const CpuKernels &k = cpu_kernels();
     for_rows(pool, n_tokens, n, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-            const float *xr = x + t * n;
-            double ss = 0;
-            for (int64_t i = 0; i < n; ++i)
-                ss += double(xr[i]) * xr[i];
+            const double ss = k.sum_squares(x + t * n, n);
             const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
-            for (int64_t i = 0; i < n; ++i)
-                out[t * n + i] = xr[i] * scale * wrow[size_t(i)];
+            k.scale_mul(x + t * n, scale, wrow.data(), out + t * n, n);
         }
     });
 }
@@ -429,22 +426,14 @@ void rope_table(RopeTable &table, int n_rot, RopeStyle style, std::span<const do
 
 void rope_apply(float *x, int64_t n_tokens, int n_heads, int head_dim, const RopeTable &table, ThreadPool *pool)
 {
-    const int n_rot = table.n_rot, half = n_rot / 2;
+    const int n_rot = table.n_rot;
     const bool interleaved = table.style == RopeStyle::Interleaved;
+    const CpuKernels &k = cpu_kernels();
     for_rows(pool, n_tokens, int64_t(n_heads) * n_rot, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-            const float *c = table.cos.data() + t * n_rot, *s = table.sin.data() + t * n_rot;
-            for (int h = 0; h < n_heads; ++h) {
-                float *v = x + (t * n_heads + h) * head_dim;
-                for (int i = 0; i < half; ++i) {
-                    const int a = interleaved ? 2 * i : i;
-                    const int b = interleaved ? 2 * i + 1 : i + half;
-                    const float x0 = v[a], x1 = v[b];
-                    v[a] = x0 * c[a] + x1 * s[a];
-                    v[b] = x1 * c[b] + x0 * s[b];
-                }
-            }
-        }
+        for (int64_t t = begin; t < end; ++t)
+            for (int h = 0; h < n_heads; ++h)
+                k.rope_head(x + (t * n_heads + h) * head_dim, table.cos.data() + t * n_rot,
+                            table.sin.data() + t * n_rot, n_rot, interleaved);
     });
 }
 
@@ -458,32 +447,20 @@ void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, Rope
 
 void swiglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool)
 {
-    for_values(pool, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const float g = gate[i];
-            out[i] = g / (1.0f + std::exp(-g)) * up[i];
-        }
-    });
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.swiglu(gate + b, up + b, out + b, e - b); });
 }
 
 void geglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool)
 {
-    // gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))
-    constexpr float k = 0.7978845608028654f;
-    for_values(pool, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const float g = gate[i];
-            out[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
-        }
-    });
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.geglu(gate + b, up + b, out + b, e - b); });
 }
 
 void softcap(float *x, float cap, int64_t n, ThreadPool *pool)
 {
-    for_values(pool, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            x[i] = cap * std::tanh(x[i] / cap);
-    });
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.softcap(x + b, cap, e - b); });
 }
 
 void softmax_inplace(float *x, int64_t n)
