@@ -564,8 +564,11 @@ private slots:
                     sn[size_t(a)] = -float(std::sin(ang[size_t(i)]));
                     sn[size_t(b)] = float(std::sin(ang[size_t(i)]));
                 }
-                std::vector<float> r = v;
+                std::vector<float> r = v, r_scalar = v;
                 k.rope_head(r.data(), c.data(), sn.data(), n_rot, interleaved);
+                // Without fused multiply-adds at every level: the scalar rotation's bits.
+                scalar.rope_head(r_scalar.data(), c.data(), sn.data(), n_rot, interleaved);
+                QVERIFY(std::memcmp(r.data(), r_scalar.data(), r.size() * 4) == 0);
                 for (int i = 0; i < n_rot / 2; ++i) {
                     const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + n_rot / 2;
                     const std::complex<double> z = std::complex<double>(v[size_t(a)], v[size_t(b)]) *

@@ -139,22 +139,6 @@ void scale_portable(float *x, float s, int64_t n)
         x[i] *= s;
 }
 
-// Pairs from first_pair on: dimension a and its partner b (see RopeTable in ops.h).
-__attribute__((always_inline)) inline void rope_pairs(float *v, const float *c, const float *s, int64_t first_pair, int n_rot, bool interleaved)
-{
-    const int half = n_rot / 2;
-    for (int64_t i = first_pair; i < half; ++i) {
-        const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c[a] + x1 * s[a];
-        v[b] = x1 * c[b] + x0 * s[b];
-    }
-}
-
-void rope_head_portable(float *v, const float *c, const float *s, int n_rot, bool interleaved)
-{
-    rope_pairs(v, c, s, 0, n_rot, interleaved);
-}
 
 // ---- elementwise vector bodies -----------------------------------------------------------------
 
@@ -297,30 +281,6 @@ LS_INLINE double sum_squares16(const float *x, int64_t n)
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
 }
 
-// One head's rotation: interleaved pairs sit in one vector (partner = the neighbour, by a
-// shuffle); rotate_half pairs are sixteen dims apart by n_rot / 2. Pairs past the last whole
-// vector go one at a time.
-LS_INLINE void rope_head16(float *v, const float *c, const float *s, int n_rot, bool interleaved)
-{
-    const int half = n_rot / 2;
-    int64_t i = 0;
-    if (interleaved) {
-        for (; i + 16 <= n_rot; i += 16) {
-            const V16 x = load16(v + i);
-            const V16 p = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-            store16(v + i, x * load16(c + i) + p * load16(s + i));
-        }
-        rope_pairs(v, c, s, i / 2, n_rot, true);
-        return;
-    }
-    for (; i + 16 <= half; i += 16) {
-        const V16 a = load16(v + i), b = load16(v + i + half);
-        store16(v + i, a * load16(c + i) + b * load16(s + i));
-        store16(v + i + half, b * load16(c + i + half) + a * load16(s + i + half));
-    }
-    rope_pairs(v, c, s, i, n_rot, false);
-}
-
 // The kernels of one target from the bodies above.
 #define LS_ELEMENTWISE_KERNELS(suffix, target)                                                              \
     target void exp_##suffix(const float *x, float *out, int64_t n) { map16(x, x, out, n, ExpOp{}); }      \
@@ -340,11 +300,7 @@ LS_INLINE void rope_head16(float *v, const float *c, const float *s, int n_rot, 
         map16(x, w, out, n, ScaleMulOp{s});                                                                \
     }                                                                                                      \
     target void add_##suffix(float *x, const float *y, int64_t n) { map16(x, y, x, n, AddOp{}); }          \
-    target void scale_##suffix(float *x, float s, int64_t n) { map16(x, x, x, n, ScaleOp{s}); }            \
-    target void rope_head_##suffix(float *v, const float *c, const float *s, int n_rot, bool interleaved)  \
-    {                                                                                                      \
-        rope_head16(v, c, s, n_rot, interleaved);                                                          \
-    }
+    target void scale_##suffix(float *x, float s, int64_t n) { map16(x, x, x, n, ScaleOp{s}); }
 
 // ---- AVX2 + FMA + F16C ---------------------------------------------------------------------
 
@@ -486,6 +442,68 @@ LS_AVX512 void bf16_avx512(const uint16_t *src, float *dst, int64_t n)
 }
 
 LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512)
+
+// RoPE's rotation without fused multiply-adds: x * c and x' * s are rounded before they are
+// added, as in the scalar code, so every level rotates to the same bits. (With FMAs the query
+// rotation, exact to float rounding either way, no longer matches the key rotation inside
+// attention's keys-before-rope path as closely: logits of a prompt recomputed every step and
+// of the same prompt decoded from a cache drifted apart by 3e-5 instead of 1e-6, tst_kv_quant.)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+// Pairs from first_pair on: dimension a and its partner b (see RopeTable in ops.h).
+__attribute__((always_inline)) inline void rope_pairs(float *v, const float *c, const float *s, int64_t first_pair,
+                                                      int n_rot, bool interleaved)
+{
+    const int half = n_rot / 2;
+    for (int64_t i = first_pair; i < half; ++i) {
+        const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[a] + x1 * s[a];
+        v[b] = x1 * c[b] + x0 * s[b];
+    }
+}
+
+void rope_head_portable(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_pairs(v, c, s, 0, n_rot, interleaved);
+}
+
+// One head's rotation: interleaved pairs sit in one vector (partner = the neighbour, by a
+// shuffle); rotate_half pairs are sixteen dims apart by n_rot / 2. Pairs past the last whole
+// vector go one at a time.
+LS_INLINE void rope_head16(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    const int half = n_rot / 2;
+    int64_t i = 0;
+    if (interleaved) {
+        for (; i + 16 <= n_rot; i += 16) {
+            const V16 x = load16(v + i);
+            const V16 p = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+            store16(v + i, x * load16(c + i) + p * load16(s + i));
+        }
+        rope_pairs(v, c, s, i / 2, n_rot, true);
+        return;
+    }
+    for (; i + 16 <= half; i += 16) {
+        const V16 a = load16(v + i), b = load16(v + i + half);
+        store16(v + i, a * load16(c + i) + b * load16(s + i));
+        store16(v + i + half, b * load16(c + i + half) + a * load16(s + i + half));
+    }
+    rope_pairs(v, c, s, i, n_rot, false);
+}
+
+LS_AVX2 void rope_head_avx2(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_head16(v, c, s, n_rot, interleaved);
+}
+
+LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_head16(v, c, s, n_rot, interleaved);
+}
+
+#pragma GCC pop_options
 
 #define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
     exp_##suffix, tanh_##suffix, swiglu_##suffix, geglu_##suffix, softcap_##suffix, sum_squares_##suffix,  \
