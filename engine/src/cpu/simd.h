@@ -42,7 +42,8 @@ struct CpuKernels {
     void (*add)(float *x, const float *y, int64_t n);
     void (*scale)(float *x, float s, int64_t n);
     // RoPE of one head's first n_rot dims in place: v[j] = v[j] * c[j] + v[partner(j)] * s[j]
-    // with the table layout of ops.h (RopeTable).
+    // with the table layout of ops.h (RopeTable); products rounded before the sum (no FMA), so
+    // every level gives the scalar rotation's bits.
     void (*rope_head)(float *v, const float *c, const float *s, int n_rot, bool interleaved);
 };
 
