@@ -191,6 +191,11 @@ private slots:
             dequantize_row_with(VectorLevel::Portable, t, blocks.data(), b.data(), n);
             QVERIFY2(same_bits(a.data(), b.data(), a.size() * 4), qPrintable(type_name(t)));
         }
+        // The elementwise ops (the scalar reference at this level).
+        std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+        swiglu(x.data(), x.data() + n, a.data(), n);
+        cpu_kernels_at(VectorLevel::Portable).swiglu(x.data(), x.data() + n, b.data(), n);
+        QVERIFY(same_bits(a.data(), b.data(), a.size() * 4));
     }
 
     // Forced AVX2 on a CPU with AVX-512: no family runs AVX-512 code, the activation quantizer

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <immintrin.h>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace longscope;
@@ -92,6 +93,45 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f)
     std::vector<float> v(n);
     for (float &x : v)
         x = dist(rng);
+    return v;
+}
+
+// Error of y in units in the last place of the exactly rounded value of ref: 0 where both are the
+// same infinity or both NaN, infinite where only one is infinite or NaN.
+double ulp_error(float y, double ref)
+{
+    const float r = float(ref);
+    if (std::isnan(r) || std::isnan(y))
+        return std::isnan(r) && std::isnan(y) ? 0.0 : INFINITY;
+    if (std::isinf(r) || std::isinf(y))
+        return r == y ? 0.0 : INFINITY;
+    const float a = std::fabs(r);
+    const double ulp = double(std::nextafter(a, INFINITY)) - double(a);
+    return std::fabs(double(y) - ref) / ulp;
+}
+
+// Every `stride`-th float of [lo, hi] (lo < 0 < hi) by bit pattern, out from -0 and +0, with
+// the subnormals and the ends.
+std::vector<float> dense_range(float lo, float hi, uint32_t stride)
+{
+    std::vector<float> v;
+    for (uint32_t b = 0x80000000u; float_of(b) >= lo; b += stride)
+        v.push_back(float_of(b));
+    for (uint32_t b = 0; float_of(b) <= hi; b += stride)
+        v.push_back(float_of(b));
+    v.push_back(lo);
+    v.push_back(hi);
+    return v;
+}
+
+// The sign of a result that is not NaN (NaN's sign is not specified).
+bool same_sign(float a, float b) { return std::isnan(a) || std::isnan(b) || std::signbit(a) == std::signbit(b); }
+
+const std::vector<float> &special_values()
+{
+    static const std::vector<float> v = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f, 1e-30f,
+                                         -1e-30f, 0.625f, -0.625f, 1e30f, -1e30f, 88.72283f, 88.72284f, 89.5f,
+                                         -87.33655f, -103.97208f, -103.97209f, -104.5f, 3.4e38f, -3.4e38f};
     return v;
 }
 
@@ -400,6 +440,215 @@ private slots:
             QCOMPARE(a[size_t(i)], f16_to_f32(h[size_t(i) + 1]));
             QCOMPARE(b[size_t(i)], bf16_to_f32(h[size_t(i) + 1]));
         }
+    }
+
+    // The vector exp and tanh against the libm's (accurate to under an ulp) over a dense sample
+    // of their whole range, and at the special values, for every kernel set of this CPU.
+    void vector_exp_and_tanh_match_libm_data()
+    {
+        QTest::addColumn<int>("kernel");
+        const CpuKernels *ks[4];
+        const int count = available_cpu_kernels(ks, 4);
+        for (int k = 0; k < count; ++k)
+            QTest::addRow("%s", ks[k]->name) << k;
+    }
+    void vector_exp_and_tanh_match_libm()
+    {
+        QFETCH(int, kernel);
+        const CpuKernels *ks[4];
+        available_cpu_kernels(ks, 4);
+        const CpuKernels &k = *ks[kernel];
+        // The vector sets' bounds; the portable set is the C library's (glibc's tanhf measures
+        // 2.09 ulp at -0.2512).
+        const bool vector = std::string(k.name) != "portable";
+        const double exp_bound = 1.0, tanh_bound = vector ? 1.5 : 2.5;
+        // exp: every 257th float from -110 (0 below -103.98) to 90 (inf above 88.73), about 8.7
+        // million values (32768 a binade), subnormal results included.
+        std::vector<float> x = dense_range(-110.0f, 90.0f, 257), y(x.size());
+        k.exp(x.data(), y.data(), int64_t(x.size()));
+        double worst = 0;
+        float worst_x = 0;
+        for (size_t i = 0; i < x.size(); ++i)
+            if (const double e = ulp_error(y[i], std::exp(double(x[i]))); e > worst) {
+                worst = e;
+                worst_x = x[i];
+            }
+        qInfo("%s exp: max error %.3f ulp (at %.9g) over %zu values", k.name, worst, double(worst_x), x.size());
+        QVERIFY2(worst <= exp_bound, qPrintable(QString("exp(%1): %2 ulp").arg(double(worst_x), 0, 'g', 9).arg(worst)));
+        // tanh: every 257th float in [-12, 12] (+-1 beyond), subnormals included.
+        x = dense_range(-12.0f, 12.0f, 257);
+        y.resize(x.size());
+        k.tanh(x.data(), y.data(), int64_t(x.size()));
+        worst = 0;
+        for (size_t i = 0; i < x.size(); ++i)
+            if (const double e = ulp_error(y[i], std::tanh(double(x[i]))); e > worst) {
+                worst = e;
+                worst_x = x[i];
+            }
+        qInfo("%s tanh: max error %.3f ulp (at %.9g) over %zu values", k.name, worst, double(worst_x), x.size());
+        QVERIFY2(worst <= tanh_bound, qPrintable(QString("tanh(%1): %2 ulp").arg(double(worst_x), 0, 'g', 9).arg(worst)));
+        // Special values: the same as std::exp's and std::tanh's (zeros with their sign).
+        const std::vector<float> &sp = special_values();
+        std::vector<float> e(sp.size()), t(sp.size());
+        k.exp(sp.data(), e.data(), int64_t(sp.size()));
+        k.tanh(sp.data(), t.data(), int64_t(sp.size()));
+        for (size_t i = 0; i < sp.size(); ++i) {
+            const float want_e = std::exp(sp[i]), want_t = std::tanh(sp[i]);
+            QVERIFY2(ulp_error(e[i], double(want_e)) <= exp_bound + 0.5 && (want_e != 0.0f || e[i] == 0.0f),
+                     qPrintable(QString("exp(%1) = %2, std::exp %3").arg(sp[i]).arg(e[i]).arg(want_e)));
+            QVERIFY2(ulp_error(t[i], double(want_t)) <= tanh_bound + 0.5 && same_sign(t[i], want_t),
+                     qPrintable(QString("tanh(%1) = %2, std::tanh %3").arg(sp[i]).arg(t[i]).arg(want_t)));
+        }
+    }
+
+    // SwiGLU, GeGLU, soft-capping, RMSNorm's pieces and RoPE's rotation of each kernel set against
+    // double-precision formulas; the vector sets against each other bit for bit (and at any
+    // offset and length, so that a split of the values changes nothing); special values as the
+    // scalar reference gives them.
+    void elementwise_kernels_match_reference_data()
+    {
+        QTest::addColumn<int>("kernel");
+        const CpuKernels *ks[4];
+        const int count = available_cpu_kernels(ks, 4);
+        for (int k = 0; k < count; ++k)
+            QTest::addRow("%s", ks[k]->name) << k;
+    }
+    void elementwise_kernels_match_reference()
+    {
+        QFETCH(int, kernel);
+        const CpuKernels *ks[4];
+        const int count = available_cpu_kernels(ks, 4);
+        const CpuKernels &k = *ks[kernel];
+        const CpuKernels &scalar = *ks[count - 1]; // portable
+        const int n = 1000;
+        std::vector<float> g = random_vec(n, 31, 4.0f), u = random_vec(n, 32), o(n), o2(n);
+        k.swiglu(g.data(), u.data(), o.data(), n);
+        for (int i = 0; i < n; ++i) {
+            const double gd = g[size_t(i)], ref = gd / (1.0 + std::exp(-gd)) * u[size_t(i)];
+            QVERIFY2(std::fabs(o[size_t(i)] - ref) <= 6e-7 * std::fabs(ref) + 1e-30,
+                     qPrintable(QString("swiglu(%1): %2 vs %3").arg(gd).arg(o[size_t(i)]).arg(ref)));
+        }
+        k.geglu(g.data(), u.data(), o.data(), n);
+        for (int i = 0; i < n; ++i) {
+            const double gd = g[size_t(i)];
+            const double ref = 0.5 * gd * (1.0 + std::tanh(0.7978845608028654 * (gd + 0.044715 * gd * gd * gd))) *
+                               u[size_t(i)];
+            // 1 + tanh cancels for negative gate values: the error is relative to |gate * up|.
+            QVERIFY2(std::fabs(o[size_t(i)] - ref) <= 5e-7 * std::fabs(gd * u[size_t(i)]),
+                     qPrintable(QString("geglu(%1): %2 vs %3").arg(gd).arg(o[size_t(i)]).arg(ref)));
+        }
+        o = g;
+        k.softcap(o.data(), 3.0f, n);
+        for (int i = 0; i < n; ++i) {
+            const double ref = 3.0 * std::tanh(double(g[size_t(i)]) / 3.0);
+            QVERIFY(std::fabs(o[size_t(i)] - ref) <= 6e-7 * std::fabs(ref) + 1e-30);
+        }
+        double ss = 0;
+        for (int i = 0; i < 999; ++i)
+            ss += double(g[size_t(i)]) * g[size_t(i)];
+        QVERIFY(std::fabs(k.sum_squares(g.data(), 999) - ss) <= 1e-14 * ss);
+        k.scale_mul(g.data(), 0.37f, u.data(), o.data(), n);
+        for (int i = 0; i < n; ++i) // two float multiplies in this order: exact bits
+            QCOMPARE(o[size_t(i)], g[size_t(i)] * 0.37f * u[size_t(i)]);
+
+        // RoPE of one head, both layouts, against the double rotation.
+        for (bool interleaved : {true, false})
+            for (int n_rot : {64, 48, 6}) {
+                std::vector<float> v = random_vec(static_cast<size_t>(n_rot), 33), c(static_cast<size_t>(n_rot)),
+                                   sn(static_cast<size_t>(n_rot));
+                std::vector<double> ang(static_cast<size_t>(n_rot / 2));
+                for (int i = 0; i < n_rot / 2; ++i) {
+                    ang[size_t(i)] = 0.37 * (i + 1);
+                    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + n_rot / 2;
+                    c[size_t(a)] = c[size_t(b)] = float(std::cos(ang[size_t(i)]));
+                    sn[size_t(a)] = -float(std::sin(ang[size_t(i)]));
+                    sn[size_t(b)] = float(std::sin(ang[size_t(i)]));
+                }
+                std::vector<float> r = v, r_scalar = v;
+                k.rope_head(r.data(), c.data(), sn.data(), n_rot, interleaved);
+                // Without fused multiply-adds at every level: the scalar rotation's bits.
+                scalar.rope_head(r_scalar.data(), c.data(), sn.data(), n_rot, interleaved);
+                QVERIFY(std::memcmp(r.data(), r_scalar.data(), r.size() * 4) == 0);
+                for (int i = 0; i < n_rot / 2; ++i) {
+                    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + n_rot / 2;
+                    const std::complex<double> z = std::complex<double>(v[size_t(a)], v[size_t(b)]) *
+                                                   std::polar(1.0, ang[size_t(i)]);
+                    QVERIFY(std::fabs(r[size_t(a)] - z.real()) < 2e-6);
+                    QVERIFY(std::fabs(r[size_t(b)] - z.imag()) < 2e-6);
+                }
+            }
+
+        // Special values as the scalar reference gives them.
+        const std::vector<float> &sp = special_values();
+        const std::vector<float> ones(sp.size(), 1.5f);
+        std::vector<float> want(sp.size()), got(sp.size());
+        for (auto fn : {&CpuKernels::swiglu, &CpuKernels::geglu}) {
+            (scalar.*fn)(sp.data(), ones.data(), want.data(), int64_t(sp.size()));
+            (k.*fn)(sp.data(), ones.data(), got.data(), int64_t(sp.size()));
+            for (size_t i = 0; i < sp.size(); ++i)
+                QVERIFY2(ulp_error(got[i], double(want[i])) <= 2.0 && same_sign(got[i], want[i]),
+                         qPrintable(QString("gate %1: %2, scalar %3").arg(sp[i]).arg(got[i]).arg(want[i])));
+        }
+
+        // Offsets and lengths: every value's bits depend on the value alone.
+        if (&k == &scalar)
+            return;
+        k.swiglu(g.data(), u.data(), o.data(), n);
+        k.geglu(g.data(), u.data(), o2.data(), n);
+        for (int off : {0, 1, 5, 16, 17})
+            for (int len : {1, 3, 15, 16, 17, 40}) {
+                std::vector<float> p(static_cast<size_t>(len)), q(static_cast<size_t>(len));
+                k.swiglu(g.data() + off, u.data() + off, p.data(), len);
+                k.geglu(g.data() + off, u.data() + off, q.data(), len);
+                for (int i = 0; i < len; ++i) {
+                    QCOMPARE(bits_of(p[size_t(i)]), bits_of(o[size_t(off + i)]));
+                    QCOMPARE(bits_of(q[size_t(i)]), bits_of(o2[size_t(off + i)]));
+                }
+            }
+        // The vector sets compute the same bits.
+        for (int j = 0; j < count - 1; ++j) {
+            const CpuKernels &other = *ks[j];
+            std::vector<float> a(n), b(n);
+            k.swiglu(g.data(), u.data(), a.data(), n);
+            other.swiglu(g.data(), u.data(), b.data(), n);
+            QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+            k.geglu(g.data(), u.data(), a.data(), n);
+            other.geglu(g.data(), u.data(), b.data(), n);
+            QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+            a = g;
+            b = g;
+            k.softcap(a.data(), 3.0f, n);
+            other.softcap(b.data(), 3.0f, n);
+            QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+            QCOMPARE(k.sum_squares(g.data(), 999), other.sum_squares(g.data(), 999));
+        }
+    }
+
+    void elementwise_ops_split_over_threads_change_no_bits()
+    {
+        // The same op over a pool of 1 and of 3 threads: rows and values are computed alike
+        // whichever piece holds them. Large enough to be split.
+        const int64_t rows = 64, width = 2048, n = rows * width;
+        std::vector<float> g = random_vec(size_t(n), 41, 3.0f), u = random_vec(size_t(n), 42);
+        OwnedWeight w = make_weight(DType::F32, width, 1, 43);
+        ThreadPool one(1), three(3);
+        std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+        swiglu(g.data(), u.data(), a.data(), n, &one);
+        swiglu(g.data(), u.data(), b.data(), n, &three);
+        QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        rmsnorm(g.data(), w.view, a.data(), rows, width, 1e-5f, 0.0f, &one);
+        rmsnorm(g.data(), w.view, b.data(), rows, width, 1e-5f, 0.0f, &three);
+        QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        std::vector<double> pos(static_cast<size_t>(rows)), inv(32);
+        for (int64_t t = 0; t < rows; ++t)
+            pos[size_t(t)] = double(t + 100);
+        for (int i = 0; i < 32; ++i)
+            inv[size_t(i)] = std::pow(10000.0, -2.0 * i / 64);
+        a = g;
+        b = g;
+        rope(a.data(), rows, 32, 64, 64, RopeStyle::Interleaved, pos, inv, &one);
+        rope(b.data(), rows, 32, 64, 64, RopeStyle::Interleaved, pos, inv, &three);
+        QVERIFY(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
     }
 
     void thread_pool_covers_every_index_once_data()

@@ -3,6 +3,7 @@
 #include "cpu/attention.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
+#include "cpu/simd.h"
 #include "kv/kv_store.h"
 #include "longscope/errors.h"
 
@@ -53,6 +54,7 @@ std::span<const double> CpuBackend::inv_freq(const ForwardParams &params)
         m_inv_factors.assign(params.rope_factors.begin(), params.rope_factors.end());
         for (size_t i = 0; i < m_inv.size() && i < m_inv_factors.size(); ++i)
             m_inv[i] /= double(m_inv_factors[i]);
+        ++m_inv_generation;
     }
     return m_inv;
 }
@@ -102,7 +104,7 @@ void CpuBackend::rotate_key_rows(KvCache &kv, int j0, int n, std::span<const dou
     if (store.type_k() == KvType::F32) {
         for (int l = 0; l < m_hp.n_layer; ++l)
             longscope::rope(kv.keys(l) + int64_t(j0) * ekv, n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot,
-                            m_hp.rope_style, positions, inv);
+                            m_hp.rope_style, positions, inv, &m_pool);
         return;
     }
     const DType type = kv_dtype(store.type_k());
@@ -111,7 +113,8 @@ void CpuBackend::rotate_key_rows(KvCache &kv, int j0, int n, std::span<const dou
     for (int l = 0; l < m_hp.n_layer; ++l) {
         for (int i = 0; i < n; ++i)
             dequantize_row(type, store.key_data(l) + uint64_t(j0 + i) * rb, rows.data() + int64_t(i) * ekv, ekv);
-        longscope::rope(rows.data(), n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, positions, inv);
+        longscope::rope(rows.data(), n, m_hp.n_head_kv, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, positions, inv,
+                        &m_pool);
         write_kv_rows(store, 0, l, j0, rows.data(), n);
     }
 }
@@ -142,14 +145,16 @@ Activations CpuBackend::activations(int64_t n)
 void CpuBackend::embed(const WeightView &table, std::span<const int32_t> tokens, float *x)
 {
     const int64_t e = m_hp.n_embd;
-    for (size_t t = 0; t < tokens.size(); ++t)
-        weight_row_f32(table, tokens[t], x + int64_t(t) * e);
+    for_rows(&m_pool, int64_t(tokens.size()), e, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t)
+            weight_row_f32(table, tokens[size_t(t)], x + t * e);
+    });
 }
 
 void CpuBackend::rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n, float eps,
                          float weight_offset)
 {
-    longscope::rmsnorm(x, weight, out, n_rows, n, eps, weight_offset);
+    longscope::rmsnorm(x, weight, out, n_rows, n, eps, weight_offset, &m_pool);
 }
 
 void CpuBackend::matmul(const WeightView &w, const float *x, float *y, int64_t n_rows)
@@ -169,17 +174,33 @@ void CpuBackend::matmul_group(std::span<const Projection> outs, const float *x, 
 
 void CpuBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params)
 {
-    m_pos.resize(size_t(n_rows));
-    for (int64_t t = 0; t < n_rows; ++t)
-        m_pos[size_t(t)] = double(pos0 + t) * params.pos_scale;
-    longscope::rope(x, n_rows, n_heads, m_hp.head_dim(), m_hp.n_rot, m_hp.rope_style, m_pos, inv_freq(params));
+    const std::span<const double> inv = inv_freq(params);
+    if (pos0 != m_rope_pos0 || n_rows != m_rope_rows || params.pos_scale != m_rope_scale ||
+        m_inv_generation != m_rope_generation) {
+        m_pos.resize(size_t(n_rows));
+        for (int64_t t = 0; t < n_rows; ++t)
+            m_pos[size_t(t)] = double(pos0 + t) * params.pos_scale;
+        rope_table(m_rope, m_hp.n_rot, m_hp.rope_style, m_pos, inv);
+        for (auto *v : {&m_rope.cos, &m_rope.sin})
+            if (v->capacity() > 2 * v->size() + 4096)
+                v->shrink_to_fit(); // a decode step after a long prefill
+        m_rope_pos0 = pos0;
+        m_rope_rows = n_rows;
+        m_rope_scale = params.pos_scale;
+        m_rope_generation = m_inv_generation;
+    }
+    rope_apply(x, n_rows, n_heads, m_hp.head_dim(), m_rope, &m_pool);
 }
 
 void CpuBackend::store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
 {
+    // Rows are encoded one by one (whole blocks), so a split changes nothing.
     KvStore &store = host_store(kv);
-    write_kv_rows(store, 0, layer, pos0, k, n_rows);
-    write_kv_rows(store, 1, layer, pos0, v, n_rows);
+    const int64_t ekv = m_hp.n_embd_kv();
+    for_rows(&m_pool, n_rows, 2 * ekv, [&](int64_t begin, int64_t end) {
+        write_kv_rows(store, 0, layer, pos0 + begin, k + begin * ekv, end - begin);
+        write_kv_rows(store, 1, layer, pos0 + begin, v + begin * ekv, end - begin);
+    });
 }
 
 AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParams &params)
@@ -210,38 +231,40 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
 
 void CpuBackend::add_inplace(float *x, const float *y, int64_t n)
 {
-    for (int64_t i = 0; i < n; ++i)
-        x[i] += y[i];
+    const CpuKernels &k = cpu_kernels();
+    for_values(&m_pool, n, [&](int64_t b, int64_t e) { k.add(x + b, y + b, e - b); });
 }
 
 void CpuBackend::swiglu(const float *gate, const float *up, float *out, int64_t n)
 {
-    longscope::swiglu(gate, up, out, n);
+    longscope::swiglu(gate, up, out, n, &m_pool);
 }
 
 void CpuBackend::geglu(const float *gate, const float *up, float *out, int64_t n)
 {
-    longscope::geglu(gate, up, out, n);
+    longscope::geglu(gate, up, out, n, &m_pool);
 }
 
 void CpuBackend::add_bias(float *x, const WeightView &bias, int64_t n_rows, int64_t width)
 {
     std::vector<float> b(static_cast<size_t>(width));
     weight_row_f32(bias, 0, b.data());
-    for (int64_t t = 0; t < n_rows; ++t)
-        for (int64_t i = 0; i < width; ++i)
-            x[t * width + i] += b[size_t(i)];
+    const CpuKernels &k = cpu_kernels();
+    for_rows(&m_pool, n_rows, width, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t)
+            k.add(x + t * width, b.data(), width);
+    });
 }
 
 void CpuBackend::scale(float *x, float s, int64_t n)
 {
-    for (int64_t i = 0; i < n; ++i)
-        x[i] *= s;
+    const CpuKernels &k = cpu_kernels();
+    for_values(&m_pool, n, [&](int64_t b, int64_t e) { k.scale(x + b, s, e - b); });
 }
 
 void CpuBackend::softcap(float *x, float cap, int64_t n)
 {
-    longscope::softcap(x, cap, n);
+    longscope::softcap(x, cap, n, &m_pool);
 }
 
 void CpuBackend::move_row(float *x, int64_t to, int64_t from, int64_t width)
@@ -279,6 +302,7 @@ uint64_t CpuBackend::scratch_bytes() const
     uint64_t b = 0;
     for (const auto *v : {&m_x, &m_xn, &m_q, &m_k, &m_v, &m_attn, &m_proj, &m_gate, &m_up, &m_logits})
         b += bytes_of(*v);
+    b += uint64_t(m_rope.cos.capacity() + m_rope.sin.capacity()) * sizeof(float);
     return b + matmul_scratch_bytes();
 }
 

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cpu/aligned_vector.h"
+#include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "longscope/model.h"
 #include "model/weights.h"
@@ -72,6 +73,13 @@ private:
     double m_inv_base = 0;
     std::vector<float> m_inv_factors;
     std::vector<double> m_inv;
+    uint64_t m_inv_generation = 0; // counts the times m_inv was computed
+    // The RoPE table of the last rope() call's positions, kept for the other layers and for K
+    // after Q: rows pos0 .. pos0 + rows - 1 at scale m_rope_scale with m_inv's generation.
+    RopeTable m_rope;
+    int64_t m_rope_pos0 = -1, m_rope_rows = 0;
+    double m_rope_scale = 0;
+    uint64_t m_rope_generation = 0;
 };
 
 } // namespace longscope

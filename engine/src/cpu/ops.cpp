@@ -366,72 +366,101 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
         rows_grain(n_in, n_tokens));
 }
 
+void for_rows(ThreadPool *pool, int64_t n_rows, int64_t row_work, const std::function<void(int64_t, int64_t)> &fn)
+{
+    if (n_rows <= 0)
+        return;
+    if (pool)
+        pool->parallel_for(n_rows, fn, min_items_per_thread(row_work));
+    else
+        fn(0, n_rows);
+}
+
+void for_values(ThreadPool *pool, int64_t n, const std::function<void(int64_t, int64_t)> &fn)
+{
+    constexpr int64_t block = 16;
+    for_rows(pool, (n + block - 1) / block, block,
+             [&](int64_t b, int64_t e) { fn(b * block, std::min(n, e * block)); });
+}
+
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
-             float eps, float weight_offset)
+             float eps, float weight_offset, ThreadPool *pool)
 {
     std::vector<float> wrow(static_cast<size_t>(n));
     weight_row_f32(weight, 0, wrow.data());
     if (weight_offset != 0.0f)
         for (float &w : wrow)
             w += weight_offset;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        const float *xr = x + t * n;
-        double ss = 0;
-        for (int64_t i = 0; i < n; ++i)
-            ss += double(xr[i]) * xr[i];
-        const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
-        for (int64_t i = 0; i < n; ++i)
-            out[t * n + i] = xr[i] * scale * wrow[size_t(i)];
+    const CpuKernels &k = cpu_kernels();
+    for_rows(pool, n_tokens, n, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            const double ss = k.sum_squares(x + t * n, n);
+            const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+            k.scale_mul(x + t * n, scale, wrow.data(), out + t * n, n);
+        }
+    });
+}
+
+void rope_table(RopeTable &table, int n_rot, RopeStyle style, std::span<const double> positions,
+                std::span<const double> inv_freq)
+{
+    const int half = n_rot / 2;
+    table.n_rot = n_rot;
+    table.style = style;
+    table.cos.resize(positions.size() * size_t(n_rot));
+    table.sin.resize(positions.size() * size_t(n_rot));
+    for (size_t t = 0; t < positions.size(); ++t) {
+        float *c = table.cos.data() + t * size_t(n_rot), *s = table.sin.data() + t * size_t(n_rot);
+        for (int i = 0; i < half; ++i) {
+            const double angle = positions[t] * inv_freq[size_t(i)];
+            const float ci = float(std::cos(angle)), si = float(std::sin(angle));
+            // Interleaved pairs (2i, 2i+1); rotate_half pairs (i, i + n_rot/2).
+            const int a = style == RopeStyle::Interleaved ? 2 * i : i;
+            const int b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+            c[a] = c[b] = ci;
+            s[a] = -si;
+            s[b] = si;
+        }
     }
+}
+
+void rope_apply(float *x, int64_t n_tokens, int n_heads, int head_dim, const RopeTable &table, ThreadPool *pool)
+{
+    const int n_rot = table.n_rot;
+    const bool interleaved = table.style == RopeStyle::Interleaved;
+    const CpuKernels &k = cpu_kernels();
+    for_rows(pool, n_tokens, int64_t(n_heads) * n_rot, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t)
+            for (int h = 0; h < n_heads; ++h)
+                k.rope_head(x + (t * n_heads + h) * head_dim, table.cos.data() + t * n_rot,
+                            table.sin.data() + t * n_rot, n_rot, interleaved);
+    });
 }
 
 void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, RopeStyle style,
-          std::span<const double> positions, std::span<const double> inv_freq)
+          std::span<const double> positions, std::span<const double> inv_freq, ThreadPool *pool)
 {
-    const int half = n_rot / 2;
-    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int i = 0; i < half; ++i) {
-            const double angle = positions[size_t(t)] * inv_freq[size_t(i)];
-            c[size_t(i)] = float(std::cos(angle));
-            s[size_t(i)] = float(std::sin(angle));
-        }
-        for (int h = 0; h < n_heads; ++h) {
-            float *v = x + (t * n_heads + h) * head_dim;
-            for (int i = 0; i < half; ++i) {
-                // Interleaved pairs (2i, 2i+1); rotate_half pairs (i, i + n_rot/2).
-                const int a = style == RopeStyle::Interleaved ? 2 * i : i;
-                const int b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
-                const float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c[size_t(i)] - x1 * s[size_t(i)];
-                v[b] = x0 * s[size_t(i)] + x1 * c[size_t(i)];
-            }
-        }
-    }
+    RopeTable table;
+    rope_table(table, n_rot, style, positions.first(size_t(n_tokens)), inv_freq);
+    rope_apply(x, n_tokens, n_heads, head_dim, table, pool);
 }
 
-void swiglu(const float *gate, const float *up, float *out, int64_t n)
+void swiglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool)
 {
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.swiglu(gate + b, up + b, out + b, e - b); });
 }
 
-void geglu(const float *gate, const float *up, float *out, int64_t n)
+void geglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool)
 {
-    // gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))
-    constexpr float k = 0.7978845608028654f;
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        out[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
-    }
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.geglu(gate + b, up + b, out + b, e - b); });
 }
 
-void softcap(float *x, float cap, int64_t n)
+void softcap(float *x, float cap, int64_t n, ThreadPool *pool)
 {
-    for (int64_t i = 0; i < n; ++i)
-        x[i] = cap * std::tanh(x[i] / cap);
+    const CpuKernels &k = cpu_kernels();
+    for_values(pool, n, [&](int64_t b, int64_t e) { k.softcap(x + b, cap, e - b); });
 }
 
 void softmax_inplace(float *x, int64_t n)

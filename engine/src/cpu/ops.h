@@ -7,7 +7,9 @@
 #include "model/weights.h"
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 namespace longscope {
 
@@ -55,23 +57,50 @@ struct MatmulOut {
 void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float *x, int64_t n_tokens,
                   QuantMatmul how = QuantMatmul::Auto);
 
+// The elementwise ops below split their rows (or values) over `pool` when every thread gets
+// at least k_min_work_per_thread operations (a decode step's single row stays on the caller);
+// without a pool they run on the caller. Every row and value is computed alike whichever piece
+// holds it: a split changes no bits.
+
+// fn(begin, end) over rows [0, n_rows) of about `row_work` operations each.
+void for_rows(ThreadPool *pool, int64_t n_rows, int64_t row_work, const std::function<void(int64_t, int64_t)> &fn);
+// fn(begin, end) over values [0, n) of a few operations each, in pieces that start at multiples
+// of 16 (whole vectors).
+void for_values(ThreadPool *pool, int64_t n, const std::function<void(int64_t, int64_t)> &fn);
+
 // out[t] = x[t] / rms(x[t]) * (weight_offset + weight), per row of width n.
 void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_tokens, int64_t n,
-             float eps, float weight_offset = 0.0f);
+             float eps, float weight_offset = 0.0f, ThreadPool *pool = nullptr);
 
-// Rotates the first n_rot dims of each head of x [n_tokens, n_heads, head_dim] in place.
+// The cos and sin of RoPE's angles for a run of positions, laid out so that one formula rotates
+// either style: dimension j of a head (j < n_rot) becomes x[j] * cos[j] + x[partner(j)] * sin[j],
+// partner(j) = j ^ 1 for interleaved pairs and j +- n_rot/2 for rotate_half pairs, the sin
+// negated on the pair's first dimension. Row t (n_rot floats) is position t's.
+struct RopeTable {
+    int n_rot = 0;
+    RopeStyle style = RopeStyle::Interleaved;
+    std::vector<float> cos, sin;
+};
 // positions[t] is the (already scaled) position of token t; inv_freq[i] = base^(-2i/n_rot).
+// Angles in double, cos and sin rounded to float (as the rotation always took them).
+void rope_table(RopeTable &table, int n_rot, RopeStyle style, std::span<const double> positions,
+                std::span<const double> inv_freq);
+// Rotates the first table.n_rot dims of each head of x [n_tokens, n_heads, head_dim] in place,
+// token t by the table's row t.
+void rope_apply(float *x, int64_t n_tokens, int n_heads, int head_dim, const RopeTable &table,
+                ThreadPool *pool = nullptr);
+// Both in one call.
 void rope(float *x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, RopeStyle style,
-          std::span<const double> positions, std::span<const double> inv_freq);
+          std::span<const double> positions, std::span<const double> inv_freq, ThreadPool *pool = nullptr);
 
 // out = silu(gate) * up, elementwise over n values.
-void swiglu(const float *gate, const float *up, float *out, int64_t n);
+void swiglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool = nullptr);
 
 // out = gelu(gate) * up (tanh approximation), elementwise over n values.
-void geglu(const float *gate, const float *up, float *out, int64_t n);
+void geglu(const float *gate, const float *up, float *out, int64_t n, ThreadPool *pool = nullptr);
 
 // x = cap * tanh(x / cap) over n values.
-void softcap(float *x, float cap, int64_t n);
+void softcap(float *x, float cap, int64_t n, ThreadPool *pool = nullptr);
 
 void softmax_inplace(float *x, int64_t n);
 

@@ -1,5 +1,6 @@
 #include "cpu/simd.h"
 
+#include <cmath>
 #include <cstring>
 #include <immintrin.h>
 
@@ -74,6 +75,233 @@ void bf16_portable(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+// The scalar elementwise reference.
+constexpr float k_gelu = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float k_gelu_cubic = 0.044715f;
+
+void exp_portable(const float *x, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = std::exp(x[i]);
+}
+
+void tanh_portable(const float *x, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = std::tanh(x[i]);
+}
+
+void swiglu_portable(const float *gate, const float *up, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void geglu_portable(const float *gate, const float *up, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + std::tanh(k_gelu * (g + k_gelu_cubic * g * g * g))) * up[i];
+    }
+}
+
+void softcap_portable(float *x, float cap, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] = cap * std::tanh(x[i] / cap);
+}
+
+double sum_squares_portable(const float *x, int64_t n)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i)
+        ss += double(x[i]) * x[i];
+    return ss;
+}
+
+void scale_mul_portable(const float *x, float s, const float *w, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = x[i] * s * w[i];
+}
+
+void add_portable(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] += y[i];
+}
+
+void scale_portable(float *x, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        x[i] *= s;
+}
+
+
+// ---- elementwise vector bodies -----------------------------------------------------------------
+
+// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the AVX-512
+// build of the bodies below, two AVX2 registers in the AVX2 build. The helpers are always
+// inlined into the kernels built for each target, where GCC fuses a * b + c into an FMA at the
+// same places in both builds, so the two compute the same bits.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V16 __attribute__((vector_size(64)));
+typedef int32_t V16i __attribute__((vector_size(64)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef double V8d __attribute__((vector_size(64)));
+#define LS_INLINE __attribute__((always_inline)) inline
+
+LS_INLINE V16 load16(const float *p)
+{
+    V16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+LS_INLINE void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
+LS_INLINE V16 splat(float f) { return V16{} + f; }
+
+// e^x, sixteen at a time. x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 in two
+// parts, the first exact times any n here), e^r by its Taylor polynomial to r^7 (truncation
+// under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2) first (exact), then 2^(n - n/2)
+// in one rounding, so results past the float range overflow to inf and results below it
+// underflow gradually to subnormals and 0, as std::exp's do. x is clamped to [-110, 89] first
+// (e^x is 0 below and inf above either way); NaN lanes return x.
+LS_INLINE V16 exp16(V16 x)
+{
+    const V16i nan = x != x;
+    V16 xc = nan ? V16{} : x;
+    xc = xc < -110.0f ? splat(-110.0f) : xc;
+    xc = xc > 89.0f ? splat(89.0f) : xc;
+    constexpr float round_magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+    const V16 nf = (xc * 1.44269504088896341f + round_magic) - round_magic;
+    const V16i n = __builtin_convertvector(nf, V16i);
+    const V16 r = (xc - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
+    V16 p = splat(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const V16i n1 = n >> 1, n2 = n - n1;
+    const V16 e = (p * (V16)((n1 + 127) << 23)) * (V16)((n2 + 127) << 23);
+    return nan ? x : e;
+}
+
+// tanh(x), sixteen at a time, on |x| with the sign of x put back: below 0.625 the odd
+// polynomial a + a^3 Q(a^2) (Q of degree 4 fitted to tanh by least squares in relative error,
+// 0.2 ulp), above it 1 - 2 / (e^{2a} + 1) (tanh >= 0.55 there, so the subtraction loses under a
+// bit). inf gives 1, NaN stays NaN, -0 stays -0.
+LS_INLINE V16 tanh16(V16 x)
+{
+    const V16i sign = (V16i)x & int32_t(0x80000000u);
+    const V16 a = (V16)((V16i)x & 0x7fffffff);
+    const V16 z = a * a;
+    V16 q = splat(-0.005705246236175299f);
+    q = q * z + 0.02063940465450287f;
+    q = q * z - 0.05373984947800636f;
+    q = q * z + 0.13331444561481476f;
+    q = q * z - 0.3333328068256378f;
+    const V16 small = a + a * z * q;
+    const V16 big = 1.0f - 2.0f / (exp16(a + a) + 1.0f);
+    const V16 t = a < 0.625f ? small : big;
+    return (V16)((V16i)t | sign);
+}
+
+// out[i] = f(a[i], b[i]) over n values, sixteen at a time; the last n % 16 through a padded copy,
+// so every value takes the same arithmetic wherever it sits in the array.
+template <class F> LS_INLINE void map16(const float *a, const float *b, float *out, int64_t n, F f)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        store16(out + i, f(load16(a + i), load16(b + i)));
+    if (i < n) {
+        const size_t rest = size_t(n - i) * sizeof(float);
+        float pa[16] = {}, pb[16] = {}, po[16];
+        std::memcpy(pa, a + i, rest);
+        std::memcpy(pb, b + i, rest);
+        store16(po, f(load16(pa), load16(pb)));
+        std::memcpy(out + i, po, rest);
+    }
+}
+
+struct ExpOp {
+    LS_INLINE V16 operator()(V16 x, V16) const { return exp16(x); }
+};
+struct TanhOp {
+    LS_INLINE V16 operator()(V16 x, V16) const { return tanh16(x); }
+};
+struct SwigluOp {
+    LS_INLINE V16 operator()(V16 g, V16 u) const { return g / (1.0f + exp16(-g)) * u; }
+};
+struct GegluOp {
+    LS_INLINE V16 operator()(V16 g, V16 u) const
+    {
+        return 0.5f * g * (1.0f + tanh16(k_gelu * (g + k_gelu_cubic * g * g * g))) * u;
+    }
+};
+struct SoftcapOp {
+    float cap;
+    LS_INLINE V16 operator()(V16 x, V16) const { return cap * tanh16(x / cap); }
+};
+struct ScaleMulOp {
+    float s;
+    LS_INLINE V16 operator()(V16 x, V16 w) const { return x * s * w; }
+};
+struct AddOp {
+    LS_INLINE V16 operator()(V16 x, V16 y) const { return x + y; }
+};
+struct ScaleOp {
+    float s;
+    LS_INLINE V16 operator()(V16 x, V16) const { return x * s; }
+};
+
+// Sixteen values at a time into two double accumulators of eight, the rest one at a time, summed
+// in a fixed order: the products of floats are exact in double, so the sum's only rounding is
+// the additions' (relative error under (n / 16 + 4) 2^-53).
+LS_INLINE double sum_squares16(const float *x, int64_t n)
+{
+    V8d acc0 = {}, acc1 = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        V8 lo, hi;
+        std::memcpy(&lo, x + i, sizeof lo);
+        std::memcpy(&hi, x + i + 8, sizeof hi);
+        const V8d dl = __builtin_convertvector(lo, V8d), dh = __builtin_convertvector(hi, V8d);
+        acc0 += dl * dl;
+        acc1 += dh * dh;
+    }
+    double tail = 0;
+    for (; i < n; ++i)
+        tail += double(x[i]) * x[i];
+    const V8d a = acc0 + acc1;
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+}
+
+// The kernels of one target from the bodies above.
+#define LS_ELEMENTWISE_KERNELS(suffix, target)                                                              \
+    target void exp_##suffix(const float *x, float *out, int64_t n) { map16(x, x, out, n, ExpOp{}); }      \
+    target void tanh_##suffix(const float *x, float *out, int64_t n) { map16(x, x, out, n, TanhOp{}); }    \
+    target void swiglu_##suffix(const float *g, const float *u, float *out, int64_t n)                     \
+    {                                                                                                      \
+        map16(g, u, out, n, SwigluOp{});                                                                   \
+    }                                                                                                      \
+    target void geglu_##suffix(const float *g, const float *u, float *out, int64_t n)                      \
+    {                                                                                                      \
+        map16(g, u, out, n, GegluOp{});                                                                    \
+    }                                                                                                      \
+    target void softcap_##suffix(float *x, float cap, int64_t n) { map16(x, x, x, n, SoftcapOp{cap}); }    \
+    target double sum_squares_##suffix(const float *x, int64_t n) { return sum_squares16(x, n); }          \
+    target void scale_mul_##suffix(const float *x, float s, const float *w, float *out, int64_t n)         \
+    {                                                                                                      \
+        map16(x, w, out, n, ScaleMulOp{s});                                                                \
+    }                                                                                                      \
+    target void add_##suffix(float *x, const float *y, int64_t n) { map16(x, y, x, n, AddOp{}); }          \
+    target void scale_##suffix(float *x, float s, int64_t n) { map16(x, x, x, n, ScaleOp{s}); }
+
 // ---- AVX2 + FMA + F16C ---------------------------------------------------------------------
 
 #define LS_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -136,6 +364,8 @@ LS_AVX2 void f16_avx2(const uint16_t *src, float *dst, int64_t n)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i))));
     f16_portable(src + i, dst + i, n - i);
 }
+
+LS_ELEMENTWISE_KERNELS(avx2, LS_AVX2)
 
 LS_AVX2 void bf16_avx2(const uint16_t *src, float *dst, int64_t n)
 {
@@ -211,9 +441,78 @@ LS_AVX512 void bf16_avx512(const uint16_t *src, float *dst, int64_t n)
     bf16_avx2(src + i, dst + i, n - i);
 }
 
-const CpuKernels k_avx512{"avx512", dot_avx512, dot4_avx512, f16_avx512, bf16_avx512};
-const CpuKernels k_avx2{"avx2", dot_avx2, dot4_avx2, f16_avx2, bf16_avx2};
-const CpuKernels k_portable{"portable", dot_portable, dot4_portable, f16_portable, bf16_portable};
+LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512)
+
+// RoPE's rotation without fused multiply-adds: x * c and x' * s are rounded before they are
+// added, as in the scalar code, so every level rotates to the same bits. (With FMAs the query
+// rotation, exact to float rounding either way, no longer matches the key rotation inside
+// attention's keys-before-rope path as closely: logits of a prompt recomputed every step and
+// of the same prompt decoded from a cache drifted apart by 3e-5 instead of 1e-6, tst_kv_quant.)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+// Pairs from first_pair on: dimension a and its partner b (see RopeTable in ops.h).
+__attribute__((always_inline)) inline void rope_pairs(float *v, const float *c, const float *s, int64_t first_pair,
+                                                      int n_rot, bool interleaved)
+{
+    const int half = n_rot / 2;
+    for (int64_t i = first_pair; i < half; ++i) {
+        const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[a] + x1 * s[a];
+        v[b] = x1 * c[b] + x0 * s[b];
+    }
+}
+
+void rope_head_portable(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_pairs(v, c, s, 0, n_rot, interleaved);
+}
+
+// One head's rotation: interleaved pairs sit in one vector (partner = the neighbour, by a
+// shuffle); rotate_half pairs are sixteen dims apart by n_rot / 2. Pairs past the last whole
+// vector go one at a time.
+LS_INLINE void rope_head16(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    const int half = n_rot / 2;
+    int64_t i = 0;
+    if (interleaved) {
+        for (; i + 16 <= n_rot; i += 16) {
+            const V16 x = load16(v + i);
+            const V16 p = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+            store16(v + i, x * load16(c + i) + p * load16(s + i));
+        }
+        rope_pairs(v, c, s, i / 2, n_rot, true);
+        return;
+    }
+    for (; i + 16 <= half; i += 16) {
+        const V16 a = load16(v + i), b = load16(v + i + half);
+        store16(v + i, a * load16(c + i) + b * load16(s + i));
+        store16(v + i + half, b * load16(c + i + half) + a * load16(s + i + half));
+    }
+    rope_pairs(v, c, s, i, n_rot, false);
+}
+
+LS_AVX2 void rope_head_avx2(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_head16(v, c, s, n_rot, interleaved);
+}
+
+LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_rot, bool interleaved)
+{
+    rope_head16(v, c, s, n_rot, interleaved);
+}
+
+#pragma GCC pop_options
+
+#define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
+    exp_##suffix, tanh_##suffix, swiglu_##suffix, geglu_##suffix, softcap_##suffix, sum_squares_##suffix,  \
+        scale_mul_##suffix, add_##suffix, scale_##suffix, rope_head_##suffix
+
+const CpuKernels k_avx512{"avx512", dot_avx512, dot4_avx512, f16_avx512, bf16_avx512, LS_ELEMENTWISE_ENTRIES(avx512)};
+const CpuKernels k_avx2{"avx2", dot_avx2, dot4_avx2, f16_avx2, bf16_avx2, LS_ELEMENTWISE_ENTRIES(avx2)};
+const CpuKernels k_portable{"portable",   dot_portable,   dot4_portable, f16_portable,
+                            bf16_portable, LS_ELEMENTWISE_ENTRIES(portable)};
 
 } // namespace
 
