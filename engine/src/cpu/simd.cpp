@@ -448,8 +448,13 @@ LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512)
 // rotation, exact to float rounding either way, no longer matches the key rotation inside
 // attention's keys-before-rope path as closely: logits of a prompt recomputed every step and
 // of the same prompt decoded from a cache drifted apart by 3e-5 instead of 1e-6, tst_kv_quant.)
+// GCC fuses across statements unless told (fp-contract=fast by default); clang fuses a * b + c
+// within one expression (fp-contract=on) unless the standard pragma says off.
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 // Pairs from first_pair on: dimension a and its partner b (see RopeTable in ops.h).
 __attribute__((always_inline)) inline void rope_pairs(float *v, const float *c, const float *s, int64_t first_pair,
@@ -503,6 +508,9 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
     rope_head16(v, c, s, n_rot, interleaved);
 }
 
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
 #pragma GCC pop_options
 
 #define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
