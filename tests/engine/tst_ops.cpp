@@ -460,8 +460,10 @@ private slots:
         const CpuKernels &k = *ks[kernel];
         // The vector sets' bounds; the portable set is the C library's (glibc's tanhf measures
         // 2.09 ulp at -0.2512).
+        // The vector exp reads 0.88 ulp where the compiler fuses its polynomial's multiply-adds
+        // (GCC at -O2 and above, clang) and 1.16 where it does not (GCC at -O1: the TSan build).
         const bool vector = std::string(k.name) != "portable";
-        const double exp_bound = 1.0, tanh_bound = vector ? 1.5 : 2.5;
+        const double exp_bound = vector ? 1.25 : 1.0, tanh_bound = vector ? 1.5 : 2.5;
         // exp: every 257th float from -110 (0 below -103.98) to 90 (inf above 88.73), about 8.7
         // million values (32768 a binade), subnormal results included.
         std::vector<float> x = dense_range(-110.0f, 90.0f, 257), y(x.size());
