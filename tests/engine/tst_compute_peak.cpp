@@ -12,6 +12,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -106,8 +107,13 @@ private slots:
     void aRealMatmulStaysUnderTheCeiling()
     {
         // 2 x 768^2 x 64 operations on F32 weights, in cache, through the GEMM tiles.
-        const double peak = measure_compute_peak(1, ComputeFamily::F32Fma);
-        const double rate = matmul_rate(768, 64);
+        // Measured by turns, best of each: another process on the core during one of them
+        // (ctest runs suites side by side) does not tilt the ratio.
+        double peak = 0, rate = 0;
+        for (int round = 0; round < 4; ++round) {
+            peak = std::max(peak, measure_compute_peak(1, ComputeFamily::F32Fma));
+            rate = std::max(rate, matmul_rate(768, 64));
+        }
         const double fraction = rate / peak;
         qInfo("F32 matmul %.1f GFLOP/s, peak %.1f GFLOP/s (%s): fraction %.2f", rate / 1e9, peak / 1e9,
               compute_family_name(ComputeFamily::F32Fma).c_str(), fraction);
