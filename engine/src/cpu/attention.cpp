@@ -7,6 +7,7 @@
 #include "cpu/attention.h"
 
 #include "cpu/attention_qk.h"
+#include "cpu/vec16.h"
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
@@ -149,20 +150,12 @@ size_t decode_floats(DType type, int64_t rows, int64_t width)
             name##_baseline args;                                                                             \
     }
 
-// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the
-// AVX-512 build of the kernels below, two or four narrower ones in the others.
-// The helpers are inlined into each build of tile_rows and transpose_keys; the ABI note GCC
-// gives for returning a 64-byte vector from a function built without AVX-512 does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float V16 __attribute__((vector_size(64)));
-__attribute__((always_inline)) inline V16 load16(const float *p)
-{
-    V16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-__attribute__((always_inline)) inline void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
-typedef int32_t V16i __attribute__((vector_size(64)));
+// Sixteen floats as one value (cpu/vec16.h): one AVX-512 register in the AVX-512 build of the
+// kernels below, two or four narrower ones in the others.
+using vec16::load16;
+using vec16::store16;
+using vec16::V16;
+using vec16::V16i;
 // Lanes of a and b (b's numbered 16..31) picked by m: GCC's two-source __builtin_shuffle.
 // Clang (the fuzz build) has only __builtin_shufflevector with literal indices; it gets the
 // same selection lane by lane.
@@ -631,37 +624,6 @@ void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_
             mask[size_t(qi * T + c)] = key_visible(j0 + c, pos0 + qi, window) ? 0.0f : kNegInf;
 }
 
-// exp(x) for sixteen x <= 0 (softmax arguments, x - max): x = n ln2 + r with |r| <= ln2 / 2,
-// exp(r) by its Taylor polynomial to r^7 (truncation below 2e-9, under one float ulp), times
-// 2^n built in the exponent bits. Exactly 0 below -87.3 (the smallest normal float's
-// logarithm) and for -inf, so masked keys still add nothing.
-__attribute__((always_inline)) inline V16 exp16_nonpositive(V16 x)
-{
-    const V16 lo = x < -87.3f ? V16{} - 1.0f : V16{};            // lanes to flush to zero
-    x = x < -87.3f ? V16{} - 87.3f : x;
-    const V16 t = x * 1.44269504088896341f;                          // x / ln 2
-    V16i n = __builtin_convertvector(t, V16i);                       // towards zero
-    n += (t < __builtin_convertvector(n, V16)) ? V16i{} - 1 : V16i{}; // floor
-    V16 nf = __builtin_convertvector(n, V16);
-    const V16i up = (t - nf) > 0.5f ? V16i{} + 1 : V16i{};           // nearest
-    n += up;
-    nf = __builtin_convertvector(n, V16);
-    const V16 r = (x - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
-    V16 p = V16{} + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    V16i bits = (n + 127) << 23;
-    V16 scale;
-    std::memcpy(&scale, &bits, sizeof scale);
-    const V16 e = p * scale;
-    return lo != 0.0f ? V16{} : e;
-}
-
 // The online-softmax step of one query row over one tile of scaled scores s[0, w): soft-caps
 // them (softcap * tanh(s / softcap), as attention_naive does), applies the mask (the explicit
 // one, or by comparing positions every key after column last_visible and, in a sliding
@@ -712,7 +674,7 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
     if (w >= 16) {
         V16 sum16 = {};
         for (; c + 16 <= w; c += 16) {
-            const V16 e = exp16_nonpositive(load16(s + c) - m_new);
+            const V16 e = vec16::exp16(load16(s + c) - m_new);
             store16(s + c, e);
             sum16 += e;
         }

@@ -1,5 +1,7 @@
 #include "cpu/simd.h"
 
+#include "cpu/vec16.h"
+
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
@@ -142,54 +144,17 @@ void scale_portable(float *x, float s, int64_t n)
 
 // ---- elementwise vector bodies -----------------------------------------------------------------
 
-// Sixteen floats as one value (GCC/Clang vector extension): one AVX-512 register in the AVX-512
-// build of the bodies below, two AVX2 registers in the AVX2 build. The helpers are always
-// inlined into the kernels built for each target, where GCC fuses a * b + c into an FMA at the
-// same places in both builds, so the two compute the same bits.
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float V16 __attribute__((vector_size(64)));
-typedef int32_t V16i __attribute__((vector_size(64)));
+// Sixteen floats as one value (cpu/vec16.h): one AVX-512 register in the AVX-512 build of the
+// bodies below, two AVX2 registers in the AVX2 build; the two compute the same bits.
+using vec16::exp16;
+using vec16::load16;
+using vec16::splat;
+using vec16::store16;
+using vec16::V16;
+using vec16::V16i;
 typedef float V8 __attribute__((vector_size(32)));
 typedef double V8d __attribute__((vector_size(64)));
 #define LS_INLINE __attribute__((always_inline)) inline
-
-LS_INLINE V16 load16(const float *p)
-{
-    V16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-LS_INLINE void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
-LS_INLINE V16 splat(float f) { return V16{} + f; }
-
-// e^x, sixteen at a time. x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 in two
-// parts, the first exact times any n here), e^r by its Taylor polynomial to r^7 (truncation
-// under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2) first (exact), then 2^(n - n/2)
-// in one rounding, so results past the float range overflow to inf and results below it
-// underflow gradually to subnormals and 0, as std::exp's do. x is clamped to [-110, 89] first
-// (e^x is 0 below and inf above either way); NaN lanes return x.
-LS_INLINE V16 exp16(V16 x)
-{
-    const V16i nan = x != x;
-    V16 xc = nan ? V16{} : x;
-    xc = xc < -110.0f ? splat(-110.0f) : xc;
-    xc = xc > 89.0f ? splat(89.0f) : xc;
-    constexpr float round_magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
-    const V16 nf = (xc * 1.44269504088896341f + round_magic) - round_magic;
-    const V16i n = __builtin_convertvector(nf, V16i);
-    const V16 r = (xc - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
-    V16 p = splat(1.0f / 5040.0f);
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const V16i n1 = n >> 1, n2 = n - n1;
-    const V16 e = (p * (V16)((n1 + 127) << 23)) * (V16)((n2 + 127) << 23);
-    return nan ? x : e;
-}
 
 // tanh(x), sixteen at a time, on |x| with the sign of x put back: below 0.625 the odd
 // polynomial a + a^3 Q(a^2) (Q of degree 4 fitted to tanh by least squares in relative error,

@@ -1,0 +1,65 @@
+#pragma once
+// Sixteen floats as one value (the GCC/Clang vector extension) for the CPU kernels written
+// once and built for several targets: one AVX-512 register where the including function is
+// built for AVX-512, two AVX2 registers (or four SSE ones) elsewhere. Everything here is
+// always inlined, so each target's build of a kernel gets its own instructions; GCC fuses
+// a * b + c into an FMA at the same places in every build with FMA, so those builds compute
+// the same bits.
+//
+// Only for the engine's CPU sources (simd.cpp, attention.cpp): not part of any interface.
+
+#include <cstdint>
+#include <cstring>
+
+// Returning a 64-byte vector from an inlined helper: GCC's ABI note for functions built
+// without AVX-512 does not apply to always-inlined code.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace longscope::vec16 {
+
+typedef float V16 __attribute__((vector_size(64)));
+typedef int32_t V16i __attribute__((vector_size(64)));
+
+#define LS_VEC16_INLINE __attribute__((always_inline)) inline
+
+LS_VEC16_INLINE V16 load16(const float *p)
+{
+    V16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+LS_VEC16_INLINE void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
+LS_VEC16_INLINE V16 splat(float f) { return V16{} + f; }
+
+// e^x, sixteen at a time. x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 in two
+// parts, the first exact times any n here), e^r by its Taylor polynomial to r^7 (truncation
+// under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2) first (exact), then 2^(n - n/2)
+// in one rounding, so results past the float range overflow to inf and results below it
+// underflow gradually to subnormals and 0, as std::exp's do; -inf gives 0. x is clamped to
+// [-110, 89] first (e^x is 0 below and inf above either way); NaN lanes return x.
+// Within 0.88 ulp of e^x over the float range where a * b + c is fused, 1.16 where it is not
+// (tst_ops checks every 257th float).
+LS_VEC16_INLINE V16 exp16(V16 x)
+{
+    const V16i nan = x != x;
+    V16 xc = nan ? V16{} : x;
+    xc = xc < -110.0f ? splat(-110.0f) : xc;
+    xc = xc > 89.0f ? splat(89.0f) : xc;
+    constexpr float round_magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+    const V16 nf = (xc * 1.44269504088896341f + round_magic) - round_magic;
+    const V16i n = __builtin_convertvector(nf, V16i);
+    const V16 r = (xc - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
+    V16 p = splat(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const V16i n1 = n >> 1, n2 = n - n1;
+    const V16 e = (p * (V16)((n1 + 127) << 23)) * (V16)((n2 + 127) << 23);
+    return nan ? x : e;
+}
+
+} // namespace longscope::vec16
