@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -135,10 +136,10 @@ size_t decode_floats(DType type, int64_t rows, int64_t width)
 // (kernel_table.h): v4 only at the AVX-512 level. GCC fuses a * b + c into an FMA where the
 // target has one, at the same places in the v4 and v3 builds, which compute the same bits; the
 // baseline build does not, so it runs only on CPUs without x86-64-v3.
-#define LS_ATTENTION_BUILDS(name, body, params, args)                                                       \
-    __attribute__((target("arch=x86-64-v4"))) void name##_v4 params { body args; }                            \
-    __attribute__((target("arch=x86-64-v3"))) void name##_v3 params { body args; }                            \
-    void name##_baseline params { body args; }                                                                \
+#define LS_ATTENTION_BUILDS_AS(name, body_v4, body_v3, body_baseline, params, args)                         \
+    __attribute__((target("arch=x86-64-v4"))) void name##_v4 params { body_v4 args; }                         \
+    __attribute__((target("arch=x86-64-v3"))) void name##_v3 params { body_v3 args; }                         \
+    void name##_baseline params { body_baseline args; }                                                       \
     void name params                                                                                          \
     {                                                                                                         \
         const CpuKernelTable &table = kernel_table();                                                         \
@@ -149,6 +150,7 @@ size_t decode_floats(DType type, int64_t rows, int64_t width)
         else                                                                                                  \
             name##_baseline args;                                                                             \
     }
+#define LS_ATTENTION_BUILDS(name, body, params, args) LS_ATTENTION_BUILDS_AS(name, body, body, body, params, args)
 
 // Sixteen floats as one value (cpu/vec16.h): one AVX-512 register in the AVX-512 build of the
 // kernels below, two or four narrower ones in the others.
@@ -156,6 +158,14 @@ using vec16::load16;
 using vec16::store16;
 using vec16::V16;
 using vec16::V16i;
+typedef float V8 __attribute__((vector_size(32)));
+template <class VT> __attribute__((always_inline)) inline VT loadv(const float *p)
+{
+    VT v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <class VT> __attribute__((always_inline)) inline void storev(float *p, VT v) { std::memcpy(p, &v, sizeof v); }
 // Lanes of a and b (b's numbered 16..31) picked by m: GCC's two-source __builtin_shuffle.
 // Clang (the fuzz build) has only __builtin_shufflevector with literal indices; it gets the
 // same selection lane by lane.
@@ -772,47 +782,48 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
 // the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
-template <int GB, int KB, class Values>
+template <int GB, int KB, int VD, class VT, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
                                                           const Values &vt, int hd, float scale,
                                                           const TileMask &tm, float *s, float *a, int64_t a_stride,
                                                           float *m, float *l, int64_t ml_stride)
 {
-    // Scores, KB keys (KB / 16 vectors) by GB rows in registers per pass over the dims; or,
+    constexpr int L = int(sizeof(VT) / sizeof(float)); // lanes: 16 or 8
+    // Scores, KB keys (KB / L vectors) by GB rows in registers per pass over the dims; or,
     // with the keys in rows (kr), a row at a time; with neither, s holds them already.
     int64_t c0 = kr || !kt ? w : 0;
     if (kr)
         for (int g = 0; g < GB; ++g)
             scores_from_rows(q + g * q_stride, kr, kr_stride, w, hd, scale, s + g * T);
     for (; c0 + KB <= w; c0 += KB) {
-        V16 acc[GB][KB / 16] = {};
+        VT acc[GB][KB / L] = {};
         for (int d = 0; d < hd; ++d) {
-            V16 k[KB / 16];
+            VT k[KB / L];
             #pragma GCC unroll 4
-            for (int j = 0; j < KB / 16; ++j)
-                k[j] = load16(kt + int64_t(d) * T + c0 + 16 * j);
+            for (int j = 0; j < KB / L; ++j)
+                k[j] = loadv<VT>(kt + int64_t(d) * T + c0 + L * j);
             #pragma GCC unroll 8
             for (int g = 0; g < GB; ++g) {
                 const float qd = q[g * q_stride + d];
                 #pragma GCC unroll 4
-                for (int j = 0; j < KB / 16; ++j)
+                for (int j = 0; j < KB / L; ++j)
                     acc[g][j] += qd * k[j];
             }
         }
         #pragma GCC unroll 8
         for (int g = 0; g < GB; ++g)
             #pragma GCC unroll 4
-            for (int j = 0; j < KB / 16; ++j)
-                store16(s + g * T + c0 + 16 * j, acc[g][j] * scale);
+            for (int j = 0; j < KB / L; ++j)
+                storev(s + g * T + c0 + L * j, acc[g][j] * scale);
     }
-    for (; c0 + 16 <= w; c0 += 16)
+    for (; c0 + L <= w; c0 += L)
         #pragma GCC unroll 8
         for (int g = 0; g < GB; ++g) {
-            V16 acc = {};
+            VT acc = {};
             for (int d = 0; d < hd; ++d)
-                acc += q[g * q_stride + d] * load16(kt + int64_t(d) * T + c0);
-            store16(s + g * T + c0, acc * scale);
+                acc += q[g * q_stride + d] * loadv<VT>(kt + int64_t(d) * T + c0);
+            storev(s + g * T + c0, acc * scale);
         }
     for (int g = 0; g < GB && (kt || kr); ++g)
         for (int64_t c = c0; c < w; ++c) {
@@ -838,29 +849,34 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
         wv = std::min(w, std::max<int64_t>(0, tm.last_visible + 1));
     }
 
-    // acc = acc * alpha + sum_c p_c v_c, 32 dims by GB rows in registers across the tile.
+    // acc = acc * alpha + sum_c p_c v_c, VD dims by GB rows in registers across the tile.
+    constexpr int NV = VD / L;
     int d0 = 0;
-    for (; d0 + 32 <= hd; d0 += 32) {
-        V16 acc[GB][2];
+    for (; d0 + VD <= hd; d0 += VD) {
+        VT acc[GB][NV];
         #pragma GCC unroll 8
-        for (int g = 0; g < GB; ++g) {
-            acc[g][0] = load16(a + g * a_stride + d0) * alpha[g];
-            acc[g][1] = load16(a + g * a_stride + d0 + 16) * alpha[g];
-        }
+        for (int g = 0; g < GB; ++g)
+            #pragma GCC unroll 2
+            for (int j = 0; j < NV; ++j)
+                acc[g][j] = loadv<VT>(a + g * a_stride + d0 + L * j) * alpha[g];
         for (int64_t cc = 0; cc < wv; ++cc) {
-            const V16 v0 = vt.load16(cc, d0), v1 = vt.load16(cc, d0 + 16);
+            VT v[NV];
+            #pragma GCC unroll 2
+            for (int j = 0; j < NV; ++j)
+                v[j] = vt.template load<VT>(cc, d0 + L * j);
             #pragma GCC unroll 8
             for (int g = 0; g < GB; ++g) {
                 const float pw = s[g * T + cc];
-                acc[g][0] += pw * v0;
-                acc[g][1] += pw * v1;
+                #pragma GCC unroll 2
+                for (int j = 0; j < NV; ++j)
+                    acc[g][j] += pw * v[j];
             }
         }
         #pragma GCC unroll 8
-        for (int g = 0; g < GB; ++g) {
-            store16(a + g * a_stride + d0, acc[g][0]);
-            store16(a + g * a_stride + d0 + 16, acc[g][1]);
-        }
+        for (int g = 0; g < GB; ++g)
+            #pragma GCC unroll 2
+            for (int j = 0; j < NV; ++j)
+                storev(a + g * a_stride + d0 + L * j, acc[g][j]);
     }
     for (int g = 0; g < GB; ++g)
         for (int d = d0; d < hd; ++d) {
@@ -871,29 +887,46 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
         }
 }
 
-// n_rows query rows sharing a kv head and a position, in blocks of 8, 4, 2 and 1 rows; the
-// key blocking keeps at least four independent chains and at most sixteen accumulators. The
-// keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither, the
-// rows' scores are given, row g's at s + g * T.
-template <class Values>
+// n_rows query rows sharing a kv head and a position, in blocks of rows whose accumulators fit
+// the build's VR vector registers (a V16 is one register with AVX-512, two with AVX2): with 32,
+// blocks of 8, 4, 2 and 1 rows by 32, 64, 64 and 64 keys, values 32 dims at a time; with 16,
+// blocks of 4, 2 and 1 rows by 16, 32 and 32 keys, values 16 dims at a time. The key blocking
+// keeps at least four independent chains. Blocks only group the work: every score and every
+// accumulator sums its terms in the same order whatever the blocks, so both give the same bits.
+// The keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither,
+// the rows' scores are given, row g's at s + g * T.
+template <int VR, class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
                  int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-#define LS_TILE_ROWS_BLOCK(GB, KB)                                                                            \
-    tile_rows_body<GB, KB>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm,           \
-                           kt || kr ? s : s + g * T,                                                         \
-                           a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
+#define LS_TILE_ROWS_BLOCK(GB, KB, VD)                                                                        \
+    tile_rows_body<GB, KB, VD, VT>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm,       \
+                               kt || kr ? s : s + g * T,                                                     \
+                               a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
+    // Sixteen lanes to a vector with 32 registers (one AVX-512 register each); eight with 16
+    // (one AVX2 register each: GCC splits a 64-byte vector into two only in simple code, and
+    // passed these blocks' through memory and general registers).
+    using VT = std::conditional_t<(VR >= 32), V16, V8>;
     int g = 0;
-    for (; g + 8 <= n_rows; g += 8)
-        LS_TILE_ROWS_BLOCK(8, 32);
-    for (; g + 4 <= n_rows; g += 4)
-        LS_TILE_ROWS_BLOCK(4, 64);
-    for (; g + 2 <= n_rows; g += 2)
-        LS_TILE_ROWS_BLOCK(2, 64);
-    for (; g < n_rows; ++g)
-        LS_TILE_ROWS_BLOCK(1, 64);
+    if constexpr (VR >= 32) {
+        for (; g + 8 <= n_rows; g += 8)
+            LS_TILE_ROWS_BLOCK(8, 32, 32);
+        for (; g + 4 <= n_rows; g += 4)
+            LS_TILE_ROWS_BLOCK(4, 64, 32);
+        for (; g + 2 <= n_rows; g += 2)
+            LS_TILE_ROWS_BLOCK(2, 64, 32);
+        for (; g < n_rows; ++g)
+            LS_TILE_ROWS_BLOCK(1, 64, 32);
+    } else {
+        for (; g + 4 <= n_rows; g += 4)
+            LS_TILE_ROWS_BLOCK(4, 16, 16);
+        for (; g + 2 <= n_rows; g += 2)
+            LS_TILE_ROWS_BLOCK(2, 32, 16);
+        for (; g < n_rows; ++g)
+            LS_TILE_ROWS_BLOCK(1, 32, 16);
+    }
 #undef LS_TILE_ROWS_BLOCK
 }
 
@@ -901,20 +934,27 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
 struct FloatValues {
     const float *v;
     int64_t ekv;
-    __attribute__((always_inline)) V16 load16(int64_t c, int d) const { return longscope::load16(v + c * ekv + d); }
+    template <class VT> __attribute__((always_inline)) VT load(int64_t c, int d) const
+    {
+        return loadv<VT>(v + c * ekv + d);
+    }
     __attribute__((always_inline)) float at(int64_t c, int d) const { return v[c * ekv + d]; }
 };
 
+template <int VR>
 __attribute__((always_inline)) inline void
 tile_rows_floats(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm, float *s,
                  float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
+    tile_rows_blocks<VR>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
                      m, l, ml_stride);
 }
 
-LS_ATTENTION_BUILDS(tile_rows, tile_rows_floats,
+// The AVX-512 build with its 32 vector registers, the others with 16 (AVX2: 16 of a 256-bit
+// register's pairs spilled to the stack in the 32-register blocks, and the v3 build took 45% of
+// a 512-token prefill's time on an AMD EPYC without AVX-512).
+LS_ATTENTION_BUILDS_AS(tile_rows, tile_rows_floats<32>, tile_rows_floats<16>, tile_rows_floats<16>,
                     (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
                      int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
                      const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
@@ -930,7 +970,11 @@ LS_ATTENTION_BUILDS(tile_rows, tile_rows_floats,
 struct Q8Values {
     const uint8_t *v;
     size_t rb;
-    V16 load16(int64_t c, int d) const { return encoded16_v4<DType::Q8_0>(v + size_t(c) * rb, d); }
+    template <class VT> VT load(int64_t c, int d) const
+    {
+        static_assert(sizeof(VT) == 64, "the Q8_0 decoder gives sixteen values");
+        return encoded16_v4<DType::Q8_0>(v + size_t(c) * rb, d);
+    }
     float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 32
 };
 
@@ -941,7 +985,7 @@ tile_rows_q8_values(int n_rows, const float *q, int64_t q_stride, const float *k
                     int64_t T, int64_t w, const Q8Values &vt, int hd, float scale, const TileMask &tm, float *s,
                     float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
 {
-    tile_rows_blocks(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
+    tile_rows_blocks<32>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
 }
 
 #else
