@@ -763,6 +763,10 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
                             ie16[t] = _mm256_add_epi16(ie16[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))));
                             io16[t] =
                                 _mm256_add_epi16(io16[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 32))));
+                            // Keep the sums in order, word by word (an empty asm, no instruction):
+                            // GCC otherwise reassociated them into a tree, computed all 32
+                            // products of the eight words first and kept them on the stack.
+                            __asm__("" : "+x"(ie16[t]), "+x"(io16[t]));
                         }
                     }
                     #pragma GCC unroll 4
