@@ -721,6 +721,7 @@ private slots:
     // second a token): the client reads one chunk and hangs up; the server must cancel it.
     void early_disconnect_cancels()
     {
+        const qsizetype log_from = m_log.size();
         const QJsonObject slow{{"prompt", long_prompt()}, {"max_tokens", 300}, {"kv_mode", "none"},
                                {"temperature", 0}, {"stream", true}};
         QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
@@ -736,9 +737,16 @@ private slots:
                                                                {"max_tokens", 20}});
         QCOMPARE(next.status, 200);
         QVERIFY(next.json()["choices"].toArray().first().toObject()["text"].toString().startsWith(", there was"));
-        // 300 tokens would take minutes; a cancelled generation frees the engine at once.
-        QVERIFY2(t.elapsed() < 10000, qPrintable(QString("next request took %1 ms").arg(t.elapsed())));
-        QTRY_VERIFY_WITH_TIMEOUT(m_log.contains("(client went away)"), 5000);
+        qInfo("the next request took %lld ms", qlonglong(t.elapsed()));
+        // The engine was freed at once: the abandoned generation stopped short of its 300
+        // tokens (the server's log line for it gives its count), instead of running to the end
+        // before the next request. Counted, not timed: a wall-clock bound failed under TSan on
+        // a slower CPU while the cancellation itself worked.
+        QTRY_VERIFY_WITH_TIMEOUT(m_log.mid(log_from).contains("(client went away)"), 5000);
+        static const QRegularExpression gone(R"((\d+) completion tokens[^\n]*\(client went away\))");
+        const QRegularExpressionMatch match = gone.match(QString::fromUtf8(m_log.mid(log_from)));
+        QVERIFY2(match.hasMatch(), m_log.mid(log_from).constData());
+        QVERIFY2(match.captured(1).toInt() < 300, qPrintable(match.captured(0)));
         QCOMPARE(m_server.state(), QProcess::Running);
     }
 
