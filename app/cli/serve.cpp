@@ -68,11 +68,12 @@ struct Job {
     std::optional<ApiError> error;   // when Failed
     ReplyFormat reply_format;        // chat: how the reply splits into reasoning, content and tool calls
 
-    void fail(ApiError e)
+    // Called on the engine thread; the handler's thread reads the error (ApiError::detached).
+    void fail(const ApiError &e)
     {
         {
             std::lock_guard<std::mutex> lk(m);
-            error = std::move(e);
+            error = e.detached();
             state = State::Failed;
         }
         cv.notify_all();
@@ -264,7 +265,7 @@ private:
                 m_busy = false;
             }
             if (failure)
-                job->fail(std::move(*failure));
+                job->fail(*failure);
             else
                 job->complete();
         }
@@ -804,7 +805,7 @@ int cmd_serve(const std::vector<std::string> &argv, const char *argv0)
                 }
             }
             if (job->state == Job::State::Failed)
-                throw *job->error;
+                throw job->error->detached();
             const Usage usage{job->prompt_tokens, job->completion_tokens};
             send_json(res, 200,
                       ep == Endpoint::Chat

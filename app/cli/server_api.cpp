@@ -21,6 +21,8 @@ ApiError::ApiError(int status, std::string message, std::string type, std::strin
 
 json ApiError::body() const { return error_body(what(), m_type, m_param, m_code); }
 
+ApiError ApiError::detached() const { return ApiError(m_status, std::string(what()), m_type, m_param, m_code); }
+
 json error_body(std::string_view message, std::string_view type, std::string_view param, std::string_view code)
 {
     json e;

@@ -32,6 +32,10 @@ public:
     const std::string &param() const { return m_param; }
     const std::string &code() const { return m_code; }
     json body() const;
+    // A copy that shares no storage with this one. std::runtime_error keeps its message in a
+    // reference-counted buffer that copies share, counted inside the C++ library where
+    // ThreadSanitizer does not see the count; an error handed to another thread is detached.
+    ApiError detached() const;
 
 private:
     int m_status;
