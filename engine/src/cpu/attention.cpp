@@ -153,19 +153,15 @@ size_t decode_floats(DType type, int64_t rows, int64_t width)
 #define LS_ATTENTION_BUILDS(name, body, params, args) LS_ATTENTION_BUILDS_AS(name, body, body, body, params, args)
 
 // Sixteen floats as one value (cpu/vec16.h): one AVX-512 register in the AVX-512 build of the
-// kernels below, two or four narrower ones in the others.
+// kernels below, two or four narrower ones in the others; V8, eight, for the blocks outside
+// AVX-512.
 using vec16::load16;
 using vec16::store16;
 using vec16::V16;
 using vec16::V16i;
-typedef float V8 __attribute__((vector_size(32)));
-template <class VT> __attribute__((always_inline)) inline VT loadv(const float *p)
-{
-    VT v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-template <class VT> __attribute__((always_inline)) inline void storev(float *p, VT v) { std::memcpy(p, &v, sizeof v); }
+using vec16::loadv;
+using vec16::storev;
+using vec16::V8;
 // Lanes of a and b (b's numbered 16..31) picked by m: GCC's two-source __builtin_shuffle.
 // Clang (the fuzz build) has only __builtin_shufflevector with literal indices; it gets the
 // same selection lane by lane.

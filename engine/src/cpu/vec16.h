@@ -22,13 +22,19 @@ typedef int32_t V16i __attribute__((vector_size(64)));
 
 #define LS_VEC16_INLINE __attribute__((always_inline)) inline
 
-LS_VEC16_INLINE V16 load16(const float *p)
+// Eight floats: one AVX2 register (attention's blocks outside AVX-512).
+typedef float V8 __attribute__((vector_size(32)));
+
+// A vector of floats from (to) p, which need not be aligned.
+template <class VT> LS_VEC16_INLINE VT loadv(const float *p)
 {
-    V16 v;
+    VT v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-LS_VEC16_INLINE void store16(float *p, V16 v) { std::memcpy(p, &v, sizeof v); }
+template <class VT> LS_VEC16_INLINE void storev(float *p, VT v) { std::memcpy(p, &v, sizeof v); }
+LS_VEC16_INLINE V16 load16(const float *p) { return loadv<V16>(p); }
+LS_VEC16_INLINE void store16(float *p, V16 v) { storev(p, v); }
 LS_VEC16_INLINE V16 splat(float f) { return V16{} + f; }
 
 // e^x, sixteen at a time. x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 in two

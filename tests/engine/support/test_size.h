@@ -5,6 +5,7 @@
 // tests read this variable, never the engine.
 #pragma once
 
+#include <QString>
 #include <QtGlobal>
 
 namespace longscope::test {
