@@ -1,6 +1,6 @@
-# Precompiled headers for the libraries whose compiles are mostly header parsing (the desktop
-# app's two libraries: Qt Widgets and QCustomPlot, Qt Core and Qt Network; the CLI's library:
-# nlohmann-json) and for the test suites (tests/CMakeLists.txt). On by default where no
+# Precompiled headers for the libraries where parsing the same headers is a large share of
+# every compile (the desktop app's two libraries: Qt Widgets and QCustomPlot, Qt Core and Qt
+# Network; the CLI's library: nlohmann-json) and for the test suites (tests/CMakeLists.txt). On by default where no
 # compiler launcher is set (CI's fresh machines); off with one, because ccache does not cache
 # a compile that uses a precompiled header unless its sloppiness allows it
 # (pch_defines,time_macros,include_file_mtime,include_file_ctime). Builds with it off still
