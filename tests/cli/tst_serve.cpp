@@ -49,6 +49,18 @@ QString long_prompt()
     return text.mid(text.indexOf("Alice was beginning"), 1200);
 }
 
+// A generation slow enough to still be running when the test acts on it: no KV cache, so
+// every one of its 300 steps recomputes the whole prompt. At the reduced size (sanitizers,
+// where each step is many times slower anyway) the prompt is 400 characters, about 230 tokens.
+QJsonObject slow_generation(bool stream)
+{
+    return QJsonObject{{"prompt", long_prompt().left(longscope::test::sized(1200, 400))},
+                       {"max_tokens", 300},
+                       {"kv_mode", "none"},
+                       {"temperature", 0},
+                       {"stream", stream}};
+}
+
 // The data: payloads of a server-sent event stream, in order ("[DONE]" included).
 QList<QByteArray> sse_payloads(const QByteArray &stream)
 {
@@ -720,13 +732,12 @@ private slots:
             QString::number(k_ctx)));
     }
 
-    // A slow streamed generation (no KV cache: every step recomputes ~680 tokens, about half a
-    // second a token): the client reads one chunk and hangs up; the server must cancel it.
+    // A slow streamed generation (slow_generation: every step recomputes the whole prompt):
+    // the client reads one chunk and hangs up; the server must cancel it.
     void early_disconnect_cancels()
     {
         const qsizetype log_from = m_log.size();
-        const QJsonObject slow{{"prompt", long_prompt()}, {"max_tokens", 300}, {"kv_mode", "none"},
-                               {"temperature", 0}, {"stream", true}};
+        const QJsonObject slow = slow_generation(true);
         QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
         QByteArray got;
         connect(r, &QNetworkReply::readyRead, this, [&] { got += r->readAll(); });
@@ -756,8 +767,7 @@ private slots:
     // --max-queue 2: with the engine busy and two requests waiting, the next one is a 503.
     void full_queue_is_503()
     {
-        const QJsonObject slow{{"prompt", long_prompt()}, {"max_tokens", 300}, {"kv_mode", "none"},
-                               {"temperature", 0}, {"stream", true}};
+        const QJsonObject slow = slow_generation(true);
         QNetworkReply *busy = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
         QByteArray got;
         connect(busy, &QNetworkReply::readyRead, this, [&] { got += busy->readAll(); });
@@ -929,10 +939,12 @@ private slots:
     {
         QProcess server;
         QByteArray log;
-        const int port = start_server(server, log, {"--ctx", QString::number(k_ctx), "--overflow", "shift"});
+        // Reduced size: a context of 256 and the 670-token prompt, instead of 1024 and twice it.
+        const int ctx = longscope::test::sized(k_ctx, 256);
+        const int port = start_server(server, log, {"--ctx", QString::number(ctx), "--overflow", "shift"});
         QVERIFY2(port > 0, log.constData());
-        const QByteArray body =
-            to_json(QJsonObject{{"prompt", long_prompt().repeated(2)}, {"max_tokens", 8}, {"temperature", 0}});
+        const QByteArray body = to_json(QJsonObject{
+            {"prompt", long_prompt().repeated(longscope::test::sized(2, 1))}, {"max_tokens", 8}, {"temperature", 0}});
         const RawReply r = raw_request(port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                              "Content-Type: application/json\r\nContent-Length: " +
                                                  QByteArray::number(body.size()) + "\r\n\r\n" + body,
@@ -940,7 +952,7 @@ private slots:
         QVERIFY2(r.status == 200, (r.text + log).constData());
         const QJsonObject usage =
             QJsonDocument::fromJson(r.text.mid(r.text.indexOf("\r\n\r\n") + 4)).object()["usage"].toObject();
-        QVERIFY2(usage["prompt_tokens"].toInt() > k_ctx, r.text.constData());
+        QVERIFY2(usage["prompt_tokens"].toInt() > ctx, r.text.constData());
         QVERIFY(usage["completion_tokens"].toInt() > 0);
         server.terminate();
         QVERIFY(server.waitForFinished(15000));
@@ -995,7 +1007,7 @@ private slots:
     void non_streaming_client_leaving_cancels()
     {
         const qsizetype log_from = m_log.size();
-        const QJsonObject slow{{"prompt", long_prompt()}, {"max_tokens", 300}, {"kv_mode", "none"}, {"temperature", 0}};
+        const QJsonObject slow = slow_generation(false);
         QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
         QTRY_VERIFY_WITH_TIMEOUT(get("/v1/metrics").json()["server"].toObject()["busy"].toBool(), 30000);
         r->abort();
