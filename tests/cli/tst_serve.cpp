@@ -188,7 +188,7 @@ private:
         return rq;
     }
 
-    Reply finish(QNetworkReply *r, int timeout_ms = 60000)
+    Reply finish(QNetworkReply *r, int timeout_ms = 180000)
     {
         if (!r->isFinished()) {
             QEventLoop loop;
@@ -741,7 +741,7 @@ private slots:
         QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
         QByteArray got;
         connect(r, &QNetworkReply::readyRead, this, [&] { got += r->readAll(); });
-        QTRY_VERIFY_WITH_TIMEOUT(got.contains("data: {"), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(got.contains("data: {"), 120000);
         r->abort();
         r->deleteLater();
 
@@ -771,7 +771,7 @@ private slots:
         QNetworkReply *busy = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
         QByteArray got;
         connect(busy, &QNetworkReply::readyRead, this, [&] { got += busy->readAll(); });
-        QTRY_VERIFY_WITH_TIMEOUT(got.contains("data: {"), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(got.contains("data: {"), 120000);
 
         const QByteArray quick = to_json({{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 5},
                                           {"stream", true}});
@@ -779,7 +779,7 @@ private slots:
                                      m_nam.post(make_request("/v1/completions", k_key), quick)};
         // A streamed request answers its headers once it is queued.
         for (QNetworkReply *w : waiting)
-            QTRY_COMPARE_WITH_TIMEOUT(w->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt(), 200, 10000);
+            QTRY_COMPARE_WITH_TIMEOUT(w->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt(), 200, 60000);
 
         const Reply rejected = post("/v1/completions", quick);
         verify_error_shape(rejected, 503, {}, "server_busy");
@@ -787,7 +787,7 @@ private slots:
         busy->abort();
         busy->deleteLater();
         for (QNetworkReply *w : waiting) {
-            const Reply done = finish(w, 20000);
+            const Reply done = finish(w, 180000);
             QCOMPARE(done.status, 200);
             QCOMPARE(stream_text(sse_payloads(done.body)), QString(", there was a little"));
             QVERIFY(done.body.endsWith("data: [DONE]\n\n"));
@@ -948,7 +948,7 @@ private slots:
         const RawReply r = raw_request(port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                              "Content-Type: application/json\r\nContent-Length: " +
                                                  QByteArray::number(body.size()) + "\r\n\r\n" + body,
-                                       60000);
+                                       240000);
         QVERIFY2(r.status == 200, (r.text + log).constData());
         const QJsonObject usage =
             QJsonDocument::fromJson(r.text.mid(r.text.indexOf("\r\n\r\n") + 4)).object()["usage"].toObject();
@@ -1009,7 +1009,7 @@ private slots:
         const qsizetype log_from = m_log.size();
         const QJsonObject slow = slow_generation(false);
         QNetworkReply *r = m_nam.post(make_request("/v1/completions", k_key), to_json(slow));
-        QTRY_VERIFY_WITH_TIMEOUT(get("/v1/metrics").json()["server"].toObject()["busy"].toBool(), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(get("/v1/metrics").json()["server"].toObject()["busy"].toBool(), 120000);
         r->abort();
         r->deleteLater();
 

@@ -3,6 +3,7 @@
 // double-precision reference written here with plain loops: an explicit causal condition
 // (j < n_kv and j <= q_pos0 + i), RoPE as multiplication by e^{i theta} on complex pairs,
 // a textbook softmax.
+#include "support/random_floats.h"
 #include "support/test_size.h"
 
 #include "cpu/attention.h"
@@ -84,7 +85,7 @@ Fixture make_fixture(const Shape &s, const Span &sp, int rot, uint32_t seed, int
     const int64_t e = int64_t(s.n_head) * s.head_dim, ekv = int64_t(s.n_head_kv) * s.head_dim;
     std::mt19937 rng(seed);
     // q somewhat larger than k so the softmax is peaked and the running max keeps moving.
-    std::normal_distribution<float> qd(0.0f, 1.5f), kd(0.0f, 1.0f);
+    longscope::test::Normal qd(0.0f, 1.5f), kd(0.0f, 1.0f);
     f.q.assign(size_t((sp.n_q + pad) * e), NAN);
     f.k.assign(size_t((sp.n_kv + pad) * ekv), NAN);
     f.v.assign(size_t((sp.n_kv + pad) * ekv), NAN);

@@ -8,6 +8,7 @@
 // written here; the memory of every layout is what the block sizes say (34 bytes per 32 values
 // for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
 // and continues as a cache of the new type filled from scratch would; bad values are refused.
+#include "support/random_floats.h"
 #include "support/comparisons.h"
 #include "support/kv_models.h"
 
@@ -404,7 +405,7 @@ private slots:
             int64_t n_q, q_pos0, n_kv;
         };
         std::mt19937 rng(11);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
+        longscope::test::Normal nd(0.0f, 1.0f);
         std::vector<double> inv_freq;
         // {6, 3, 12}: a head size that is no whole number of blocks (F16 and F32 only) and rows
         // whose length leaves a remainder for the vector decoders.
@@ -531,7 +532,7 @@ private slots:
         const int hd = head_dim, n_rows = 3;
         const float scale = 0.125f;
         std::mt19937 rng(5);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
+        longscope::test::Normal nd(0.0f, 1.0f);
         for (int64_t count : {1, 5, 16, 17, 40, 64}) {
             const int64_t ekv = 2 * int64_t(hd);
             std::vector<float> k(size_t(count * ekv)), q(size_t(n_rows * hd));
@@ -601,7 +602,7 @@ private slots:
         // keys, in the plain, blocked and split-keys paths, grouped and multi-head.
         ThreadPool pool(2);
         std::mt19937 rng(21);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
+        longscope::test::Normal nd(0.0f, 1.0f);
         struct Case {
             int n_head, n_head_kv, head_dim;
             int64_t n_q, q_pos0, n_kv;

@@ -11,6 +11,7 @@
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
+#include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
 
@@ -530,7 +531,10 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
     }
 
-    // One job per (head, query row): scores, softmax, weighted sum of values.
+    // One job per (head, query row): scores, softmax, weighted sum of values. The dot kernel
+    // is looked up once: dot_f32 looks it up per call, a cost as large as the dot itself at
+    // small head sizes.
+    const auto dot = cpu_kernels().dot;
     pool.parallel_for(
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
@@ -564,7 +568,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     }
                     const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
                     for (int64_t j = j0; j < j0 + cnt; ++j)
-                        s[j] = dot_f32(q, kr.p + (j - j0) * kr.stride, hd) * scale;
+                        s[j] = dot(q, kr.p + (j - j0) * kr.stride, hd) * scale;
                 }
                 if (p.softcap > 0.0f)
                     for (int64_t j = first; j < n_keys; ++j)
