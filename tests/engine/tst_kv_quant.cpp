@@ -9,6 +9,7 @@
 // for q8_0, 18 for q4_0); a switch of types between two decode steps converts the cached rows
 // and continues as a cache of the new type filled from scratch would; bad values are refused.
 #include "support/random_floats.h"
+#include "support/test_size.h"
 #include "support/comparisons.h"
 #include "support/kv_models.h"
 
@@ -407,10 +408,13 @@ private slots:
         std::mt19937 rng(11);
         longscope::test::Normal nd(0.0f, 1.0f);
         std::vector<double> inv_freq;
+        // The prefill from position 0: 150 queries, 100 at the reduced size (two query blocks
+        // either way).
+        const int64_t prefill = longscope::test::sized(150, 100);
         // {6, 3, 12}: a head size that is no whole number of blocks (F16 and F32 only) and rows
         // whose length leaves a remainder for the vector decoders.
         for (const Shape sh : {Shape{16, 2, 64}, Shape{4, 4, 32}, Shape{6, 2, 96}, Shape{6, 3, 12}})
-            for (const Span sp : {Span{150, 0, 150}, Span{1, 299, 300}, Span{3, 197, 200}, Span{70, 60, 130}}) {
+            for (const Span sp : {Span{prefill, 0, prefill}, Span{1, 299, 300}, Span{3, 197, 200}, Span{70, 60, 130}}) {
                 if (sh.head_dim % block_elems(kv_dtype(tk)) != 0 || sh.head_dim % block_elems(kv_dtype(tv)) != 0)
                     continue;
                 const int64_t ekv = int64_t(sh.n_head_kv) * sh.head_dim;
