@@ -1093,12 +1093,17 @@ private slots:
             c.socket->connectToHost(QHostAddress::LocalHost, quint16(m_port));
             ++c.connects;
         };
+        // The context of every connection and queued reconnect below. Declared after what they
+        // use and destroyed before it (on every way out of this function), it drops them
+        // first: the sockets, destroyed last, emit `disconnected` as they go, and a reconnect
+        // still queued would run in a later test.
+        QObject scope;
         for (Client &c : clients) {
             Client *cp = &c;
-            connect(c.socket.get(), &QTcpSocket::connected, this, [cp] { cp->socket->write(cp->opening); });
-            connect(c.socket.get(), &QTcpSocket::disconnected, this, [this, cp, &running, &connect_client] {
+            connect(c.socket.get(), &QTcpSocket::connected, &scope, [cp] { cp->socket->write(cp->opening); });
+            connect(c.socket.get(), &QTcpSocket::disconnected, &scope, [&scope, cp, &running, &connect_client] {
                 if (running)
-                    QTimer::singleShot(0, this, [cp, &connect_client] { connect_client(*cp); });
+                    QTimer::singleShot(0, &scope, [cp, &connect_client] { connect_client(*cp); });
             });
             connect_client(c);
         }
