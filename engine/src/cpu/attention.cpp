@@ -641,6 +641,7 @@ void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_
 // into the weights e^{s - m} and gives the factor alpha by which the row's accumulator is to
 // be rescaled. False (nothing changed) while the row has seen no visible key: exp(-inf - -inf)
 // would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
+template <class VT>
 __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const TileMask &tm, float &m, float &l,
                                                         float &alpha)
 {
@@ -662,13 +663,26 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
     float tile_max = kNegInf;
     int64_t cm = 0;
     if (w >= 16) {
-        V16 mx = load16(s);
-        for (cm = 16; cm + 16 <= w; cm += 16) {
-            const V16 x = load16(s + cm);
-            mx = mx < x ? x : mx;
+        if constexpr (std::is_same_v<VT, V16>) {
+            V16 mx = load16(s);
+            for (cm = 16; cm + 16 <= w; cm += 16) {
+                const V16 x = load16(s + cm);
+                mx = mx < x ? x : mx;
+            }
+            for (int k = 0; k < 16; ++k)
+                tile_max = std::max(tile_max, mx[k]);
+        } else {
+            V8 mx = loadv<V8>(s), mx2 = loadv<V8>(s + 8);
+            for (cm = 16; cm + 16 <= w; cm += 16) {
+                const V8 x = loadv<V8>(s + cm), x2 = loadv<V8>(s + cm + 8);
+                mx = mx < x ? x : mx;
+                mx2 = mx2 < x2 ? x2 : mx2;
+            }
+            for (int k = 0; k < 8; ++k)
+                tile_max = std::max(tile_max, mx[k]);
+            for (int k = 0; k < 8; ++k)
+                tile_max = std::max(tile_max, mx2[k]);
         }
-        for (int k = 0; k < 16; ++k)
-            tile_max = std::max(tile_max, mx[k]);
     }
     for (; cm < w; ++cm)
         tile_max = std::max(tile_max, s[cm]);
@@ -682,14 +696,30 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
     float sum = 0.0f;
     int64_t c = 0;
     if (w >= 16) {
-        V16 sum16 = {};
-        for (; c + 16 <= w; c += 16) {
-            const V16 e = vec16::exp16(load16(s + c) - m_new);
-            store16(s + c, e);
-            sum16 += e;
+        if constexpr (std::is_same_v<VT, V16>) {
+            V16 sum16 = {};
+            for (; c + 16 <= w; c += 16) {
+                const V16 e = vec16::exp16(load16(s + c) - m_new);
+                store16(s + c, e);
+                sum16 += e;
+            }
+            for (int k = 0; k < 16; ++k)
+                sum += sum16[k];
+        } else {
+            // Lanes 0-7 and 8-15 of the sixteen-lane sum, added up in the same order.
+            V8 lo = {}, hi = {};
+            for (; c + 16 <= w; c += 16) {
+                const V8 e = vec16::exp8(loadv<V8>(s + c) - m_new), e2 = vec16::exp8(loadv<V8>(s + c + 8) - m_new);
+                storev(s + c, e);
+                storev(s + c + 8, e2);
+                lo += e;
+                hi += e2;
+            }
+            for (int k = 0; k < 8; ++k)
+                sum += lo[k];
+            for (int k = 0; k < 8; ++k)
+                sum += hi[k];
         }
-        for (int k = 0; k < 16; ++k)
-            sum += sum16[k];
     }
     for (; c < w; ++c) {
         s[c] = std::exp(s[c] - m_new);
@@ -836,7 +866,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
     // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
     float alpha[GB];
     for (int g = 0; g < GB; ++g)
-        if (!softmax_tile(s + g * T, w, tm, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
+        if (!softmax_tile<VT>(s + g * T, w, tm, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
             alpha[g] = 1.0f;
             std::fill(s + g * T, s + g * T + w, 0.0f);
         }

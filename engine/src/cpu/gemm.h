@@ -1,5 +1,5 @@
 // The matrix-product micro-kernel: a tile of a few weight rows against a few token rows (up to
-// 4 x 4 through gemm_tile; gemm_rows takes 6 x 4 tiles at the AVX-512 level),
+// 4 x 4 through gemm_tile; gemm_rows takes 6 x 4 tiles at the AVX-512 level, 4 x 3 at AVX2),
 // every (row, token) pair accumulated in its own register in the same order whatever the tile
 // size, so results do not depend on how rows and tokens were grouped (batched and single runs,
 // any thread count, agree bit for bit). Weight rows are read in their stored type (F32, F16,
