@@ -68,6 +68,11 @@ def longscope(cli, model, prompt, new, threads, depth, kv_type):
             pre.get("prefill_roofline_fraction", 0.0))
 
 
+def ratio(a, b):
+    """a / b, or '-' where b is 0 (a side that measured nothing, e.g. decode with --new 1)."""
+    return f"{a / b:.2f}" if b else "-"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
@@ -110,8 +115,8 @@ def main():
                 best_b = [max(best_b[0], pre), max(best_b[1], dec)]
                 bandwidth = max(bandwidth, bw)
         roof = bandwidth * 1e9 / bytes_per_token  # tokens/s at the roofline
-        print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {best_s[0] / best_l[0]:.2f} "
-              f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {best_s[1] / best_l[1]:.2f} | {bandwidth:.1f} "
+        print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {ratio(best_s[0], best_l[0])} "
+              f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {ratio(best_s[1], best_l[1])} | {bandwidth:.1f} "
               f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% | {100 * prefill_roof:.0f}% |")
         sys.stdout.flush()
         if a.baseline_cli:
@@ -123,9 +128,9 @@ def main():
               "| decode earlier | decode now | now / earlier | ratio to llama.cpp earlier / now |")
         print("|---|---|---|---|---|---|---|---|---|")
         for m, l, s_, b in baseline_rows:
-            print(f"| {os.path.basename(m)} | {b[0]:.1f} | {s_[0]:.1f} | {s_[0] / b[0]:.2f} "
-                  f"| {b[0] / l[0]:.2f} / {s_[0] / l[0]:.2f} | {b[1]:.1f} | {s_[1]:.1f} | {s_[1] / b[1]:.2f} "
-                  f"| {b[1] / l[1]:.2f} / {s_[1] / l[1]:.2f} |")
+            print(f"| {os.path.basename(m)} | {b[0]:.1f} | {s_[0]:.1f} | {ratio(s_[0], b[0])} "
+                  f"| {ratio(b[0], l[0])} / {ratio(s_[0], l[0])} | {b[1]:.1f} | {s_[1]:.1f} | {ratio(s_[1], b[1])} "
+                  f"| {ratio(b[1], l[1])} / {ratio(s_[1], l[1])} |")
 
 
 if __name__ == "__main__":
