@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings (_mm512_undefined_ps
@@ -157,94 +156,72 @@ typedef float V8 __attribute__((vector_size(32)));
 typedef double V8d __attribute__((vector_size(64)));
 #define LS_INLINE __attribute__((always_inline)) inline
 
-// The integer vector of a float vector's lanes.
-template <class VT> struct LanesOf;
-template <> struct LanesOf<V16> {
-    using Int = V16i;
-};
-template <> struct LanesOf<V8> {
-    using Int = vec16::V8i;
-};
-template <class VT> LS_INLINE VT expv(VT x) { return vec16::expv<VT, typename LanesOf<VT>::Int>(x); }
-
-// tanh(x), a vector at a time, on |x| with the sign of x put back: below 0.625 the odd
+// tanh(x), sixteen at a time, on |x| with the sign of x put back: below 0.625 the odd
 // polynomial a + a^3 Q(a^2) (Q of degree 4 fitted to tanh by least squares in relative error,
 // 0.2 ulp), above it 1 - 2 / (e^{2a} + 1) (tanh >= 0.55 there, so the subtraction loses under a
 // bit). inf gives 1, NaN stays NaN, -0 stays -0.
-template <class VT> LS_INLINE VT tanhv(VT x)
+LS_INLINE V16 tanh16(V16 x)
 {
-    using VTi = typename LanesOf<VT>::Int;
-    const VTi sign = (VTi)x & int32_t(0x80000000u);
-    const VT a = (VT)((VTi)x & 0x7fffffff);
-    const VT z = a * a;
-    VT q = VT{} - 0.005705246236175299f;
+    const V16i sign = (V16i)x & int32_t(0x80000000u);
+    const V16 a = (V16)((V16i)x & 0x7fffffff);
+    const V16 z = a * a;
+    V16 q = splat(-0.005705246236175299f);
     q = q * z + 0.02063940465450287f;
     q = q * z - 0.05373984947800636f;
     q = q * z + 0.13331444561481476f;
     q = q * z - 0.3333328068256378f;
-    const VT small = a + a * z * q;
-    const VT big = 1.0f - 2.0f / (expv(a + a) + 1.0f);
-    const VT t = a < 0.625f ? small : big;
-    return (VT)((VTi)t | sign);
+    const V16 small = a + a * z * q;
+    const V16 big = 1.0f - 2.0f / (exp16(a + a) + 1.0f);
+    const V16 t = a < 0.625f ? small : big;
+    return (V16)((V16i)t | sign);
 }
 
 // out[i] = f(a[i], b[i]) over n values, sixteen at a time; the last n % 16 through a padded copy,
-// so every value takes the same arithmetic wherever it sits in the array. VT is V16 (one
-// AVX-512 register) or V8, sixteen values as two halves: with AVX2, GCC (12) turns the selects
-// of exp and tanh on 64-byte vectors into a compare and a conditional move per lane through
-// the stack. Each lane's arithmetic is the same either way (the same bits).
-template <class VT, class F> LS_INLINE void map16(const float *a, const float *b, float *out, int64_t n, F f)
+// so every value takes the same arithmetic wherever it sits in the array.
+template <class F> LS_INLINE void map16(const float *a, const float *b, float *out, int64_t n, F f)
 {
-    auto sixteen = [&](const float *pa, const float *pb, float *po) {
-        if constexpr (std::is_same_v<VT, V16>) {
-            store16(po, f(load16(pa), load16(pb)));
-        } else {
-            vec16::storev(po, f(vec16::loadv<V8>(pa), vec16::loadv<V8>(pb)));
-            vec16::storev(po + 8, f(vec16::loadv<V8>(pa + 8), vec16::loadv<V8>(pb + 8)));
-        }
-    };
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        sixteen(a + i, b + i, out + i);
+        store16(out + i, f(load16(a + i), load16(b + i)));
     if (i < n) {
         const size_t rest = size_t(n - i) * sizeof(float);
         float pa[16] = {}, pb[16] = {}, po[16];
         std::memcpy(pa, a + i, rest);
         std::memcpy(pb, b + i, rest);
-        sixteen(pa, pb, po);
+        store16(po, f(load16(pa), load16(pb)));
         std::memcpy(out + i, po, rest);
     }
 }
 
 struct ExpOp {
-    template <class VT> LS_INLINE VT operator()(VT x, VT) const { return expv(x); }
+    LS_INLINE V16 operator()(V16 x, V16) const { return exp16(x); }
 };
 struct TanhOp {
-    template <class VT> LS_INLINE VT operator()(VT x, VT) const { return tanhv(x); }
+    LS_INLINE V16 operator()(V16 x, V16) const { return tanh16(x); }
 };
 struct SwigluOp {
-    template <class VT> LS_INLINE VT operator()(VT g, VT u) const { return g / (1.0f + expv(-g)) * u; }
+    LS_INLINE V16 operator()(V16 g, V16 u) const { return g / (1.0f + exp16(-g)) * u; }
 };
 struct GegluOp {
-    template <class VT> LS_INLINE VT operator()(VT g, VT u) const
+    LS_INLINE V16 operator()(V16 g, V16 u) const
     {
-        return 0.5f * g * (1.0f + tanhv(k_gelu * (g + k_gelu_cubic * g * g * g))) * u;
+        return 0.5f * g * (1.0f + tanh16(k_gelu * (g + k_gelu_cubic * g * g * g))) * u;
     }
 };
 struct SoftcapOp {
     float cap;
-    template <class VT> LS_INLINE VT operator()(VT x, VT) const { return cap * tanhv(x / cap); }
+    LS_INLINE V16 operator()(V16 x, V16) const { return cap * tanh16(x / cap); }
 };
 struct ScaleMulOp {
     float s;
-    template <class VT> LS_INLINE VT operator()(VT x, VT w) const { return x * s * w; }
+    LS_INLINE V16 operator()(V16 x, V16 w) const { return x * s * w; }
 };
 struct AddOp {
-    template <class VT> LS_INLINE VT operator()(VT x, VT y) const { return x + y; }
+    LS_INLINE V16 operator()(V16 x, V16 y) const { return x + y; }
 };
 struct ScaleOp {
     float s;
-    template <class VT> LS_INLINE VT operator()(VT x, VT) const { return x * s; }
+    LS_INLINE V16 operator()(V16 x, V16) const { return x * s; }
 };
 
 // Sixteen values at a time into two double accumulators of eight, the rest one at a time, summed
@@ -270,25 +247,25 @@ LS_INLINE double sum_squares16(const float *x, int64_t n)
 }
 
 // The kernels of one target from the bodies above.
-#define LS_ELEMENTWISE_KERNELS(suffix, target, VT)                                                            \
-    target void exp_##suffix(const float *x, float *out, int64_t n) { map16<VT>(x, x, out, n, ExpOp{}); }      \
-    target void tanh_##suffix(const float *x, float *out, int64_t n) { map16<VT>(x, x, out, n, TanhOp{}); }    \
+#define LS_ELEMENTWISE_KERNELS(suffix, target)                                                              \
+    target void exp_##suffix(const float *x, float *out, int64_t n) { map16(x, x, out, n, ExpOp{}); }      \
+    target void tanh_##suffix(const float *x, float *out, int64_t n) { map16(x, x, out, n, TanhOp{}); }    \
     target void swiglu_##suffix(const float *g, const float *u, float *out, int64_t n)                     \
     {                                                                                                      \
-        map16<VT>(g, u, out, n, SwigluOp{});                                                                   \
+        map16(g, u, out, n, SwigluOp{});                                                                   \
     }                                                                                                      \
     target void geglu_##suffix(const float *g, const float *u, float *out, int64_t n)                      \
     {                                                                                                      \
-        map16<VT>(g, u, out, n, GegluOp{});                                                                    \
+        map16(g, u, out, n, GegluOp{});                                                                    \
     }                                                                                                      \
-    target void softcap_##suffix(float *x, float cap, int64_t n) { map16<VT>(x, x, x, n, SoftcapOp{cap}); }    \
+    target void softcap_##suffix(float *x, float cap, int64_t n) { map16(x, x, x, n, SoftcapOp{cap}); }    \
     target double sum_squares_##suffix(const float *x, int64_t n) { return sum_squares16(x, n); }          \
     target void scale_mul_##suffix(const float *x, float s, const float *w, float *out, int64_t n)         \
     {                                                                                                      \
-        map16<VT>(x, w, out, n, ScaleMulOp{s});                                                                \
+        map16(x, w, out, n, ScaleMulOp{s});                                                                \
     }                                                                                                      \
-    target void add_##suffix(float *x, const float *y, int64_t n) { map16<VT>(x, y, x, n, AddOp{}); }          \
-    target void scale_##suffix(float *x, float s, int64_t n) { map16<VT>(x, x, x, n, ScaleOp{s}); }
+    target void add_##suffix(float *x, const float *y, int64_t n) { map16(x, y, x, n, AddOp{}); }          \
+    target void scale_##suffix(float *x, float s, int64_t n) { map16(x, x, x, n, ScaleOp{s}); }
 
 // ---- AVX2 + FMA + F16C ---------------------------------------------------------------------
 
@@ -353,7 +330,7 @@ LS_AVX2 void f16_avx2(const uint16_t *src, float *dst, int64_t n)
     f16_portable(src + i, dst + i, n - i);
 }
 
-LS_ELEMENTWISE_KERNELS(avx2, LS_AVX2, V8)
+LS_ELEMENTWISE_KERNELS(avx2, LS_AVX2)
 
 LS_AVX2 void bf16_avx2(const uint16_t *src, float *dst, int64_t n)
 {
@@ -429,7 +406,7 @@ LS_AVX512 void bf16_avx512(const uint16_t *src, float *dst, int64_t n)
     bf16_avx2(src + i, dst + i, n - i);
 }
 
-LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512, V16)
+LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512)
 
 // RoPE's rotation without fused multiply-adds: x * c and x' * s are rounded before they are
 // added, as in the scalar code, so every level rotates to the same bits. (With FMAs the query
