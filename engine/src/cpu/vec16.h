@@ -38,10 +38,10 @@ LS_VEC16_INLINE V16 load16(const float *p) { return loadv<V16>(p); }
 LS_VEC16_INLINE void store16(float *p, V16 v) { storev(p, v); }
 LS_VEC16_INLINE V16 splat(float f) { return V16{} + f; }
 
-// e^x, sixteen at a time. x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 in two
-// parts, the first exact times any n here), e^r by its Taylor polynomial to r^7 (truncation
-// under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2) first (exact), then 2^(n - n/2)
-// in one rounding, so results past the float range overflow to inf and results below it
+// e^x, a vector at a time (sixteen or eight lanes). x = n ln2 + r with n = round(x / ln2),
+// |r| <= ln2 / 2 (ln2 in two parts, the first exact times any n here), e^r by its Taylor
+// polynomial to r^7 (truncation under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2)
+// first (exact), then 2^(n - n/2) in one rounding, so results past the float range overflow to inf and results below it
 // underflow gradually to subnormals and 0, as std::exp's do; -inf gives 0. x is clamped to
 // [-110, 89] first (e^x is 0 below and inf above either way); NaN lanes return x.
 // Within 0.88 ulp of e^x over the float range where a * b + c is fused, 1.16 where it is not
