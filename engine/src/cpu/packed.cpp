@@ -838,7 +838,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
         prefetch_ahead(b, packed_k_block_bytes(T));
-        #pragma GCC unroll 1
+        #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
             __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
             #pragma GCC unroll 2
