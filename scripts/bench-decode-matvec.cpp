@@ -12,10 +12,11 @@
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-decode-matvec.cpp
 //       build/engine/liblongscope_engine.a -lsentencepiece -lpcre2-8 -ldl -lpthread -o /tmp/bench-decode-matvec
-//   /tmp/bench-decode-matvec MODE TYPE N_IN N_OUT COUNT THREADS ROUNDS
+//   /tmp/bench-decode-matvec MODE TYPE N_IN N_OUT COUNT THREADS ROUNDS [TOKENS]
 //   /tmp/bench-decode-matvec matmul f16 2048 5632 8 1 20    # TinyLlama's gate, 185 MB
 //   /tmp/bench-decode-matvec probe f16 2048 5632 8 1 20     # the probe over as many bytes
 //   /tmp/bench-decode-matvec layers q8_0 2048 5632 22 2 8   # TinyLlama's 22 layers
+//   /tmp/bench-decode-matvec matmul q8_0 2048 5632 1 1 10 64 # prefill's products: 64 tokens, GOP/s
 //   /tmp/bench-decode-matvec bandwidth f16 0 0 0 2 3        # measure_read_bandwidth, best of 3
 #include "cpu/ops.h"
 #include "cpu/packed.h"
@@ -170,6 +171,7 @@ int main(int argc, char **argv)
     const DType type = parse_type(arg(2, "f16"));
     const int64_t n_in = std::stoll(arg(3, "2048")), n_out = std::stoll(arg(4, "5632"));
     const int count = std::stoi(arg(5, "8")), n_threads = std::stoi(arg(6, "1")), rounds = std::stoi(arg(7, "20"));
+    const int n_tokens = std::stoi(arg(8, "1")); // matmul: tokens per product (prefill's tiles from 3)
 
     if (mode == "bandwidth") {
         double best = 0;
@@ -239,7 +241,7 @@ int main(int argc, char **argv)
     } else {
         const Matrices m = make_matrices(type, n_in, n_out, count);
         bytes = m.bytes;
-        std::vector<float> x(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out));
+        std::vector<float> x(static_cast<size_t>(n_in * n_tokens)), y(static_cast<size_t>(n_out * n_tokens));
         std::mt19937 rng(7);
         std::normal_distribution<float> dist(0.0f, 1.0f);
         for (float &v : x)
@@ -248,7 +250,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < rounds; ++r) {
             const double w0 = wall_seconds(), c0 = thread_cpu_seconds(), p0 = process_cpu_seconds();
             for (const WeightView &w : m.w)
-                matmul(pool, w, x.data(), y.data(), 1);
+                matmul(pool, w, x.data(), y.data(), n_tokens);
             cpu.push_back(thread_cpu_seconds() - c0);
             pcpu.push_back(process_cpu_seconds() - p0);
             wall.push_back(wall_seconds() - w0);
@@ -267,6 +269,9 @@ int main(int argc, char **argv)
         std::printf("; best %.1f GB/s of CPU time", gb / cpu.front());
     else // every thread's CPU time, spinning included: GB per CPU-second of the threads together, times threads
         std::printf("; best %.1f GB/s per thread of CPU time", gb * n_threads / pcpu.front());
+    if (mode == "matmul" && n_tokens > 1) // operations (a multiply and an add each) per second, best wall time
+        std::printf("; %d tokens: %.1f GOP/s", n_tokens,
+                    2.0 * double(n_in) * double(n_out) * count * n_tokens / wall.front() / 1e9);
     std::printf("\n");
     return 0;
 }
