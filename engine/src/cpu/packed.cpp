@@ -426,14 +426,19 @@ template <int NT> struct RowActs {
     const int8_t *word(int t, int64_t b, int w) const { return q[t] + 32 * b + 4 * w; }
     float db(int t, int64_t b) const { return d[t][b]; }
     float ds(int t, int64_t b) const { return s[t][b]; }
-    int32_t sum16(int t, int64_t j) const { return s16[t][j]; }
-    int32_t sum32(int t, int64_t b) const { return s16[t][2 * b] + s16[t][2 * b + 1]; }
+    // Q6_K's bias term -32 sum(q) for values 16 j .. 16 j + 15; Q8_0's (-128) or Q4_0's (-8)
+    // for block b.
+    int32_t bias16(int t, int64_t j) const { return -32 * s16[t][j]; }
+    template <DType T> int32_t bias32(int t, int64_t b) const
+    {
+        return (T == DType::Q8_0 ? -128 : -8) * (s16[t][2 * b] + s16[t][2 * b + 1]);
+    }
 };
 
 struct TileActs {
     const int8_t *q;
     const float *d, *s;
-    const int32_t *s16, *s32;
+    const int32_t *b16, *b32;
 
     TileActs(const PackedActs &a, int64_t tile)
     {
@@ -441,14 +446,21 @@ struct TileActs {
         q = a.q.data() + tile * a.n * nt;
         d = a.db.data() + tile * (a.n / qk) * nt;
         s = a.ds.data() + tile * (a.n / qk) * nt;
-        s16 = a.s16.data() + tile * (a.n / 16) * nt;
-        s32 = a.s32.data() + tile * (a.n / qk) * nt;
+        b16 = a.b16.data() + tile * (a.n / 16) * nt;
+        b32 = a.b32.data() + tile * (a.n / qk) * nt;
     }
     const int8_t *word(int t, int64_t b, int w) const { return q + packed_act_tile * (32 * b + 4 * w) + 4 * t; }
     float db(int t, int64_t b) const { return d[packed_act_tile * b + t]; }
     float ds(int t, int64_t b) const { return s[packed_act_tile * b + t]; }
-    int32_t sum16(int t, int64_t j) const { return s16[packed_act_tile * j + t]; }
-    int32_t sum32(int t, int64_t b) const { return s32[packed_act_tile * b + t]; }
+    // Stored ready, so that a kernel broadcasts them straight from memory.
+    const int32_t &bias16(int t, int64_t j) const { return b16[packed_act_tile * j + t]; }
+    template <DType T> int32_t bias32(int t, int64_t b) const
+    {
+        if constexpr (T == DType::Q8_0)
+            return b32[packed_act_tile * b + t];
+        else
+            return b32[packed_act_tile * b + t] / 16; // -8 sum(q): exact
+    }
 };
 
 // Bit `bit` of every byte of qh moved to bit 4 (the fifth bit of a Q5_K or Q5_1 code), the other
@@ -581,7 +593,7 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
-                    __m512i is = _mm512_set1_epi32(-32 * x.sum16(t, sb * 16 + g));
+                    __m512i is = _mm512_set1_epi32(x.bias16(t, sb * 16 + g));
                     is = dpbusd_bcast(is, u0, x.word(t, blk, 4 * e));
                     is = dpbusd_bcast(is, u1, x.word(t, blk, 4 * e + 1));
                     is = dpbusd_bcast(is, u2, x.word(t, blk, 4 * e + 2));
@@ -609,7 +621,6 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
 template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
-    constexpr int bias = T == DType::Q8_0 ? 128 : T == DType::Q4_0 ? 8 : 0;
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[NT];
@@ -621,7 +632,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
-            is[t] = _mm512_set1_epi32(-bias * x.sum32(t, b));
+            is[t] = T == DType::Q5_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(x.template bias32<T>(t, b));
         if constexpr (T == DType::Q8_0 && NT == 1) {
             // One token (decode): two chains of four, so the loads of the next block start
             // sooner (the sums are exact either way).
@@ -1276,8 +1287,8 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
     out.q.resize(size_t(tiles * nt * n));
     out.db.resize(size_t(tiles * nt * nb));
     out.ds.resize(out.db.size());
-    out.s32.resize(out.db.size());
-    out.s16.resize(size_t(tiles * nt * (n / 16)));
+    out.b32.resize(out.db.size());
+    out.b16.resize(size_t(tiles * nt * (n / 16)));
     auto copy = [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
             const void *q[nt], *db[nt], *ds[nt], *s16[nt];
@@ -1290,12 +1301,15 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
             interleave4(q, n / 4, out.q.data() + k * nt * n);
             interleave4(db, nb, out.db.data() + k * nt * nb);
             interleave4(ds, nb, out.ds.data() + k * nt * nb);
-            const int32_t *s = out.s16.data() + k * nt * (n / 16);
-            interleave4(s16, n / 16, out.s16.data() + k * nt * (n / 16));
-            int32_t *s32 = out.s32.data() + k * nt * nb;
+            // The sums per 16 values, interleaved, then the bias terms made of them.
+            int32_t *b16 = out.b16.data() + k * nt * (n / 16);
+            interleave4(s16, n / 16, b16);
+            int32_t *b32 = out.b32.data() + k * nt * nb;
             for (int64_t b = 0; b < nb; ++b)
                 for (int t = 0; t < nt; ++t)
-                    s32[nt * b + t] = s[nt * 2 * b + t] + s[nt * (2 * b + 1) + t];
+                    b32[nt * b + t] = -128 * (b16[nt * 2 * b + t] + b16[nt * (2 * b + 1) + t]);
+            for (int64_t j = 0; j < nt * (n / 16); ++j)
+                b16[j] *= -32;
         }
     };
     if (pool)

@@ -126,10 +126,12 @@ struct PackedActs {
     int64_t n_tiles = 0;
     std::vector<int8_t> q;      // [tile][n / 32][8][4 tokens][4]
     std::vector<float> db, ds;  // [tile][n / 32][4 tokens]: d and d * sum(q) per block
-    std::vector<int32_t> s16;   // [tile][n / 16][4 tokens]: sum(q) per 16 values
-    std::vector<int32_t> s32;   // [tile][n / 32][4 tokens]: sum(q) per block
+    // The kernels' bias terms, ready to broadcast from memory (a product and a move from a
+    // general register per token took a slot of the vpdpbusd's pipe on an AMD EPYC):
+    std::vector<int32_t> b16;   // [tile][n / 16][4 tokens]: -32 sum(q) per 16 values (Q6_K)
+    std::vector<int32_t> b32;   // [tile][n / 32][4 tokens]: -128 sum(q) per block (Q8_0; Q4_0 / 16)
 
-    size_t bytes() const { return q.capacity() + 4 * (db.capacity() + ds.capacity() + s16.capacity() + s32.capacity()); }
+    size_t bytes() const { return q.capacity() + 4 * (db.capacity() + ds.capacity() + b16.capacity() + b32.capacity()); }
 };
 
 // Copies the whole tiles of `a` into `out`, reusing its storage; splits the tiles over `pool`.
