@@ -1,6 +1,6 @@
 // Decode's matrix-vector products alone: one token against COUNT matrices of [N_IN, N_OUT]
 // (together larger than the caches, as a forward pass reads them), laid out as a loaded model
-// lays them out (one block in 2 MiB pages; Q4_K, Q5_K, Q6_K and Q8_0 packed), each multiplied once
+// lays them out (one block in 2 MiB pages; Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 packed), each multiplied once
 // per round through `matmul` with THREADS threads; GB/s of weights read, best of ROUNDS (wall
 // time; with one thread also the thread's CPU time; with more, the bytes over the threads'
 // CPU time together, spinning included, times the threads). `layers` runs a decode step's
@@ -65,13 +65,15 @@ DType parse_type(const std::string &t)
         return DType::F16;
     if (t == "q8_0")
         return DType::Q8_0;
+    if (t == "q3_k")
+        return DType::Q3_K;
     if (t == "q4_k")
         return DType::Q4_K;
     if (t == "q5_k")
         return DType::Q5_K;
     if (t == "q6_k")
         return DType::Q6_K;
-    std::fprintf(stderr, "type: f16, q8_0, q4_k, q5_k or q6_k\n");
+    std::fprintf(stderr, "type: f16, q8_0, q3_k, q4_k, q5_k or q6_k\n");
     std::exit(2);
 }
 

@@ -32,6 +32,10 @@ static_assert(packed_q5_k_block_bytes % 64 == 0);
 constexpr int64_t off6_d = 0, off6_sc = 32, off6_q = 288;
 static_assert(off6_q + 16 * 192 + 32 == packed_q6_k_block_bytes);
 static_assert(packed_q6_k_block_bytes % 64 == 0);
+// Q3_K block offsets: d and sc as Q6_K, then the codes
+constexpr int64_t q3_k_bytes = 110, off3_q = 288;
+static_assert(off3_q + 8 * 192 + 32 == packed_q3_k_block_bytes);
+static_assert(packed_q3_k_block_bytes % 64 == 0);
 
 constexpr int64_t qk = 32; // Q8_0, Q4_0 and Q5_1 block
 constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q5_1_bytes = 24;
@@ -41,13 +45,17 @@ bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 
 // Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
 bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
 
-// Bytes of one packed super-block of sixteen rows (Q4_K, Q5_K, Q6_K).
+// Bytes of one packed super-block of sixteen rows (Q3_K, Q4_K, Q5_K, Q6_K).
 constexpr int64_t packed_k_block_bytes(DType type)
 {
-    return type == DType::Q4_K ? packed_q4_k_block_bytes
+    return type == DType::Q4_K   ? packed_q4_k_block_bytes
            : type == DType::Q5_K ? packed_q5_k_block_bytes
+           : type == DType::Q3_K ? packed_q3_k_block_bytes
                                  : packed_q6_k_block_bytes;
 }
+
+// Q3_K and Q6_K: codes with an offset (4, 32) and a signed scale per 16 values, one kernel.
+bool is_q6_k_like(DType type) { return type == DType::Q6_K || type == DType::Q3_K; }
 
 // Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256, Q5_1 320 (the nibbles,
 // then the fifth bits).
@@ -121,12 +129,22 @@ inline int q6_packed_code(const uint8_t *b, int r, int i)
     return low | (high << 4);
 }
 
+// Code of value i (0..255) of row r in a packed Q3_K block (0..7; the value is code - 4).
+inline int q3_packed_code(const uint8_t *b, int r, int i)
+{
+    const int g = i / 16, w = (i % 16) / 4, c = i % 4;
+    const uint8_t *pair = b + off3_q + 192 * (g / 2);
+    const int low = (pair[64 * (g % 2) + 4 * r + c] >> (2 * w)) & 3;
+    const int high = (pair[128 + 4 * r + c] >> (4 * (g % 2) + w)) & 1;
+    return low | (high << 2);
+}
+
 } // namespace
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
     const int64_t block = is_block32(type) ? qk : qk_k;
-    return (is_q4_k_like(type) || type == DType::Q6_K || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
+    return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
 }
 
@@ -169,6 +187,34 @@ void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
                     uint8_t *v = b + off6_q + 192 * grp;
                     v[64 * (w / 2) + 4 * r + c] |= uint8_t((q[i] & 0x0f) << (4 * (w % 2)));
                     v[128 + 4 * r + c] |= uint8_t((q[i] >> 4) << (2 * w));
+                }
+            }
+        }
+}
+
+// Q3_K (quant.h: hmask[32], qs[64], scales[12], d).
+void pack_q3_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = n_in / qk_k;
+    const size_t row_stride = size_t(nsb) * q3_k_bytes;
+    for (int64_t g = g0; g < g1; ++g)
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q3_k_block_bytes;
+            std::memset(b, 0, packed_q3_k_block_bytes);
+            for (int r = 0; r < packed_group_rows; ++r) {
+                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q3_k_bytes;
+                std::memcpy(b + off6_d + 2 * r, p + 108, 2);
+                int8_t sc[16];
+                q3_k_scales(p + 96, sc);
+                for (int grp = 0; grp < 16; ++grp)
+                    b[off6_sc + 16 * grp + r] = uint8_t(sc[grp]);
+                uint8_t q[256];
+                q3_k_codes(p, q);
+                for (int i = 0; i < 256; ++i) {
+                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+                    uint8_t *pair = b + off3_q + 192 * (grp / 2);
+                    pair[64 * (grp % 2) + 4 * r + c] |= uint8_t((q[i] & 3) << (2 * w));
+                    pair[128 + 4 * r + c] |= uint8_t((q[i] >> 2) << (4 * (grp % 2) + w));
                 }
             }
         }
@@ -248,12 +294,14 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
         pack_q4_k(type, src, n_in, dst, g0, g1);
     else if (is_block32(type))
         pack_block32(type, src, n_in, dst, g0, g1);
+    else if (type == DType::Q3_K)
+        pack_q3_k(src, n_in, dst, g0, g1);
     else
         pack_q6_k(src, n_in, dst, g0, g1);
 }
 
-// The arithmetic of dequantize_q4_k, dequantize_q5_k and dequantize_q6_k (quant.cpp): y = (d *
-// sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
+// The arithmetic of dequantize_q3_k, dequantize_q4_k, dequantize_q5_k and dequantize_q6_k
+// (quant.cpp): y = (d * sc) * (q - 4), y = (d * sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     if (is_block32(type)) { // x = d * q (dequantize_q8_0), x = d * (nibble - 8) (dequantize_q4_0)
@@ -282,17 +330,20 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
         }
         return;
     }
-    if (type == DType::Q6_K) {
+    if (is_q6_k_like(type)) {
         const int64_t nsb = n_in / qk_k;
         const int64_t g = row / packed_group_rows;
         const int r = int(row % packed_group_rows);
+        const bool q3 = type == DType::Q3_K;
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q6_k_block_bytes;
+            const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
             uint16_t hd;
             std::memcpy(&hd, b + off6_d + 2 * r, 2);
             const float d = f16_to_f32(hd);
-            for (int i = 0; i < 256; ++i)
-                out[sb * qk_k + i] = d * float(int8_t(b[off6_sc + 16 * (i / 16) + r])) * float(q6_packed_code(b, r, i) - 32);
+            for (int i = 0; i < 256; ++i) {
+                const int q = q3 ? q3_packed_code(b, r, i) - 4 : q6_packed_code(b, r, i) - 32;
+                out[sb * qk_k + i] = d * float(int8_t(b[off6_sc + 16 * (i / 16) + r])) * float(q);
+            }
         }
         return;
     }
@@ -552,11 +603,45 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
-// One group of 16 rows of Q6_K against NT tokens. Per group of 16 values and token: the exact
-// int32 sum of code times activation code per row (lanes = rows), minus 32 times the sum of
-// the 16 activation codes (the codes' bias), times the group's scale (|product| < 2^24, exact
-// in float), times the activation block's scale; then acc += d * sum.
-template <int NT, class Acts>
+// Bit `bit` of every byte of v moved to bit 2, the other bits 0 (Q3_K's third bit; one 16-bit
+// shift by at most 5 keeps each byte's bit within its byte, as fifth_bit).
+LS_PACKED_VNNI inline __m512i third_bit(__m512i v, int bit)
+{
+    const __m512i at2 = bit < 2 ? _mm512_slli_epi16(v, 2 - bit) : bit > 2 ? _mm512_srli_epi16(v, bit - 2) : v;
+    return _mm512_and_si512(at2, _mm512_set1_epi8(0x04));
+}
+
+// The four words' codes of group 2k + e of a packed Q6_K or Q3_K block, as unsigned bytes whose
+// value minus 32 is the signed code (Q3_K: code - 4 + 32, so both take the same bias term).
+template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, int k, int e, __m512i u[4])
+{
+    if constexpr (T == DType::Q3_K) {
+        const uint8_t *pair = b + off3_q + 192 * k;
+        const __m512i lo = _mm512_loadu_si512(pair + 64 * e), h = _mm512_loadu_si512(pair + 128);
+        const __m512i m3 = _mm512_set1_epi8(0x03), offset = _mm512_set1_epi8(28);
+        #pragma GCC unroll 4
+        for (int w = 0; w < 4; ++w) {
+            const __m512i low = _mm512_and_si512(w == 0 ? lo : _mm512_srli_epi16(lo, 2 * w), m3);
+            u[w] = _mm512_add_epi8(_mm512_or_si512(low, third_bit(h, 4 * e + w)), offset);
+        }
+    } else {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+        const uint8_t *v = b + off6_q + 192 * (2 * k + e);
+        const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
+        u[0] = _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+        u[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                               _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+        u[2] = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
+        u[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                               _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+    }
+}
+
+// One group of 16 rows of Q6_K or Q3_K against NT tokens. Per group of 16 values and token: the
+// exact int32 sum of code times activation code per row (lanes = rows), minus 32 times the sum
+// of the 16 activation codes (the codes' bias), times the group's scale (|product| < 2^24,
+// exact in float), times the activation block's scale; then acc += d * sum.
+template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const int64_t nsb = n_in / qk_k;
@@ -564,9 +649,8 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
     #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m512 f[NT][2];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -579,25 +663,18 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
             #pragma GCC unroll 2
             for (int e = 0; e < 2; ++e) {
                 const int g = 2 * k + e;
-                const uint8_t *v = b + off6_q + 192 * g;
-                const __m512i n0 = _mm512_loadu_si512(v), n1 = _mm512_loadu_si512(v + 64), h = _mm512_loadu_si512(v + 128);
-                const __m512i u0 =
-                    _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-                const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
-                                                   _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-                const __m512i u2 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(h, m30));
-                const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
-                                                   _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+                __m512i u[4];
+                q6_k_like_codes<T>(b, k, e, u);
                 const __m512 sc = _mm512_cvtepi32_ps(
                     _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
                     __m512i is = _mm512_set1_epi32(x.bias16(t, sb * 16 + g));
-                    is = dpbusd_bcast(is, u0, x.word(t, blk, 4 * e));
-                    is = dpbusd_bcast(is, u1, x.word(t, blk, 4 * e + 1));
-                    is = dpbusd_bcast(is, u2, x.word(t, blk, 4 * e + 2));
-                    is = dpbusd_bcast(is, u3, x.word(t, blk, 4 * e + 3));
+                    is = dpbusd_bcast(is, u[0], x.word(t, blk, 4 * e));
+                    is = dpbusd_bcast(is, u[1], x.word(t, blk, 4 * e + 1));
+                    is = dpbusd_bcast(is, u[2], x.word(t, blk, 4 * e + 2));
+                    is = dpbusd_bcast(is, u[3], x.word(t, blk, 4 * e + 3));
                     f[t][e] =
                         _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc), _mm512_set1_ps(x.db(t, blk)), f[t][e]);
                 }
@@ -903,8 +980,40 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
     _mm256_storeu_ps(out + 8, acc[1]);
 }
 
-// Q6_K: a vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in 16 bits.
-template <int NT>
+// q6_k_like_codes for rows 8 h .. 8 h + 7 (bytes 32 h .. 32 h + 31 of each vector), group g.
+template <DType T> LS_PACKED_AVX2 inline void q6_k_like_codes_avx2(const uint8_t *b, int g, int h, __m256i u[4])
+{
+    if constexpr (T == DType::Q3_K) {
+        const uint8_t *pair = b + off3_q + 192 * (g / 2) + 32 * h;
+        const int e = g % 2;
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pair + 64 * e));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pair + 128));
+        const __m256i m3 = _mm256_set1_epi8(0x03), m4 = _mm256_set1_epi8(0x04), offset = _mm256_set1_epi8(28);
+        #pragma GCC unroll 4
+        for (int w = 0; w < 4; ++w) {
+            const int bit = 4 * e + w;
+            const __m256i at2 = bit < 2 ? _mm256_slli_epi16(hb, 2 - bit) : bit > 2 ? _mm256_srli_epi16(hb, bit - 2) : hb;
+            const __m256i low = _mm256_and_si256(w == 0 ? lo : _mm256_srli_epi16(lo, 2 * w), m3);
+            u[w] = _mm256_add_epi8(_mm256_or_si256(low, _mm256_and_si256(at2, m4)), offset);
+        }
+    } else {
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+        const uint8_t *v = b + off6_q + 192 * g + 32 * h;
+        const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v));
+        const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 64));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 128));
+        u[0] = _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        u[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                               _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        u[2] = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
+        u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+    }
+}
+
+// Q6_K: a vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in 16 bits
+// (Q3_K's codes + 28: 2 x 35 x 128).
+template <int NT, DType T = DType::Q6_K>
 LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                      float *out, int64_t ldo)
 {
@@ -918,14 +1027,14 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
         xd[t] = a.db_row(t0 + t);
         xs[t] = a.s16_row(t0 + t);
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+            const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
             __m256 f[NT][2];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
@@ -934,17 +1043,9 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
             }
             #pragma GCC unroll 2
             for (int g = 0; g < 16; ++g) {
-                const uint8_t *v = b + off6_q + 192 * g + 32 * h;
-                const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v));
-                const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 64));
-                const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 128));
-                const __m256i u0 =
-                    _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
-                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                const __m256i u2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
-                const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
-                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                __m256i u[4];
+                q6_k_like_codes_avx2<T>(b, g, h, u);
+                const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
                 const __m256 sc = _mm256_cvtepi32_ps(
                     _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
                 #pragma GCC unroll 4
@@ -973,6 +1074,7 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
 }
 
 // One token (decode): both halves in one pass, as packed_q4_k_avx2_one.
+template <DType T = DType::Q6_K>
 LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
@@ -980,12 +1082,12 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0);
     const int32_t *xs = a.s16_row(t0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_q6_k_block_bytes;
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 f[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
-        prefetch_ahead(b, packed_q6_k_block_bytes);
+        prefetch_ahead(b, size_t(packed_k_block_bytes(T)));
         #pragma GCC unroll 2
         for (int g = 0; g < 16; ++g) {
             const int8_t *x = xq + sb * qk_k + 16 * g;
@@ -995,17 +1097,9 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
             const __m256 dx = _mm256_set1_ps(xd[sb * 8 + g / 2]);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const uint8_t *v = b + off6_q + 192 * g + 32 * h;
-                const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v));
-                const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 64));
-                const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(v + 128));
-                const __m256i u0 =
-                    _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
-                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                const __m256i u2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
-                const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
-                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                __m256i u[4];
+                q6_k_like_codes_avx2<T>(b, g, h, u);
+                const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
                 const __m256 sc = _mm256_cvtepi32_ps(
                     _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
                 const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, x0), _mm256_maddubs_epi16(u1, x1));
@@ -1171,6 +1265,19 @@ void packed_q4_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
     }
 }
 
+// packed_q6_k_vnni for n_tokens (1..4) tokens.
+template <DType T>
+void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                           float *out, int64_t ldo)
+{
+    switch (n_tokens) {
+    case 1: packed_q6_k_vnni<1, T>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+    case 2: packed_q6_k_vnni<2, T>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+    case 3: packed_q6_k_vnni<3, T>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+    default: packed_q6_k_vnni<4, T>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
+    }
+}
+
 } // namespace
 
 void packed_tile_with(
@@ -1193,6 +1300,8 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
             return packed_q4_k_avx2<4, DType::Q5_K>(group, n_in, a, t0, out, ldo);
         if (type == DType::Q6_K && n_tokens == 4)
             return packed_q6_k_avx2<4>(group, n_in, a, t0, out, ldo);
+        if (type == DType::Q3_K && n_tokens == 4)
+            return packed_q6_k_avx2<4, DType::Q3_K>(group, n_in, a, t0, out, ldo);
         // Otherwise two tokens at a time.
         for (int t = 0; t < n_tokens; t += 2) {
             const bool two = t + 1 < n_tokens;
@@ -1212,6 +1321,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
                 packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
+            else if (type == DType::Q3_K && two)
+                packed_q6_k_avx2<2, DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q3_K)
+                packed_q6_k_avx2_one<DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo);
             else if (type == DType::Q5_K && two)
                 packed_q4_k_avx2<2, DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q5_K)
@@ -1229,14 +1342,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         return packed_b32_vnni_n<DType::Q4_0>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q5_1)
         return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q6_K) {
-        switch (n_tokens) {
-        case 1: packed_q6_k_vnni<1>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
-        case 2: packed_q6_k_vnni<2>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
-        case 3: packed_q6_k_vnni<3>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
-        default: packed_q6_k_vnni<4>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
-        }
-    }
+    if (type == DType::Q6_K)
+        return packed_q6_k_like_vnni<DType::Q6_K>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q3_K)
+        return packed_q6_k_like_vnni<DType::Q3_K>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q5_K)
         packed_q4_k_like_vnni<DType::Q5_K>(group, n_in, a, t0, n_tokens, out, ldo);
     else
@@ -1330,7 +1439,8 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
-    default: packed_q6_k_vnni<nt>(group, n_in, x, out, ldo); return;
+    case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;
+    default: packed_q6_k_vnni<nt, DType::Q6_K>(group, n_in, x, out, ldo); return;
     }
 }
 
