@@ -762,7 +762,7 @@ private slots:
             qInfo("no AVX2 here: the packed kernels never run on this CPU");
     }
 
-    // Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -772,7 +772,8 @@ private slots:
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
-        for (DType t : {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_1}) {
+        for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0,
+                        DType::Q5_1}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -805,6 +806,7 @@ private slots:
                                                  : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
                                                                                : type == DType::Q5_K ? packed_q5_k_block_bytes
                                                                                : type == DType::Q3_K ? packed_q3_k_block_bytes
+                                                                               : type == DType::Q2_K ? packed_q2_k_block_bytes
                                                                                                      : packed_q6_k_block_bytes);
         QCOMPARE(bytes, size_t(n_out / 16) * group);
         std::vector<uint8_t> packed(bytes + 1, 0xA5); // odd address: the kernels load unaligned
@@ -972,6 +974,8 @@ private slots:
         // Q3_K_M (k_mixes_follow_llama_cpp's rules): attn_v Q5_K in layer 0, attn_output Q4_K,
         // ffn_down Q4_K (no layer in the first sixteenth of two).
         QTest::newRow("Q3_K_M") << DType::Q3_K << 256 << "Q3_K Q3_K Q5_K Q4_K Q3_K Q3_K Q4_K Q6_K";
+        // Q2_K: attn_v (fewer than 4 query heads per KV head), attn_output and ffn_down Q3_K.
+        QTest::newRow("Q2_K") << DType::Q2_K << 256 << "Q2_K Q2_K Q3_K Q3_K Q2_K Q2_K Q3_K Q6_K";
     }
     void model_packs_k_quant_matrices()
     {

@@ -36,6 +36,10 @@ static_assert(packed_q6_k_block_bytes % 64 == 0);
 constexpr int64_t q3_k_bytes = 110, off3_q = 288;
 static_assert(off3_q + 8 * 192 + 32 == packed_q3_k_block_bytes);
 static_assert(packed_q3_k_block_bytes % 64 == 0);
+// Q2_K block offsets
+constexpr int64_t q2_k_bytes = 84, off2_dmin = 32, off2_sc = 64, off2_m = 320, off2_q = 576;
+static_assert(off2_q + 16 * 64 == packed_q2_k_block_bytes);
+static_assert(packed_q2_k_block_bytes % 64 == 0);
 
 constexpr int64_t qk = 32; // Q8_0, Q4_0 and Q5_1 block
 constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q5_1_bytes = 24;
@@ -51,11 +55,16 @@ constexpr int64_t packed_k_block_bytes(DType type)
     return type == DType::Q4_K   ? packed_q4_k_block_bytes
            : type == DType::Q5_K ? packed_q5_k_block_bytes
            : type == DType::Q3_K ? packed_q3_k_block_bytes
+           : type == DType::Q2_K ? packed_q2_k_block_bytes
                                  : packed_q6_k_block_bytes;
 }
 
-// Q3_K and Q6_K: codes with an offset (4, 32) and a signed scale per 16 values, one kernel.
-bool is_q6_k_like(DType type) { return type == DType::Q6_K || type == DType::Q3_K; }
+// Q2_K, Q3_K and Q6_K: a scale per 16 values (Q2_K also a minimum; Q3_K, Q6_K codes with an
+// offset), one kernel.
+bool is_q6_k_like(DType type) { return type == DType::Q6_K || type == DType::Q3_K || type == DType::Q2_K; }
+
+// Where the sixteen rows' scales of group g start in a packed Q2_K, Q3_K or Q6_K block.
+constexpr int64_t k16_sc_offset(DType type) { return type == DType::Q2_K ? off2_sc : off6_sc; }
 
 // Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256, Q5_1 320 (the nibbles,
 // then the fifth bits).
@@ -139,6 +148,13 @@ inline int q3_packed_code(const uint8_t *b, int r, int i)
     return low | (high << 2);
 }
 
+// Code of value i (0..255) of row r in a packed Q2_K block.
+inline int q2_packed_code(const uint8_t *b, int r, int i)
+{
+    const int g = i / 16, w = (i % 16) / 4, c = i % 4;
+    return (b[off2_q + 64 * g + 4 * r + c] >> (2 * w)) & 3;
+}
+
 } // namespace
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
@@ -220,6 +236,33 @@ void pack_q3_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64
         }
 }
 
+// Q2_K (quant.h: scales[16] (scale | min << 4), qs[64], d, dmin).
+void pack_q2_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = n_in / qk_k;
+    const size_t row_stride = size_t(nsb) * q2_k_bytes;
+    for (int64_t g = g0; g < g1; ++g)
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q2_k_block_bytes;
+            std::memset(b, 0, packed_q2_k_block_bytes);
+            for (int r = 0; r < packed_group_rows; ++r) {
+                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q2_k_bytes;
+                std::memcpy(b + off_d + 2 * r, p + 80, 2);
+                std::memcpy(b + off2_dmin + 2 * r, p + 82, 2);
+                for (int grp = 0; grp < 16; ++grp) {
+                    b[off2_sc + 16 * grp + r] = p[grp] & 0x0f;
+                    b[off2_m + 16 * grp + r] = p[grp] >> 4;
+                }
+                uint8_t q[256];
+                q2_k_codes(p, q);
+                for (int i = 0; i < 256; ++i) {
+                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+                    b[off2_q + 64 * grp + 4 * r + c] |= uint8_t(q[i] << (2 * w));
+                }
+            }
+        }
+}
+
 // Q4_K or Q5_K (quant.h: d, dmin, scales[12], Q5_K's qh[32], qs[128]).
 void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
@@ -296,6 +339,8 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
         pack_block32(type, src, n_in, dst, g0, g1);
     else if (type == DType::Q3_K)
         pack_q3_k(src, n_in, dst, g0, g1);
+    else if (type == DType::Q2_K)
+        pack_q2_k(src, n_in, dst, g0, g1);
     else
         pack_q6_k(src, n_in, dst, g0, g1);
 }
@@ -340,6 +385,17 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
             uint16_t hd;
             std::memcpy(&hd, b + off6_d + 2 * r, 2);
             const float d = f16_to_f32(hd);
+            if (type == DType::Q2_K) { // y = (d * sc) * q - (dmin * m) (dequantize_q2_k)
+                uint16_t hm;
+                std::memcpy(&hm, b + off2_dmin + 2 * r, 2);
+                const float dmin = f16_to_f32(hm);
+                for (int i = 0; i < 256; ++i) {
+                    const float dl = d * float(b[off2_sc + 16 * (i / 16) + r]);
+                    const float ml = dmin * float(b[off2_m + 16 * (i / 16) + r]);
+                    out[sb * qk_k + i] = dl * float(q2_packed_code(b, r, i)) - ml;
+                }
+                continue;
+            }
             for (int i = 0; i < 256; ++i) {
                 const int q = q3 ? q3_packed_code(b, r, i) - 4 : q6_packed_code(b, r, i) - 32;
                 out[sb * qk_k + i] = d * float(int8_t(b[off6_sc + 16 * (i / 16) + r])) * float(q);
@@ -480,6 +536,8 @@ template <int NT> struct RowActs {
     // Q6_K's bias term -32 sum(q) for values 16 j .. 16 j + 15; Q8_0's (-128) or Q4_0's (-8)
     // for block b.
     int32_t bias16(int t, int64_t j) const { return -32 * s16[t][j]; }
+    // The sum of the codes of values 16 j .. 16 j + 15 (Q2_K's minimums).
+    int32_t sum16(int t, int64_t j) const { return s16[t][j]; }
     template <DType T> int32_t bias32(int t, int64_t b) const
     {
         return (T == DType::Q8_0 ? -128 : -8) * (s16[t][2 * b] + s16[t][2 * b + 1]);
@@ -505,6 +563,7 @@ struct TileActs {
     float ds(int t, int64_t b) const { return s[packed_act_tile * b + t]; }
     // Stored ready, so that a kernel broadcasts them straight from memory.
     const int32_t &bias16(int t, int64_t j) const { return b16[packed_act_tile * j + t]; }
+    int32_t sum16(int t, int64_t j) const { return -(b16[packed_act_tile * j + t] / 32); } // exact
     template <DType T> int32_t bias32(int t, int64_t b) const
     {
         if constexpr (T == DType::Q8_0)
@@ -615,7 +674,12 @@ LS_PACKED_VNNI inline __m512i third_bit(__m512i v, int bit)
 // value minus 32 is the signed code (Q3_K: code - 4 + 32, so both take the same bias term).
 template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, int k, int e, __m512i u[4])
 {
-    if constexpr (T == DType::Q3_K) {
+    if constexpr (T == DType::Q2_K) { // the plain 2-bit codes, no bias
+        const __m512i lo = _mm512_loadu_si512(b + off2_q + 64 * (2 * k + e)), m3 = _mm512_set1_epi8(0x03);
+        #pragma GCC unroll 4
+        for (int w = 0; w < 4; ++w)
+            u[w] = _mm512_and_si512(w == 0 ? lo : _mm512_srli_epi16(lo, 2 * w), m3);
+    } else if constexpr (T == DType::Q3_K) {
         const uint8_t *pair = b + off3_q + 192 * k;
         const __m512i lo = _mm512_loadu_si512(pair + 64 * e), h = _mm512_loadu_si512(pair + 128);
         const __m512i m3 = _mm512_set1_epi8(0x03), offset = _mm512_set1_epi8(28);
@@ -637,10 +701,11 @@ template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, 
     }
 }
 
-// One group of 16 rows of Q6_K or Q3_K against NT tokens. Per group of 16 values and token: the
-// exact int32 sum of code times activation code per row (lanes = rows), minus 32 times the sum
-// of the 16 activation codes (the codes' bias), times the group's scale (|product| < 2^24,
-// exact in float), times the activation block's scale; then acc += d * sum.
+// One group of 16 rows of Q6_K, Q3_K or Q2_K against NT tokens. Per group of 16 values and
+// token: the exact int32 sum of code times activation code per row (lanes = rows), minus 32
+// times the sum of the 16 activation codes (the codes' bias; none for Q2_K), times the group's
+// scale (|product| < 2^24, exact in float), times the activation block's scale; then acc += d *
+// sum. Q2_K's minimums: per group and token m * (d_x * sum(q_x)), acc -= dmin * their sum.
 template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -651,11 +716,12 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        __m512 f[NT][2];
+        __m512 f[NT][2], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
             f[t][0] = _mm512_setzero_ps();
             f[t][1] = _mm512_setzero_ps();
+            mn[t] = _mm512_setzero_ps();
         }
         // The two groups of a block of 32 in one pass, so that which of f[t][0] and f[t][1] a
         // group adds to is known when compiling (GCC kept them in memory otherwise).
@@ -665,12 +731,20 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
                 const int g = 2 * k + e;
                 __m512i u[4];
                 q6_k_like_codes<T>(b, k, e, u);
-                const __m512 sc = _mm512_cvtepi32_ps(
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g))));
+                const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g))));
+                if constexpr (T == DType::Q2_K) {
+                    const __m512 mg = _mm512_cvtepi32_ps(
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g))));
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t)
+                        mn[t] = _mm512_fmadd_ps(
+                            mg, _mm512_set1_ps(x.db(t, sb * 8 + k) * float(x.sum16(t, sb * 16 + g))), mn[t]);
+                }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
-                    __m512i is = _mm512_set1_epi32(x.bias16(t, sb * 16 + g));
+                    __m512i is = T == DType::Q2_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x.bias16(t, sb * 16 + g));
                     is = dpbusd_bcast(is, u[0], x.word(t, blk, 4 * e));
                     is = dpbusd_bcast(is, u[1], x.word(t, blk, 4 * e + 1));
                     is = dpbusd_bcast(is, u[2], x.word(t, blk, 4 * e + 2));
@@ -684,6 +758,12 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(d, _mm512_add_ps(f[t][0], f[t][1]), acc[t]);
+        if constexpr (T == DType::Q2_K) {
+            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off2_dmin)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fnmadd_ps(dmin, mn[t], acc[t]);
+        }
     }
     #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
@@ -983,7 +1063,13 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
 // q6_k_like_codes for rows 8 h .. 8 h + 7 (bytes 32 h .. 32 h + 31 of each vector), group g.
 template <DType T> LS_PACKED_AVX2 inline void q6_k_like_codes_avx2(const uint8_t *b, int g, int h, __m256i u[4])
 {
-    if constexpr (T == DType::Q3_K) {
+    if constexpr (T == DType::Q2_K) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off2_q + 64 * g + 32 * h));
+        const __m256i m3 = _mm256_set1_epi8(0x03);
+        #pragma GCC unroll 4
+        for (int w = 0; w < 4; ++w)
+            u[w] = _mm256_and_si256(w == 0 ? lo : _mm256_srli_epi16(lo, 2 * w), m3);
+    } else if constexpr (T == DType::Q3_K) {
         const uint8_t *pair = b + off3_q + 192 * (g / 2) + 32 * h;
         const int e = g % 2;
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pair + 64 * e));
@@ -1035,19 +1121,28 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-            __m256 f[NT][2];
+            __m256 f[NT][2], mn[NT];
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
                 f[t][0] = _mm256_setzero_ps();
                 f[t][1] = _mm256_setzero_ps();
+                mn[t] = _mm256_setzero_ps();
             }
             #pragma GCC unroll 2
             for (int g = 0; g < 16; ++g) {
                 __m256i u[4];
                 q6_k_like_codes_avx2<T>(b, g, h, u);
                 const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-                const __m256 sc = _mm256_cvtepi32_ps(
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h))));
+                if constexpr (T == DType::Q2_K) {
+                    const __m256 mg = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h))));
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < NT; ++t)
+                        mn[t] = _mm256_fmadd_ps(
+                            mg, _mm256_set1_ps(xd[t][sb * 8 + g / 2] * float(xs[t][sb * 16 + g])), mn[t]);
+                }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int8_t *x = xq[t] + sb * qk_k + 16 * g;
@@ -1055,9 +1150,10 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
                                                          _mm256_maddubs_epi16(u1, _mm256_set1_epi32(load_i32(x + 4))));
                     const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, _mm256_set1_epi32(load_i32(x + 8))),
                                                          _mm256_maddubs_epi16(u3, _mm256_set1_epi32(load_i32(x + 12))));
+                    const __m256i bias =
+                        T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[t][sb * 16 + g]);
                     const __m256i is =
-                        _mm256_add_epi32(_mm256_set1_epi32(-32 * xs[t][sb * 16 + g]),
-                                         _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
+                        _mm256_add_epi32(bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
                     f[t][g % 2] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), sc),
                                                   _mm256_set1_ps(xd[t][sb * 8 + g / 2]), f[t][g % 2]);
                 }
@@ -1066,6 +1162,13 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(d, _mm256_add_ps(f[t][0], f[t][1]), acc[t]);
+            if constexpr (T == DType::Q2_K) {
+                const __m256 dmin =
+                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm256_fnmadd_ps(dmin, mn[t], acc[t]);
+            }
         }
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
@@ -1087,21 +1190,27 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 f[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+        __m256 mn[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         prefetch_ahead(b, size_t(packed_k_block_bytes(T)));
         #pragma GCC unroll 2
         for (int g = 0; g < 16; ++g) {
             const int8_t *x = xq + sb * qk_k + 16 * g;
             const __m256i x0 = _mm256_set1_epi32(load_i32(x)), x1 = _mm256_set1_epi32(load_i32(x + 4));
             const __m256i x2 = _mm256_set1_epi32(load_i32(x + 8)), x3 = _mm256_set1_epi32(load_i32(x + 12));
-            const __m256i bias = _mm256_set1_epi32(-32 * xs[sb * 16 + g]);
+            const __m256i bias = T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[sb * 16 + g]);
             const __m256 dx = _mm256_set1_ps(xd[sb * 8 + g / 2]);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
                 __m256i u[4];
                 q6_k_like_codes_avx2<T>(b, g, h, u);
                 const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-                const __m256 sc = _mm256_cvtepi32_ps(
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off6_sc + 16 * g + 8 * h))));
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h))));
+                if constexpr (T == DType::Q2_K) {
+                    const __m256 mg = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h))));
+                    mn[h] = _mm256_fmadd_ps(mg, _mm256_set1_ps(xd[sb * 8 + g / 2] * float(xs[sb * 16 + g])), mn[h]);
+                }
                 const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, x0), _mm256_maddubs_epi16(u1, x1));
                 const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, x2), _mm256_maddubs_epi16(u3, x3));
                 const __m256i is =
@@ -1113,6 +1222,11 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
         for (int h = 0; h < 2; ++h) {
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
             acc[h] = _mm256_fmadd_ps(d, _mm256_add_ps(f[h][0], f[h][1]), acc[h]);
+            if constexpr (T == DType::Q2_K) {
+                const __m256 dmin =
+                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
+                acc[h] = _mm256_fnmadd_ps(dmin, mn[h], acc[h]);
+            }
         }
     }
     _mm256_storeu_ps(out, acc[0]);
@@ -1302,6 +1416,8 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
             return packed_q6_k_avx2<4>(group, n_in, a, t0, out, ldo);
         if (type == DType::Q3_K && n_tokens == 4)
             return packed_q6_k_avx2<4, DType::Q3_K>(group, n_in, a, t0, out, ldo);
+        if (type == DType::Q2_K && n_tokens == 4)
+            return packed_q6_k_avx2<4, DType::Q2_K>(group, n_in, a, t0, out, ldo);
         // Otherwise two tokens at a time.
         for (int t = 0; t < n_tokens; t += 2) {
             const bool two = t + 1 < n_tokens;
@@ -1325,6 +1441,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_q6_k_avx2<2, DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q3_K)
                 packed_q6_k_avx2_one<DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo);
+            else if (type == DType::Q2_K && two)
+                packed_q6_k_avx2<2, DType::Q2_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q2_K)
+                packed_q6_k_avx2_one<DType::Q2_K>(group, n_in, a, t0 + t, out + t * ldo);
             else if (type == DType::Q5_K && two)
                 packed_q4_k_avx2<2, DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q5_K)
@@ -1346,6 +1466,8 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         return packed_q6_k_like_vnni<DType::Q6_K>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q3_K)
         return packed_q6_k_like_vnni<DType::Q3_K>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q2_K)
+        return packed_q6_k_like_vnni<DType::Q2_K>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q5_K)
         packed_q4_k_like_vnni<DType::Q5_K>(group, n_in, a, t0, n_tokens, out, ldo);
     else
@@ -1440,6 +1562,7 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
     case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;
+    case DType::Q2_K: packed_q6_k_vnni<nt, DType::Q2_K>(group, n_in, x, out, ldo); return;
     default: packed_q6_k_vnni<nt, DType::Q6_K>(group, n_in, x, out, ldo); return;
     }
 }

@@ -1,6 +1,6 @@
 // Quantized matrices re-laid out for the CPU's integer kernels.
 //
-// A Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or Q5_1 matrix is stored row after row (quant.h): a matrix-vector product then needs
+// A Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or Q5_1 matrix is stored row after row (quant.h): a matrix-vector product then needs
 // one horizontal reduction and one float scale step per row and sub-block. Packed, sixteen
 // rows are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
 // vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
@@ -46,6 +46,16 @@
 //                at bit w, group 2k + 1's at bit 4 + w)
 //   [1824, 1856) zero
 //
+// Q2_K (2-bit codes q, x = (d * sc) * q - dmin * m, a 4-bit scale and minimum per 16 values),
+// 1600 bytes:
+//
+//   [   0,   32) f16 d[16]
+//   [  32,   64) f16 dmin[16]
+//   [  64,  320) u8  sc[16][16]       scale of group g of row r
+//   [ 320,  576) u8  m[16][16]        minimum of group g of row r
+//   [ 576, 1600) per group g, 64 bytes: row r owns bytes 4 r + c, word w's code c at bits 2 w,
+//                2 w + 1
+//
 // Q8_0 (x = d * q) and Q4_0 (x = d * (q - 8)), a scale per 32 values, go in pairs of blocks,
 // each pair the sixteen rows' scales of both blocks in one 64-byte line, then the two blocks'
 // codes, so the group streams in order and every 64-byte vector of codes is aligned:
@@ -84,12 +94,13 @@ constexpr int64_t packed_q4_k_block_bytes = 2368;
 constexpr int64_t packed_q5_k_block_bytes = 2880;
 constexpr int64_t packed_q6_k_block_bytes = 3392;
 constexpr int64_t packed_q3_k_block_bytes = 1856;
+constexpr int64_t packed_q2_k_block_bytes = 1600;
 constexpr int64_t packed_q8_0_block_bytes = 512; // the codes of one block of 32; the scales apart
 constexpr int64_t packed_q4_0_block_bytes = 256;
 constexpr int64_t packed_q5_1_block_bytes = 320;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
-// of 16 and n_in of 256 for Q3_K, Q4_K, Q5_K and Q6_K, of 32 for Q8_0, Q4_0 and Q5_1).
+// of 16 and n_in of 256 for Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, of 32 for Q8_0, Q4_0 and Q5_1).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
@@ -106,7 +117,7 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // Row `row` of a packed matrix as floats, bit for bit what dequantize_row gives for the
 // original row, with the kernel dequantize_packed_level names.
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
-// The scalar version it uses below the AVX-512 level and for Q3_K and Q6_K (the same bits).
+// The scalar version it uses below the AVX-512 level and for Q2_K, Q3_K and Q6_K (the same bits).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
 // The kernel dequantize_packed_row runs for `type` now: AVX-512 for Q4_K at that level, else
 // portable.

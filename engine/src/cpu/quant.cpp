@@ -1218,6 +1218,13 @@ void q3_k_codes(const uint8_t *block, uint8_t q[256])
         q[i] = uint8_t(q3_k_code(blk.qs, blk.hmask, i));
 }
 
+void q2_k_codes(const uint8_t *block, uint8_t q[256])
+{
+    const auto blk = load_block<BlockQ2_K>(block);
+    for (int i = 0; i < qk_k; ++i)
+        q[i] = uint8_t(q2_k_code(blk.qs, i));
+}
+
 void q4_k_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t m[8])
 {
     for (int j = 0; j < 8; ++j)

@@ -109,6 +109,8 @@ inline void q3_k_scales(const uint8_t *packed, int8_t sc[16])
 
 // The 256 3-bit codes (0..7, the value is code - 4) of a Q3_K super-block in value order.
 void q3_k_codes(const uint8_t *block, uint8_t q[256]);
+// The 256 2-bit codes (0..3) of a Q2_K super-block in value order.
+void q2_k_codes(const uint8_t *block, uint8_t q[256]);
 
 // The scale of block ib (0..7) of an IQ4_XS super-block, minus 32 (-32..31).
 inline int iq4_xs_scale(const uint8_t *scales_l, uint16_t scales_h, int ib)
