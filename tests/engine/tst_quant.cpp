@@ -762,7 +762,7 @@ private slots:
             qInfo("no AVX2 here: the packed kernels never run on this CPU");
     }
 
-    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -773,7 +773,7 @@ private slots:
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
         for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0,
-                        DType::Q5_1}) {
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -786,6 +786,8 @@ private slots:
         QTest::newRow("Q8_0 5632x16") << DType::Q8_0 << 5632 << 16;
         QTest::newRow("Q4_0 160x32") << DType::Q4_0 << 160 << 32;
         QTest::newRow("Q5_1 160x32") << DType::Q5_1 << 160 << 32;
+        QTest::newRow("Q4_1 160x32") << DType::Q4_1 << 160 << 32;
+        QTest::newRow("Q5_0 160x32") << DType::Q5_0 << 160 << 32;
     }
     void packed_matrices()
     {
@@ -794,15 +796,18 @@ private slots:
         QFETCH(int, n_out);
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
-        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1;
+        const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
+                         type == DType::Q5_1;
         QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
-        QVERIFY(!packable(DType::Q5_0, n_in, n_out));
+        QVERIFY(!packable(DType::IQ4_NL, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
-        // Pairs of blocks: 64 bytes of scales (Q5_1: 128, with the minimums), then the codes.
-        const size_t pair_scales = type == DType::Q5_1 ? 128 : 64;
+        // Pairs of blocks: 64 bytes of scales (Q4_1, Q5_1: 128, with the minimums), then the codes
+        // (Q5_0, Q5_1: the nibbles and 64 bytes of fifth bits).
+        const size_t pair_scales = type == DType::Q4_1 || type == DType::Q5_1 ? 128 : 64;
+        const bool fifth = type == DType::Q5_0 || type == DType::Q5_1;
         const size_t group = b32 ? size_t((n_in / 32 + 1) / 2 * pair_scales +
-                                          n_in / 32 * (type == DType::Q8_0 ? 512 : type == DType::Q5_1 ? 320 : 256))
+                                          n_in / 32 * (type == DType::Q8_0 ? 512 : fifth ? 320 : 256))
                                                  : size_t(n_in / 256) * size_t(type == DType::Q4_K ? packed_q4_k_block_bytes
                                                                                : type == DType::Q5_K ? packed_q5_k_block_bytes
                                                                                : type == DType::Q3_K ? packed_q3_k_block_bytes

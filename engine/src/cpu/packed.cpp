@@ -41,10 +41,22 @@ constexpr int64_t q2_k_bytes = 84, off2_dmin = 32, off2_sc = 64, off2_m = 320, o
 static_assert(off2_q + 16 * 64 == packed_q2_k_block_bytes);
 static_assert(packed_q2_k_block_bytes % 64 == 0);
 
-constexpr int64_t qk = 32; // Q8_0, Q4_0 and Q5_1 block
-constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q5_1_bytes = 24;
+constexpr int64_t qk = 32; // Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 block
+constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q4_1_bytes = 20, q5_0_bytes = 22, q5_1_bytes = 24;
 
-bool is_block32(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q5_1; }
+bool is_block32(DType type)
+{
+    return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
+           type == DType::Q5_1;
+}
+// The 32-value types with a minimum m (x = d * q + m), with a fifth bit per code, and the offset
+// of their codes (x = d * (q - offset)).
+constexpr bool b32_min(DType type) { return type == DType::Q4_1 || type == DType::Q5_1; }
+constexpr bool b32_fifth(DType type) { return type == DType::Q5_0 || type == DType::Q5_1; }
+constexpr int b32_offset(DType type)
+{
+    return type == DType::Q8_0 ? 128 : type == DType::Q4_0 ? 8 : type == DType::Q5_0 ? 16 : 0;
+}
 
 // Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
 bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
@@ -66,20 +78,21 @@ bool is_q6_k_like(DType type) { return type == DType::Q6_K || type == DType::Q3_
 // Where the sixteen rows' scales of group g start in a packed Q2_K, Q3_K or Q6_K block.
 constexpr int64_t k16_sc_offset(DType type) { return type == DType::Q2_K ? off2_sc : off6_sc; }
 
-// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 256, Q5_1 320 (the nibbles,
-// then the fifth bits).
+// Bytes of one block's codes in a packed group: Q8_0 512, Q4_0 and Q4_1 256, Q5_0 and Q5_1 320
+// (the nibbles, then the fifth bits).
 int64_t codes32_bytes(DType type)
 {
     return type == DType::Q8_0 ? packed_q8_0_block_bytes
-           : type == DType::Q5_1 ? packed_q5_1_block_bytes
-                                 : packed_q4_0_block_bytes;
+           : b32_fifth(type)   ? packed_q5_1_block_bytes
+                               : packed_q4_0_block_bytes;
 }
 
-// Bytes of a pair's scales: the d of both blocks (64), and Q5_1's m of both blocks (64 more).
-int64_t scales32_bytes(DType type) { return type == DType::Q5_1 ? 128 : 64; }
+// Bytes of a pair's scales: the d of both blocks (64), and Q4_1's or Q5_1's m of both blocks (64
+// more).
+int64_t scales32_bytes(DType type) { return b32_min(type) ? 128 : 64; }
 
-// Where block b's sixteen scales (Q5_1: its minimums 64 bytes further) and its codes start in a
-// packed Q8_0, Q4_0 or Q5_1 group: blocks go in pairs, the pair's scales, then its two blocks'
+// Where block b's sixteen scales (Q4_1, Q5_1: its minimums 64 bytes further) and its codes start
+// in a packed 32-value group: blocks go in pairs, the pair's scales, then its two blocks'
 // codes (packed.h).
 size_t scales32_offset(DType type, int64_t b)
 {
@@ -292,13 +305,19 @@ void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
         }
 }
 
-// Q8_0: the codes + 128; Q4_0: the bytes as stored (two codes each); Q5_1 (d, m, qh[4],
-// qs[16]): the bytes of qs as stored, and each code's fifth bit (bit j of qh) at its place.
+// Q8_0: the codes + 128; Q4_0 (d, qs[16]) and Q4_1 (d, m, qs[16]): the bytes of qs as stored
+// (two codes each); Q5_0 (d, qh[4], qs[16]) and Q5_1 (d, m, qh[4], qs[16]): the same, and each
+// code's fifth bit (bit j of qh) at its place.
 void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const int64_t nb = n_in / qk;
-    const int64_t bb = type == DType::Q8_0 ? q8_0_bytes : type == DType::Q5_1 ? q5_1_bytes : q4_0_bytes;
-    const int64_t off_codes = type == DType::Q5_1 ? 8 : 2;
+    const int64_t bb = type == DType::Q8_0   ? q8_0_bytes
+                       : type == DType::Q4_1 ? q4_1_bytes
+                       : type == DType::Q5_0 ? q5_0_bytes
+                       : type == DType::Q5_1 ? q5_1_bytes
+                                             : q4_0_bytes;
+    const int64_t off_qh = b32_min(type) ? 4 : 2; // Q5_0, Q5_1
+    const int64_t off_codes = 2 + (b32_min(type) ? 2 : 0) + (b32_fifth(type) ? 4 : 0);
     const size_t row_stride = size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
@@ -313,11 +332,12 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
                 uint8_t *codes = grp + codes32_offset(type, b);
                 for (int j = 0; j < int(bb - off_codes); ++j)
                     codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[off_codes + j];
-                if (type != DType::Q5_1)
+                if (b32_min(type))
+                    std::memcpy(grp + scales32_offset(type, b) + 64 + 2 * r, p + 2, 2);
+                if (!b32_fifth(type))
                     continue;
-                std::memcpy(grp + scales32_offset(type, b) + 64 + 2 * r, p + 2, 2);
                 uint32_t qh;
-                std::memcpy(&qh, p + 4, 4);
+                std::memcpy(&qh, p + off_qh, 4);
                 for (int c = 0; c < 4; ++c) { // the byte of codes c, 4 + c, ..., 28 + c
                     uint8_t bits = 0;
                     for (int j = c; j < qk; j += 4)
@@ -349,7 +369,9 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // (quant.cpp): y = (d * sc) * (q - 4), y = (d * sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
-    if (is_block32(type)) { // x = d * q (dequantize_q8_0), x = d * (nibble - 8) (dequantize_q4_0)
+    // x = d * q (dequantize_q8_0), d * (q - 8) (dequantize_q4_0), (q - 16) * d (dequantize_q5_0; the
+    // same product), q * d + m (dequantize_q4_1, dequantize_q5_1).
+    if (is_block32(type)) {
         const int r = int(row % packed_group_rows);
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         for (int64_t b = 0; b < n_in / qk; ++b) {
@@ -357,21 +379,23 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
             uint16_t hd, hm;
             std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
             const float d = f16_to_f32(hd);
-            if (type == DType::Q5_1) { // x = q * d + m (dequantize_q5)
+            // The code of value j: Q8_0's signed byte, else the nibble and (Q5_0, Q5_1) its fifth bit.
+            const auto code = [&](int j) {
+                const uint8_t c = codes[code32_byte(type, r, j)];
+                if (type == DType::Q8_0)
+                    return int(int8_t(c ^ 0x80));
+                const int fifth = b32_fifth(type) ? (codes[fifth32_byte(r, j)] >> fifth32_bit(j)) & 1 : 0;
+                return (j < 16 ? c & 0x0f : c >> 4) | fifth << 4;
+            };
+            if (b32_min(type)) {
                 std::memcpy(&hm, grp + scales32_offset(type, b) + 64 + 2 * r, 2);
                 const float m = f16_to_f32(hm);
-                for (int j = 0; j < qk; ++j) {
-                    const uint8_t c = codes[code32_byte(type, r, j)];
-                    const int fifth = (codes[fifth32_byte(r, j)] >> fifth32_bit(j)) & 1;
-                    out[b * qk + j] = float((j < 16 ? c & 0x0f : c >> 4) | fifth << 4) * d + m;
-                }
+                for (int j = 0; j < qk; ++j)
+                    out[b * qk + j] = float(code(j)) * d + m;
                 continue;
             }
-            for (int j = 0; j < qk; ++j) {
-                const uint8_t c = codes[code32_byte(type, r, j)];
-                const int q = type == DType::Q8_0 ? int(int8_t(c ^ 0x80)) : (j < 16 ? c & 0x0f : c >> 4) - 8;
-                out[b * qk + j] = d * float(q);
-            }
+            for (int j = 0; j < qk; ++j)
+                out[b * qk + j] = d * float(code(j) - (type == DType::Q8_0 ? 0 : b32_offset(type)));
         }
         return;
     }
@@ -540,7 +564,7 @@ template <int NT> struct RowActs {
     int32_t sum16(int t, int64_t j) const { return s16[t][j]; }
     template <DType T> int32_t bias32(int t, int64_t b) const
     {
-        return (T == DType::Q8_0 ? -128 : -8) * (s16[t][2 * b] + s16[t][2 * b + 1]);
+        return -b32_offset(T) * (s16[t][2 * b] + s16[t][2 * b + 1]);
     }
 };
 
@@ -568,8 +592,10 @@ struct TileActs {
     {
         if constexpr (T == DType::Q8_0)
             return b32[packed_act_tile * b + t];
-        else
-            return b32[packed_act_tile * b + t] / 16; // -8 sum(q): exact
+        else if constexpr (b32_offset(T) == 0)
+            return 0;
+        else // -8 or -16 sum(q): exact
+            return b32[packed_act_tile * b + t] / (128 / b32_offset(T));
     }
 };
 
@@ -770,11 +796,12 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
-// One group of 16 rows of Q8_0, Q4_0 or Q5_1 against NT tokens. Per block of 32 and token: the
-// exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble) times the activation
-// code per row (lanes = rows), started at -bias (128, 8) times the sum of the block's activation
-// codes, so it ends as sum(q x) with q the signed code; then acc += float(sum) * (d_w d_x).
-// Q5_1: the 5-bit code, no bias, then acc += m_w * (d_x sum(q_x)).
+// One group of 16 rows of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 against NT tokens. Per block of 32 and
+// token: the exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble, Q5_0 the
+// 5-bit code) times the activation code per row (lanes = rows), started at -offset (128, 8, 16)
+// times the sum of the block's activation codes, so it ends as sum(q x) with q the signed code;
+// then acc += float(sum) * (d_w d_x). Q4_1, Q5_1: the 4- or 5-bit code, no offset, then acc +=
+// m_w * (d_x sum(q_x)).
 template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -789,7 +816,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
-            is[t] = T == DType::Q5_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(x.template bias32<T>(t, b));
+            is[t] = b32_min(T) ? _mm512_setzero_si512() : _mm512_set1_epi32(x.template bias32<T>(t, b));
         if constexpr (T == DType::Q8_0 && NT == 1) {
             // One token (decode): two chains of four, so the loads of the next block start
             // sooner (the sums are exact either way).
@@ -813,7 +840,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             for (int w = 0; w < 4; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if constexpr (T == DType::Q5_1) {
+                if constexpr (b32_fifth(T)) {
                     const __m512i qh = _mm512_loadu_si512(c + packed_q4_0_block_bytes);
                     lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
                     hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * w + 1));
@@ -830,7 +857,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.db(t, b))), acc[t]);
-        if constexpr (T == DType::Q5_1) {
+        if constexpr (b32_min(T)) {
             const __m512 mw = _mm512_cvtph_ps(
                 _mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b) + 64)));
             #pragma GCC unroll 8
@@ -1270,7 +1297,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             } else {
-                constexpr int bias = T == DType::Q4_0 ? 8 : 0; // Q5_1: none
+                constexpr int bias = b32_offset(T); // Q4_1, Q5_1: none
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int32_t *s16 = a.s16_row(t0 + t);
@@ -1280,7 +1307,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                 for (int w = 0; w < 4; ++w) {
                     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
                     __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-                    if constexpr (T == DType::Q5_1) {
+                    if constexpr (b32_fifth(T)) {
                         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
                         lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
                         hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
@@ -1300,7 +1327,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
                                          acc[t]);
-            if constexpr (T == DType::Q5_1) {
+            if constexpr (b32_min(T)) {
                 const __m256 mw = _mm256_cvtph_ps(
                     _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
                 #pragma GCC unroll 4
@@ -1433,6 +1460,14 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_b32_avx2<DType::Q5_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q5_1)
                 packed_b32_avx2<DType::Q5_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q4_1 && two)
+                packed_b32_avx2<DType::Q4_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q4_1)
+                packed_b32_avx2<DType::Q4_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_0 && two)
+                packed_b32_avx2<DType::Q5_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::Q5_0)
+                packed_b32_avx2<DType::Q5_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K && two)
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
@@ -1462,6 +1497,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         return packed_b32_vnni_n<DType::Q4_0>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q5_1)
         return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q4_1)
+        return packed_b32_vnni_n<DType::Q4_1>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::Q5_0)
+        return packed_b32_vnni_n<DType::Q5_0>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q6_K)
         return packed_q6_k_like_vnni<DType::Q6_K>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q3_K)
@@ -1559,6 +1598,8 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt>(group, n_in, x, out, ldo); return;
     case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); return;
+    case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); return;
+    case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
     case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;
