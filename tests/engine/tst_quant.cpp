@@ -762,7 +762,7 @@ private slots:
             qInfo("no AVX2 here: the packed kernels never run on this CPU");
     }
 
-    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -773,7 +773,7 @@ private slots:
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
         for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0,
-                        DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -788,6 +788,7 @@ private slots:
         QTest::newRow("Q5_1 160x32") << DType::Q5_1 << 160 << 32;
         QTest::newRow("Q4_1 160x32") << DType::Q4_1 << 160 << 32;
         QTest::newRow("Q5_0 160x32") << DType::Q5_0 << 160 << 32;
+        QTest::newRow("IQ4_NL 160x32") << DType::IQ4_NL << 160 << 32;
     }
     void packed_matrices()
     {
@@ -797,9 +798,9 @@ private slots:
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
         const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-                         type == DType::Q5_1;
+                         type == DType::Q5_1 || type == DType::IQ4_NL;
         QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
-        QVERIFY(!packable(DType::IQ4_NL, n_in, n_out));
+        QVERIFY(!packable(DType::IQ4_XS, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
         // Pairs of blocks: 64 bytes of scales (Q4_1, Q5_1: 128, with the minimums), then the codes

@@ -47,15 +47,17 @@ constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q4_1_bytes = 20, q5_0_bytes 
 bool is_block32(DType type)
 {
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-           type == DType::Q5_1;
+           type == DType::Q5_1 || type == DType::IQ4_NL;
 }
 // The 32-value types with a minimum m (x = d * q + m), with a fifth bit per code, and the offset
 // of their codes (x = d * (q - offset)).
 constexpr bool b32_min(DType type) { return type == DType::Q4_1 || type == DType::Q5_1; }
 constexpr bool b32_fifth(DType type) { return type == DType::Q5_0 || type == DType::Q5_1; }
+// IQ4_NL (the Q4_0 block, x = d * iq4_nl_values[q]) takes its values as codes + 128 in the VNNI
+// kernel, hence Q8_0's offset there.
 constexpr int b32_offset(DType type)
 {
-    return type == DType::Q8_0 ? 128 : type == DType::Q4_0 ? 8 : type == DType::Q5_0 ? 16 : 0;
+    return type == DType::Q8_0 || type == DType::IQ4_NL ? 128 : type == DType::Q4_0 ? 8 : type == DType::Q5_0 ? 16 : 0;
 }
 
 // Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
@@ -370,7 +372,7 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     // x = d * q (dequantize_q8_0), d * (q - 8) (dequantize_q4_0), (q - 16) * d (dequantize_q5_0; the
-    // same product), q * d + m (dequantize_q4_1, dequantize_q5_1).
+    // same product), q * d + m (dequantize_q4_1, dequantize_q5_1), d * value (dequantize_iq4_nl).
     if (is_block32(type)) {
         const int r = int(row % packed_group_rows);
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
@@ -392,6 +394,11 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
                 const float m = f16_to_f32(hm);
                 for (int j = 0; j < qk; ++j)
                     out[b * qk + j] = float(code(j)) * d + m;
+                continue;
+            }
+            if (type == DType::IQ4_NL) { // x = d * value (dequantize_iq4_nl)
+                for (int j = 0; j < qk; ++j)
+                    out[b * qk + j] = d * float(iq4_nl_values[code(j)]);
                 continue;
             }
             for (int j = 0; j < qk; ++j)
@@ -796,12 +803,25 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
-// One group of 16 rows of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 against NT tokens. Per block of 32 and
+// IQ4_NL's sixteen values + 128 (1..241, unsigned) in every 128-bit lane, for vpshufb.
+LS_PACKED_VNNI inline __m512i iq4_table_128()
+{
+    alignas(16) static constexpr uint8_t t[16] = {
+        uint8_t(iq4_nl_values[0] + 128),  uint8_t(iq4_nl_values[1] + 128),  uint8_t(iq4_nl_values[2] + 128),
+        uint8_t(iq4_nl_values[3] + 128),  uint8_t(iq4_nl_values[4] + 128),  uint8_t(iq4_nl_values[5] + 128),
+        uint8_t(iq4_nl_values[6] + 128),  uint8_t(iq4_nl_values[7] + 128),  uint8_t(iq4_nl_values[8] + 128),
+        uint8_t(iq4_nl_values[9] + 128),  uint8_t(iq4_nl_values[10] + 128), uint8_t(iq4_nl_values[11] + 128),
+        uint8_t(iq4_nl_values[12] + 128), uint8_t(iq4_nl_values[13] + 128), uint8_t(iq4_nl_values[14] + 128),
+        uint8_t(iq4_nl_values[15] + 128)};
+    return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i *>(t)));
+}
+
+// One group of 16 rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL against NT tokens. Per block of 32 and
 // token: the exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble, Q5_0 the
 // 5-bit code) times the activation code per row (lanes = rows), started at -offset (128, 8, 16)
 // times the sum of the block's activation codes, so it ends as sum(q x) with q the signed code;
 // then acc += float(sum) * (d_w d_x). Q4_1, Q5_1: the 4- or 5-bit code, no offset, then acc +=
-// m_w * (d_x sum(q_x)).
+// m_w * (d_x sum(q_x)). IQ4_NL: the table's value + 128 for the nibble, Q8_0's offset.
 template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -840,6 +860,10 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             for (int w = 0; w < 4; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if constexpr (T == DType::IQ4_NL) { // the values + 128, from the table
+                    lo = _mm512_shuffle_epi8(iq4_table_128(), lo);
+                    hi = _mm512_shuffle_epi8(iq4_table_128(), hi);
+                }
                 if constexpr (b32_fifth(T)) {
                     const __m512i qh = _mm512_loadu_si512(c + packed_q4_0_block_bytes);
                     lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
@@ -1297,7 +1321,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             } else {
-                constexpr int bias = b32_offset(T); // Q4_1, Q5_1: none
+                constexpr int bias = T == DType::IQ4_NL ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL: none
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int32_t *s16 = a.s16_row(t0 + t);
@@ -1311,6 +1335,25 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
                         lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
                         hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
+                    }
+                    if constexpr (T == DType::IQ4_NL) {
+                        // The signed values from the table, through the sign trick (|v| and x with
+                        // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
+                        // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
+                        const __m256i table = _mm256_broadcastsi128_si256(
+                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
+                        const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
+                        #pragma GCC unroll 4
+                        for (int t = 0; t < NT; ++t) {
+                            const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+                            const __m256i pl = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
+                            const __m256i ph = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
+                            is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
+                                                                             _mm256_madd_epi16(ph, ones)));
+                        }
+                        continue;
                     }
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t) {
@@ -1468,6 +1511,10 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
                 packed_b32_avx2<DType::Q5_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q5_0)
                 packed_b32_avx2<DType::Q5_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::IQ4_NL && two)
+                packed_b32_avx2<DType::IQ4_NL, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
+            else if (type == DType::IQ4_NL)
+                packed_b32_avx2<DType::IQ4_NL, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K && two)
                 packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
             else if (type == DType::Q6_K)
@@ -1501,6 +1548,8 @@ QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const Qua
         return packed_b32_vnni_n<DType::Q4_1>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q5_0)
         return packed_b32_vnni_n<DType::Q5_0>(group, n_in, a, t0, n_tokens, out, ldo);
+    if (type == DType::IQ4_NL)
+        return packed_b32_vnni_n<DType::IQ4_NL>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q6_K)
         return packed_q6_k_like_vnni<DType::Q6_K>(group, n_in, a, t0, n_tokens, out, ldo);
     if (type == DType::Q3_K)
@@ -1600,6 +1649,7 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); return;
     case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); return;
+    case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
     case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;
