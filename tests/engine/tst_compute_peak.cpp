@@ -95,9 +95,9 @@ private slots:
         // have them, else 8-bit integer ones.
         const ComputeFamily quant = t.bf16_dot ? ComputeFamily::Bf16Dot : ComputeFamily::Int8Dot;
         const ComputeFamily packed = t.pack_weights ? ComputeFamily::Int8Dot : quant;
-        for (const char *type : {"Q8_0", "Q4_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"})
+        for (const char *type : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
             QCOMPARE(prefill_compute_family(type), packed);
-        QCOMPARE(prefill_compute_family("Q5_0"), quant);
+        QCOMPARE(prefill_compute_family("IQ4_XS"), quant);
         CpuOptions o;
         o.quant_matmul = QuantMatmulPath::Integer;
         CpuOptionsScope scope(o);
