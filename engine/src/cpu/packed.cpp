@@ -198,113 +198,101 @@ size_t packed_size(DType type, int64_t n_in, int64_t n_out)
 
 namespace {
 
-void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+// Calls pack_row(b, p, r) for every packed super-block b of groups [g0, g1) (zeroed first) and
+// each of its sixteen rows r, p being that row's super-block in the source (src_bytes each).
+template <class PackRow>
+void for_each_k_block(DType type, int64_t src_bytes, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0,
+                      int64_t g1, PackRow pack_row)
 {
     const int64_t nsb = n_in / qk_k;
-    const size_t row_stride = size_t(nsb) * q6_k_bytes;
+    const size_t row_stride = size_t(nsb * src_bytes), block_bytes = size_t(packed_k_block_bytes(type));
     for (int64_t g = g0; g < g1; ++g)
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q6_k_block_bytes;
-            std::memset(b, 0, packed_q6_k_block_bytes);
-            for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q6_k_bytes;
-                std::memcpy(b + off6_d + 2 * r, p + 208, 2);
-                for (int grp = 0; grp < 16; ++grp)
-                    b[off6_sc + 16 * grp + r] = p[192 + grp];
-                uint8_t q[256];
-                q6_k_codes(p, q);
-                for (int i = 0; i < 256; ++i) {
-                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
-                    uint8_t *v = b + off6_q + 192 * grp;
-                    v[64 * (w / 2) + 4 * r + c] |= uint8_t((q[i] & 0x0f) << (4 * (w % 2)));
-                    v[128 + 4 * r + c] |= uint8_t((q[i] >> 4) << (2 * w));
-                }
-            }
+            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * block_bytes;
+            std::memset(b, 0, block_bytes);
+            for (int r = 0; r < packed_group_rows; ++r)
+                pack_row(b, src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb * src_bytes), r);
         }
+}
+
+// Q6_K (quant.h: ql[128], qh[64], scales[16], d).
+void pack_q6_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
+{
+    for_each_k_block(DType::Q6_K, q6_k_bytes, src, n_in, dst, g0, g1, [](uint8_t *b, const uint8_t *p, int r) {
+        std::memcpy(b + off6_d + 2 * r, p + 208, 2);
+        for (int grp = 0; grp < 16; ++grp)
+            b[off6_sc + 16 * grp + r] = p[192 + grp];
+        uint8_t q[256];
+        q6_k_codes(p, q);
+        for (int i = 0; i < 256; ++i) {
+            const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+            uint8_t *v = b + off6_q + 192 * grp;
+            v[64 * (w / 2) + 4 * r + c] |= uint8_t((q[i] & 0x0f) << (4 * (w % 2)));
+            v[128 + 4 * r + c] |= uint8_t((q[i] >> 4) << (2 * w));
+        }
+    });
 }
 
 // Q3_K (quant.h: hmask[32], qs[64], scales[12], d).
 void pack_q3_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    const int64_t nsb = n_in / qk_k;
-    const size_t row_stride = size_t(nsb) * q3_k_bytes;
-    for (int64_t g = g0; g < g1; ++g)
-        for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q3_k_block_bytes;
-            std::memset(b, 0, packed_q3_k_block_bytes);
-            for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q3_k_bytes;
-                std::memcpy(b + off6_d + 2 * r, p + 108, 2);
-                int8_t sc[16];
-                q3_k_scales(p + 96, sc);
-                for (int grp = 0; grp < 16; ++grp)
-                    b[off6_sc + 16 * grp + r] = uint8_t(sc[grp]);
-                uint8_t q[256];
-                q3_k_codes(p, q);
-                for (int i = 0; i < 256; ++i) {
-                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
-                    uint8_t *pair = b + off3_q + 192 * (grp / 2);
-                    pair[64 * (grp % 2) + 4 * r + c] |= uint8_t((q[i] & 3) << (2 * w));
-                    pair[128 + 4 * r + c] |= uint8_t((q[i] >> 2) << (4 * (grp % 2) + w));
-                }
-            }
+    for_each_k_block(DType::Q3_K, q3_k_bytes, src, n_in, dst, g0, g1, [](uint8_t *b, const uint8_t *p, int r) {
+        std::memcpy(b + off6_d + 2 * r, p + 108, 2);
+        int8_t sc[16];
+        q3_k_scales(p + 96, sc);
+        for (int grp = 0; grp < 16; ++grp)
+            b[off6_sc + 16 * grp + r] = uint8_t(sc[grp]);
+        uint8_t q[256];
+        q3_k_codes(p, q);
+        for (int i = 0; i < 256; ++i) {
+            const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+            uint8_t *pair = b + off3_q + 192 * (grp / 2);
+            pair[64 * (grp % 2) + 4 * r + c] |= uint8_t((q[i] & 3) << (2 * w));
+            pair[128 + 4 * r + c] |= uint8_t((q[i] >> 2) << (4 * (grp % 2) + w));
         }
+    });
 }
 
 // Q2_K (quant.h: scales[16] (scale | min << 4), qs[64], d, dmin).
 void pack_q2_k(const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    const int64_t nsb = n_in / qk_k;
-    const size_t row_stride = size_t(nsb) * q2_k_bytes;
-    for (int64_t g = g0; g < g1; ++g)
-        for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q2_k_block_bytes;
-            std::memset(b, 0, packed_q2_k_block_bytes);
-            for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb) * q2_k_bytes;
-                std::memcpy(b + off_d + 2 * r, p + 80, 2);
-                std::memcpy(b + off2_dmin + 2 * r, p + 82, 2);
-                for (int grp = 0; grp < 16; ++grp) {
-                    b[off2_sc + 16 * grp + r] = p[grp] & 0x0f;
-                    b[off2_m + 16 * grp + r] = p[grp] >> 4;
-                }
-                uint8_t q[256];
-                q2_k_codes(p, q);
-                for (int i = 0; i < 256; ++i) {
-                    const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
-                    b[off2_q + 64 * grp + 4 * r + c] |= uint8_t(q[i] << (2 * w));
-                }
-            }
+    for_each_k_block(DType::Q2_K, q2_k_bytes, src, n_in, dst, g0, g1, [](uint8_t *b, const uint8_t *p, int r) {
+        std::memcpy(b + off_d + 2 * r, p + 80, 2);
+        std::memcpy(b + off2_dmin + 2 * r, p + 82, 2);
+        for (int grp = 0; grp < 16; ++grp) {
+            b[off2_sc + 16 * grp + r] = p[grp] & 0x0f;
+            b[off2_m + 16 * grp + r] = p[grp] >> 4;
         }
+        uint8_t q[256];
+        q2_k_codes(p, q);
+        for (int i = 0; i < 256; ++i) {
+            const int grp = i / 16, w = (i % 16) / 4, c = i % 4;
+            b[off2_q + 64 * grp + 4 * r + c] |= uint8_t(q[i] << (2 * w));
+        }
+    });
 }
 
 // Q4_K or Q5_K (quant.h: d, dmin, scales[12], Q5_K's qh[32], qs[128]).
 void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const bool q5 = type == DType::Q5_K;
-    const int64_t nsb = n_in / qk_k, block_bytes = q5 ? q5_k_bytes : q4_k_bytes, off_src_qs = q5 ? 48 : 16;
-    const size_t row_stride = size_t(nsb * block_bytes);
-    for (int64_t g = g0; g < g1; ++g)
-        for (int64_t sb = 0; sb < nsb; ++sb) {
-            uint8_t *b = dst + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_k_block_bytes(type));
-            for (int r = 0; r < packed_group_rows; ++r) {
-                const uint8_t *p = src + size_t(g * packed_group_rows + r) * row_stride + size_t(sb * block_bytes);
-                std::memcpy(b + off_d + 2 * r, p, 2);
-                std::memcpy(b + off_dmin + 2 * r, p + 2, 2);
-                uint8_t sc[8], m[8];
-                q4_k_scales_mins(p + 4, sc, m);
-                for (int j = 0; j < 8; ++j) {
-                    b[off_sc + 16 * j + r] = sc[j];
-                    b[off_m + 16 * j + r] = m[j];
-                }
-                for (int pair = 0; pair < 4; ++pair)
-                    for (int w = 0; w < 8; ++w)
-                        std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + off_src_qs + 32 * pair + 4 * w, 4);
-                if (q5)
-                    for (int w = 0; w < 8; ++w)
-                        std::memcpy(b + off5_qh + (w * 16 + r) * 4, p + 16 + 4 * w, 4);
-            }
+    const int64_t off_src_qs = q5 ? 48 : 16;
+    for_each_k_block(type, q5 ? q5_k_bytes : q4_k_bytes, src, n_in, dst, g0, g1, [&](uint8_t *b, const uint8_t *p, int r) {
+        std::memcpy(b + off_d + 2 * r, p, 2);
+        std::memcpy(b + off_dmin + 2 * r, p + 2, 2);
+        uint8_t sc[8], m[8];
+        q4_k_scales_mins(p + 4, sc, m);
+        for (int j = 0; j < 8; ++j) {
+            b[off_sc + 16 * j + r] = sc[j];
+            b[off_m + 16 * j + r] = m[j];
         }
+        for (int pair = 0; pair < 4; ++pair)
+            for (int w = 0; w < 8; ++w)
+                std::memcpy(b + off_qs + ((pair * 8 + w) * 16 + r) * 4, p + off_src_qs + 32 * pair + 4 * w, 4);
+        if (q5)
+            for (int w = 0; w < 8; ++w)
+                std::memcpy(b + off5_qh + (w * 16 + r) * 4, p + 16 + 4 * w, 4);
+    });
 }
 
 // Q8_0: the codes + 128; Q4_0 (d, qs[16]) and Q4_1 (d, m, qs[16]): the bytes of qs as stored
