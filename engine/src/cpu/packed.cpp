@@ -1452,102 +1452,86 @@ void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
 
 } // namespace
 
-void packed_tile_with(
-QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
+namespace {
+
+// The AVX2 kernels of type T for n_tokens (1..4) tokens. Four tokens in one pass where a tile has
+// four (prefill) and the type has a four-token kernel: each weight vector is loaded and unpacked
+// once for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
+// registers), and it is still faster: one core, 64 tokens, 2048 x 5632, Q8_0 86-90 -> 104-109
+// GOP/s, Q4_K 131-137 -> 147-156, Q5_K 94 -> 111-112, Q6_K 74-76 -> 92-93
+// (scripts/bench-decode-matvec.cpp). Otherwise two tokens at a time, then one. The same
+// operations per (row, token) pair whatever the count, so the same bits.
+template <DType T>
+void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                        float *out, int64_t ldo)
+{
+    constexpr bool b32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
+                         T == DType::Q5_1 || T == DType::IQ4_NL;
+    constexpr bool k16 = T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K;
+    if constexpr (!b32 || T == DType::Q8_0)
+        if (n_tokens == 4) {
+            if constexpr (b32)
+                return packed_b32_avx2<T, 4>(group, n_in, a, t0, out, ldo);
+            else if constexpr (k16)
+                return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+            else
+                return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+        }
+    for (int t = 0; t < n_tokens; t += 2) {
+        float *o = out + t * ldo;
+        if (t + 1 < n_tokens) {
+            if constexpr (b32)
+                packed_b32_avx2<T, 2>(group, n_in, a, t0 + t, o, ldo);
+            else if constexpr (k16)
+                packed_q6_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
+            else
+                packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
+        } else if constexpr (T == DType::Q8_0) {
+            packed_q8_0_avx2_one(group, n_in, a, t0 + t, o);
+        } else if constexpr (b32) {
+            packed_b32_avx2<T, 1>(group, n_in, a, t0 + t, o, ldo);
+        } else if constexpr (k16) {
+            packed_q6_k_avx2_one<T>(group, n_in, a, t0 + t, o);
+        } else {
+            packed_q4_k_avx2_one<T>(group, n_in, a, t0 + t, o);
+        }
+    }
+}
+
+// The kernels of set k for type T (VNNI: any 1..4 tokens in one pass).
+template <DType T>
+void packed_tokens(QKernel k, const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
+                   float *out, int64_t ldo)
+{
+    if (k == QKernel::Avx2)
+        packed_tokens_avx2<T>(group, n_in, a, t0, n_tokens, out, ldo);
+    else if constexpr (T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K)
+        packed_q6_k_like_vnni<T>(group, n_in, a, t0, n_tokens, out, ldo);
+    else if constexpr (T == DType::Q4_K || T == DType::Q5_K)
+        packed_q4_k_like_vnni<T>(group, n_in, a, t0, n_tokens, out, ldo);
+    else
+        packed_b32_vnni_n<T>(group, n_in, a, t0, n_tokens, out, ldo);
+}
+
+} // namespace
+
+void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
                       int64_t t0, int n_tokens, float *out, int64_t ldo)
 {
     const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
-    if (k == QKernel::Avx2) {
-        // Four tokens in one pass where a tile has four (prefill): each weight vector is loaded
-        // and unpacked once for four tokens, not two. Some accumulators live on the stack
-        // then (AVX2 has 16 vector registers), and it is still faster: one core, 64 tokens,
-        // 2048 x 5632, Q8_0 86-90 -> 104-109 GOP/s, Q4_K 131-137 -> 147-156, Q5_K 94 -> 111-112,
-        // Q6_K 74-76 -> 92-93 (scripts/bench-decode-matvec.cpp). The same operations per
-        // (row, token) pair as two at a time, so the same bits.
-        if (type == DType::Q8_0 && n_tokens == 4)
-            return packed_b32_avx2<DType::Q8_0, 4>(group, n_in, a, t0, out, ldo);
-        if (type == DType::Q4_K && n_tokens == 4)
-            return packed_q4_k_avx2<4>(group, n_in, a, t0, out, ldo);
-        if (type == DType::Q5_K && n_tokens == 4)
-            return packed_q4_k_avx2<4, DType::Q5_K>(group, n_in, a, t0, out, ldo);
-        if (type == DType::Q6_K && n_tokens == 4)
-            return packed_q6_k_avx2<4>(group, n_in, a, t0, out, ldo);
-        if (type == DType::Q3_K && n_tokens == 4)
-            return packed_q6_k_avx2<4, DType::Q3_K>(group, n_in, a, t0, out, ldo);
-        if (type == DType::Q2_K && n_tokens == 4)
-            return packed_q6_k_avx2<4, DType::Q2_K>(group, n_in, a, t0, out, ldo);
-        // Otherwise two tokens at a time.
-        for (int t = 0; t < n_tokens; t += 2) {
-            const bool two = t + 1 < n_tokens;
-            if (type == DType::Q8_0 && two)
-                packed_b32_avx2<DType::Q8_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q8_0)
-                packed_q8_0_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
-            else if (type == DType::Q4_0 && two)
-                packed_b32_avx2<DType::Q4_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q4_0)
-                packed_b32_avx2<DType::Q4_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q5_1 && two)
-                packed_b32_avx2<DType::Q5_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q5_1)
-                packed_b32_avx2<DType::Q5_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q4_1 && two)
-                packed_b32_avx2<DType::Q4_1, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q4_1)
-                packed_b32_avx2<DType::Q4_1, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q5_0 && two)
-                packed_b32_avx2<DType::Q5_0, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q5_0)
-                packed_b32_avx2<DType::Q5_0, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::IQ4_NL && two)
-                packed_b32_avx2<DType::IQ4_NL, 2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::IQ4_NL)
-                packed_b32_avx2<DType::IQ4_NL, 1>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q6_K && two)
-                packed_q6_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q6_K)
-                packed_q6_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
-            else if (type == DType::Q3_K && two)
-                packed_q6_k_avx2<2, DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q3_K)
-                packed_q6_k_avx2_one<DType::Q3_K>(group, n_in, a, t0 + t, out + t * ldo);
-            else if (type == DType::Q2_K && two)
-                packed_q6_k_avx2<2, DType::Q2_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q2_K)
-                packed_q6_k_avx2_one<DType::Q2_K>(group, n_in, a, t0 + t, out + t * ldo);
-            else if (type == DType::Q5_K && two)
-                packed_q4_k_avx2<2, DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else if (type == DType::Q5_K)
-                packed_q4_k_avx2_one<DType::Q5_K>(group, n_in, a, t0 + t, out + t * ldo);
-            else if (two)
-                packed_q4_k_avx2<2>(group, n_in, a, t0 + t, out + t * ldo, ldo);
-            else
-                packed_q4_k_avx2_one(group, n_in, a, t0 + t, out + t * ldo);
-        }
-        return;
+    switch (type) {
+    case DType::Q8_0: return packed_tokens<DType::Q8_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q4_0: return packed_tokens<DType::Q4_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q4_1: return packed_tokens<DType::Q4_1>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q5_0: return packed_tokens<DType::Q5_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q5_1: return packed_tokens<DType::Q5_1>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::IQ4_NL: return packed_tokens<DType::IQ4_NL>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q2_K: return packed_tokens<DType::Q2_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q3_K: return packed_tokens<DType::Q3_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q5_K: return packed_tokens<DType::Q5_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::Q6_K: return packed_tokens<DType::Q6_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    default: return packed_tokens<DType::Q4_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
     }
-    if (type == DType::Q8_0)
-        return packed_b32_vnni_n<DType::Q8_0>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q4_0)
-        return packed_b32_vnni_n<DType::Q4_0>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q5_1)
-        return packed_b32_vnni_n<DType::Q5_1>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q4_1)
-        return packed_b32_vnni_n<DType::Q4_1>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q5_0)
-        return packed_b32_vnni_n<DType::Q5_0>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::IQ4_NL)
-        return packed_b32_vnni_n<DType::IQ4_NL>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q6_K)
-        return packed_q6_k_like_vnni<DType::Q6_K>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q3_K)
-        return packed_q6_k_like_vnni<DType::Q3_K>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q2_K)
-        return packed_q6_k_like_vnni<DType::Q2_K>(group, n_in, a, t0, n_tokens, out, ldo);
-    if (type == DType::Q5_K)
-        packed_q4_k_like_vnni<DType::Q5_K>(group, n_in, a, t0, n_tokens, out, ldo);
-    else
-        packed_q4_k_like_vnni<DType::Q4_K>(group, n_in, a, t0, n_tokens, out, ldo);
 }
 
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
