@@ -39,8 +39,8 @@ def run_json(cmd):
     return json.loads(out)
 
 
-def llama(bench, model, prompt, new, threads, depth, kv_type):
-    common = ["-t", str(threads), "-fa", "1", "-r", "1", "-o", "json", "-ctk", kv_type, "-ctv", kv_type]
+def llama(bench, model, prompt, new, threads, depth, kv_type, extra=()):
+    common = ["-t", str(threads), "-fa", "1", "-r", "1", "-o", "json", "-ctk", kv_type, "-ctv", kv_type] + list(extra)
     if depth == 0:
         rows = run_json([bench, "-m", model, "-p", str(prompt), "-n", str(new)] + common)
         pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--kv-type", default="f16", choices=["f32", "f16", "q8_0", "q4_0"],
                     help="the KV cache's type on both sides (default f16, llama.cpp's default)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--llama-args", default="", help="more arguments for llama-bench, e.g. \"--repack 0\" where its "
+                    "AMX repacking crashes")
     ap.add_argument("--baseline-cli", help="an earlier longscope-cli, run in the same alternation: its figures "
                     "and the ratios this one / earlier are printed too (a refactor's no-regression check)")
     ap.add_argument("models", nargs="+")
@@ -105,7 +107,7 @@ def main():
         best_b = [0.0, 0.0]
         bytes_per_token, bandwidth, prefill_roof = 0.0, 0.0, 0.0
         for _ in range(a.rounds):
-            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
+            pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth, a.kv_type, a.llama_args.split())
             best_l = [max(best_l[0], pp), max(best_l[1], tg)]
             pre, dec, bpt, bw, proof = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
             best_s = [max(best_s[0], pre), max(best_s[1], dec)]

@@ -23,7 +23,8 @@ using longscope::test::CpuOptionsScope;
 
 namespace {
 
-const ComputeFamily k_families[] = {ComputeFamily::F32Fma, ComputeFamily::Bf16Dot, ComputeFamily::Int8Dot};
+const ComputeFamily k_families[] = {ComputeFamily::F32Fma, ComputeFamily::Bf16Dot, ComputeFamily::Int8Dot,
+                                    ComputeFamily::AmxBf16};
 
 // Operations per second of a [n, n] F32 matrix times n_tokens activations on one thread, best of 3.
 double matmul_rate(int64_t n, int64_t n_tokens)
@@ -85,6 +86,14 @@ private slots:
 
     void familyFollowsTheMatmulPath()
     {
+        // With AMX tiles every weight type takes them over many tokens.
+        if (kernel_table().amx)
+            for (const char *type : {"F32", "F16", "BF16", "Q8_0", "Q4_K", "IQ4_XS"})
+                QCOMPARE(prefill_compute_family(type), ComputeFamily::AmxBf16);
+        // The rest as on a CPU without them.
+        CpuOptions no_amx;
+        no_amx.amx = false;
+        CpuOptionsScope without(no_amx);
         const CpuKernelTable &t = kernel_table();
         QCOMPARE(prefill_compute_family("F32"), ComputeFamily::F32Fma);
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::F32Fma);
@@ -99,6 +108,7 @@ private slots:
             QCOMPARE(prefill_compute_family(type), packed);
         QCOMPARE(prefill_compute_family("IQ4_XS"), quant);
         CpuOptions o;
+        o.amx = false;
         o.quant_matmul = QuantMatmulPath::Integer;
         CpuOptionsScope scope(o);
         QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::Int8Dot);
@@ -108,7 +118,11 @@ private slots:
     {
         // 2 x 768^2 x 64 operations on F32 weights, in cache, through the GEMM tiles.
         // Measured by turns, best of each: another process on the core during one of them
-        // (ctest runs suites side by side) does not tilt the ratio.
+        // (ctest runs suites side by side) does not tilt the ratio. The float kernel, not the AMX
+        // tiles (tst_amx checks those against their own probe).
+        CpuOptions no_amx;
+        no_amx.amx = false;
+        CpuOptionsScope scope(no_amx);
         double peak = 0, rate = 0;
         for (int round = 0; round < 4; ++round) {
             peak = std::max(peak, measure_compute_peak(1, ComputeFamily::F32Fma));

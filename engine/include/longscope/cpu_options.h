@@ -3,7 +3,7 @@
 // defaults are the fastest this CPU allows; the others exist for comparisons and benchmarks.
 // The engine reads no environment variable: longscope-cli and the app read the switches
 // documented in docs/performance.md (LONGSCOPE_SIMD, LONGSCOPE_QUANT_MATMUL, LONGSCOPE_PACK,
-// LONGSCOPE_COPY_WEIGHTS) with cpu_options_from_switches and pass the result to set_cpu_options.
+// LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX) with cpu_options_from_switches and pass the result to set_cpu_options.
 #pragma once
 
 #include <functional>
@@ -18,12 +18,14 @@ namespace longscope {
 // products of quantized weights, and attention.
 enum class SimdLevel { Auto, Avx512, Avx2, Portable };
 
-// How quantized weights are multiplied. Auto: integer dot products on activations quantized to
+// How quantized weights are multiplied. Auto: AMX tiles from 16 tokens on where the CPU has
+// them (cpu/amx.h; float weights too), else integer dot products on activations quantized to
 // 8 bits for packed matrices and few tokens, BF16 dot products for other matrices from 16
 // tokens on where the CPU has them. Dequantize:
 // rows widened to float, then the float kernel (the reference path). A path the weight type or
-// the CPU cannot take falls back as Auto would.
-enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize };
+// the CPU cannot take falls back as Auto would; Integer, Bf16 and Dequantize never use AMX.
+// Amx: the AMX tiles at any token count (where the CPU has them).
+enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize, Amx };
 
 struct CpuOptions {
     SimdLevel kernels = SimdLevel::Auto;
@@ -34,6 +36,9 @@ struct CpuOptions {
     // The matrices copied at load out of the file mapping into the model's own huge pages;
     // off leaves them in the mapping (packed matrices are still packed).
     bool copy_weights = true;
+    // Intel AMX tiles for matrix products over many tokens where the CPU has them and the
+    // kernel grants them; off keeps the AVX-512 kernels.
+    bool amx = true;
 };
 
 // Makes `options` the CPU backend's choices for this process. Call it before models are
@@ -43,15 +48,15 @@ void set_cpu_options(const CpuOptions &options);
 // The choices in force (the defaults until set_cpu_options is called).
 const CpuOptions &cpu_options();
 
-// The switches' values: "avx512", "avx2", "portable"; "integer", "bf16", "dequantize".
+// The switches' values: "avx512", "avx2", "portable"; "integer", "bf16", "dequantize", "amx".
 // nullopt for anything else.
 std::optional<SimdLevel> parse_simd_level(std::string_view text);
 std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
 
 // The options the documented switches ask for, from `lookup(name)`, which returns a switch's
 // value or null when it is not set (an application passes its environment: std::getenv).
-// LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize,
-// LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0; any other value leaves the default.
+// LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize|amx,
+// LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0; any other value leaves the default.
 CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
 
 } // namespace longscope

@@ -25,8 +25,8 @@ double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
 
 // The instruction families of the CPU's matrix-product kernels: float multiply-adds (float
 // weights, and quantized ones without a faster path), BF16 dot products, 8-bit integer dot
-// products.
-enum class ComputeFamily { F32Fma, Bf16Dot, Int8Dot };
+// products, AMX BF16 tile products.
+enum class ComputeFamily { F32Fma, Bf16Dot, Int8Dot, AmxBf16 };
 
 // The family prefill's matrix products run on here for weights of the named type (a GGUF
 // type name such as "F16" or "Q4_K"; an unknown name counts as float), under the kernels in use.

@@ -1,5 +1,6 @@
 #include "cpu/compute_peak.h"
 
+#include "cpu/amx.h"
 #include "cpu/kernel_table.h"
 
 #include <immintrin.h>
@@ -156,6 +157,10 @@ ComputeLoop compute_loop(ComputeFamily family)
             return {vnni512, k_acc * 64 * 2.0, "avx512 vpdpbusd"};
         if (t.integer == QKernel::Avx2)
             return {int8dot256, k_acc_avx2_int8 * 32 * 2.0, "avx2 vpmaddubsw"};
+        break;
+    case ComputeFamily::AmxBf16:
+        if (t.amx)
+            return {amx_bf16_probe, amx_probe_ops_per_iteration, "amx tdpbf16ps"};
         break;
     case ComputeFamily::F32Fma:
         break;

@@ -23,6 +23,8 @@ std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text)
         return QuantMatmulPath::Bf16;
     if (text == "dequantize")
         return QuantMatmulPath::Dequantize;
+    if (text == "amx")
+        return QuantMatmulPath::Amx;
     return std::nullopt;
 }
 
@@ -37,6 +39,7 @@ CpuOptions cpu_options_from_switches(const std::function<const char *(const char
     o.quant_matmul = parse_quant_matmul_path(value("LONGSCOPE_QUANT_MATMUL")).value_or(QuantMatmulPath::Auto);
     o.pack_weights = value("LONGSCOPE_PACK") != "0";
     o.copy_weights = value("LONGSCOPE_COPY_WEIGHTS") != "0";
+    o.amx = value("LONGSCOPE_AMX") != "0";
     return o;
 }
 

@@ -94,6 +94,7 @@ ComputeFamily prefill_compute_family(std::string_view weight_type)
         switch (matmul_path(w, bf16_min_tokens)) {
         case QuantMatmul::Bf16: return ComputeFamily::Bf16Dot;
         case QuantMatmul::Integer: return ComputeFamily::Int8Dot;
+        case QuantMatmul::Amx: return ComputeFamily::AmxBf16;
         default: return ComputeFamily::F32Fma;
         }
     }

@@ -1,5 +1,7 @@
 #include "cpu/kernel_table.h"
 
+#include "cpu/amx.h"
+
 #if defined(__clang__)
 #include <cpuid.h>
 #endif
@@ -48,6 +50,7 @@ CpuFeatures detect()
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
     f.x86_64_v3 = is_x86_64_v3();
     f.x86_64_v4 = is_x86_64_v4();
+    f.amx_bf16 = f.avx512_bf16 && amx_bf16_usable();
     return f;
 }
 
@@ -96,6 +99,7 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     // Packed matrices have a VNNI and an AVX2 kernel, no portable one.
     t.pack_weights = options.pack_weights && t.integer != QKernel::Portable;
     t.copy_weights = options.copy_weights;
+    t.amx = options.amx && t.bf16_dot && f.amx_bf16;
     // Attention's x86-64-v3 build computes the v4 build's bits (both fuse the same multiply-adds)
     // but the baseline build, without FMA, rounds differently: below the AVX-512 level the v3
     // build runs wherever the CPU has it, the portable level included, so that forcing a level

@@ -16,6 +16,7 @@ struct CpuFeatures {
     bool avx512_bf16 = false; // vdpbf16ps (BF16 dot products)
     bool x86_64_v3 = false;   // the whole x86-64-v3 level (attention's AVX2 build)
     bool x86_64_v4 = false;   // the whole x86-64-v4 level (attention's AVX-512 build)
+    bool amx_bf16 = false;    // AMX tiles with BF16 products, granted to this process (cpu/amx.h)
 };
 
 // The vector kernel set in use.
@@ -34,6 +35,9 @@ struct CpuKernelTable {
     QuantMatmulPath quant_matmul = QuantMatmulPath::Auto; // a forced path, or Auto
     bool pack_weights = false; // Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL packed at load: asked for and a packed kernel for `integer`
     bool copy_weights = true;  // matrices copied out of the file mapping at load
+    // AMX BF16 tiles for products over many tokens (cpu/amx.h): the CPU has them, the level is
+    // AVX-512 (the tiles' operands are prepared with AVX-512 BF16) and the options allow them.
+    bool amx = false;
     // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
     // (whatever the level: the baseline build gives other bits), else the baseline.
     bool attention_v4 = false, attention_v3 = false;

@@ -1,5 +1,6 @@
 #include "cpu/ops.h"
 
+#include "cpu/amx.h"
 #include "cpu/gemm.h"
 #include "cpu/kernel_table.h"
 #include "cpu/packed.h"
@@ -223,6 +224,12 @@ QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
         return QuantMatmul::Dequantize; // the float kernel
     if (how == QuantMatmul::Auto)
         how = kernel_table().quant_matmul;
+    if (how == QuantMatmul::Amx)
+        how = kernel_table().amx ? QuantMatmul::Amx : QuantMatmul::Auto;
+    if (how == QuantMatmul::Auto && kernel_table().amx && n_tokens >= amx_min_tokens)
+        how = QuantMatmul::Amx;
+    if (how == QuantMatmul::Amx)
+        return how;
     if (!is_quantized(w.type)) {
         // F16 matrices take the BF16 dot products only where asked for: they round the weights
         // (11 significant bits to 8) and the activations, where the float kernel is exact, for
@@ -296,7 +303,7 @@ uint64_t matmul_scratch_bytes()
 {
     return t_acts.q.capacity() +
            4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity() + t_acts.s16.capacity()) +
-           t_pacts.bytes() + 2 * t_xb.capacity();
+           t_pacts.bytes() + 2 * t_xb.capacity() + amx_scratch_bytes();
 }
 
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
@@ -320,6 +327,16 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     bool same = true;
     for (const MatmulOut &o : outs)
         same = same && o.w->ne(0) == n_in && matmul_path(*o.w, n_tokens, how) == path;
+    if (path == QuantMatmul::Amx && same) {
+        std::vector<const WeightView *> ws;
+        std::vector<float *> ys;
+        for (const MatmulOut &o : outs) {
+            ws.push_back(o.w);
+            ys.push_back(o.y);
+        }
+        matmul_amx(pool, ws, ys, x, n_tokens, false);
+        return;
+    }
     if (path == QuantMatmul::Bf16 || !same) {
         // Each on its own (the BF16 path's loops are long enough not to share a wake-up).
         for (const MatmulOut &o : outs) {

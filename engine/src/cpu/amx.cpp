@@ -1,0 +1,454 @@
+#include "cpu/amx.h"
+
+#include "cpu/ops.h"
+#include "cpu/quant.h"
+#include "cpu/thread_pool.h"
+#include "longscope/types.h"
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+// GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the conversion
+// intrinsics; the values are defined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace longscope {
+
+namespace {
+
+constexpr int64_t k_tile = 16;          // rows, tokens and input pairs per tile
+constexpr int64_t k_chunk = 32;         // inputs per tile (16 pairs of BF16)
+constexpr int64_t k_block = 512;        // BF16 values per tile (1 KiB)
+constexpr int64_t k_panel = 2 * k_tile; // weight rows per panel
+
+#if defined(__x86_64__)
+
+bool ask_for_tiles()
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return false;
+    const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+    if (!amx_bf16 || !amx_tile || !__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) // OSXSAVE
+        return false;
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    constexpr unsigned xtilecfg = 1u << 17, xtiledata = 1u << 18;
+    if ((lo & (xtilecfg | xtiledata)) != (xtilecfg | xtiledata))
+        return false;
+    // Linux grants the tile state per process, on request (since 5.16).
+    constexpr long arch_get_xcomp_perm = 0x1022, arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0)
+        return false;
+    unsigned long granted = 0;
+    return syscall(SYS_arch_prctl, arch_get_xcomp_perm, &granted) == 0 && (granted & xtiledata) != 0;
+}
+
+#define LS_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+struct TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Eight tiles of 16 rows by 64 bytes: 0-3 accumulators, 4-5 weights, 6-7 activations.
+LS_AMX void configure_tiles()
+{
+    TileConfig c;
+    for (int i = 0; i < 8; ++i) {
+        c.bytes_per_row[i] = 64;
+        c.rows[i] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+LS_AMX void release_tiles() { _tile_release(); }
+
+// hi = bf16(v) (nearest even), lo = bf16(v - hi): 32 values each, as one register of 32 BF16.
+LS_AMX inline void split32(const float *v, __m512i &hi, __m512i &lo)
+{
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    const __m512bh h = _mm512_cvtne2ps_pbh(b, a);
+    hi = __m512i(h);
+    // Back to float: each BF16 is a float's upper half.
+    const __m512i hv = hi;
+    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hv)), 16));
+    const __m512 hb =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hv, 1)), 16));
+    lo = __m512i(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+}
+
+LS_AMX inline __m512i round32(const float *v)
+{
+    return __m512i(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(v + 16), _mm512_loadu_ps(v)));
+}
+
+// r[i][j] = r[j][i] for 16 x 16 32-bit elements.
+LS_AMX inline void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + i]: column 4L + i of rows 4g..4g+3 in each 128-bit lane L.
+    __m512i u[16];
+    for (int g = 0; g < 4; ++g) {
+        u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[i], u[4 + i], 0x88), v1 = _mm512_shuffle_i32x4(u[i], u[4 + i], 0xdd);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0x88),
+                      w1 = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0xdd);
+        r[i] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + i] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + i] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + i] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+// The activations of token tile `tile` (tokens 16 tile .. 16 tile + 15, zeros past n_tokens)
+// in tile layout: block (term, tile, chunk) holds row p = input pair, column t = token, the pair
+// (x_t[32 chunk + 2p], x_t[32 chunk + 2p + 1]) in each 32-bit element.
+LS_AMX void acts_tile(const float *x, int64_t n_tokens, int64_t n_in, int64_t tile, int terms, uint16_t *out,
+                      size_t term_stride)
+{
+    const int64_t n_chunks = n_in / k_chunk;
+    const int64_t t0 = tile * k_tile;
+    const int nt = int(std::min<int64_t>(k_tile, n_tokens - t0));
+    for (int64_t c = 0; c < n_chunks; ++c) {
+        __m512i hi[16], lo[16];
+        for (int t = 0; t < 16; ++t) {
+            if (t < nt) {
+                const float *v = x + (t0 + t) * n_in + c * k_chunk;
+                if (terms == 2)
+                    split32(v, hi[t], lo[t]);
+                else
+                    hi[t] = round32(v);
+            } else {
+                hi[t] = lo[t] = _mm512_setzero_si512();
+            }
+        }
+        uint16_t *dst = out + (size_t(tile) * size_t(n_chunks) + size_t(c)) * k_block;
+        transpose16(hi);
+        for (int p = 0; p < 16; ++p)
+            _mm512_storeu_si512(dst + p * 32, hi[p]);
+        if (terms == 2) {
+            transpose16(lo);
+            for (int p = 0; p < 16; ++p)
+                _mm512_storeu_si512(dst + term_stride + p * 32, lo[p]);
+        }
+    }
+}
+
+// One row (n_in floats) into the panel's tile layout: block (term, row tile, chunk), row r % 16,
+// 32 BF16 per chunk.
+LS_AMX void panel_row(const float *f, int64_t n_in, int64_t r, int terms, uint16_t *panel, size_t term_stride)
+{
+    const int64_t n_chunks = n_in / k_chunk;
+    uint16_t *dst = panel + size_t(r / k_tile) * size_t(n_chunks) * k_block + size_t(r % k_tile) * k_chunk;
+    for (int64_t c = 0; c < n_chunks; ++c) {
+        __m512i hi, lo;
+        if (terms == 2) {
+            split32(f + c * k_chunk, hi, lo);
+            _mm512_storeu_si512(dst + term_stride + c * k_block, lo);
+        } else {
+            hi = round32(f + c * k_chunk);
+        }
+        _mm512_storeu_si512(dst + c * k_block, hi);
+    }
+}
+
+LS_AMX inline void prefetch_tile(const uint16_t *p)
+{
+    for (int line = 0; line < 16; ++line)
+        _mm_prefetch(reinterpret_cast<const char *>(p + line * 32), _MM_HINT_T0);
+}
+
+// The sums of the BF16 terms taken: weight term w times activation term x.
+struct Pass {
+    int w, x;
+};
+
+// Accumulator tiles for NA row tiles by NB token tiles over chunks [0, n_chunks) of the given
+// operands and every pass, added to the tiles in `c` (or to zero where `first`) and stored back
+// there as [NA][NB] blocks of 16 x 16 floats (row r of a block: weight row, column: token).
+// The passes come ordered so that consecutive ones share an operand, which is loaded once.
+template <int NA, int NB>
+LS_AMX void tile_product(const uint16_t *panel, size_t w_term, size_t w_rows, const uint16_t *acts, size_t x_term,
+                         size_t x_tile, int64_t n_chunks, const Pass *passes, int n_passes, int n_weight_terms,
+                         int n_act_terms, bool prefetch_acts, float *c, bool first)
+{
+    if (first) {
+        _tile_zero(0);
+        if constexpr (NB == 2)
+            _tile_zero(1);
+        if constexpr (NA == 2)
+            _tile_zero(2);
+        if constexpr (NA == 2 && NB == 2)
+            _tile_zero(3);
+    } else {
+        _tile_loadd(0, c, 64);
+        if constexpr (NB == 2)
+            _tile_loadd(1, c + 256, 64);
+        if constexpr (NA == 2)
+            _tile_loadd(2, c + NB * 256, 64);
+        if constexpr (NA == 2 && NB == 2)
+            _tile_loadd(3, c + 768, 64);
+    }
+    for (int64_t ch = 0; ch < n_chunks; ++ch) {
+        // The weights' tiles two chunks ahead, into L1: a tile load from L2 stalls the
+        // products that wait for it (one core here: 0.8 TFLOP/s from L2 without, 1.4 with).
+        for (int t = 0; t < n_weight_terms; ++t)
+            for (int i = 0; i < NA; ++i)
+                prefetch_tile(panel + t * w_term + i * w_rows + size_t(ch + 2) * k_block);
+        if (prefetch_acts)
+            for (int t = 0; t < n_act_terms; ++t)
+                for (int j = 0; j < NB; ++j)
+                    prefetch_tile(acts + t * x_term + j * x_tile + size_t(ch + 2) * k_block);
+        int loaded_w = -1, loaded_x = -1;
+        for (int p = 0; p < n_passes; ++p) {
+            if (passes[p].w != loaded_w) {
+                const uint16_t *a = panel + passes[p].w * w_term + size_t(ch) * k_block;
+                _tile_loadd(4, a, 64);
+                if constexpr (NA == 2)
+                    _tile_loadd(5, a + w_rows, 64);
+                loaded_w = passes[p].w;
+            }
+            if (passes[p].x != loaded_x) {
+                const uint16_t *b = acts + passes[p].x * x_term + size_t(ch) * k_block;
+                _tile_loadd(6, b, 64);
+                if constexpr (NB == 2)
+                    _tile_loadd(7, b + x_tile, 64);
+                loaded_x = passes[p].x;
+            }
+            _tile_dpbf16ps(0, 4, 6);
+            if constexpr (NB == 2)
+                _tile_dpbf16ps(1, 4, 7);
+            if constexpr (NA == 2) {
+                _tile_dpbf16ps(2, 5, 6);
+                if constexpr (NB == 2)
+                    _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    }
+    _tile_stored(0, c, 64);
+    if constexpr (NB == 2)
+        _tile_stored(1, c + 256, 64);
+    if constexpr (NA == 2)
+        _tile_stored(2, c + NB * 256, 64);
+    if constexpr (NA == 2 && NB == 2)
+        _tile_stored(3, c + 768, 64);
+}
+
+// y[t * ldy + r] from a block of 16 x 16 (row r, token t), nr rows and nt tokens of it.
+void store_block(const float *c, int nr, int nt, float *y, int64_t ldy)
+{
+    for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r)
+            y[t * ldy + r] = c[r * 16 + t];
+}
+
+struct Acts {
+    std::vector<uint16_t> buf;
+    int terms = 0;
+    int64_t n_tiles = 0, n_chunks = 0;
+    size_t term_stride() const { return size_t(n_tiles * n_chunks * k_block); }
+};
+
+thread_local Acts t_amx_acts;
+
+// Rows per panel: a multiple of 32 whose BF16 terms fill about 1 MiB, half the L2 cache of the
+// cores with AMX: the panel stays there while every token tile pair streams past it (each pair
+// is read once per panel, so larger panels read the activations fewer times).
+int64_t panel_rows(int64_t n_in, int terms)
+{
+    const int64_t bytes_per_row = n_in * 2 * terms;
+    return std::clamp<int64_t>((int64_t(1) << 20) / bytes_per_row / k_panel * k_panel, k_panel, 256);
+}
+
+LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_t n_tokens, AmxTerms terms,
+                         int64_t row_begin, int64_t row_end)
+{
+    const int64_t n_in = w.ne(0), n_out = w.ne(1);
+    const int64_t n_chunks = n_in / k_chunk;
+    const int64_t rows = panel_rows(n_in, terms.weight);
+    const size_t w_term = size_t(rows / k_tile * n_chunks * k_block), w_rows = size_t(n_chunks) * k_block;
+    const size_t pair_stride = 2 * w_rows;
+    std::vector<uint16_t> panel(w_term * size_t(terms.weight));
+    std::vector<float> f(static_cast<size_t>(n_in));
+    // The accumulators of every row pair of a panel against one token pair, between K blocks.
+    std::vector<float> acc(size_t(rows / k_panel) * 1024);
+    // (w0, x1), (w0, x0), (w1, x0): each pass shares one operand with the one before.
+    Pass ps[3];
+    int n_passes = 0;
+    if (terms.act == 2)
+        ps[n_passes++] = {0, 1};
+    ps[n_passes++] = {0, 0};
+    if (terms.weight == 2)
+        ps[n_passes++] = {1, 0};
+    // K blocks whose activation tiles (a token pair, every term) fill 16 KiB of the L1 cache:
+    // each is read from there by every row pair of the panel, the weights' tiles from L2.
+    const int64_t k_step = n_chunks;
+    const size_t x_term = acts.term_stride(), x_tile = size_t(n_chunks) * k_block;
+    configure_tiles();
+    for (int64_t p0 = row_begin; p0 < row_end; p0 += rows) {
+        const int64_t np = std::min(rows, row_end - p0);
+        for (int64_t r = 0; r < np; ++r) {
+            weight_row_f32(w, p0 + r, f.data());
+            panel_row(f.data(), n_in, r, terms.weight, panel.data(), w_term);
+        }
+        for (int64_t tile = 0; tile < acts.n_tiles; tile += 2) {
+            const int nb = tile + 1 < acts.n_tiles ? 2 : 1;
+            for (int64_t k0 = 0; k0 < n_chunks; k0 += k_step) {
+                const int64_t nk = std::min(k_step, n_chunks - k0);
+                const uint16_t *b = acts.buf.data() + size_t(tile) * x_tile + size_t(k0) * k_block;
+                for (int64_t q = 0; q < np; q += k_panel) {
+                    const int nr = int(std::min<int64_t>(k_panel, np - q));
+                    const int na = nr > k_tile ? 2 : 1;
+                    const uint16_t *a = panel.data() + size_t(q / k_panel) * pair_stride + size_t(k0) * k_block;
+                    float *c = acc.data() + size_t(q / k_panel) * 1024;
+                    if (na == 2 && nb == 2)
+                        tile_product<2, 2>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
+                    else if (na == 2)
+                        tile_product<2, 1>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
+                    else if (nb == 2)
+                        tile_product<1, 2>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
+                    else
+                        tile_product<1, 1>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
+                }
+            }
+            for (int64_t q = 0; q < np; q += k_panel) {
+                const int nr = int(std::min<int64_t>(k_panel, np - q));
+                const int na = nr > k_tile ? 2 : 1;
+                const float *c = acc.data() + size_t(q / k_panel) * 1024;
+                for (int i = 0; i < na; ++i)
+                    for (int j = 0; j < nb; ++j) {
+                        const int64_t t0 = (tile + j) * k_tile;
+                        const int nt = int(std::min<int64_t>(k_tile, n_tokens - t0));
+                        const int nrows = std::min<int>(int(k_tile), nr - i * int(k_tile));
+                        store_block(c + (i * nb + j) * 256, nrows, nt, y + t0 * n_out + p0 + q + i * k_tile, n_out);
+                    }
+            }
+        }
+    }
+    release_tiles();
+}
+
+// Four independent accumulators cover the instruction's latency (one core here: 1.5 TFLOP/s
+// with four, the same with eight).
+LS_AMX float probe_loop(int64_t iterations)
+{
+    alignas(64) uint16_t ones[k_block];
+    std::fill(ones, ones + k_block, uint16_t(0x3c00)); // bf16 1/128: sums stay exact and finite
+    alignas(64) float out[256];
+    configure_tiles();
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t i = 0; i < iterations; ++i) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_dpbf16ps(2, 4, 6);
+        _tile_dpbf16ps(3, 4, 6);
+    }
+    _tile_stored(3, out, 64);
+    release_tiles();
+    return out[0] + out[255];
+}
+
+#endif
+
+} // namespace
+
+float amx_bf16_probe(int64_t iterations)
+{
+#if defined(__x86_64__)
+    return probe_loop(iterations);
+#else
+    (void)iterations;
+    return 0;
+#endif
+}
+
+bool amx_bf16_usable()
+{
+#if defined(__x86_64__)
+    static const bool usable = ask_for_tiles();
+    return usable;
+#else
+    return false;
+#endif
+}
+
+AmxTerms amx_default_terms(int dtype)
+{
+    switch (DType(dtype)) {
+    case DType::F32:
+    case DType::F16: return {2, 2};
+    case DType::BF16: return {1, 2};
+    default: return {1, 1};
+    }
+}
+
+uint64_t amx_scratch_bytes() { return 2 * uint64_t(t_amx_acts.buf.capacity()); }
+
+void matmul_amx(ThreadPool &pool, std::span<const WeightView *const> ws, std::span<float *const> ys,
+                const float *x, int64_t n_tokens, bool one_term)
+{
+#if defined(__x86_64__)
+    if (ws.empty() || n_tokens <= 0)
+        return;
+    const int64_t n_in = ws[0]->ne(0);
+    Acts &acts = t_amx_acts;
+    acts.terms = 1;
+    for (const WeightView *w : ws)
+        acts.terms = std::max(acts.terms, one_term ? 1 : amx_default_terms(int(w->type)).act);
+    acts.n_tiles = (n_tokens + k_tile - 1) / k_tile;
+    acts.n_chunks = n_in / k_chunk;
+    acts.buf.resize(acts.term_stride() * size_t(acts.terms));
+    Acts *const a = &acts; // the workers reach the calling thread's buffer through this
+    pool.parallel_for(
+        a->n_tiles,
+        [&](int64_t b, int64_t e) {
+            for (int64_t tile = b; tile < e; ++tile)
+                acts_tile(x, n_tokens, n_in, tile, a->terms, a->buf.data(), a->term_stride());
+        },
+        std::max<int64_t>(1, min_items_per_thread(k_tile * n_in)));
+    for (size_t i = 0; i < ws.size(); ++i) {
+        const WeightView &w = *ws[i];
+        AmxTerms terms = one_term ? AmxTerms{1, 1} : amx_default_terms(int(w.type));
+        terms.act = std::min(terms.act, a->terms);
+        // Pieces of whole row pairs (32 rows), a thread's piece in panels of panel_rows.
+        const int64_t n_out = w.ne(1), n_pairs = (n_out + k_panel - 1) / k_panel;
+        float *const y = ys[i];
+        pool.parallel_for(
+            n_pairs,
+            [&](int64_t b, int64_t e) { product_rows(w, y, *a, n_tokens, terms, b * k_panel, std::min(n_out, e * k_panel)); },
+            std::max<int64_t>(1, min_items_per_thread(k_panel * n_in * n_tokens)));
+    }
+#else
+    (void)pool, (void)ws, (void)ys, (void)x, (void)n_tokens, (void)one_term;
+#endif
+}
+
+} // namespace longscope

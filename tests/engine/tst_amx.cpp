@@ -1,0 +1,340 @@
+// The AMX tile path of the matrix products (cpu/amx.h), checked against products computed here
+// in double precision: once against the exact product of the weights and activations (within the
+// rounding bound of the BF16 terms), and once against the same sum of BF16 terms the path is meant
+// to compute (within float accumulation), which catches any misplaced value in the tile layouts.
+// Where the CPU has no AMX tiles or the kernel refuses them, every check says Skipped and why.
+#include "cpu/amx.h"
+#include "cpu/kernel_table.h"
+#include "cpu/ops.h"
+#include "cpu/packed.h"
+#include "cpu/quant.h"
+#include "cpu/thread_pool.h"
+#include "longscope/cpu_options.h"
+#include "longscope/hardware.h"
+#include "model/weights.h"
+#include "support/cpu_options_scope.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace longscope;
+using longscope::test::CpuOptionsScope;
+
+namespace {
+
+// Nearest-even rounding to BF16 and back, written out here: the upper half of the float, plus
+// one where the lower half is above a half unit, or exactly half and the upper half is odd.
+double bf16_round(double v)
+{
+    const float f = float(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    const uint32_t lower = bits & 0xffffu;
+    uint32_t upper = bits >> 16;
+    if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u)))
+        ++upper;
+    bits = upper << 16;
+    float r;
+    std::memcpy(&r, &bits, 4);
+    return r;
+}
+
+struct Terms {
+    std::vector<double> hi, lo;
+};
+
+Terms split(const std::vector<float> &v)
+{
+    Terms t;
+    for (float f : v) {
+        const double h = bf16_round(f);
+        t.hi.push_back(h);
+        t.lo.push_back(bf16_round(double(f) - h));
+    }
+    return t;
+}
+
+struct Weight {
+    std::vector<uint8_t> storage, packed;
+    WeightView view;
+    std::vector<float> values; // [n_out][n_in] as float
+};
+
+Weight make_weight(DType type, int64_t n_in, int64_t n_out, uint32_t seed, bool pack)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 0.5f);
+    Weight w;
+    w.values.resize(size_t(n_in * n_out));
+    for (float &v : w.values)
+        v = dist(rng);
+    const size_t rb = row_bytes(type, n_in);
+    w.storage.resize(rb * size_t(n_out) + 1);
+    uint8_t *base = w.storage.data() + 1; // odd address: files promise no alignment
+    for (int64_t o = 0; o < n_out; ++o) {
+        float *row = w.values.data() + o * n_in;
+        uint8_t *dst = base + size_t(o) * rb;
+        if (type == DType::F32) {
+            std::memcpy(dst, row, size_t(n_in) * 4);
+        } else if (type == DType::F16 || type == DType::BF16) {
+            for (int64_t i = 0; i < n_in; ++i) {
+                const uint16_t h = type == DType::F16 ? f32_to_f16(row[i]) : f32_to_bf16(row[i]);
+                std::memcpy(dst + 2 * i, &h, 2);
+                row[i] = type == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            }
+        } else {
+            quantize_row(type, row, dst, n_in);
+            dequantize_row(type, dst, row, n_in);
+        }
+    }
+    w.view.type = type;
+    w.view.shape = {n_in, n_out};
+    w.view.data = base;
+    w.view.nbytes = rb * size_t(n_out);
+    if (pack) {
+        w.packed.resize(packed_size(type, n_in, n_out));
+        pack_rows(type, base, n_in, w.packed.data(), 0, n_out / packed_group_rows);
+        w.view.cpu_packed = w.packed.data();
+    }
+    return w;
+}
+
+std::vector<float> random_acts(int64_t n, uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float &v : x)
+        v = dist(rng) * (1.0f + float(rng() % 4)); // some spread in magnitude
+    return x;
+}
+
+uint32_t bits_of(float f)
+{
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+// Checks y (from the AMX path) against the exact products and against the BF16-term products.
+// Returns the worst |error| / sum|w x| against the exact products.
+double check(const Weight &w, const std::vector<float> &x, const std::vector<float> &y, int64_t n_tokens,
+             AmxTerms terms, double exact_bound)
+{
+    const int64_t n_in = w.view.ne(0), n_out = w.view.ne(1);
+    const Terms wt = split(w.values), xt = split(x);
+    double worst = 0;
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t o = 0; o < n_out; ++o) {
+            double exact = 0, emulated = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+                const size_t wi = size_t(o * n_in + i), xi = size_t(t * n_in + i);
+                exact += double(w.values[wi]) * x[xi];
+                mag += std::fabs(double(w.values[wi]) * x[xi]);
+                emulated += wt.hi[wi] * xt.hi[xi];
+                if (terms.act == 2)
+                    emulated += wt.hi[wi] * xt.lo[xi];
+                if (terms.weight == 2)
+                    emulated += wt.lo[wi] * xt.hi[xi];
+            }
+            const double got = y[size_t(t * n_out + o)];
+            const QString where = QString("%1 [%2 x %3], t %4 o %5: %6, exact %7, terms %8")
+                                      .arg(QString::fromStdString(std::string(dtype_name(w.view.type)))).arg(n_in).arg(n_out).arg(t).arg(o)
+                                      .arg(got, 0, 'g', 9).arg(exact, 0, 'g', 9).arg(emulated, 0, 'g', 9);
+            // Float accumulation of the products, in whatever order the tiles add them.
+            if (!(std::fabs(got - emulated) <= 4e-6 * mag + 1e-30)) {
+                QTest::qFail(qPrintable("against the BF16 terms: " + where), __FILE__, __LINE__);
+                return 1;
+            }
+            if (!(std::fabs(got - exact) <= exact_bound * mag + 1e-30)) {
+                QTest::qFail(qPrintable("against the exact product: " + where), __FILE__, __LINE__);
+                return 1;
+            }
+            worst = std::max(worst, std::fabs(got - exact) / mag);
+        }
+    return worst;
+}
+
+} // namespace
+
+class TestAmx : public QObject {
+    Q_OBJECT
+
+private:
+    bool m_amx = false;
+
+private slots:
+    void initTestCase()
+    {
+        m_amx = kernel_table().amx;
+        qInfo("AMX BF16 tiles: %s", m_amx ? "in use" : amx_bf16_usable() ? "usable, but not at this kernel level" : "not usable here");
+    }
+
+    // Bounds: one term rounds a value to 8 significant bits (relative error 2^-9 each side, so
+    // 2^-8 + 2^-18 per product); two terms hold 16 (2^-17 each side, plus the dropped lo*lo
+    // term, 2^-18): 2^-15 per product covers both with room for float accumulation.
+    void products_match_double_reference_data()
+    {
+        QTest::addColumn<int>("type");
+        QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::addColumn<bool>("pack");
+        // Rows not a multiple of 16 or 32 (partial tiles), one chunk of 32 inputs, many.
+        QTest::newRow("F32 32x40") << int(DType::F32) << 32 << 40 << false;
+        QTest::newRow("F32 288x16") << int(DType::F32) << 288 << 16 << false;
+        QTest::newRow("F16 96x48") << int(DType::F16) << 96 << 48 << false;
+        QTest::newRow("F16 2048x33") << int(DType::F16) << 2048 << 33 << false;
+        QTest::newRow("BF16 160x70") << int(DType::BF16) << 160 << 70 << false;
+        QTest::newRow("Q8_0 256x48") << int(DType::Q8_0) << 256 << 48 << false;
+        QTest::newRow("Q8_0 packed 256x48") << int(DType::Q8_0) << 256 << 48 << true;
+        QTest::newRow("Q4_K 512x37") << int(DType::Q4_K) << 512 << 37 << false;
+        QTest::newRow("Q4_K packed 512x64") << int(DType::Q4_K) << 512 << 64 << true;
+        QTest::newRow("Q6_K packed 256x32") << int(DType::Q6_K) << 256 << 32 << true;
+        QTest::newRow("IQ4_XS 256x20") << int(DType::IQ4_XS) << 256 << 20 << false;
+    }
+    void products_match_double_reference()
+    {
+        if (!m_amx)
+            QSKIP("this CPU has no AMX BF16 tiles the kernel lets this process use (cpuid, XCR0, arch_prctl)");
+        QFETCH(int, type);
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        QFETCH(bool, pack);
+        const DType dt = DType(type);
+        const Weight w = make_weight(dt, n_in, n_out, uint32_t(n_in * 7 + n_out), pack);
+        const AmxTerms terms = amx_default_terms(type);
+        const double bound = terms.weight == 1 && terms.act == 1 ? 1.0 / 256 + 1.0 / 65536 + 1e-5 : 1.0 / 32768;
+        ThreadPool pool(3);
+        double worst = 0;
+        for (int n_tokens : {1, 15, 16, 17, 40, 64}) {
+            const std::vector<float> x = random_acts(int64_t(n_tokens) * n_in, uint32_t(n_tokens));
+            std::vector<float> y(size_t(n_tokens * n_out), NAN);
+            matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Amx);
+            worst = std::max(worst, check(w, x, y, n_tokens, terms, bound));
+            if (QTest::currentTestFailed())
+                return;
+            // Auto takes the tiles from amx_min_tokens tokens on: the same bits.
+            if (n_tokens >= amx_min_tokens) {
+                QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Amx);
+                std::vector<float> z(y.size(), NAN);
+                matmul(pool, w.view, x.data(), z.data(), n_tokens);
+                for (size_t i = 0; i < y.size(); ++i)
+                    QVERIFY2(bits_of(z[i]) == bits_of(y[i]), qPrintable(QString("Auto vs Amx at %1").arg(i)));
+            }
+        }
+        qInfo("%d+%d terms: worst |error| / sum|w x| = %.2e (bound %.2e)", terms.weight, terms.act, worst, bound);
+    }
+
+    // One term each side where asked for (matmul_amx's one_term): the BF16 path's rounding.
+    void one_term_rounds_like_the_bf16_path()
+    {
+        if (!m_amx)
+            QSKIP("this CPU has no AMX BF16 tiles the kernel lets this process use (cpuid, XCR0, arch_prctl)");
+        const Weight w = make_weight(DType::F16, 256, 48, 3, false);
+        const int n_tokens = 33;
+        const std::vector<float> x = random_acts(int64_t(n_tokens) * 256, 9);
+        std::vector<float> y(size_t(n_tokens * 48), NAN);
+        ThreadPool pool(2);
+        const WeightView *ws[] = {&w.view};
+        float *ys[] = {y.data()};
+        matmul_amx(pool, ws, ys, x.data(), n_tokens, true);
+        const double worst = check(w, x, y, n_tokens, AmxTerms{1, 1}, 1.0 / 256 + 1.0 / 65536 + 1e-5);
+        if (QTest::currentTestFailed())
+            return;
+        // One term loses what two keep: the error is far above the two-term bound somewhere.
+        QVERIFY2(worst > 1.0 / 32768, qPrintable(QString::number(worst)));
+    }
+
+    // A group (Q, K, V of different types, as in mixed quantizations) gives each weight what
+    // it gets alone, bit for bit, and any thread count gives the same bits.
+    void groups_and_thread_counts_change_no_bits()
+    {
+        if (!m_amx)
+            QSKIP("this CPU has no AMX BF16 tiles the kernel lets this process use (cpuid, XCR0, arch_prctl)");
+        const int n_in = 256, n_tokens = 50;
+        const Weight a = make_weight(DType::Q4_K, n_in, 64, 1, true), b = make_weight(DType::F16, n_in, 40, 2, false),
+                     c = make_weight(DType::Q6_K, n_in, 32, 3, false);
+        const std::vector<float> x = random_acts(int64_t(n_tokens) * n_in, 4);
+        std::vector<std::vector<float>> alone;
+        ThreadPool one(1), three(3);
+        for (const Weight *w : {&a, &b, &c}) {
+            std::vector<float> y(size_t(n_tokens * w->view.ne(1)), NAN);
+            matmul(one, w->view, x.data(), y.data(), n_tokens);
+            alone.push_back(y);
+        }
+        std::vector<std::vector<float>> grouped(3);
+        std::vector<MatmulOut> outs;
+        int i = 0;
+        for (const Weight *w : {&a, &b, &c}) {
+            grouped[size_t(i)].assign(alone[size_t(i)].size(), NAN);
+            outs.push_back({&w->view, grouped[size_t(i)].data()});
+            ++i;
+        }
+        matmul_group(three, outs, x.data(), n_tokens);
+        for (size_t k = 0; k < 3; ++k)
+            for (size_t j = 0; j < alone[k].size(); ++j)
+                QVERIFY2(bits_of(alone[k][j]) == bits_of(grouped[k][j]),
+                         qPrintable(QString("weight %1 value %2: %3 vs %4").arg(k).arg(j).arg(alone[k][j]).arg(grouped[k][j])));
+    }
+
+    // Switched off, or below the AVX-512 level, the tiles are not used.
+    void options_turn_the_tiles_off()
+    {
+        if (!m_amx)
+            QSKIP("this CPU has no AMX BF16 tiles the kernel lets this process use (cpuid, XCR0, arch_prctl)");
+        const Weight w = make_weight(DType::Q8_0, 64, 16, 5, false);
+        {
+            CpuOptions o;
+            o.amx = false;
+            CpuOptionsScope scope(o);
+            QVERIFY(!kernel_table().amx);
+            QVERIFY(matmul_path(w.view, 64) != QuantMatmul::Amx);
+            QVERIFY(matmul_path(w.view, 64, QuantMatmul::Amx) != QuantMatmul::Amx);
+        }
+        {
+            CpuOptions o;
+            o.kernels = SimdLevel::Avx2;
+            CpuOptionsScope scope(o);
+            QVERIFY(!kernel_table().amx);
+        }
+        QVERIFY(kernel_table().amx);
+        QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::AmxBf16);
+        QCOMPARE(prefill_compute_family("F16"), ComputeFamily::AmxBf16);
+        // Asked-for paths other than Amx keep their kernels.
+        QCOMPARE(matmul_path(w.view, 64, QuantMatmul::Integer), QuantMatmul::Integer);
+    }
+
+    // The compute probe's tile loop: a real rate, and a matrix product through the tiles stays
+    // under it.
+    void probe_is_a_ceiling()
+    {
+        if (!m_amx)
+            QSKIP("this CPU has no AMX BF16 tiles the kernel lets this process use (cpuid, XCR0, arch_prctl)");
+        const double peak = measure_compute_peak(1, ComputeFamily::AmxBf16);
+        QCOMPARE(compute_family_name(ComputeFamily::AmxBf16), std::string("amx tdpbf16ps"));
+        const Weight w = make_weight(DType::Q8_0, 2048, 256, 6, false);
+        const int n_tokens = 256;
+        const std::vector<float> x = random_acts(int64_t(n_tokens) * 2048, 7);
+        std::vector<float> y(size_t(n_tokens * 256));
+        ThreadPool pool(1);
+        double best = 0;
+        for (int rep = 0; rep < 3; ++rep) {
+            QElapsedTimer timer;
+            timer.start();
+            matmul(pool, w.view, x.data(), y.data(), n_tokens);
+            const double s = double(timer.nsecsElapsed()) * 1e-9;
+            best = std::max(best, 2.0 * 2048 * 256 * n_tokens / s);
+        }
+        qInfo("one thread: peak %.0f GFLOP/s, a Q8_0 2048x256 product over 256 tokens %.0f GFLOP/s", peak * 1e-9,
+              best * 1e-9);
+        QVERIFY(peak > 0);
+        QVERIFY(best < 1.05 * peak);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAmx)
+#include "tst_amx.moc"
