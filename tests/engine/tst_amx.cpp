@@ -217,8 +217,11 @@ private slots:
             worst = std::max(worst, check(w, x, y, n_tokens, terms, bound));
             if (QTest::currentTestFailed())
                 return;
-            // Auto takes the tiles from amx_min_tokens tokens on: the same bits.
-            if (n_tokens >= amx_min_tokens) {
+            // Auto takes the tiles from amx_min_tokens tokens on (F32 weights excepted: they keep
+            // the exact float kernel): the same bits.
+            if (n_tokens >= amx_min_tokens && dt == DType::F32)
+                QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Dequantize);
+            if (n_tokens >= amx_min_tokens && dt != DType::F32) {
                 QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Amx);
                 std::vector<float> z(y.size(), NAN);
                 matmul(pool, w.view, x.data(), z.data(), n_tokens);

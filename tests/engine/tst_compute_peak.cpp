@@ -86,10 +86,12 @@ private slots:
 
     void familyFollowsTheMatmulPath()
     {
-        // With AMX tiles every weight type takes them over many tokens.
-        if (kernel_table().amx)
-            for (const char *type : {"F32", "F16", "BF16", "Q8_0", "Q4_K", "IQ4_XS"})
+        // With AMX tiles every weight type but F32 takes them over many tokens.
+        if (kernel_table().amx) {
+            for (const char *type : {"F16", "BF16", "Q8_0", "Q4_K", "IQ4_XS"})
                 QCOMPARE(prefill_compute_family(type), ComputeFamily::AmxBf16);
+            QCOMPARE(prefill_compute_family("F32"), ComputeFamily::F32Fma);
+        }
         // The rest as on a CPU without them.
         CpuOptions no_amx;
         no_amx.amx = false;

@@ -226,7 +226,9 @@ QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
         how = kernel_table().quant_matmul;
     if (how == QuantMatmul::Amx)
         how = kernel_table().amx ? QuantMatmul::Amx : QuantMatmul::Auto;
-    if (how == QuantMatmul::Auto && kernel_table().amx && n_tokens >= amx_min_tokens)
+    // F32 weights (small models kept exact, the bundled one among them) stay on the exact float
+    // kernel under Auto: the tiles' sums differ from a decode step's in the last bits.
+    if (how == QuantMatmul::Auto && kernel_table().amx && n_tokens >= amx_min_tokens && w.type != DType::F32)
         how = QuantMatmul::Amx;
     if (how == QuantMatmul::Amx)
         return how;

@@ -488,17 +488,42 @@ LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_
     }
 }
 
+// Q8_0: x = d * q (dequantize_q8_0), the row's 32 codes of a block gathered from its eight
+// words, 64 bytes apart (stored with 128 added: back to signed by flipping the top bit).
+LS_PACKED_AVX512 void dequantize_packed_q8_0_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
+    const int r = int(row % packed_group_rows);
+    const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(DType::Q8_0, n_in);
+    const __m256i words = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+    for (int64_t b = 0; b < n_in / qk; ++b) {
+        uint16_t hd;
+        std::memcpy(&hd, grp + scales32_offset(DType::Q8_0, b) + 2 * r, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));
+        const __m256i q = _mm256_xor_si256(
+            _mm256_i32gather_epi32(reinterpret_cast<const int *>(grp + codes32_offset(DType::Q8_0, b) + 4 * r), words, 1),
+            flip);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+        _mm512_storeu_ps(out + b * qk, _mm512_mul_ps(d, lo));
+        _mm512_storeu_ps(out + b * qk + 16, _mm512_mul_ps(d, hi));
+    }
+}
+
 } // namespace
 
 VectorLevel dequantize_packed_level(DType type)
 {
-    return type == DType::Q4_K && kernel_table().level == VectorLevel::Avx512 ? VectorLevel::Avx512
-                                                                               : VectorLevel::Portable;
+    return (type == DType::Q4_K || type == DType::Q8_0) && kernel_table().level == VectorLevel::Avx512
+               ? VectorLevel::Avx512
+               : VectorLevel::Portable;
 }
 
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
-    if (dequantize_packed_level(type) == VectorLevel::Avx512)
+    if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q8_0)
+        dequantize_packed_q8_0_avx512(packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512)
         dequantize_packed_row_avx512(packed, n_in, row, out);
     else
         dequantize_packed_row_portable(type, packed, n_in, row, out);
