@@ -280,7 +280,7 @@ thread_local Acts t_amx_acts;
 int64_t panel_rows(int64_t n_in, int terms)
 {
     const int64_t bytes_per_row = n_in * 2 * terms;
-    return std::clamp<int64_t>((int64_t(1) << 18) / bytes_per_row / k_panel * k_panel, k_panel, 256);
+    return std::clamp<int64_t>((int64_t(1) << 20) / bytes_per_row / k_panel * k_panel, k_panel, 256);
 }
 
 LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_t n_tokens, AmxTerms terms,

@@ -510,11 +510,62 @@ LS_PACKED_AVX512 void dequantize_packed_q8_0_avx512(const uint8_t *packed, int64
     }
 }
 
+// The sixteen values of group grp of a Q6_K super-block from their codes.
+LS_PACKED_AVX512 inline void q6_k_group_avx512(__m128i codes, float d, const uint8_t *b, int r, int grp, float *y)
+{
+    const __m512 ds = _mm512_set1_ps(d * float(int8_t(b[off6_sc + 16 * grp + r])));
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(32)));
+    _mm512_storeu_ps(y + 16 * grp, _mm512_mul_ps(ds, qf));
+}
+
+// Q6_K: y = d * sc * (q - 32) (dequantize_q6_k: (d * sc) first, as the portable version). For
+// each super-block the row's three words of each of the sixteen groups (low nibbles of values
+// 0-7 and 8-15, the high bits) are gathered, one group per 32-bit lane; each 4-value word w of
+// the codes is assembled in place, and the four words of a group interleaved into value order.
+LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int64_t g = row / packed_group_rows;
+    const int r = int(row % packed_group_rows);
+    const __m512i groups = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(192));
+    const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(0x30);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_q6_k_block_bytes);
+        uint16_t hd;
+        std::memcpy(&hd, b + off6_d + 2 * r, 2);
+        const float d = _cvtsh_ss(hd);
+        const uint8_t *q = b + off6_q + 4 * r;
+        const __m512i lo01 = _mm512_i32gather_epi32(groups, q, 1);
+        const __m512i lo23 = _mm512_i32gather_epi32(groups, q + 64, 1);
+        const __m512i hi = _mm512_i32gather_epi32(groups, q + 128, 1);
+        const __m512i w0 = _mm512_or_si512(_mm512_and_si512(lo01, low), _mm512_and_si512(_mm512_slli_epi32(hi, 4), top));
+        const __m512i w1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo01, 4), low),
+                                           _mm512_and_si512(_mm512_slli_epi32(hi, 2), top));
+        const __m512i w2 = _mm512_or_si512(_mm512_and_si512(lo23, low), _mm512_and_si512(hi, top));
+        const __m512i w3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo23, 4), low),
+                                           _mm512_and_si512(_mm512_srli_epi32(hi, 2), top));
+        const __m512i a = _mm512_unpacklo_epi32(w0, w1), c = _mm512_unpackhi_epi32(w0, w1);
+        const __m512i e = _mm512_unpacklo_epi32(w2, w3), f = _mm512_unpackhi_epi32(w2, w3);
+        // v[k], 128-bit lane L: the sixteen codes of group 4 L + k.
+        const __m512i v[4] = {_mm512_unpacklo_epi64(a, e), _mm512_unpackhi_epi64(a, e), _mm512_unpacklo_epi64(c, f),
+                              _mm512_unpackhi_epi64(c, f)};
+        float *y = out + sb * qk_k;
+        for (int k = 0; k < 4; ++k) {
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, b, r, k, y);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, b, r, 4 + k, y);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, b, r, 8 + k, y);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, b, r, 12 + k, y);
+        }
+    }
+}
+
 } // namespace
 
 VectorLevel dequantize_packed_level(DType type)
 {
-    return (type == DType::Q4_K || type == DType::Q8_0) && kernel_table().level == VectorLevel::Avx512
+    return (type == DType::Q4_K || type == DType::Q8_0 || type == DType::Q6_K) &&
+                   kernel_table().level == VectorLevel::Avx512
                ? VectorLevel::Avx512
                : VectorLevel::Portable;
 }
@@ -523,6 +574,8 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
 {
     if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q8_0)
         dequantize_packed_q8_0_avx512(packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q6_K)
+        dequantize_packed_q6_k_avx512(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512)
         dequantize_packed_row_avx512(packed, n_in, row, out);
     else
