@@ -257,12 +257,17 @@ LS_AMX void tile_product(const uint16_t *panel, size_t w_term, size_t w_rows, co
         _tile_stored(3, c + 768, 64);
 }
 
-// y[t * ldy + r] from a block of 16 x 16 (row r, token t), nr rows and nt tokens of it.
-void store_block(const float *c, int nr, int nt, float *y, int64_t ldy)
+// y[t * ldy + r] from a block of 16 x 16 (row r, token t), nr rows and nt tokens of it: the
+// block transposed in registers, then one (masked) store per token.
+LS_AMX void store_block(const float *c, int nr, int nt, float *y, int64_t ldy)
 {
+    __m512i v[16];
+    for (int r = 0; r < 16; ++r)
+        v[r] = _mm512_loadu_si512(c + 16 * r);
+    transpose16(v);
+    const __mmask16 rows = __mmask16((1u << nr) - 1);
     for (int t = 0; t < nt; ++t)
-        for (int r = 0; r < nr; ++r)
-            y[t * ldy + r] = c[r * 16 + t];
+        _mm512_mask_storeu_ps(y + t * ldy, rows, _mm512_castsi512_ps(v[t]));
 }
 
 struct Acts {
