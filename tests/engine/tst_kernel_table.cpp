@@ -72,7 +72,21 @@ private slots:
         QCOMPARE(t.level, VectorLevel::Avx512);
         QCOMPARE(t.integer, QKernel::Vnni);
         QVERIFY(t.bf16_dot && t.pack_weights && t.copy_weights && t.attention_v4 && t.attention_v3);
+        QVERIFY(!t.amx); // no AMX tiles among the features
         QCOMPARE(t.quant_matmul, QuantMatmulPath::Auto);
+
+        // AMX tiles: used at the AVX-512 level with BF16 (their operands are prepared with it),
+        // unless the options turn them off.
+        CpuFeatures amx = all;
+        amx.amx_bf16 = true;
+        QVERIFY(make_kernel_table(amx, {}).amx);
+        QVERIFY(!make_kernel_table(amx, with_kernels(SimdLevel::Avx2)).amx);
+        CpuOptions no_amx;
+        no_amx.amx = false;
+        QVERIFY(!make_kernel_table(amx, no_amx).amx);
+        CpuFeatures amx_no_bf16 = amx;
+        amx_no_bf16.avx512_bf16 = false;
+        QVERIFY(!make_kernel_table(amx_no_bf16, {}).amx);
         QCOMPARE(make_kernel_table(all, with_kernels(SimdLevel::Avx512)).level, VectorLevel::Avx512);
 
         // Forced AVX2 on an AVX-512 CPU: nothing above AVX2 (no VNNI, no BF16, no v4 build).
@@ -129,13 +143,17 @@ private slots:
         CpuOptions o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Auto);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
-        QVERIFY(o.pack_weights && o.copy_weights);
+        QVERIFY(o.pack_weights && o.copy_weights && o.amx);
         env = {{"LONGSCOPE_SIMD", "avx2"}, {"LONGSCOPE_QUANT_MATMUL", "bf16"}, {"LONGSCOPE_PACK", "0"},
-               {"LONGSCOPE_COPY_WEIGHTS", "0"}};
+               {"LONGSCOPE_COPY_WEIGHTS", "0"}, {"LONGSCOPE_AMX", "0"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Avx2);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Bf16);
-        QVERIFY(!o.pack_weights && !o.copy_weights);
+        QVERIFY(!o.pack_weights && !o.copy_weights && !o.amx);
+        env = {{"LONGSCOPE_QUANT_MATMUL", "amx"}, {"LONGSCOPE_AMX", "1"}};
+        o = cpu_options_from_switches(lookup);
+        QCOMPARE(o.quant_matmul, QuantMatmulPath::Amx);
+        QVERIFY(o.amx);
         env = {{"LONGSCOPE_SIMD", "portable"}, {"LONGSCOPE_QUANT_MATMUL", "dequantize"}, {"LONGSCOPE_PACK", "1"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Portable);
