@@ -23,6 +23,7 @@
 #include "cpu/quant.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
+#include "longscope/cpu_options.h"
 #include "longscope/hardware.h"
 #include "model/weights.h"
 
@@ -73,7 +74,19 @@ DType parse_type(const std::string &t)
         return DType::Q5_K;
     if (t == "q6_k")
         return DType::Q6_K;
-    std::fprintf(stderr, "type: f16, q8_0, q3_k, q4_k, q5_k or q6_k\n");
+    if (t == "q2_k")
+        return DType::Q2_K;
+    if (t == "q4_0")
+        return DType::Q4_0;
+    if (t == "q5_0")
+        return DType::Q5_0;
+    if (t == "q4_1")
+        return DType::Q4_1;
+    if (t == "q5_1")
+        return DType::Q5_1;
+    if (t == "iq4_nl")
+        return DType::IQ4_NL;
+    std::fprintf(stderr, "type: f16, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_0, q4_1, q5_0, q5_1 or iq4_nl\n");
     std::exit(2);
 }
 
@@ -168,6 +181,8 @@ Matrices make_matrices(DType type, int64_t n_in, int64_t n_out, int count)
 
 int main(int argc, char **argv)
 {
+    // The documented switches (LONGSCOPE_SIMD, LONGSCOPE_AMX, ...), as longscope-cli reads them.
+    set_cpu_options(cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
     const auto arg = [&](int i, const char *def) { return std::string(argc > i ? argv[i] : def); };
     const std::string mode = arg(1, "matmul");
     const DType type = parse_type(arg(2, "f16"));

@@ -307,6 +307,13 @@ private slots:
         QVERIFY(kernel_table().amx);
         QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::AmxBf16);
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::AmxBf16);
+        // Packed matrices whose rows widen with scalar code keep the packed integer kernels
+        // under Auto (their panels would cost more than the products save); unpacked, the tiles.
+        const Weight q5 = make_weight(DType::Q5_0, 64, 16, 8, true), q5_rows = make_weight(DType::Q5_0, 64, 16, 8, false);
+        if (dequantize_packed_level(DType::Q5_0) != VectorLevel::Avx512)
+            QCOMPARE(matmul_path(q5.view, 64), QuantMatmul::Integer);
+        QCOMPARE(matmul_path(q5_rows.view, 64), QuantMatmul::Amx);
+        QCOMPARE(matmul_path(q5.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
         // Asked-for paths other than Amx keep their kernels.
         QCOMPARE(matmul_path(w.view, 64, QuantMatmul::Integer), QuantMatmul::Integer);
     }

@@ -4,6 +4,7 @@
 // counted from its shape) approaches but does not pass.
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
+#include "cpu/packed.h"
 #include "cpu/thread_pool.h"
 
 #include "longscope/cpu_options.h"
@@ -87,10 +88,14 @@ private slots:
     void familyFollowsTheMatmulPath()
     {
         // With AMX tiles every weight type but F32 takes them over many tokens.
-        if (kernel_table().amx) {
+        const CpuKernelTable &t0 = kernel_table();
+        if (t0.amx) {
             for (const char *type : {"F16", "BF16", "Q8_0", "Q4_K", "IQ4_XS"})
                 QCOMPARE(prefill_compute_family(type), ComputeFamily::AmxBf16);
             QCOMPARE(prefill_compute_family("F32"), ComputeFamily::F32Fma);
+            // Packed types whose rows widen with scalar code keep the integer kernels.
+            if (t0.pack_weights && dequantize_packed_level(DType::Q5_0) != VectorLevel::Avx512)
+                QCOMPARE(prefill_compute_family("Q5_0"), ComputeFamily::Int8Dot);
         }
         // The rest as on a CPU without them.
         CpuOptions no_amx;

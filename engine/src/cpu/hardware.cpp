@@ -30,7 +30,10 @@ std::string cpu_kernel_name()
              "from " + from;
     else if (t.bf16_dot)
         s += ", BF16 dot products from " + from;
-    return s + ")";
+    s += ")";
+    if (t.amx)
+        s += "; AMX BF16 tiles for every matrix but F32 from " + std::to_string(amx_min_tokens) + " tokens";
+    return s;
 }
 
 std::string cpu_kernel_warning()

@@ -37,8 +37,9 @@ void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int
 // Float weights take the float kernel, except F16 weights from bf16_min_tokens tokens on when
 // Bf16 is asked for (rounded to BF16 like the activations; never under Auto).
 // The kernel table's forced path (CpuOptions::quant_matmul) replaces Auto.
-// Amx (cpu/amx.h), where the kernel table has the tiles: every weight type but F32 from
-// amx_min_tokens tokens on under Auto, any type and token count when asked for.
+// Amx (cpu/amx.h), where the kernel table has the tiles: from amx_min_tokens tokens on under
+// Auto every weight type but F32, and packed matrices only of the types whose packed rows
+// widen with vector code (dequantize_packed_level); any type and token count when asked for.
 using QuantMatmul = QuantMatmulPath;
 constexpr int64_t bf16_min_tokens = 16;
 constexpr int64_t amx_min_tokens = 16;
