@@ -195,6 +195,10 @@ private slots:
         QTest::newRow("Q4_K packed 512x64") << int(DType::Q4_K) << 512 << 64 << true;
         QTest::newRow("Q6_K packed 256x32") << int(DType::Q6_K) << 256 << 32 << true;
         QTest::newRow("IQ4_XS 256x20") << int(DType::IQ4_XS) << 256 << 20 << false;
+        QTest::newRow("Q4_0 packed 64x48") << int(DType::Q4_0) << 64 << 48 << true;
+        QTest::newRow("Q5_1 packed 160x32") << int(DType::Q5_1) << 160 << 32 << true;
+        QTest::newRow("IQ4_NL packed 96x16") << int(DType::IQ4_NL) << 96 << 16 << true;
+        QTest::newRow("Q5_K packed 256x16") << int(DType::Q5_K) << 256 << 16 << true;
     }
     void products_match_double_reference()
     {
@@ -219,9 +223,13 @@ private slots:
                 return;
             // Auto takes the tiles from amx_min_tokens tokens on (F32 weights excepted: they keep
             // the exact float kernel): the same bits.
+            // Packed matrices whose rows widen with scalar code keep the integer kernels.
+            const bool scalar_panels = pack && dequantize_packed_level(dt) != VectorLevel::Avx512;
             if (n_tokens >= amx_min_tokens && dt == DType::F32)
                 QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Dequantize);
-            if (n_tokens >= amx_min_tokens && dt != DType::F32) {
+            if (n_tokens >= amx_min_tokens && scalar_panels)
+                QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Integer);
+            if (n_tokens >= amx_min_tokens && dt != DType::F32 && !scalar_panels) {
                 QCOMPARE(matmul_path(w.view, n_tokens), QuantMatmul::Amx);
                 std::vector<float> z(y.size(), NAN);
                 matmul(pool, w.view, x.data(), z.data(), n_tokens);
@@ -309,9 +317,9 @@ private slots:
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::AmxBf16);
         // Packed matrices whose rows widen with scalar code keep the packed integer kernels
         // under Auto (their panels would cost more than the products save); unpacked, the tiles.
-        const Weight q5 = make_weight(DType::Q5_0, 64, 16, 8, true), q5_rows = make_weight(DType::Q5_0, 64, 16, 8, false);
-        if (dequantize_packed_level(DType::Q5_0) != VectorLevel::Avx512)
-            QCOMPARE(matmul_path(q5.view, 64), QuantMatmul::Integer);
+        const Weight q5 = make_weight(DType::Q5_K, 256, 16, 8, true), q5_rows = make_weight(DType::Q5_K, 256, 16, 8, false);
+        QCOMPARE(dequantize_packed_level(DType::Q5_K), VectorLevel::Portable);
+        QCOMPARE(matmul_path(q5.view, 64), QuantMatmul::Integer);
         QCOMPARE(matmul_path(q5_rows.view, 64), QuantMatmul::Amx);
         QCOMPARE(matmul_path(q5.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
         // Asked-for paths other than Amx keep their kernels.

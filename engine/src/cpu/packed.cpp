@@ -510,6 +510,59 @@ LS_PACKED_AVX512 void dequantize_packed_q8_0_avx512(const uint8_t *packed, int64
     }
 }
 
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: the row's sixteen code bytes of a block gathered from its four
+// words, 64 bytes apart (codes j and j + 16 in the low and high nibbles of byte j), the fifth
+// bits (Q5_0, Q5_1: bit 2 w of byte c for code 4 w + c, bit 2 w + 1 for code 16 + 4 w + c)
+// shifted in per word; then the portable version's float operations: d * (q - offset),
+// q * d + m, or d * table[q].
+LS_PACKED_AVX512 void dequantize_packed_b32_avx512(DType type, const uint8_t *packed, int64_t n_in, int64_t row,
+                                                   float *out)
+{
+    const int r = int(row % packed_group_rows);
+    const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
+    const __m128i words = _mm_setr_epi32(0, 64, 128, 192);
+    const __m128i nibble = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+    const __m128i shift_lo = _mm_setr_epi32(0, 2, 4, 6), shift_hi = _mm_setr_epi32(1, 3, 5, 7);
+    const __m512i offset = _mm512_set1_epi32(b32_offset(type));
+    __m512 table = _mm512_setzero_ps();
+    if (type == DType::IQ4_NL) {
+        alignas(64) float t[16];
+        for (int i = 0; i < 16; ++i)
+            t[i] = float(iq4_nl_values[i]);
+        table = _mm512_load_ps(t);
+    }
+    for (int64_t b = 0; b < n_in / qk; ++b) {
+        const uint8_t *codes = grp + codes32_offset(type, b);
+        uint16_t hd;
+        std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));
+        const __m128i q = _mm_i32gather_epi32(reinterpret_cast<const int *>(codes + 4 * r), words, 1);
+        __m128i lo = _mm_and_si128(q, nibble), hi = _mm_and_si128(_mm_srli_epi16(q, 4), nibble);
+        if (b32_fifth(type)) {
+            int32_t f;
+            std::memcpy(&f, codes + packed_q4_0_block_bytes + 4 * r, 4);
+            const __m128i fb = _mm_set1_epi32(f);
+            lo = _mm_or_si128(lo, _mm_slli_epi16(_mm_and_si128(_mm_srlv_epi32(fb, shift_lo), one), 4));
+            hi = _mm_or_si128(hi, _mm_slli_epi16(_mm_and_si128(_mm_srlv_epi32(fb, shift_hi), one), 4));
+        }
+        float *y = out + b * qk;
+        for (int h = 0; h < 2; ++h) {
+            const __m512i c = _mm512_cvtepu8_epi32(h == 0 ? lo : hi);
+            __m512 v;
+            if (type == DType::IQ4_NL) {
+                v = _mm512_mul_ps(d, _mm512_permutexvar_ps(c, table));
+            } else if (b32_min(type)) {
+                uint16_t hm;
+                std::memcpy(&hm, grp + scales32_offset(type, b) + 64 + 2 * r, 2);
+                v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), d), _mm512_set1_ps(_cvtsh_ss(hm)));
+            } else {
+                v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(c, offset)));
+            }
+            _mm512_storeu_ps(y + 16 * h, v);
+        }
+    }
+}
+
 // The sixteen values of group grp of a Q6_K super-block from their codes.
 LS_PACKED_AVX512 inline void q6_k_group_avx512(__m128i codes, float d, const uint8_t *b, int r, int grp, float *y)
 {
@@ -564,7 +617,7 @@ LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64
 
 VectorLevel dequantize_packed_level(DType type)
 {
-    return (type == DType::Q4_K || type == DType::Q8_0 || type == DType::Q6_K) &&
+    return (type == DType::Q4_K || type == DType::Q6_K || is_block32(type)) &&
                    kernel_table().level == VectorLevel::Avx512
                ? VectorLevel::Avx512
                : VectorLevel::Portable;
@@ -576,6 +629,8 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
         dequantize_packed_q8_0_avx512(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q6_K)
         dequantize_packed_q6_k_avx512(packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512 && is_block32(type))
+        dequantize_packed_b32_avx512(type, packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512)
         dequantize_packed_row_avx512(packed, n_in, row, out);
     else
