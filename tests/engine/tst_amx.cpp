@@ -199,6 +199,7 @@ private slots:
         QTest::newRow("Q5_1 packed 160x32") << int(DType::Q5_1) << 160 << 32 << true;
         QTest::newRow("IQ4_NL packed 96x16") << int(DType::IQ4_NL) << 96 << 16 << true;
         QTest::newRow("Q5_K packed 256x16") << int(DType::Q5_K) << 256 << 16 << true;
+        QTest::newRow("Q3_K packed 256x32") << int(DType::Q3_K) << 256 << 32 << true;
     }
     void products_match_double_reference()
     {
@@ -317,10 +318,10 @@ private slots:
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::AmxBf16);
         // Packed matrices whose rows widen with scalar code keep the packed integer kernels
         // under Auto (their panels would cost more than the products save); unpacked, the tiles.
-        const Weight q5 = make_weight(DType::Q5_K, 256, 16, 8, true), q5_rows = make_weight(DType::Q5_K, 256, 16, 8, false);
-        QCOMPARE(dequantize_packed_level(DType::Q5_K), VectorLevel::Portable);
-        QCOMPARE(matmul_path(q5.view, 64), QuantMatmul::Integer);
-        QCOMPARE(matmul_path(q5_rows.view, 64), QuantMatmul::Amx);
+        const Weight q3 = make_weight(DType::Q3_K, 256, 16, 8, true), q3_rows = make_weight(DType::Q3_K, 256, 16, 8, false);
+        QCOMPARE(dequantize_packed_level(DType::Q3_K), VectorLevel::Portable);
+        QCOMPARE(matmul_path(q3.view, 64), QuantMatmul::Integer);
+        QCOMPARE(matmul_path(q3_rows.view, 64), QuantMatmul::Amx);
         QCOMPARE(matmul_path(q5.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
         // Asked-for paths other than Amx keep their kernels.
         QCOMPARE(matmul_path(w.view, 64, QuantMatmul::Integer), QuantMatmul::Integer);

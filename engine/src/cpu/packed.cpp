@@ -455,21 +455,27 @@ namespace {
 #define LS_PACKED_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 // The same values with vector operations (the same float operations per value): the row's 32
-// bytes of a pair are gathered from its eight words, 64 bytes apart.
-LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
-{ // Q4_K
+// bytes of a pair are gathered from its eight words, 64 bytes apart; for Q5_K also the 32 bytes
+// of fifth bits (bit j of byte l: value l of sub-block j) once per super-block.
+template <bool Q5>
+LS_PACKED_AVX512 void dequantize_packed_q4_k_like_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
     const int64_t nsb = n_in / qk_k;
     const int64_t g = row / packed_group_rows;
     const int r = int(row % packed_group_rows);
+    const int64_t block_bytes = Q5 ? packed_q5_k_block_bytes : packed_q4_k_block_bytes;
     const __m256i words = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
-    const __m128i low = _mm_set1_epi8(0x0f);
+    const __m128i low = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * packed_q4_k_block_bytes;
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(block_bytes);
         uint16_t hd, hm;
         std::memcpy(&hd, b + off_d + 2 * r, 2);
         std::memcpy(&hm, b + off_dmin + 2 * r, 2);
         const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
         float *y = out + sb * qk_k;
+        __m256i qh = _mm256_setzero_si256();
+        if constexpr (Q5)
+            qh = _mm256_i32gather_epi32(reinterpret_cast<const int *>(b + off5_qh + 4 * r), words, 1);
         for (int pair = 0; pair < 4; ++pair) {
             const __m256i q = _mm256_i32gather_epi32(
                 reinterpret_cast<const int *>(b + off_qs + (pair * 8 * 16 + r) * 4), words, 1);
@@ -479,7 +485,12 @@ LS_PACKED_AVX512 void dequantize_packed_row_avx512(const uint8_t *packed, int64_
                 const __m512 m1 = _mm512_set1_ps(dmin * float(b[off_m + 16 * j + r]));
                 for (int h = 0; h < 2; ++h) {
                     const __m128i v = h == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
-                    const __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
+                    __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
+                    if constexpr (Q5) {
+                        const __m128i hb = h == 0 ? _mm256_castsi256_si128(qh) : _mm256_extracti128_si256(qh, 1);
+                        const __m128i fifth = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(j)), one);
+                        nib = _mm_or_si128(nib, _mm_slli_epi16(fifth, 4));
+                    }
                     const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
                     _mm512_storeu_ps(y + 64 * pair + 32 * sub + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1));
                 }
@@ -617,7 +628,7 @@ LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64
 
 VectorLevel dequantize_packed_level(DType type)
 {
-    return (type == DType::Q4_K || type == DType::Q6_K || is_block32(type)) &&
+    return (is_q4_k_like(type) || type == DType::Q6_K || is_block32(type)) &&
                    kernel_table().level == VectorLevel::Avx512
                ? VectorLevel::Avx512
                : VectorLevel::Portable;
@@ -631,8 +642,10 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
         dequantize_packed_q6_k_avx512(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512 && is_block32(type))
         dequantize_packed_b32_avx512(type, packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q5_K)
+        dequantize_packed_q4_k_like_avx512<true>(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512)
-        dequantize_packed_row_avx512(packed, n_in, row, out);
+        dequantize_packed_q4_k_like_avx512<false>(packed, n_in, row, out);
     else
         dequantize_packed_row_portable(type, packed, n_in, row, out);
 }
