@@ -322,7 +322,7 @@ private slots:
         QCOMPARE(dequantize_packed_level(DType::Q3_K), VectorLevel::Portable);
         QCOMPARE(matmul_path(q3.view, 64), QuantMatmul::Integer);
         QCOMPARE(matmul_path(q3_rows.view, 64), QuantMatmul::Amx);
-        QCOMPARE(matmul_path(q5.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
+        QCOMPARE(matmul_path(q3.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
         // Asked-for paths other than Amx keep their kernels.
         QCOMPARE(matmul_path(w.view, 64, QuantMatmul::Integer), QuantMatmul::Integer);
     }
