@@ -186,57 +186,56 @@ struct Pass {
     int w, x;
 };
 
-// Accumulator tiles for NA row tiles by NB token tiles over chunks [0, n_chunks) of the given
-// operands and every pass, added to the tiles in `c` (or to zero where `first`) and stored back
-// there as [NA][NB] blocks of 16 x 16 floats (row r of a block: weight row, column: token).
-// The passes come ordered so that consecutive ones share an operand, which is loaded once.
+// Where a row pair's and a token pair's tiles are, and what to sum: the weights' terms are
+// w_term apart and a pair's second row tile w_rows after its first; the activations' terms
+// x_term apart and a pair's second token tile x_tile after its first; a tile every k_block
+// values along the inputs.
+struct Operands {
+    size_t w_term, w_rows, x_term, x_tile;
+    int64_t n_chunks;
+    const Pass *passes;
+    int n_passes, weight_terms, act_terms;
+};
+
+// The products of NA row tiles by NB token tiles over every chunk and pass, stored into c as
+// [NA][NB] blocks of 16 x 16 floats (row r of a block: weight row, column: token). The passes
+// come ordered so that consecutive ones share an operand, which is loaded once. The weights'
+// tiles two chunks ahead are prefetched into L1 (a tile load from L2 stalls the products that
+// wait for it: one core here, 0.8 TFLOP/s from L2 without, 1.4 with), and the activations'
+// where `prefetch_acts` (the first row pair to read them).
 template <int NA, int NB>
-LS_AMX void tile_product(const uint16_t *panel, size_t w_term, size_t w_rows, const uint16_t *acts, size_t x_term,
-                         size_t x_tile, int64_t n_chunks, const Pass *passes, int n_passes, int n_weight_terms,
-                         int n_act_terms, bool prefetch_acts, float *c, bool first)
+LS_AMX void tile_product(const uint16_t *panel, const uint16_t *acts, const Operands &o, bool prefetch_acts, float *c)
 {
-    if (first) {
-        _tile_zero(0);
-        if constexpr (NB == 2)
-            _tile_zero(1);
-        if constexpr (NA == 2)
-            _tile_zero(2);
-        if constexpr (NA == 2 && NB == 2)
-            _tile_zero(3);
-    } else {
-        _tile_loadd(0, c, 64);
-        if constexpr (NB == 2)
-            _tile_loadd(1, c + 256, 64);
-        if constexpr (NA == 2)
-            _tile_loadd(2, c + NB * 256, 64);
-        if constexpr (NA == 2 && NB == 2)
-            _tile_loadd(3, c + 768, 64);
-    }
-    for (int64_t ch = 0; ch < n_chunks; ++ch) {
-        // The weights' tiles two chunks ahead, into L1: a tile load from L2 stalls the
-        // products that wait for it (one core here: 0.8 TFLOP/s from L2 without, 1.4 with).
-        for (int t = 0; t < n_weight_terms; ++t)
+    _tile_zero(0);
+    if constexpr (NB == 2)
+        _tile_zero(1);
+    if constexpr (NA == 2)
+        _tile_zero(2);
+    if constexpr (NA == 2 && NB == 2)
+        _tile_zero(3);
+    for (int64_t ch = 0; ch < o.n_chunks; ++ch) {
+        for (int t = 0; t < o.weight_terms; ++t)
             for (int i = 0; i < NA; ++i)
-                prefetch_tile(panel + t * w_term + i * w_rows + size_t(ch + 2) * k_block);
+                prefetch_tile(panel + t * o.w_term + i * o.w_rows + size_t(ch + 2) * k_block);
         if (prefetch_acts)
-            for (int t = 0; t < n_act_terms; ++t)
+            for (int t = 0; t < o.act_terms; ++t)
                 for (int j = 0; j < NB; ++j)
-                    prefetch_tile(acts + t * x_term + j * x_tile + size_t(ch + 2) * k_block);
+                    prefetch_tile(acts + t * o.x_term + j * o.x_tile + size_t(ch + 2) * k_block);
         int loaded_w = -1, loaded_x = -1;
-        for (int p = 0; p < n_passes; ++p) {
-            if (passes[p].w != loaded_w) {
-                const uint16_t *a = panel + passes[p].w * w_term + size_t(ch) * k_block;
+        for (int p = 0; p < o.n_passes; ++p) {
+            if (o.passes[p].w != loaded_w) {
+                const uint16_t *a = panel + o.passes[p].w * o.w_term + size_t(ch) * k_block;
                 _tile_loadd(4, a, 64);
                 if constexpr (NA == 2)
-                    _tile_loadd(5, a + w_rows, 64);
-                loaded_w = passes[p].w;
+                    _tile_loadd(5, a + o.w_rows, 64);
+                loaded_w = o.passes[p].w;
             }
-            if (passes[p].x != loaded_x) {
-                const uint16_t *b = acts + passes[p].x * x_term + size_t(ch) * k_block;
+            if (o.passes[p].x != loaded_x) {
+                const uint16_t *b = acts + o.passes[p].x * o.x_term + size_t(ch) * k_block;
                 _tile_loadd(6, b, 64);
                 if constexpr (NB == 2)
-                    _tile_loadd(7, b + x_tile, 64);
-                loaded_x = passes[p].x;
+                    _tile_loadd(7, b + o.x_tile, 64);
+                loaded_x = o.passes[p].x;
             }
             _tile_dpbf16ps(0, 4, 6);
             if constexpr (NB == 2)
@@ -295,11 +294,9 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     const int64_t n_chunks = n_in / k_chunk;
     const int64_t rows = panel_rows(n_in, terms.weight);
     const size_t w_term = size_t(rows / k_tile * n_chunks * k_block), w_rows = size_t(n_chunks) * k_block;
-    const size_t pair_stride = 2 * w_rows;
     std::vector<uint16_t> panel(w_term * size_t(terms.weight));
     std::vector<float> f(static_cast<size_t>(n_in));
-    // The accumulators of every row pair of a panel against one token pair, between K blocks.
-    std::vector<float> acc(size_t(rows / k_panel) * 1024);
+    alignas(64) float c[4 * 256];
     // (w0, x1), (w0, x0), (w1, x0): each pass shares one operand with the one before.
     Pass ps[3];
     int n_passes = 0;
@@ -308,10 +305,8 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     ps[n_passes++] = {0, 0};
     if (terms.weight == 2)
         ps[n_passes++] = {1, 0};
-    // K blocks whose activation tiles (a token pair, every term) fill 16 KiB of the L1 cache:
-    // each is read from there by every row pair of the panel, the weights' tiles from L2.
-    const int64_t k_step = n_chunks;
-    const size_t x_term = acts.term_stride(), x_tile = size_t(n_chunks) * k_block;
+    const Operands ops{w_term, w_rows, acts.term_stride(), size_t(n_chunks) * k_block, n_chunks, ps, n_passes,
+                       terms.weight, terms.act};
     configure_tiles();
     for (int64_t p0 = row_begin; p0 < row_end; p0 += rows) {
         const int64_t np = std::min(rows, row_end - p0);
@@ -319,30 +314,23 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
             weight_row_f32(w, p0 + r, f.data());
             panel_row(f.data(), n_in, r, terms.weight, panel.data(), w_term);
         }
+        // Every token pair past the panel, row pair by row pair (the first row pair brings the
+        // activations' tiles into L1 for the others).
         for (int64_t tile = 0; tile < acts.n_tiles; tile += 2) {
             const int nb = tile + 1 < acts.n_tiles ? 2 : 1;
-            for (int64_t k0 = 0; k0 < n_chunks; k0 += k_step) {
-                const int64_t nk = std::min(k_step, n_chunks - k0);
-                const uint16_t *b = acts.buf.data() + size_t(tile) * x_tile + size_t(k0) * k_block;
-                for (int64_t q = 0; q < np; q += k_panel) {
-                    const int nr = int(std::min<int64_t>(k_panel, np - q));
-                    const int na = nr > k_tile ? 2 : 1;
-                    const uint16_t *a = panel.data() + size_t(q / k_panel) * pair_stride + size_t(k0) * k_block;
-                    float *c = acc.data() + size_t(q / k_panel) * 1024;
-                    if (na == 2 && nb == 2)
-                        tile_product<2, 2>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
-                    else if (na == 2)
-                        tile_product<2, 1>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
-                    else if (nb == 2)
-                        tile_product<1, 2>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
-                    else
-                        tile_product<1, 1>(a, w_term, w_rows, b, x_term, x_tile, nk, ps, n_passes, terms.weight, terms.act, q == 0, c, k0 == 0);
-                }
-            }
+            const uint16_t *b = acts.buf.data() + size_t(tile) * ops.x_tile;
             for (int64_t q = 0; q < np; q += k_panel) {
                 const int nr = int(std::min<int64_t>(k_panel, np - q));
                 const int na = nr > k_tile ? 2 : 1;
-                const float *c = acc.data() + size_t(q / k_panel) * 1024;
+                const uint16_t *a = panel.data() + size_t(q / k_panel) * 2 * w_rows;
+                if (na == 2 && nb == 2)
+                    tile_product<2, 2>(a, b, ops, q == 0, c);
+                else if (na == 2)
+                    tile_product<2, 1>(a, b, ops, q == 0, c);
+                else if (nb == 2)
+                    tile_product<1, 2>(a, b, ops, q == 0, c);
+                else
+                    tile_product<1, 1>(a, b, ops, q == 0, c);
                 for (int i = 0; i < na; ++i)
                     for (int j = 0; j < nb; ++j) {
                         const int64_t t0 = (tile + j) * k_tile;
