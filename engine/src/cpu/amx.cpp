@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t k_tile = 16;          // rows, tokens and input pairs per tile
 constexpr int64_t k_chunk = 32;         // inputs per tile (16 pairs of BF16)
 constexpr int64_t k_block = 512;        // BF16 values per tile (1 KiB)
-constexpr int64_t k_panel = 2 * k_tile; // weight rows per panel
+constexpr int64_t k_panel = 2 * k_tile; // weight rows per row pair (two tiles); panels hold several
 
 #if defined(__x86_64__)
 
@@ -344,8 +344,8 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     release_tiles();
 }
 
-// Four independent accumulators cover the instruction's latency (one core here: 1.5 TFLOP/s
-// with four, the same with eight).
+// Four independent accumulators cover the instruction's latency (one core of the Xeon in
+// docs/performance.md: 3.1 TFLOP/s).
 LS_AMX float probe_loop(int64_t iterations)
 {
     alignas(64) uint16_t ones[k_block];

@@ -1,12 +1,13 @@
 // Matrix products over many tokens on Intel AMX tiles (Advanced Matrix Extensions): tdpbf16ps
 // multiplies a 16 x 32 BF16 tile of weights by a 32 x 16 BF16 tile of activations into a
-// 16 x 16 float tile, 8192 multiply-adds per instruction (a one-core loop of it here: about
-// 1.5 TFLOP/s, twelve times the AVX-512 vdpbf16ps loop).
+// 16 x 16 float tile, 8192 multiply-adds per instruction (a one-core loop of it on the Xeon in
+// docs/performance.md: 3.1 TFLOP/s, thirteen times the AVX-512 vdpbf16ps loop).
 //
 // Each call rounds the activations to BF16 once into the tile layout (pairs of inputs
-// interleaved per token), then every thread takes panels of 32 weight rows: a panel is widened
-// to float (any weight type: quantized, packed, F16, F32, BF16), rounded to BF16 into tiles,
-// and multiplied by every token in blocks of 32 rows by 32 tokens (four accumulator tiles).
+// interleaved per token), then every thread takes panels of up to 256 weight rows (about
+// 1 MiB of BF16): a panel is widened to float (any weight type: quantized, packed, F16, F32,
+// BF16), rounded to BF16 into tiles, and multiplied by every token in blocks of 32 rows by 32
+// tokens (four accumulator tiles).
 //
 // Precision: a value v is carried as 1 or 2 BF16 terms, hi = bf16(v) and lo = bf16(v - hi),
 // and the products summed are hi_w*hi_x (+ hi_w*lo_x + lo_w*hi_x with two terms each side;
