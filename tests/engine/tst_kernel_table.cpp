@@ -72,18 +72,23 @@ private slots:
         QCOMPARE(t.level, VectorLevel::Avx512);
         QCOMPARE(t.integer, QKernel::Vnni);
         QVERIFY(t.bf16_dot && t.pack_weights && t.copy_weights && t.attention_v4 && t.attention_v3);
-        QVERIFY(!t.amx); // no AMX tiles among the features
+        QVERIFY(!t.amx && !t.amx_attention); // no AMX tiles among the features
         QCOMPARE(t.quant_matmul, QuantMatmulPath::Auto);
 
         // AMX tiles: used at the AVX-512 level with BF16 (their operands are prepared with it),
         // unless the options turn them off.
         CpuFeatures amx = all;
         amx.amx_bf16 = true;
-        QVERIFY(make_kernel_table(amx, {}).amx);
+        QVERIFY(make_kernel_table(amx, {}).amx && make_kernel_table(amx, {}).amx_attention);
         QVERIFY(!make_kernel_table(amx, with_kernels(SimdLevel::Avx2)).amx);
+        QVERIFY(!make_kernel_table(amx, with_kernels(SimdLevel::Avx2)).amx_attention);
         CpuOptions no_amx;
         no_amx.amx = false;
-        QVERIFY(!make_kernel_table(amx, no_amx).amx);
+        QVERIFY(!make_kernel_table(amx, no_amx).amx && !make_kernel_table(amx, no_amx).amx_attention);
+        // Attention alone off: the products keep the tiles.
+        CpuOptions no_amx_attention;
+        no_amx_attention.amx_attention = false;
+        QVERIFY(make_kernel_table(amx, no_amx_attention).amx && !make_kernel_table(amx, no_amx_attention).amx_attention);
         CpuFeatures amx_no_bf16 = amx;
         amx_no_bf16.avx512_bf16 = false;
         QVERIFY(!make_kernel_table(amx_no_bf16, {}).amx);
@@ -143,13 +148,16 @@ private slots:
         CpuOptions o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Auto);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
-        QVERIFY(o.pack_weights && o.copy_weights && o.amx);
+        QVERIFY(o.pack_weights && o.copy_weights && o.amx && o.amx_attention);
         env = {{"LONGSCOPE_SIMD", "avx2"}, {"LONGSCOPE_QUANT_MATMUL", "bf16"}, {"LONGSCOPE_PACK", "0"},
                {"LONGSCOPE_COPY_WEIGHTS", "0"}, {"LONGSCOPE_AMX", "0"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Avx2);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Bf16);
         QVERIFY(!o.pack_weights && !o.copy_weights && !o.amx);
+        env = {{"LONGSCOPE_AMX_ATTENTION", "0"}};
+        o = cpu_options_from_switches(lookup);
+        QVERIFY(o.amx && !o.amx_attention);
         env = {{"LONGSCOPE_QUANT_MATMUL", "amx"}, {"LONGSCOPE_AMX", "1"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Amx);
@@ -410,7 +418,8 @@ private slots:
     // Tiled attention under every forced level gives the default's bits (the x86-64-v4 and -v3
     // builds agree), with and without a mask tile, with keys rotated as they are loaded or not,
     // and for decode. (Plain attention's dot products are the float kernels of the level, whose
-    // sums are grouped differently at each level.)
+    // sums are grouped differently at each level; prefill on AMX tiles, with its BF16 terms, is
+    // held to a double-precision reference by tst_amx instead, so the tiles are off here.)
     void attention_builds_agree()
     {
         const int n_head = 4, n_head_kv = 2, hd = 64;
@@ -421,7 +430,9 @@ private slots:
         AttentionProblem p = last_queries_problem(n_head, n_head_kv, hd, q.data(), n_q, k.data(), v.data(), n_kv);
         ThreadPool pool(2);
         auto run = [&](SimdLevel level, int which) {
-            CpuOptionsScope scope(with_kernels(level));
+            CpuOptions o = with_kernels(level);
+            o.amx = false;
+            CpuOptionsScope scope(o);
             std::vector<float> out(q.size(), NAN);
             p.out = out.data();
             if (which == 0)

@@ -723,8 +723,12 @@ private slots:
                 first = got;
                 continue;
             }
+            // The no-cache mode recomputes the prompt every step through prefill attention: on
+            // AMX tiles (where in use) its operands carry 16 significant bits, and tst_amx holds
+            // it to 1e-4 of attention in double; the other modes decode on the float kernels.
+            const double tolerance = mode == KvMode::None && mem_efficient && kernel_table().amx ? 1e-4 : 1e-5;
             for (size_t i = 0; i < got.size(); ++i)
-                QVERIFY2(max_diff(got[i], first[i]) <= 1e-5,
+                QVERIFY2(max_diff(got[i], first[i]) <= tolerance,
                          qPrintable(QStringLiteral("kv %1 step %2: %3")
                                         .arg(QString::fromUtf8(to_string(mode).data()))
                                         .arg(i)

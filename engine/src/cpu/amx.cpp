@@ -123,11 +123,12 @@ LS_AMX inline void transpose16(__m512i r[16])
     }
 }
 
-// The activations of token tile `tile` (tokens 16 tile .. 16 tile + 15, zeros past n_tokens)
-// in tile layout: block (term, tile, chunk) holds row p = input pair, column t = token, the pair
-// (x_t[32 chunk + 2p], x_t[32 chunk + 2p + 1]) in each 32-bit element.
-LS_AMX void acts_tile(const float *x, int64_t n_tokens, int64_t n_in, int64_t tile, int terms, uint16_t *out,
-                      size_t term_stride)
+// The activations of token tile `tile` (tokens 16 tile .. 16 tile + 15, zeros past n_tokens;
+// token t's n_in inputs at x + t * ldx) in tile layout: block (term, tile, chunk) holds row
+// p = input pair, column t = token, the pair (x_t[32 chunk + 2p], x_t[32 chunk + 2p + 1]) in
+// each 32-bit element.
+LS_AMX void acts_tile(const float *x, int64_t ldx, int64_t n_tokens, int64_t n_in, int64_t tile, int terms,
+                      uint16_t *out, size_t term_stride)
 {
     const int64_t n_chunks = n_in / k_chunk;
     const int64_t t0 = tile * k_tile;
@@ -136,7 +137,7 @@ LS_AMX void acts_tile(const float *x, int64_t n_tokens, int64_t n_in, int64_t ti
         __m512i hi[16], lo[16];
         for (int t = 0; t < 16; ++t) {
             if (t < nt) {
-                const float *v = x + (t0 + t) * n_in + c * k_chunk;
+                const float *v = x + (t0 + t) * ldx + c * k_chunk;
                 if (terms == 2)
                     split32(v, hi[t], lo[t]);
                 else
@@ -199,12 +200,14 @@ struct Operands {
 
 // The products of NA row tiles by NB token tiles over every chunk and pass, stored into c as
 // [NA][NB] blocks of 16 x 16 floats (row r of a block: weight row, column: token). The passes
-// come ordered so that consecutive ones share an operand, which is loaded once. The weights'
+// come ordered so that consecutive ones share an operand, which is loaded once. With a
+// `stride`, the blocks go into a matrix of rows that many bytes apart instead. The weights'
 // tiles two chunks ahead are prefetched into L1 (a tile load from L2 stalls the products that
 // wait for it: one core here, 0.8 TFLOP/s from L2 without, 1.4 with), and the activations'
 // where `prefetch_acts` (the first row pair to read them).
 template <int NA, int NB>
-LS_AMX void tile_product(const uint16_t *panel, const uint16_t *acts, const Operands &o, bool prefetch_acts, float *c)
+LS_AMX void tile_product(const uint16_t *panel, const uint16_t *acts, const Operands &o, bool prefetch_acts, float *c,
+                         size_t stride = 0)
 {
     _tile_zero(0);
     if constexpr (NB == 2)
@@ -247,13 +250,25 @@ LS_AMX void tile_product(const uint16_t *panel, const uint16_t *acts, const Oper
             }
         }
     }
-    _tile_stored(0, c, 64);
+    if (stride == 0) {
+        _tile_stored(0, c, 64);
+        if constexpr (NB == 2)
+            _tile_stored(1, c + 256, 64);
+        if constexpr (NA == 2)
+            _tile_stored(2, c + NB * 256, 64);
+        if constexpr (NA == 2 && NB == 2)
+            _tile_stored(3, c + 768, 64);
+        return;
+    }
+    // Into a matrix `stride` bytes per row: block (i, j) at row 16 i, column 16 j.
+    const size_t down = 16 * stride / sizeof(float);
+    _tile_stored(0, c, stride);
     if constexpr (NB == 2)
-        _tile_stored(1, c + 256, 64);
+        _tile_stored(1, c + 16, stride);
     if constexpr (NA == 2)
-        _tile_stored(2, c + NB * 256, 64);
+        _tile_stored(2, c + down, stride);
     if constexpr (NA == 2 && NB == 2)
-        _tile_stored(3, c + 768, 64);
+        _tile_stored(3, c + down + 16, stride);
 }
 
 // y[t * ldy + r] from a block of 16 x 16 (row r, token t), nr rows and nt tokens of it: the
@@ -344,6 +359,73 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     release_tiles();
 }
 
+// Sixteen BF16 as the upper halves of sixteen 32-bit lanes (as floats: their values).
+LS_AMX inline __m512i widen(__m256bh h) { return _mm512_slli_epi32(_mm512_cvtepu16_epi32(__m256i(h)), 16); }
+
+// The second operand from the columns of x (k rows, row i at x + i * ldx; n columns, a
+// multiple of 16): block (term, column tile, chunk) holds row p = row pair, column j = column,
+// the pair (x[32 chunk + 2p][16 tile + j], x[32 chunk + 2p + 1][16 tile + j]); rows past k are
+// zeros.
+LS_AMX void column_tiles(const float *x, int64_t ldx, int64_t k, int64_t n, int terms, AmxMatrix &out)
+{
+    const int64_t n_tiles = n / k_tile, n_chunks = out.n_chunks;
+    const size_t ts = out.term_stride();
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t c = 0; c < n_chunks; ++c)
+        for (int p = 0; p < 16; ++p) {
+            const int64_t r0 = c * k_chunk + 2 * p;
+            const float *x0 = r0 < k ? x + r0 * ldx : nullptr, *x1 = r0 + 1 < k ? x + (r0 + 1) * ldx : nullptr;
+            for (int64_t j = 0; j < n_tiles; ++j) {
+                const __m512 a = x0 ? _mm512_loadu_ps(x0 + j * k_tile) : zero;
+                const __m512 b = x1 ? _mm512_loadu_ps(x1 + j * k_tile) : zero;
+                const __m256bh ha = _mm512_cvtneps_pbh(a), hb = _mm512_cvtneps_pbh(b);
+                uint16_t *dst = out.buf.data() + size_t(j * n_chunks + c) * k_block + p * 32;
+                _mm512_storeu_si512(dst, _mm512_or_si512(_mm512_srli_epi32(widen(ha), 16), widen(hb)));
+                if (terms == 2) {
+                    const __m256bh la = _mm512_cvtneps_pbh(_mm512_sub_ps(a, _mm512_castsi512_ps(widen(ha))));
+                    const __m256bh lb = _mm512_cvtneps_pbh(_mm512_sub_ps(b, _mm512_castsi512_ps(widen(hb))));
+                    _mm512_storeu_si512(dst + ts, _mm512_or_si512(_mm512_srli_epi32(widen(la), 16), widen(lb)));
+                }
+            }
+        }
+}
+
+// c[i * ldc + j] = row i of a . column j of b, for whole tiles: i < 16 a.n_tiles, j < 16 b.n_tiles
+// (rows and columns past a.n and b.n hold what the padding gives). Straight from the
+// accumulator tiles into c.
+LS_AMX void small_product(const AmxMatrix &a, const AmxMatrix &b, float *c, int64_t ldc)
+{
+    Pass ps[3];
+    int n_passes = 0;
+    if (b.terms == 2)
+        ps[n_passes++] = {0, 1};
+    ps[n_passes++] = {0, 0};
+    if (a.terms == 2)
+        ps[n_passes++] = {1, 0};
+    const size_t w_rows = size_t(a.n_chunks) * k_block, x_tile = size_t(b.n_chunks) * k_block;
+    const Operands ops{a.term_stride(), w_rows, b.term_stride(), x_tile, a.n_chunks, ps, n_passes, a.terms, b.terms};
+    const size_t stride = size_t(ldc) * sizeof(float);
+    configure_tiles();
+    for (int64_t rt = 0; rt < a.n_tiles; rt += 2) {
+        const int na = rt + 1 < a.n_tiles ? 2 : 1;
+        const uint16_t *pa = a.buf.data() + size_t(rt) * w_rows;
+        for (int64_t ct = 0; ct < b.n_tiles; ct += 2) {
+            const int nb = ct + 1 < b.n_tiles ? 2 : 1;
+            const uint16_t *pb = b.buf.data() + size_t(ct) * x_tile;
+            float *dst = c + rt * k_tile * ldc + ct * k_tile;
+            if (na == 2 && nb == 2)
+                tile_product<2, 2>(pa, pb, ops, false, dst, stride);
+            else if (na == 2)
+                tile_product<2, 1>(pa, pb, ops, false, dst, stride);
+            else if (nb == 2)
+                tile_product<1, 2>(pa, pb, ops, false, dst, stride);
+            else
+                tile_product<1, 1>(pa, pb, ops, false, dst, stride);
+        }
+    }
+    release_tiles();
+}
+
 // Four independent accumulators cover the instruction's latency (one core of the Xeon in
 // docs/performance.md: 3.1 TFLOP/s).
 LS_AMX float probe_loop(int64_t iterations)
@@ -403,6 +485,60 @@ AmxTerms amx_default_terms(int dtype)
     }
 }
 
+void AmxMatrix::shape(int64_t n_, int64_t k, int terms_)
+{
+    n = n_;
+    terms = terms_;
+    n_tiles = (n + k_tile - 1) / k_tile;
+    n_chunks = (k + k_chunk - 1) / k_chunk;
+    const size_t need = term_stride() * size_t(terms);
+    if (buf.size() < need)
+        buf.resize(need);
+}
+
+size_t AmxMatrix::term_stride() const { return size_t(n_tiles * n_chunks * k_block); }
+
+void amx_pack_rows(const float *x, int64_t ldx, int64_t n, int64_t k, int terms, AmxMatrix &out)
+{
+    out.shape(n, k, terms);
+#if defined(__x86_64__)
+    for (int64_t i = 0; i < n; ++i)
+        panel_row(x + i * ldx, k, i, terms, out.buf.data(), out.term_stride());
+#else
+    (void)x, (void)ldx;
+#endif
+}
+
+void amx_pack_row_columns(const float *x, int64_t ldx, int64_t n, int64_t k, int terms, AmxMatrix &out)
+{
+    out.shape(n, k, terms);
+#if defined(__x86_64__)
+    for (int64_t t = 0; t < out.n_tiles; ++t)
+        acts_tile(x, ldx, n, k, t, terms, out.buf.data(), out.term_stride());
+#else
+    (void)x, (void)ldx;
+#endif
+}
+
+void amx_pack_columns(const float *x, int64_t ldx, int64_t k, int64_t n, int terms, AmxMatrix &out)
+{
+    out.shape(n, k, terms);
+#if defined(__x86_64__)
+    column_tiles(x, ldx, k, n, terms, out);
+#else
+    (void)x, (void)ldx;
+#endif
+}
+
+void amx_product(const AmxMatrix &a, const AmxMatrix &b, float *c, int64_t ldc)
+{
+#if defined(__x86_64__)
+    small_product(a, b, c, ldc);
+#else
+    (void)a, (void)b, (void)c, (void)ldc;
+#endif
+}
+
 uint64_t amx_scratch_bytes() { return 2 * uint64_t(t_amx_acts.buf.capacity()); }
 
 void matmul_amx(ThreadPool &pool, std::span<const WeightView *const> ws, std::span<float *const> ys,
@@ -424,7 +560,7 @@ void matmul_amx(ThreadPool &pool, std::span<const WeightView *const> ws, std::sp
         a->n_tiles,
         [&](int64_t b, int64_t e) {
             for (int64_t tile = b; tile < e; ++tile)
-                acts_tile(x, n_tokens, n_in, tile, a->terms, a->buf.data(), a->term_stride());
+                acts_tile(x, n_in, n_tokens, n_in, tile, a->terms, a->buf.data(), a->term_stride());
         },
         std::max<int64_t>(1, min_items_per_thread(k_tile * n_in)));
     for (size_t i = 0; i < ws.size(); ++i) {

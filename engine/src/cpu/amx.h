@@ -16,8 +16,10 @@
 // AVX-512 BF16 path rounds them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace longscope {
 
@@ -52,6 +54,31 @@ void matmul_amx(ThreadPool &pool, std::span<const WeightView *const> ws, std::sp
 // accumulator tiles, amx_probe_ops_per_iteration operations each time. Needs amx_bf16_usable().
 float amx_bf16_probe(int64_t iterations);
 constexpr double amx_probe_ops_per_iteration = 4 * 16 * 16 * 32 * 2.0;
+
+// Small products on the tiles (attention's scores and weighted values): an operand in BF16
+// terms and tile layout, the first one by rows (row i: the k values that row i of the result
+// sums over), the second by columns (column j: those of column j). k is padded to a multiple
+// of 32 with zeros where the packer is given fewer (amx_pack_columns); the first operand's
+// rows must already hold a multiple of 32 values. The buffer grows and is kept between uses.
+struct AmxMatrix {
+    std::vector<uint16_t> buf;
+    int64_t n = 0;                     // rows (first operand) or columns (second)
+    int64_t n_tiles = 0, n_chunks = 0; // tiles of 16 along n, chunks of 32 along k
+    int terms = 1;
+    void shape(int64_t n, int64_t k, int terms);
+    size_t term_stride() const;
+};
+// First operand: n rows of k values (k a multiple of 32), row i at x + i * ldx.
+void amx_pack_rows(const float *x, int64_t ldx, int64_t n, int64_t k, int terms, AmxMatrix &out);
+// Second operand whose column j is row j of x: n rows of k values (k a multiple of 32).
+void amx_pack_row_columns(const float *x, int64_t ldx, int64_t n, int64_t k, int terms, AmxMatrix &out);
+// Second operand whose column j is column j of x: k rows (any number) of n values (n a multiple
+// of 16), row i at x + i * ldx.
+void amx_pack_columns(const float *x, int64_t ldx, int64_t k, int64_t n, int terms, AmxMatrix &out);
+// c[i * ldc + j] = sum over k of a[i][k] b[k][j], summing hi*hi (+ hi*lo where b has two terms,
+// + lo*hi where a has), for whole tiles: i < 16 a.n_tiles, j < 16 b.n_tiles (c must have room;
+// past a.n and b.n, what the padding gives). Needs amx_bf16_usable().
+void amx_product(const AmxMatrix &a, const AmxMatrix &b, float *c, int64_t ldc);
 
 // Bytes the calling thread keeps between calls (the activations in tile layout).
 uint64_t amx_scratch_bytes();

@@ -6,6 +6,7 @@
 // output rescaled by exp(m_old - m_new) whenever the max grows, divided by l once at the end.
 #include "cpu/attention.h"
 
+#include "cpu/amx.h"
 #include "cpu/attention_qk.h"
 #include "cpu/vec16.h"
 #include "cpu/kernel_table.h"
@@ -641,9 +642,8 @@ void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_
 // into the weights e^{s - m} and gives the factor alpha by which the row's accumulator is to
 // be rescaled. False (nothing changed) while the row has seen no visible key: exp(-inf - -inf)
 // would be NaN, and its state (m = -inf, l = 0, acc = 0) stays.
-template <class VT>
-__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const TileMask &tm, float &m, float &l,
-                                                        float &alpha)
+// The soft cap and the mask of one row of a tile's scores (the first steps of softmax_tile).
+__attribute__((always_inline)) inline void mask_tile_row(float *s, int64_t w, const TileMask &tm)
 {
     if (tm.softcap > 0.0f)
         for (int64_t c = 0; c < w; ++c)
@@ -659,6 +659,13 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
         for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
+}
+
+template <class VT>
+__attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, const TileMask &tm, float &m, float &l,
+                                                        float &alpha)
+{
+    mask_tile_row(s, w, tm);
     // The tile's max, sixteen lanes at a time (a max in any order is the same value).
     float tile_max = kNegInf;
     int64_t cm = 0;
@@ -1237,6 +1244,125 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     return stats;
 }
 
+// Prefill on AMX tiles (cpu/amx.h): a unit's scores Q K^T and weighted values P V as two
+// products on the tiles per key tile, each operand in two BF16 terms (16 significant bits; F16
+// keys and values exactly), the softmax in floats between them as the other paths do it. Where
+// the CPU has the tiles (kernel_table().amx_attention, the AVX-512 build) and keys are not
+// scored in integers, with whole chunks of 32 dims and tiles of whole chunks of keys. One term
+// a side would be twice as fast in the products but carries errors of ~1e-2 (tst_amx).
+constexpr int amx_attention_terms = 2;
+
+bool attention_on_tiles(const AttentionProblem &p, int64_t T)
+{
+    const CpuKernelTable &t = kernel_table();
+    return t.amx_attention && t.attention_v4 && !keys_in_integers(p) && p.head_dim % 32 == 0 && T % 32 == 0;
+}
+
+// Per worker: the operands, the tile's keys and values as floats (decoded, rotated), the
+// weighted values of the tile and each row's rescale factor.
+struct AmxAttention {
+    AmxMatrix q, k, p, v;
+    std::vector<float> kbuf, krot, vbuf, o, alpha;
+    uint64_t bytes() const
+    {
+        return (q.buf.capacity() + k.buf.capacity() + p.buf.capacity() + v.buf.capacity()) * sizeof(uint16_t) +
+               (kbuf.capacity() + krot.capacity() + vbuf.capacity() + o.capacity() + alpha.capacity()) * sizeof(float);
+    }
+};
+
+// The softmax step of `rows` rows (row r: query r % bq of the block) over one key tile of
+// scaled scores, rows T apart; past column w, zeros up to w32 (the tile's last chunk). As
+// softmax_tile computes it, with the maxima and sums reduced in a tree and the rescale factors
+// taken sixteen rows at a time.
+__attribute__((target("arch=x86-64-v4"))) void amx_softmax_rows(const AttentionProblem &p, int64_t rows, int64_t bq,
+                                                                  float *s, int64_t T, int64_t w, int64_t w32,
+                                                                  const float *mask, bool diagonal,
+                                                                  int64_t first_pos, int64_t j0, float *m, float *l,
+                                                                  float *alpha)
+{
+    // The masks, and each row's new running max (into alpha for now); -inf past column w.
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t qi = r % bq;
+        float *sr = s + r * T;
+        mask_tile_row(sr, w, tile_mask(p, mask ? mask + qi * T : nullptr, diagonal, first_pos + qi, j0));
+        std::fill(sr + w, sr + w32, kNegInf);
+        __m512 mx = _mm512_loadu_ps(sr);
+        for (int64_t c = 16; c < w32; c += 16)
+            mx = _mm512_max_ps(mx, _mm512_loadu_ps(sr + c));
+        alpha[r] = std::max(m[r], _mm512_reduce_max_ps(mx));
+    }
+    // The rescale factors e^{m_old - m_new}, sixteen rows at a time; 1 for a row that has seen no
+    // visible key yet (its state stays: m = -inf, l = 0, acc = 0).
+    int64_t r = 0;
+    const __m512 neg_inf = _mm512_set1_ps(kNegInf), one = _mm512_set1_ps(1.0f);
+    for (; r + 16 <= rows; r += 16) {
+        const __m512 mo = _mm512_loadu_ps(m + r), mn = _mm512_loadu_ps(alpha + r);
+        const __mmask16 none = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_EQ_OQ);
+        const __m512 e = __m512(vec16::exp16(V16(_mm512_sub_ps(mo, _mm512_mask_mov_ps(mn, none, one)))));
+        _mm512_storeu_ps(m + r, mn);
+        _mm512_storeu_ps(alpha + r, _mm512_mask_mov_ps(e, none, one));
+    }
+    for (; r < rows; ++r) {
+        const float mn = alpha[r];
+        alpha[r] = mn == kNegInf ? 1.0f : std::exp(m[r] - mn);
+        m[r] = mn;
+    }
+    // The weights e^{s - m_new} (0 where masked and past w: they are the tile's operand up to
+    // w32) and their sums.
+    for (r = 0; r < rows; ++r) {
+        float *sr = s + r * T;
+        const float mn = m[r];
+        if (mn == kNegInf) {
+            std::fill(sr, sr + w32, 0.0f);
+            continue;
+        }
+        const V16 mv = vec16::splat(mn);
+        V16 sum = {};
+        for (int64_t c = 0; c < w32; c += 16) {
+            const V16 e = vec16::exp16(load16(sr + c) - mv);
+            store16(sr + c, e);
+            sum += e;
+        }
+        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(__m512(sum));
+    }
+}
+
+// acc = acc * alpha + o, row by row (hd values each).
+__attribute__((target("arch=x86-64-v4"))) void amx_rescale_add(int64_t rows, int hd, float *acc,
+                                                                 const float *alpha, const float *o)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        const float f = alpha[r];
+        for (int d = 0; d < hd; d += 16)
+            store16(acc + r * hd + d, load16(acc + r * hd + d) * f + load16(o + r * hd + d));
+    }
+}
+
+// One key tile [j0, j0 + w) of kv head kvh for a unit's rows on the tiles: the keys (rotated,
+// decoded) by rows, scores into s [rows, T] (the query rows packed in st.q come scaled), the
+// softmax step, the values by columns, acc [rows, hd] rescaled and added to. s and st.o have
+// room for whole tiles of rows.
+void amx_attention_tile(const AttentionProblem &p, AmxAttention &st, int kvh, int64_t j0, int64_t w, int64_t T,
+                        int64_t rows, int64_t bq, const float *mask, bool diagonal, int64_t first_pos, float *s,
+                        float *acc, float *m, float *l)
+{
+    const int hd = p.head_dim;
+    const int64_t ekv = int64_t(p.n_head_kv) * hd, w32 = (w + 31) / 32 * 32;
+    FloatRows kr = cache_rows(p.k, p.k_type, ekv, j0, w, int64_t(kvh) * hd, hd, st.kbuf.data());
+    if (p.rotate_keys) {
+        load_keys(p.rotate_keys, kr.p, kr.stride, st.krot.data(), hd, 1, j0, w, 1, hd);
+        kr = {st.krot.data(), hd};
+    }
+    amx_pack_row_columns(kr.p, kr.stride, w, hd, amx_attention_terms, st.k);
+    amx_product(st.q, st.k, s, T);
+    amx_softmax_rows(p, rows, bq, s, T, w, w32, mask, diagonal, first_pos, j0, m, l, st.alpha.data());
+    amx_pack_rows(s, T, rows, w32, amx_attention_terms, st.p);
+    const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, w, int64_t(kvh) * hd, hd, st.vbuf.data());
+    amx_pack_columns(vr.p, vr.stride, w, hd, amx_attention_terms, st.v);
+    amx_product(st.p, st.v, st.o.data(), hd);
+    amx_rescale_add(rows, hd, acc, st.alpha.data(), st.o.data());
+}
+
 } // namespace
 
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
@@ -1265,7 +1391,9 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     const int64_t max_rows = int64_t(group) * std::min(B, n_q);
     const int64_t n_units = int64_t(p.n_head_kv) * n_qblocks;
     const bool int_keys = keys_in_integers(p);
-    const bool keys_direct = !int_keys && keys_transposed_from_cache(p), values_direct = values_from_q8_cache(p);
+    const bool on_tiles = attention_on_tiles(p, T);
+    const bool keys_direct = !int_keys && !on_tiles && keys_transposed_from_cache(p),
+               values_direct = !on_tiles && values_from_q8_cache(p);
     const QkKernel qk = qk_kernel();
     const int nb = hd / 32;
 
@@ -1285,21 +1413,34 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             //   scores [max_rows, T]      one tile of scores / probabilities
             //   mask   [min(B, n_q), T]    explicit additive mask tile (without causal_flash)
             //   acc    [max_rows, head_dim], m [max_rows], l [max_rows]
-            std::vector<float> ktile(int_keys ? 0 : static_cast<size_t>(T * hd));
-            std::vector<float> scores(size_t(max_rows * T));
+            std::vector<float> ktile(int_keys || on_tiles ? 0 : static_cast<size_t>(T * hd));
+            std::vector<float> scores(size_t((on_tiles ? (max_rows + 15) / 16 * 16 : max_rows) * T));
             std::vector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
             std::vector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
             //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
-            std::vector<float> kbuf(keys_direct || int_keys ? 0 : decode_floats(p.k_type, T, hd)),
-                vbuf(values_direct ? 0 : decode_floats(p.v_type, T, hd));
+            std::vector<float> kbuf(keys_direct || int_keys || on_tiles ? 0 : decode_floats(p.k_type, T, hd)),
+                vbuf(values_direct || on_tiles ? 0 : decode_floats(p.v_type, T, hd));
             //   packed, qq  the tile's keys packed and the unit's queries quantized (integer scores)
             std::vector<uint8_t> packed(int_keys ? qk_packed_bytes(T, hd) : 0);
             std::vector<QkQueryBlock> qq(int_keys ? size_t(max_rows * nb) : 0);
+            //   the operands and buffers of the tiles' path
+            AmxAttention amx;
+            if (on_tiles) {
+                amx.kbuf.resize(decode_floats(p.k_type, T, hd));
+                amx.krot.resize(p.rotate_keys ? size_t(T * hd) : 0);
+                amx.vbuf.resize(decode_floats(p.v_type, T, hd));
+                amx.o.resize(size_t((max_rows + 15) / 16 * 16 * hd)); // whole tiles of rows
+                amx.alpha.resize(size_t(max_rows));
+                amx.q.shape(max_rows, hd, amx_attention_terms);
+                amx.k.shape(T, hd, amx_attention_terms);
+                amx.p.shape(max_rows, T, amx_attention_terms);
+                amx.v.shape(hd, T, amx_attention_terms);
+            }
             scratch += uint64_t(ktile.size() + scores.size() + mask.size() + acc.size() +
                                 m.size() + l.size() + kbuf.size() + vbuf.size()) *
                            sizeof(float) +
-                       packed.size() + qq.size() * sizeof(QkQueryBlock);
+                       packed.size() + qq.size() * sizeof(QkQueryBlock) + amx.bytes();
             int64_t n_computed = 0, n_skipped = 0;
 
             // parallel_for hands each chunk a single worker index (n_workers <= pool size).
@@ -1314,6 +1455,18 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                 std::fill(m.begin(), m.begin() + rows, kNegInf);
                 std::fill(l.begin(), l.begin() + rows, 0.0f);
                 std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+                // On the tiles: the unit's query rows (r = g * bq + qi), scaled, packed once.
+                if (on_tiles) {
+                    std::vector<float> &qrows = amx.o; // free until the first tile's values
+                    for (int g = 0; g < group; ++g)
+                        for (int64_t qi = 0; qi < bq; ++qi) {
+                            const float *src = p.q + ((i0 + qi) * n_head + kvh * group + g) * hd;
+                            float *dst = qrows.data() + (int64_t(g) * bq + qi) * hd;
+                            for (int d = 0; d < hd; ++d)
+                                dst[d] = src[d] * scale;
+                        }
+                    amx_pack_rows(qrows.data(), hd, rows, hd, amx_attention_terms, amx.q);
+                }
                 // The unit's query rows quantized once, [bq, group, head_dim / 32].
                 for (int64_t qi = 0; qi < bq && int_keys; ++qi)
                     for (int g = 0; g < group; ++g)
@@ -1335,6 +1488,14 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                     }
                     n_computed += group;
 
+                    if (on_tiles) {
+                        const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
+                        if (!causal_flash)
+                            fill_mask_tile(mask.data(), T, bq, first_pos, j0, w, p.window);
+                        amx_attention_tile(p, amx, kvh, j0, w, T, rows, bq, causal_flash ? nullptr : mask.data(),
+                                           diagonal, first_pos, scores.data(), acc.data(), m.data(), l.data());
+                        continue;
+                    }
                     // Keys of the tile for this kv head, transposed to kt [head_dim, T] (and
                     // rotated when the cache holds them unrotated): one load per (key, kv head)
                     // per unit, shared by its group * bq rows, and the score loop below runs

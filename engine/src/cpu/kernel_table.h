@@ -38,6 +38,8 @@ struct CpuKernelTable {
     // AMX BF16 tiles for products over many tokens (cpu/amx.h): the CPU has them, the level is
     // AVX-512 (the tiles' operands are prepared with AVX-512 BF16) and the options allow them.
     bool amx = false;
+    // Prefill attention's scores and weighted values on the tiles as well (cpu/attention.cpp).
+    bool amx_attention = false;
     // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
     // (whatever the level: the baseline build gives other bits), else the baseline.
     bool attention_v4 = false, attention_v3 = false;
