@@ -9,9 +9,13 @@
 //   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS
 //   /tmp/bench-attention q8_0 q8_0 8192 32 4 64 5 1 22     # decode at depth 8192, TinyLlama's heads
 //   /tmp/bench-attention q8_0 q8_0 1024 32 4 64 200 1 1    # the same with the cache in L2
+//   /tmp/bench-attention f16 f16 4096 32 4 64 3 256 1      # 256 queries of a prefill at 4096
+// (the documented switches apply: LONGSCOPE_AMX_ATTENTION=0 keeps prefill attention off the
+// AMX tiles)
 #include "cpu/attention.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
+#include "longscope/cpu_options.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -54,6 +58,9 @@ std::vector<uint8_t> encode(DType t, const std::vector<float> &x)
 
 int main(int argc, char **argv)
 {
+    // The documented switches (LONGSCOPE_SIMD, LONGSCOPE_AMX_ATTENTION, ...), as longscope-cli
+    // reads them.
+    set_cpu_options(cpu_options_from_switches([](const char *name) { return std::getenv(name); }));
     const auto arg = [&](int i, const char *def) { return std::string(argc > i ? argv[i] : def); };
     const DType tk = parse_type(arg(1, "f16")), tv = parse_type(arg(2, arg(1, "f16").c_str()));
     const int64_t n_kv = std::stoll(arg(3, "8192"));

@@ -251,6 +251,7 @@ private slots:
         QTest::newRow("IQ4_NL packed 96x16") << int(DType::IQ4_NL) << 96 << 16 << true;
         QTest::newRow("Q5_K packed 256x16") << int(DType::Q5_K) << 256 << 16 << true;
         QTest::newRow("Q3_K packed 256x32") << int(DType::Q3_K) << 256 << 32 << true;
+        QTest::newRow("Q2_K packed 512x48") << int(DType::Q2_K) << 512 << 48 << true;
     }
     void products_match_double_reference()
     {
@@ -367,13 +368,17 @@ private slots:
         QVERIFY(kernel_table().amx);
         QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::AmxBf16);
         QCOMPARE(prefill_compute_family("F16"), ComputeFamily::AmxBf16);
-        // Packed matrices whose rows widen with scalar code keep the packed integer kernels
-        // under Auto (their panels would cost more than the products save); unpacked, the tiles.
-        const Weight q3 = make_weight(DType::Q3_K, 256, 16, 8, true), q3_rows = make_weight(DType::Q3_K, 256, 16, 8, false);
-        QCOMPARE(dequantize_packed_level(DType::Q3_K), VectorLevel::Portable);
-        QCOMPARE(matmul_path(q3.view, 64), QuantMatmul::Integer);
-        QCOMPARE(matmul_path(q3_rows.view, 64), QuantMatmul::Amx);
-        QCOMPARE(matmul_path(q3.view, 64, QuantMatmul::Amx), QuantMatmul::Amx);
+        // Packed matrices take the tiles under Auto where their rows widen with vector code:
+        // every packed type at the AVX-512 level (Q2_K and Q3_K the last to get it); packed or
+        // not, below 16 tokens the other kernels.
+        for (DType t : {DType::Q2_K, DType::Q3_K}) {
+            const Weight packed = make_weight(t, 256, 16, 8, true), rows = make_weight(t, 256, 16, 8, false);
+            QCOMPARE(dequantize_packed_level(t), VectorLevel::Avx512);
+            QCOMPARE(matmul_path(packed.view, 64), QuantMatmul::Amx);
+            QCOMPARE(matmul_path(rows.view, 64), QuantMatmul::Amx);
+            QVERIFY(matmul_path(packed.view, 8) != QuantMatmul::Amx);
+            QCOMPARE(matmul_path(packed.view, 8, QuantMatmul::Amx), QuantMatmul::Amx);
+        }
         // Asked-for paths other than Amx keep their kernels.
         QCOMPARE(matmul_path(w.view, 64, QuantMatmul::Integer), QuantMatmul::Integer);
     }

@@ -32,7 +32,8 @@ std::string cpu_kernel_name()
         s += ", BF16 dot products from " + from;
     s += ")";
     if (t.amx)
-        s += "; AMX BF16 tiles for every matrix but F32 and packed Q2_K/Q3_K from " + std::to_string(amx_min_tokens) + " tokens";
+        s += "; AMX BF16 tiles for every matrix but F32 from " + std::to_string(amx_min_tokens) + " tokens" +
+             (t.amx_attention ? ", and for prefill attention" : "");
     return s;
 }
 

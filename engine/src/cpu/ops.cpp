@@ -228,10 +228,11 @@ QuantMatmul matmul_path(const WeightView &w, int64_t n_tokens, QuantMatmul how)
         how = kernel_table().amx ? QuantMatmul::Amx : QuantMatmul::Auto;
     // F32 weights (small models kept exact, the bundled one among them) stay on the exact float
     // kernel under Auto: the tiles' sums differ from a decode step's in the last bits. Packed
-    // matrices take the tiles where their rows widen with vector code: with scalar widening the
-    // panels cost more than the tiles save (one core, 2048 x 5632 by 256 tokens: Q2_K 179 GOP/s
-    // on the tiles against 205 on the packed integer kernels, Q3_K 146 against 206, Q5_0 194
-    // against 276 before its rows had vector code, 530 after).
+    // matrices take the tiles where their rows widen with vector code (every packed type at the
+    // AVX-512 level): with scalar widening the panels cost more than the tiles save (one core,
+    // 2048 x 5632 by 256 tokens: Q2_K 179 GOP/s on the tiles against 205 on the packed integer
+    // kernels, Q3_K 146 against 206, Q5_0 194 against 276 before its rows had vector code, 530
+    // after).
     const bool fast_panels = !w.cpu_packed || dequantize_packed_level(w.type) == VectorLevel::Avx512;
     if (how == QuantMatmul::Auto && kernel_table().amx && n_tokens >= amx_min_tokens && w.type != DType::F32 &&
         fast_panels)

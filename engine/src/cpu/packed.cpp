@@ -574,12 +574,27 @@ LS_PACKED_AVX512 void dequantize_packed_b32_avx512(DType type, const uint8_t *pa
     }
 }
 
-// The sixteen values of group grp of a Q6_K super-block from their codes.
-LS_PACKED_AVX512 inline void q6_k_group_avx512(__m128i codes, float d, const uint8_t *b, int r, int grp, float *y)
+// The sixteen values of group grp of a Q6_K (bias 32) or Q3_K (bias 4) super-block from their
+// codes: (d * sc) * (code - bias).
+LS_PACKED_AVX512 inline void q6_k_group_avx512(__m128i codes, float d, const uint8_t *b, int r, int grp, float *y,
+                                               int bias = 32)
 {
     const __m512 ds = _mm512_set1_ps(d * float(int8_t(b[off6_sc + 16 * grp + r])));
-    const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(32)));
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(bias)));
     _mm512_storeu_ps(y + 16 * grp, _mm512_mul_ps(ds, qf));
+}
+
+// Four words of codes per group (one group per 32-bit lane; word w: the codes of values 4 w ..
+// 4 w + 3) interleaved into value order: v[k], 128-bit lane L, holds the sixteen codes of
+// group 4 L + k.
+LS_PACKED_AVX512 inline void interleave_words(__m512i w0, __m512i w1, __m512i w2, __m512i w3, __m512i v[4])
+{
+    const __m512i a = _mm512_unpacklo_epi32(w0, w1), c = _mm512_unpackhi_epi32(w0, w1);
+    const __m512i e = _mm512_unpacklo_epi32(w2, w3), f = _mm512_unpackhi_epi32(w2, w3);
+    v[0] = _mm512_unpacklo_epi64(a, e);
+    v[1] = _mm512_unpackhi_epi64(a, e);
+    v[2] = _mm512_unpacklo_epi64(c, f);
+    v[3] = _mm512_unpackhi_epi64(c, f);
 }
 
 // Q6_K: y = d * sc * (q - 32) (dequantize_q6_k: (d * sc) first, as the portable version). For
@@ -609,11 +624,8 @@ LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64
         const __m512i w2 = _mm512_or_si512(_mm512_and_si512(lo23, low), _mm512_and_si512(hi, top));
         const __m512i w3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo23, 4), low),
                                            _mm512_and_si512(_mm512_srli_epi32(hi, 2), top));
-        const __m512i a = _mm512_unpacklo_epi32(w0, w1), c = _mm512_unpackhi_epi32(w0, w1);
-        const __m512i e = _mm512_unpacklo_epi32(w2, w3), f = _mm512_unpackhi_epi32(w2, w3);
-        // v[k], 128-bit lane L: the sixteen codes of group 4 L + k.
-        const __m512i v[4] = {_mm512_unpacklo_epi64(a, e), _mm512_unpackhi_epi64(a, e), _mm512_unpacklo_epi64(c, f),
-                              _mm512_unpackhi_epi64(c, f)};
+        __m512i v[4];
+        interleave_words(w0, w1, w2, w3, v);
         float *y = out + sb * qk_k;
         for (int k = 0; k < 4; ++k) {
             q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, b, r, k, y);
@@ -624,11 +636,94 @@ LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64
     }
 }
 
+// Q3_K: y = (d * sc) * (code - 4) (dequantize_q3_k, as the portable version). Per super-block
+// the row's words of the sixteen groups are gathered, one group per 32-bit lane: the low two
+// bits of each code (word w at bits 2 w of each byte) and the third bits (bit 4 (g % 2) + w,
+// shared by a pair of groups); each word's codes are assembled in place and interleaved into
+// value order as Q6_K's.
+LS_PACKED_AVX512 void dequantize_packed_q3_k_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int64_t g = row / packed_group_rows;
+    const int r = int(row % packed_group_rows);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i odd = _mm512_and_si512(lane, _mm512_set1_epi32(1));
+    const __m512i pair = _mm512_mullo_epi32(_mm512_srli_epi32(lane, 1), _mm512_set1_epi32(192));
+    const __m512i low_at = _mm512_add_epi32(pair, _mm512_slli_epi32(odd, 6)); // + 64 (g % 2)
+    const __m512i high_at = _mm512_add_epi32(pair, _mm512_set1_epi32(128));
+    const __m512i high_shift = _mm512_slli_epi32(odd, 2); // 4 (g % 2)
+    const __m512i two = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_q3_k_block_bytes);
+        uint16_t hd;
+        std::memcpy(&hd, b + off6_d + 2 * r, 2);
+        const float d = _cvtsh_ss(hd);
+        const uint8_t *q = b + off3_q + 4 * r;
+        const __m512i lo = _mm512_i32gather_epi32(low_at, q, 1);
+        const __m512i hi = _mm512_srlv_epi32(_mm512_i32gather_epi32(high_at, q, 1), high_shift);
+        __m512i w[4];
+        for (int k = 0; k < 4; ++k)
+            w[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 2 * k), two),
+                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, k), one), 2));
+        __m512i v[4];
+        interleave_words(w[0], w[1], w[2], w[3], v);
+        float *y = out + sb * qk_k;
+        for (int k = 0; k < 4; ++k) {
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, b, r, k, y, 4);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, b, r, 4 + k, y, 4);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, b, r, 8 + k, y, 4);
+            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, b, r, 12 + k, y, 4);
+        }
+    }
+}
+
+// The sixteen values of group grp of a Q2_K super-block from their codes: (d * sc) * code -
+// (dmin * m), two roundings as dequantize_q2_k.
+LS_PACKED_AVX512 inline void q2_k_group_avx512(__m128i codes, float d, float dmin, const uint8_t *b, int r, int grp,
+                                               float *y)
+{
+    const __m512 dl = _mm512_set1_ps(d * float(b[off2_sc + 16 * grp + r]));
+    const __m512 ml = _mm512_set1_ps(dmin * float(b[off2_m + 16 * grp + r]));
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
+    _mm512_storeu_ps(y + 16 * grp, _mm512_sub_ps(_mm512_mul_ps(dl, qf), ml));
+}
+
+// Q2_K: the row's word of each group gathered (one group per 32-bit lane, word w of the codes
+// at bits 2 w of each byte), interleaved into value order as Q6_K's.
+LS_PACKED_AVX512 void dequantize_packed_q2_k_avx512(const uint8_t *packed, int64_t n_in, int64_t row, float *out)
+{
+    const int64_t nsb = n_in / qk_k;
+    const int64_t g = row / packed_group_rows;
+    const int r = int(row % packed_group_rows);
+    const __m512i groups = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(64));
+    const __m512i two = _mm512_set1_epi8(3);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(packed_q2_k_block_bytes);
+        uint16_t hd, hm;
+        std::memcpy(&hd, b + off_d + 2 * r, 2);
+        std::memcpy(&hm, b + off2_dmin + 2 * r, 2);
+        const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
+        const __m512i q = _mm512_i32gather_epi32(groups, b + off2_q + 4 * r, 1);
+        __m512i v[4];
+        interleave_words(_mm512_and_si512(q, two), _mm512_and_si512(_mm512_srli_epi32(q, 2), two),
+                         _mm512_and_si512(_mm512_srli_epi32(q, 4), two), _mm512_and_si512(_mm512_srli_epi32(q, 6), two),
+                         v);
+        float *y = out + sb * qk_k;
+        for (int k = 0; k < 4; ++k) {
+            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, dmin, b, r, k, y);
+            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, dmin, b, r, 4 + k, y);
+            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, dmin, b, r, 8 + k, y);
+            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, dmin, b, r, 12 + k, y);
+        }
+    }
+}
+
 } // namespace
 
 VectorLevel dequantize_packed_level(DType type)
 {
-    return (is_q4_k_like(type) || type == DType::Q6_K || is_block32(type)) &&
+    return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) &&
                    kernel_table().level == VectorLevel::Avx512
                ? VectorLevel::Avx512
                : VectorLevel::Portable;
@@ -640,6 +735,10 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
         dequantize_packed_q8_0_avx512(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q6_K)
         dequantize_packed_q6_k_avx512(packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q3_K)
+        dequantize_packed_q3_k_avx512(packed, n_in, row, out);
+    else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q2_K)
+        dequantize_packed_q2_k_avx512(packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512 && is_block32(type))
         dequantize_packed_b32_avx512(type, packed, n_in, row, out);
     else if (dequantize_packed_level(type) == VectorLevel::Avx512 && type == DType::Q5_K)

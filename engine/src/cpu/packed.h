@@ -120,9 +120,9 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // Row `row` of a packed matrix as floats, bit for bit what dequantize_row gives for the
 // original row, with the kernel dequantize_packed_level names.
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
-// The scalar version it uses below the AVX-512 level and for Q2_K and Q3_K (the same bits).
+// The scalar version it uses below the AVX-512 level (the same bits).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out);
-// The kernel dequantize_packed_row runs for `type` now: AVX-512 for Q4_K, Q5_K, Q6_K and the 32-value types at that
+// The kernel dequantize_packed_row runs for `type` now: AVX-512 for every packed type at that
 // level, else portable.
 VectorLevel dequantize_packed_level(DType type);
 
