@@ -1270,6 +1270,46 @@ struct AmxAttention {
     }
 };
 
+// The vector steps of amx_softmax_rows and amx_rescale_add, on pointers only: helpers
+// without a target of their own, inlined into the AVX-512 builds that call them (Clang refuses
+// a 64-byte vector passed between a function built for AVX-512 and one that is not).
+// Sixteen rows' rescale factors e^{m_old - m_new} (1 where m_new is -inf); alpha holds m_new
+// on entry and m takes it.
+__attribute__((always_inline)) inline void rescale_factors16(float *m, float *alpha)
+{
+    const V16 mo = load16(m), mn = load16(alpha), one = vec16::splat(1.0f);
+    const V16i none = mn == kNegInf;
+    const V16 e = vec16::exp16(mo - (none ? one : mn));
+    store16(m, mn);
+    store16(alpha, none ? one : e);
+}
+
+// s[c] = e^{s[c] - mn} for c < w32 (a multiple of 16); their sum, the lanes added in a tree
+// (eight apart, then four, two, one).
+__attribute__((always_inline)) inline float exp_row_sum(float *s, int64_t w32, float mn)
+{
+    const V16 mv = vec16::splat(mn);
+    V16 sum = {};
+    for (int64_t c = 0; c < w32; c += 16) {
+        const V16 e = vec16::exp16(load16(s + c) - mv);
+        store16(s + c, e);
+        sum += e;
+    }
+    float t[16];
+    std::memcpy(t, &sum, sizeof t);
+    for (int half = 8; half >= 1; half /= 2)
+        for (int i = 0; i < half; ++i)
+            t[i] += t[i + half];
+    return t[0];
+}
+
+// acc = acc * f + o over hd values (a multiple of 16).
+__attribute__((always_inline)) inline void rescale_add_row(float *acc, float f, const float *o, int hd)
+{
+    for (int d = 0; d < hd; d += 16)
+        store16(acc + d, load16(acc + d) * f + load16(o + d));
+}
+
 // The softmax step of `rows` rows (row r: query r % bq of the block) over one key tile of
 // scaled scores, rows T apart; past column w, zeros up to w32 (the tile's last chunk). As
 // softmax_tile computes it, with the maxima and sums reduced in a tree and the rescale factors
@@ -1294,14 +1334,8 @@ __attribute__((target("arch=x86-64-v4"))) void amx_softmax_rows(const AttentionP
     // The rescale factors e^{m_old - m_new}, sixteen rows at a time; 1 for a row that has seen no
     // visible key yet (its state stays: m = -inf, l = 0, acc = 0).
     int64_t r = 0;
-    const __m512 neg_inf = _mm512_set1_ps(kNegInf), one = _mm512_set1_ps(1.0f);
-    for (; r + 16 <= rows; r += 16) {
-        const __m512 mo = _mm512_loadu_ps(m + r), mn = _mm512_loadu_ps(alpha + r);
-        const __mmask16 none = _mm512_cmp_ps_mask(mn, neg_inf, _CMP_EQ_OQ);
-        const __m512 e = __m512(vec16::exp16(V16(_mm512_sub_ps(mo, _mm512_mask_mov_ps(mn, none, one)))));
-        _mm512_storeu_ps(m + r, mn);
-        _mm512_storeu_ps(alpha + r, _mm512_mask_mov_ps(e, none, one));
-    }
+    for (; r + 16 <= rows; r += 16)
+        rescale_factors16(m + r, alpha + r);
     for (; r < rows; ++r) {
         const float mn = alpha[r];
         alpha[r] = mn == kNegInf ? 1.0f : std::exp(m[r] - mn);
@@ -1316,14 +1350,10 @@ __attribute__((target("arch=x86-64-v4"))) void amx_softmax_rows(const AttentionP
             std::fill(sr, sr + w32, 0.0f);
             continue;
         }
-        const V16 mv = vec16::splat(mn);
-        V16 sum = {};
-        for (int64_t c = 0; c < w32; c += 16) {
-            const V16 e = vec16::exp16(load16(sr + c) - mv);
-            store16(sr + c, e);
-            sum += e;
-        }
-        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(__m512(sum));
+        // One rounding, named: GCC fuses l * alpha + sum only where both sit in one block,
+        // which would tie the bits to the code's shape.
+        const float sum = exp_row_sum(sr, w32, mn);
+        l[r] = std::fma(l[r], alpha[r], sum);
     }
 }
 
@@ -1333,8 +1363,7 @@ __attribute__((target("arch=x86-64-v4"))) void amx_rescale_add(int64_t rows, int
 {
     for (int64_t r = 0; r < rows; ++r) {
         const float f = alpha[r];
-        for (int d = 0; d < hd; d += 16)
-            store16(acc + r * hd + d, load16(acc + r * hd + d) * f + load16(o + r * hd + d));
+        rescale_add_row(acc + r * hd, f, o + r * hd, hd);
     }
 }
 
