@@ -585,16 +585,20 @@ LS_PACKED_AVX512 inline void q6_k_group_avx512(__m128i codes, float d, const uin
 }
 
 // Four words of codes per group (one group per 32-bit lane; word w: the codes of values 4 w ..
-// 4 w + 3) interleaved into value order: v[k], 128-bit lane L, holds the sixteen codes of
-// group 4 L + k.
-LS_PACKED_AVX512 inline void interleave_words(__m512i w0, __m512i w1, __m512i w2, __m512i w3, __m512i v[4])
+// 4 w + 3) interleaved into value order: codes[grp] holds the sixteen codes of group grp.
+LS_PACKED_AVX512 inline void interleave_words(__m512i w0, __m512i w1, __m512i w2, __m512i w3, __m128i codes[16])
 {
     const __m512i a = _mm512_unpacklo_epi32(w0, w1), c = _mm512_unpackhi_epi32(w0, w1);
     const __m512i e = _mm512_unpacklo_epi32(w2, w3), f = _mm512_unpackhi_epi32(w2, w3);
-    v[0] = _mm512_unpacklo_epi64(a, e);
-    v[1] = _mm512_unpackhi_epi64(a, e);
-    v[2] = _mm512_unpacklo_epi64(c, f);
-    v[3] = _mm512_unpackhi_epi64(c, f);
+    // v[k], 128-bit lane L: group 4 L + k.
+    const __m512i v[4] = {_mm512_unpacklo_epi64(a, e), _mm512_unpackhi_epi64(a, e), _mm512_unpacklo_epi64(c, f),
+                          _mm512_unpackhi_epi64(c, f)};
+    for (int k = 0; k < 4; ++k) {
+        codes[k] = _mm512_extracti32x4_epi32(v[k], 0);
+        codes[4 + k] = _mm512_extracti32x4_epi32(v[k], 1);
+        codes[8 + k] = _mm512_extracti32x4_epi32(v[k], 2);
+        codes[12 + k] = _mm512_extracti32x4_epi32(v[k], 3);
+    }
 }
 
 // Q6_K: y = d * sc * (q - 32) (dequantize_q6_k: (d * sc) first, as the portable version). For
@@ -624,15 +628,10 @@ LS_PACKED_AVX512 void dequantize_packed_q6_k_avx512(const uint8_t *packed, int64
         const __m512i w2 = _mm512_or_si512(_mm512_and_si512(lo23, low), _mm512_and_si512(hi, top));
         const __m512i w3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo23, 4), low),
                                            _mm512_and_si512(_mm512_srli_epi32(hi, 2), top));
-        __m512i v[4];
-        interleave_words(w0, w1, w2, w3, v);
-        float *y = out + sb * qk_k;
-        for (int k = 0; k < 4; ++k) {
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, b, r, k, y);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, b, r, 4 + k, y);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, b, r, 8 + k, y);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, b, r, 12 + k, y);
-        }
+        __m128i codes[16];
+        interleave_words(w0, w1, w2, w3, codes);
+        for (int grp = 0; grp < 16; ++grp)
+            q6_k_group_avx512(codes[grp], d, b, r, grp, out + sb * qk_k);
     }
 }
 
@@ -665,15 +664,10 @@ LS_PACKED_AVX512 void dequantize_packed_q3_k_avx512(const uint8_t *packed, int64
         for (int k = 0; k < 4; ++k)
             w[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 2 * k), two),
                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, k), one), 2));
-        __m512i v[4];
-        interleave_words(w[0], w[1], w[2], w[3], v);
-        float *y = out + sb * qk_k;
-        for (int k = 0; k < 4; ++k) {
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, b, r, k, y, 4);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, b, r, 4 + k, y, 4);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, b, r, 8 + k, y, 4);
-            q6_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, b, r, 12 + k, y, 4);
-        }
+        __m128i codes[16];
+        interleave_words(w[0], w[1], w[2], w[3], codes);
+        for (int grp = 0; grp < 16; ++grp)
+            q6_k_group_avx512(codes[grp], d, b, r, grp, out + sb * qk_k, 4);
     }
 }
 
@@ -705,17 +699,12 @@ LS_PACKED_AVX512 void dequantize_packed_q2_k_avx512(const uint8_t *packed, int64
         std::memcpy(&hm, b + off2_dmin + 2 * r, 2);
         const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
         const __m512i q = _mm512_i32gather_epi32(groups, b + off2_q + 4 * r, 1);
-        __m512i v[4];
+        __m128i codes[16];
         interleave_words(_mm512_and_si512(q, two), _mm512_and_si512(_mm512_srli_epi32(q, 2), two),
                          _mm512_and_si512(_mm512_srli_epi32(q, 4), two), _mm512_and_si512(_mm512_srli_epi32(q, 6), two),
-                         v);
-        float *y = out + sb * qk_k;
-        for (int k = 0; k < 4; ++k) {
-            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 0), d, dmin, b, r, k, y);
-            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 1), d, dmin, b, r, 4 + k, y);
-            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 2), d, dmin, b, r, 8 + k, y);
-            q2_k_group_avx512(_mm512_extracti32x4_epi32(v[k], 3), d, dmin, b, r, 12 + k, y);
-        }
+                         codes);
+        for (int grp = 0; grp < 16; ++grp)
+            q2_k_group_avx512(codes[grp], d, dmin, b, r, grp, out + sb * qk_k);
     }
 }
 
