@@ -134,7 +134,9 @@ private slots:
         o.copy_weights = false;
         t = make_kernel_table(all, o);
         QCOMPARE(t.quant_matmul, QuantMatmulPath::Dequantize);
-        QVERIFY(!t.pack_weights && !t.copy_weights);
+        QVERIFY(!t.pack_weights && !t.copy_weights && t.decode_prefetch);
+        o.decode_prefetch = false;
+        QVERIFY(!make_kernel_table(all, o).decode_prefetch);
     }
 
     // The switches the applications read, as cpu_options_from_switches understands them.
@@ -148,7 +150,7 @@ private slots:
         CpuOptions o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Auto);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
-        QVERIFY(o.pack_weights && o.copy_weights && o.amx && o.amx_attention);
+        QVERIFY(o.pack_weights && o.copy_weights && o.amx && o.amx_attention && o.decode_prefetch);
         env = {{"LONGSCOPE_SIMD", "avx2"}, {"LONGSCOPE_QUANT_MATMUL", "bf16"}, {"LONGSCOPE_PACK", "0"},
                {"LONGSCOPE_COPY_WEIGHTS", "0"}, {"LONGSCOPE_AMX", "0"}};
         o = cpu_options_from_switches(lookup);
@@ -157,7 +159,12 @@ private slots:
         QVERIFY(!o.pack_weights && !o.copy_weights && !o.amx);
         env = {{"LONGSCOPE_AMX_ATTENTION", "0"}};
         o = cpu_options_from_switches(lookup);
-        QVERIFY(o.amx && !o.amx_attention);
+        QVERIFY(o.amx && !o.amx_attention && o.decode_prefetch);
+        env = {{"LONGSCOPE_PREFETCH", "0"}};
+        o = cpu_options_from_switches(lookup);
+        QVERIFY(!o.decode_prefetch && o.amx && o.pack_weights);
+        env = {{"LONGSCOPE_PREFETCH", "1"}};
+        QVERIFY(cpu_options_from_switches(lookup).decode_prefetch);
         env = {{"LONGSCOPE_QUANT_MATMUL", "amx"}, {"LONGSCOPE_AMX", "1"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Amx);

@@ -10,6 +10,7 @@
 #include "support/test_size.h"
 
 #include "cpu/gemm.h"
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/packed.h"
 #include "cpu/qdot.h"
@@ -863,6 +864,26 @@ private slots:
                                      y4.data() + t * n_out + g * 16, n_out);
                 for (int t = 0; t < n_tokens; ++t)
                     packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
+            }
+            // One token without the requests for the bytes ahead (LONGSCOPE_PREFETCH=0): the
+            // same bits.
+            {
+                std::vector<float> y1n(size_t(n_tokens * n_out), NAN);
+                {
+                    CpuOptions o = cpu_options();
+                    o.decode_prefetch = false;
+                    CpuOptionsScope scope(o);
+                    QVERIFY(!kernel_table().decode_prefetch);
+                    for (int64_t g = 0; g < groups; ++g)
+                        for (int t = 0; t < n_tokens; ++t)
+                            packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1n.data() + t * n_out + g * 16,
+                                             n_out);
+                }
+                QVERIFY(kernel_table().decode_prefetch);
+                for (size_t i = 0; i < y1.size(); ++i)
+                    QVERIFY2(bits_of(y1n[i]) == bits_of(y1[i]), qPrintable(QString("%1 without prefetch, %2: %3 vs %4")
+                                                                               .arg(qkernel_name(k)).arg(i)
+                                                                               .arg(y1n[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
             }
             double worst = 0;
             for (int t = 0; t < n_tokens; ++t)

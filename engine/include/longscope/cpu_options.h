@@ -3,7 +3,7 @@
 // defaults are the fastest this CPU allows; the others exist for comparisons and benchmarks.
 // The engine reads no environment variable: longscope-cli and the app read the switches
 // documented in docs/performance.md (LONGSCOPE_SIMD, LONGSCOPE_QUANT_MATMUL, LONGSCOPE_PACK,
-// LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX, LONGSCOPE_AMX_ATTENTION) with cpu_options_from_switches and pass the result to set_cpu_options.
+// LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX, LONGSCOPE_AMX_ATTENTION, LONGSCOPE_PREFETCH) with cpu_options_from_switches and pass the result to set_cpu_options.
 #pragma once
 
 #include <functional>
@@ -42,6 +42,9 @@ struct CpuOptions {
     // Prefill attention on the AMX tiles too (where amx holds): scores and weighted values with
     // 16-bit operands; off keeps attention on the float kernels.
     bool amx_attention = true;
+    // Decode's packed integer kernels (one token) ask for the weight bytes a few kilobytes
+    // ahead of the ones they read; off leaves the stream to the hardware prefetchers.
+    bool decode_prefetch = true;
 };
 
 // Makes `options` the CPU backend's choices for this process. Call it before models are
@@ -59,7 +62,8 @@ std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
 // The options the documented switches ask for, from `lookup(name)`, which returns a switch's
 // value or null when it is not set (an application passes its environment: std::getenv).
 // LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize|amx,
-// LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0, LONGSCOPE_AMX_ATTENTION=0; any
+// LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0, LONGSCOPE_AMX_ATTENTION=0,
+// LONGSCOPE_PREFETCH=0; any
 // other value leaves the default.
 CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
 

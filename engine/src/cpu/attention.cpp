@@ -29,6 +29,12 @@
 #include <string>
 #include <vector>
 
+// GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduction
+// intrinsics (_mm512_reduce_max_ps); the values are defined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #if defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>
 #endif

@@ -41,6 +41,7 @@ CpuOptions cpu_options_from_switches(const std::function<const char *(const char
     o.copy_weights = value("LONGSCOPE_COPY_WEIGHTS") != "0";
     o.amx = value("LONGSCOPE_AMX") != "0";
     o.amx_attention = value("LONGSCOPE_AMX_ATTENTION") != "0";
+    o.decode_prefetch = value("LONGSCOPE_PREFETCH") != "0";
     return o;
 }
 

@@ -101,6 +101,7 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     t.copy_weights = options.copy_weights;
     t.amx = options.amx && t.bf16_dot && f.amx_bf16;
     t.amx_attention = t.amx && options.amx_attention;
+    t.decode_prefetch = options.decode_prefetch;
     // Attention's x86-64-v3 build computes the v4 build's bits (both fuse the same multiply-adds)
     // but the baseline build, without FMA, rounds differently: below the AVX-512 level the v3
     // build runs wherever the CPU has it, the portable level included, so that forcing a level

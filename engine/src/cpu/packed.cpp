@@ -740,6 +740,25 @@ void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int6
 
 namespace {
 
+// Decode streams each matrix once from memory; one group's bytes are a single stream, which the
+// hardware prefetchers alone follow too closely: one core of an AMD EPYC without AVX-512 read
+// 13 GB/s in a one-token Q8_0 product where the bandwidth probe reads 17, and on the AMX Xeon
+// (docs/performance.md) TinyLlama Q8_0 decode ran at 22 tokens/s on two threads without the
+// requests, 27 with them. So the one-token kernels ask for the lines `distance` bytes
+// further on, one request per 64-byte line, where kernel_table().decode_prefetch holds. A
+// request past the end of the matrix is harmless: prefetches do not fault. The distances are
+// the best measured: 4096 for the AVX2 kernels (the EPYC); 1024 for the VNNI ones (the Xeon,
+// whole decode steps on two threads, alternating: Q8_0 26.0-26.4 tokens/s at 256 bytes,
+// 26.9-27.0 at 1024, 25.0-25.2 at 4096, 22 without; Q4_K_M 40.2-41.2 at 1024, 35.8-36.6 at
+// 8192, 39.3-39.5 without).
+constexpr size_t decode_prefetch_distance_avx2 = 4096;
+constexpr size_t decode_prefetch_distance_vnni = 1024;
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t distance)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char *>(p + distance + o), _MM_HINT_T0);
+}
+
 #define LS_PACKED_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 inline int32_t load_i32(const int8_t *p)
@@ -845,6 +864,7 @@ LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
 template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
+    const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 4
@@ -853,6 +873,8 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
+        if (prefetch)
+            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_vnni);
         __m512 fe[NT], fo[NT], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -964,6 +986,7 @@ template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, 
 template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
+    const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 4
@@ -971,6 +994,8 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
+        if (prefetch)
+            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_vnni);
         __m512 f[NT][2], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -1047,6 +1072,7 @@ LS_PACKED_VNNI inline __m512i iq4_table_128()
 template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
+    const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[NT];
@@ -1055,6 +1081,9 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *c = group + codes32_offset(T, b);
+        if (prefetch && b % 2 == 0) // a pair's scales and codes
+            prefetch_ahead(group + scales32_offset(T, b), size_t(scales32_bytes(T) + 2 * codes32_bytes(T)),
+                           decode_prefetch_distance_vnni);
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
@@ -1131,18 +1160,6 @@ LS_PACKED_AVX2 inline __m256i fifth_bit_avx2(__m256i qh, int bit)
 {
     const __m256i at4 = bit < 4 ? _mm256_slli_epi16(qh, 4 - bit) : bit > 4 ? _mm256_srli_epi16(qh, bit - 4) : qh;
     return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
-}
-
-// Decode streams each matrix once from memory; one group's bytes are a single stream, which the
-// hardware prefetcher alone follows too closely (a one-token Q8_0 product read 13 GB/s on one
-// AVX2 core where the bandwidth probe reads 17). Each kernel asks for the lines `bytes` further
-// on, a distance of a few kilobytes, one request per 64-byte line. A request past the end of the
-// matrix is harmless: prefetches do not fault.
-constexpr size_t decode_prefetch_distance = 4096;
-LS_PACKED_AVX2 inline void prefetch_ahead(const uint8_t *p, size_t bytes)
-{
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_distance + o), _MM_HINT_T0);
 }
 
 // The codes of word w of pair `pair` (32 bytes at offset 32 h of the word), even and odd
@@ -1269,6 +1286,7 @@ template <DType T = DType::Q4_K>
 LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
+    const bool prefetch = kernel_table().decode_prefetch;
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0), *xs = a.ds_row(t0);
@@ -1278,7 +1296,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
-        prefetch_ahead(b, packed_k_block_bytes(T));
+        if (prefetch)
+            prefetch_ahead(b, packed_k_block_bytes(T), decode_prefetch_distance_avx2);
         #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
             __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
@@ -1454,6 +1473,7 @@ template <DType T = DType::Q6_K>
 LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
+    const bool prefetch = kernel_table().decode_prefetch;
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0);
@@ -1464,7 +1484,8 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         __m256 f[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
         __m256 mn[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        prefetch_ahead(b, size_t(packed_k_block_bytes(T)));
+        if (prefetch)
+            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_avx2);
         #pragma GCC unroll 2
         for (int g = 0; g < 16; ++g) {
             const int8_t *x = xq + sb * qk_k + 16 * g;
@@ -1612,6 +1633,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
 LS_PACKED_AVX2 void packed_q8_0_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                          float *out)
 {
+    const bool prefetch = kernel_table().decode_prefetch;
     const int64_t nb = n_in / qk;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0);
@@ -1619,8 +1641,9 @@ LS_PACKED_AVX2 void packed_q8_0_avx2_one(const uint8_t *group, int64_t n_in, con
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *c = group + codes32_offset(DType::Q8_0, b);
-        if (b % 2 == 0) // a pair's scales and codes
-            prefetch_ahead(group + scales32_offset(DType::Q8_0, b), size_t(64 + 2 * packed_q8_0_block_bytes));
+        if (prefetch && b % 2 == 0) // a pair's scales and codes
+            prefetch_ahead(group + scales32_offset(DType::Q8_0, b), size_t(64 + 2 * packed_q8_0_block_bytes),
+                           decode_prefetch_distance_avx2);
         __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         #pragma GCC unroll 8
         for (int w = 0; w < 8; ++w) {
