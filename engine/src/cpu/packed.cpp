@@ -13,8 +13,10 @@
 #include "longscope/model.h"
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings; the values are defined.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace longscope {
 

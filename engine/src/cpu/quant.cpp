@@ -23,8 +23,10 @@
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings; the values are defined.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace longscope {
 
