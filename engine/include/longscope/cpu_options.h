@@ -42,8 +42,9 @@ struct CpuOptions {
     // Prefill attention on the AMX tiles too (where amx holds): scores and weighted values with
     // 16-bit operands; off keeps attention on the float kernels.
     bool amx_attention = true;
-    // Decode's packed integer kernels (one token) ask for the weight bytes a few kilobytes
-    // ahead of the ones they read; off leaves the stream to the hardware prefetchers.
+    // Decode's kernels (one token: the packed integer kernels, and at the AVX-512 level the
+    // F32/F16/BF16 rows taken one at a time) ask for the weight bytes a kilobyte or two ahead
+    // of the ones they read; off leaves the stream to the hardware prefetchers.
     bool decode_prefetch = true;
 };
 

@@ -40,7 +40,7 @@ struct CpuKernelTable {
     bool amx = false;
     // Prefill attention's scores and weighted values on the tiles as well (cpu/attention.cpp).
     bool amx_attention = false;
-    // Decode's packed kernels ask for the weight bytes ahead of the ones they read (packed.cpp).
+    // Decode's kernels ask for the weight bytes ahead of the ones they read (packed.cpp, gemm.cpp).
     bool decode_prefetch = true;
     // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
     // (whatever the level: the baseline build gives other bits), else the baseline.
