@@ -111,9 +111,19 @@ private slots:
         // have them, else 8-bit integer ones.
         const ComputeFamily quant = t.bf16_dot ? ComputeFamily::Bf16Dot : ComputeFamily::Int8Dot;
         const ComputeFamily packed = t.pack_weights ? ComputeFamily::Int8Dot : quant;
-        for (const char *type : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
+        const char *const quant_types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
+                                           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"};
+        for (const char *type : quant_types)
             QCOMPARE(prefill_compute_family(type), packed);
-        QCOMPARE(prefill_compute_family("IQ4_XS"), quant);
+        {
+            // Matrices left in the file's row layout (packing off).
+            CpuOptions unpacked = no_amx;
+            unpacked.pack_weights = false;
+            CpuOptionsScope rows(unpacked);
+            QVERIFY(!kernel_table().pack_weights);
+            for (const char *type : quant_types)
+                QCOMPARE(prefill_compute_family(type), quant);
+        }
         CpuOptions o;
         o.amx = false;
         o.quant_matmul = QuantMatmulPath::Integer;

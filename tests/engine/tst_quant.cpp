@@ -763,7 +763,7 @@ private slots:
             qInfo("no AVX2 here: the packed kernels never run on this CPU");
     }
 
-    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
+    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS matrices packed sixteen rows at a time (cpu/packed.h): decoding a packed
     // row gives the original row bit for bit; the packed kernel against the same two double
     // references as the row kernel above, the same bits for a token whatever the tile's token
     // count, and matmul over a packed matrix (groups split across threads at odd places) equal
@@ -774,7 +774,7 @@ private slots:
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
         for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0,
-                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
             const std::string name(dtype_name(t));
             QTest::newRow((name + " 256x16").c_str()) << t << 256 << 16;
             QTest::newRow((name + " 768x48").c_str()) << t << 768 << 48;
@@ -798,15 +798,17 @@ private slots:
         QFETCH(int, n_out);
         QVERIFY(packable(type, n_in, n_out));
         QVERIFY(!packable(type, n_in, n_out + 8));
+        // IQ4_XS: blocks of 32 as IQ4_NL's, in super-blocks of 256.
         const bool b32 = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-                         type == DType::Q5_1 || type == DType::IQ4_NL;
-        QVERIFY(!packable(type, n_in + (b32 ? 16 : 32), n_out));
-        QVERIFY(!packable(DType::IQ4_XS, n_in, n_out));
+                         type == DType::Q5_1 || type == DType::IQ4_NL || type == DType::IQ4_XS;
+        QVERIFY(!packable(type, n_in + (b32 && type != DType::IQ4_XS ? 16 : 32), n_out));
+        QVERIFY(!packable(DType::IQ4_XS, 160, n_out));
+        QVERIFY(!packable(DType::Q8_K, n_in, n_out));
         OwnedQuantWeight w = make_quant_weight(type, n_in, n_out, 31);
         const size_t bytes = packed_size(type, n_in, n_out);
-        // Pairs of blocks: 64 bytes of scales (Q4_1, Q5_1: 128, with the minimums), then the codes
-        // (Q5_0, Q5_1: the nibbles and 64 bytes of fifth bits).
-        const size_t pair_scales = type == DType::Q4_1 || type == DType::Q5_1 ? 128 : 64;
+        // Pairs of blocks: 64 bytes of scales (Q4_1, Q5_1: 128, with the minimums; IQ4_XS: 128, as
+        // f32), then the codes (Q5_0, Q5_1: the nibbles and 64 bytes of fifth bits).
+        const size_t pair_scales = type == DType::Q4_1 || type == DType::Q5_1 || type == DType::IQ4_XS ? 128 : 64;
         const bool fifth = type == DType::Q5_0 || type == DType::Q5_1;
         const size_t group = b32 ? size_t((n_in / 32 + 1) / 2 * pair_scales +
                                           n_in / 32 * (type == DType::Q8_0 ? 512 : fifth ? 320 : 256))

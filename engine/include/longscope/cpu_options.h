@@ -30,7 +30,7 @@ enum class QuantMatmulPath { Auto, Integer, Bf16, Dequantize, Amx };
 struct CpuOptions {
     SimdLevel kernels = SimdLevel::Auto;
     QuantMatmulPath quant_matmul = QuantMatmulPath::Auto;
-    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL matrices re-laid out at load for the integer kernels (sixteen
+    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS matrices re-laid out at load for the integer kernels (sixteen
     // rows interleaved, the same values); off keeps the file's row layout.
     bool pack_weights = true;
     // The matrices copied at load out of the file mapping into the model's own huge pages;

@@ -26,7 +26,7 @@ std::string cpu_kernel_name()
     s += std::string(" (quantized weights: ") + qkernel_name(t.integer) + " integer dot products";
     const std::string from = std::to_string(bf16_min_tokens) + " tokens";
     if (t.bf16_dot && t.pack_weights)
-        s += " (for packed Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL matrices at any token count), BF16 dot products for other matrices "
+        s += " (for packed Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS matrices at any token count), BF16 dot products for other matrices "
              "from " + from;
     else if (t.bf16_dot)
         s += ", BF16 dot products from " + from;

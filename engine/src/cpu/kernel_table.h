@@ -33,7 +33,7 @@ struct CpuKernelTable {
     QKernel integer = QKernel::Portable;
     bool bf16_dot = false; // AVX-512 BF16 dot products for quantized weights over many tokens
     QuantMatmulPath quant_matmul = QuantMatmulPath::Auto; // a forced path, or Auto
-    bool pack_weights = false; // Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL packed at load: asked for and a packed kernel for `integer`
+    bool pack_weights = false; // Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS packed at load: asked for and a packed kernel for `integer`
     bool copy_weights = true;  // matrices copied out of the file mapping at load
     // AMX BF16 tiles for products over many tokens (cpu/amx.h): the CPU has them, the level is
     // AVX-512 (the tiles' operands are prepared with AVX-512 BF16) and the options allow them.

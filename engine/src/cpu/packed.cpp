@@ -45,22 +45,35 @@ static_assert(packed_q2_k_block_bytes % 64 == 0);
 
 constexpr int64_t qk = 32; // Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 block
 constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q4_1_bytes = 20, q5_0_bytes = 22, q5_1_bytes = 24;
+constexpr int64_t iq4_xs_bytes = 136; // a super-block of 256: d, scales_h, scales_l[4], qs[128]
+
+inline uint16_t u16_at(const uint8_t *p)
+{
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
 
 bool is_block32(DType type)
 {
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-           type == DType::Q5_1 || type == DType::IQ4_NL;
+           type == DType::Q5_1 || type == DType::IQ4_NL || type == DType::IQ4_XS;
 }
 // The 32-value types with a minimum m (x = d * q + m), with a fifth bit per code, and the offset
 // of their codes (x = d * (q - offset)).
 constexpr bool b32_min(DType type) { return type == DType::Q4_1 || type == DType::Q5_1; }
 constexpr bool b32_fifth(DType type) { return type == DType::Q5_0 || type == DType::Q5_1; }
-// IQ4_NL (the Q4_0 block, x = d * iq4_nl_values[q]) takes its values as codes + 128 in the VNNI
-// kernel, hence Q8_0's offset there.
+// IQ4_NL and IQ4_XS (the Q4_0 block, x = d * iq4_nl_values[q]) take their values as codes + 128
+// in the VNNI kernel, hence Q8_0's offset there.
+constexpr bool b32_table(DType type) { return type == DType::IQ4_NL || type == DType::IQ4_XS; }
 constexpr int b32_offset(DType type)
 {
-    return type == DType::Q8_0 || type == DType::IQ4_NL ? 128 : type == DType::Q4_0 ? 8 : type == DType::Q5_0 ? 16 : 0;
+    return type == DType::Q8_0 || b32_table(type) ? 128 : type == DType::Q4_0 ? 8 : type == DType::Q5_0 ? 16 : 0;
 }
+// IQ4_XS's block scales, d * (6-bit scale - 32), are 17-bit products that f16 cannot hold: its
+// pairs keep them as f32, block 2k's sixteen in the first 64-byte line, block 2k + 1's in the
+// second (packed.h).
+constexpr bool b32_f32_scales(DType type) { return type == DType::IQ4_XS; }
 
 // Q4_K and Q5_K: the same scales and minimums, 4-bit codes with (Q5_K) a fifth bit.
 bool is_q4_k_like(DType type) { return type == DType::Q4_K || type == DType::Q5_K; }
@@ -93,14 +106,27 @@ int64_t codes32_bytes(DType type)
 
 // Bytes of a pair's scales: the d of both blocks (64), and Q4_1's or Q5_1's m of both blocks (64
 // more).
-int64_t scales32_bytes(DType type) { return b32_min(type) ? 128 : 64; }
+int64_t scales32_bytes(DType type) { return b32_min(type) || b32_f32_scales(type) ? 128 : 64; }
 
 // Where block b's sixteen scales (Q4_1, Q5_1: its minimums 64 bytes further) and its codes start
 // in a packed 32-value group: blocks go in pairs, the pair's scales, then its two blocks'
 // codes (packed.h).
 size_t scales32_offset(DType type, int64_t b)
 {
-    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + 32 * (b % 2));
+    return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + (b32_f32_scales(type) ? 64 : 32) * (b % 2));
+}
+
+// Row r's scale of block b in a packed 32-value group (f16, or IQ4_XS's f32).
+float scale32(DType type, const uint8_t *grp, int64_t b, int r)
+{
+    if (b32_f32_scales(type)) {
+        float d;
+        std::memcpy(&d, grp + scales32_offset(type, b) + 4 * r, 4);
+        return d;
+    }
+    uint16_t hd;
+    std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
+    return f16_to_f32(hd);
 }
 size_t codes32_offset(DType type, int64_t b)
 {
@@ -176,7 +202,7 @@ inline int q2_packed_code(const uint8_t *b, int r, int i)
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
-    const int64_t block = is_block32(type) ? qk : qk_k;
+    const int64_t block = is_block32(type) && type != DType::IQ4_XS ? qk : qk_k;
     return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
 }
@@ -299,7 +325,8 @@ void pack_q4_k(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 
 // Q8_0: the codes + 128; Q4_0 (d, qs[16]) and Q4_1 (d, m, qs[16]): the bytes of qs as stored
 // (two codes each); Q5_0 (d, qh[4], qs[16]) and Q5_1 (d, m, qh[4], qs[16]): the same, and each
-// code's fifth bit (bit j of qh) at its place.
+// code's fifth bit (bit j of qh) at its place. IQ4_XS: each block of 32 of a super-block as an
+// IQ4_NL block, its scale d * (scale - 32) as f32.
 void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const int64_t nb = n_in / qk;
@@ -310,7 +337,7 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
                                              : q4_0_bytes;
     const int64_t off_qh = b32_min(type) ? 4 : 2; // Q5_0, Q5_1
     const int64_t off_codes = 2 + (b32_min(type) ? 2 : 0) + (b32_fifth(type) ? 4 : 0);
-    const size_t row_stride = size_t(nb * bb);
+    const size_t row_stride = type == DType::IQ4_XS ? size_t(nb / 8 * iq4_xs_bytes) : size_t(nb * bb);
     for (int64_t g = g0; g < g1; ++g) {
         uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
         if (nb % 2) // the odd last block's pair has no second block: its scales are zeros
@@ -319,9 +346,18 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
         for (int r = 0; r < packed_group_rows; ++r) {
             const uint8_t *row = src + size_t(g * packed_group_rows + r) * row_stride;
             for (int64_t b = 0; b < nb; ++b) {
+                uint8_t *codes = grp + codes32_offset(type, b);
+                if (type == DType::IQ4_XS) { // block ib of super-block b / 8: its scale, as dequantize_iq4_xs's
+                    const uint8_t *sb = row + size_t(b / 8 * iq4_xs_bytes);
+                    const int ib = int(b % 8);
+                    const float d = f16_to_f32(u16_at(sb)) * float(iq4_xs_scale(sb + 4, u16_at(sb + 2), ib));
+                    std::memcpy(grp + scales32_offset(type, b) + 4 * r, &d, 4);
+                    for (int j = 0; j < 16; ++j)
+                        codes[code32_byte(type, r, j)] = sb[8 + 16 * ib + j];
+                    continue;
+                }
                 const uint8_t *p = row + size_t(b * bb);
                 std::memcpy(grp + scales32_offset(type, b) + 2 * r, p, 2);
-                uint8_t *codes = grp + codes32_offset(type, b);
                 for (int j = 0; j < int(bb - off_codes); ++j)
                     codes[code32_byte(type, r, j)] = type == DType::Q8_0 ? uint8_t(p[2 + j] ^ 0x80) : p[off_codes + j];
                 if (b32_min(type))
@@ -368,9 +404,8 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         for (int64_t b = 0; b < n_in / qk; ++b) {
             const uint8_t *codes = grp + codes32_offset(type, b);
-            uint16_t hd, hm;
-            std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
-            const float d = f16_to_f32(hd);
+            uint16_t hm;
+            const float d = scale32(type, grp, b, r);
             // The code of value j: Q8_0's signed byte, else the nibble and (Q5_0, Q5_1) its fifth bit.
             const auto code = [&](int j) {
                 const uint8_t c = codes[code32_byte(type, r, j)];
@@ -386,7 +421,7 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
                     out[b * qk + j] = float(code(j)) * d + m;
                 continue;
             }
-            if (type == DType::IQ4_NL) { // x = d * value (dequantize_iq4_nl)
+            if (b32_table(type)) { // x = d * value (dequantize_iq4_nl, dequantize_iq4_xs)
                 for (int j = 0; j < qk; ++j)
                     out[b * qk + j] = d * float(iq4_nl_values[code(j)]);
                 continue;
@@ -538,7 +573,7 @@ LS_PACKED_AVX512 void dequantize_packed_b32_avx512(DType type, const uint8_t *pa
     const __m128i shift_lo = _mm_setr_epi32(0, 2, 4, 6), shift_hi = _mm_setr_epi32(1, 3, 5, 7);
     const __m512i offset = _mm512_set1_epi32(b32_offset(type));
     __m512 table = _mm512_setzero_ps();
-    if (type == DType::IQ4_NL) {
+    if (b32_table(type)) {
         alignas(64) float t[16];
         for (int i = 0; i < 16; ++i)
             t[i] = float(iq4_nl_values[i]);
@@ -546,9 +581,7 @@ LS_PACKED_AVX512 void dequantize_packed_b32_avx512(DType type, const uint8_t *pa
     }
     for (int64_t b = 0; b < n_in / qk; ++b) {
         const uint8_t *codes = grp + codes32_offset(type, b);
-        uint16_t hd;
-        std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));
+        const __m512 d = _mm512_set1_ps(scale32(type, grp, b, r));
         const __m128i q = _mm_i32gather_epi32(reinterpret_cast<const int *>(codes + 4 * r), words, 1);
         __m128i lo = _mm_and_si128(q, nibble), hi = _mm_and_si128(_mm_srli_epi16(q, 4), nibble);
         if (b32_fifth(type)) {
@@ -562,7 +595,7 @@ LS_PACKED_AVX512 void dequantize_packed_b32_avx512(DType type, const uint8_t *pa
         for (int h = 0; h < 2; ++h) {
             const __m512i c = _mm512_cvtepu8_epi32(h == 0 ? lo : hi);
             __m512 v;
-            if (type == DType::IQ4_NL) {
+            if (b32_table(type)) {
                 v = _mm512_mul_ps(d, _mm512_permutexvar_ps(c, table));
             } else if (b32_min(type)) {
                 uint16_t hm;
@@ -1052,6 +1085,15 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
+// The sixteen rows' scales of a block of 32 (f16, IQ4_XS's f32).
+template <DType T> LS_PACKED_VNNI inline __m512 scales32_vnni(const uint8_t *p)
+{
+    if constexpr (b32_f32_scales(T))
+        return _mm512_loadu_ps(p);
+    else
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+
 // IQ4_NL's sixteen values + 128 (1..241, unsigned) in every 128-bit lane, for vpshufb.
 LS_PACKED_VNNI inline __m512i iq4_table_128()
 {
@@ -1065,12 +1107,12 @@ LS_PACKED_VNNI inline __m512i iq4_table_128()
     return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i *>(t)));
 }
 
-// One group of 16 rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL against NT tokens. Per block of 32 and
+// One group of 16 rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS against NT tokens. Per block of 32 and
 // token: the exact int32 sum of the unsigned code u (Q8_0 q + 128, Q4_0 the nibble, Q5_0 the
 // 5-bit code) times the activation code per row (lanes = rows), started at -offset (128, 8, 16)
 // times the sum of the block's activation codes, so it ends as sum(q x) with q the signed code;
 // then acc += float(sum) * (d_w d_x). Q4_1, Q5_1: the 4- or 5-bit code, no offset, then acc +=
-// m_w * (d_x sum(q_x)). IQ4_NL: the table's value + 128 for the nibble, Q8_0's offset.
+// m_w * (d_x sum(q_x)). IQ4_NL, IQ4_XS: the table's value + 128 for the nibble, Q8_0's offset.
 template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -1113,7 +1155,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             for (int w = 0; w < 4; ++w) {
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if constexpr (T == DType::IQ4_NL) { // the values + 128, from the table
+                if constexpr (b32_table(T)) { // the values + 128, from the table
                     lo = _mm512_shuffle_epi8(iq4_table_128(), lo);
                     hi = _mm512_shuffle_epi8(iq4_table_128(), hi);
                 }
@@ -1129,8 +1171,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
                 }
             }
         }
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b))));
+        const __m512 dw = scales32_vnni<T>(group + scales32_offset(T, b));
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.db(t, b))), acc[t]);
@@ -1566,7 +1607,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                     }
                 }
             } else {
-                constexpr int bias = T == DType::IQ4_NL ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL: none
+                constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const int32_t *s16 = a.s16_row(t0 + t);
@@ -1581,7 +1622,7 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                         lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
                         hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
                     }
-                    if constexpr (T == DType::IQ4_NL) {
+                    if constexpr (b32_table(T)) {
                         // The signed values from the table, through the sign trick (|v| and x with
                         // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
                         // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
@@ -1610,7 +1651,9 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
                 }
             }
             const __m256 dw =
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
+                b32_f32_scales(T)
+                    ? _mm256_loadu_ps(reinterpret_cast<const float *>(group + scales32_offset(T, b) + 32 * h))
+                    : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
@@ -1725,7 +1768,7 @@ void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs 
                         float *out, int64_t ldo)
 {
     constexpr bool b32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
-                         T == DType::Q5_1 || T == DType::IQ4_NL;
+                         T == DType::Q5_1 || b32_table(T);
     constexpr bool k16 = T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K;
     if constexpr (!b32 || T == DType::Q8_0)
         if (n_tokens == 4) {
@@ -1785,6 +1828,7 @@ void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in
     case DType::Q5_0: return packed_tokens<DType::Q5_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
     case DType::Q5_1: return packed_tokens<DType::Q5_1>(k, group, n_in, a, t0, n_tokens, out, ldo);
     case DType::IQ4_NL: return packed_tokens<DType::IQ4_NL>(k, group, n_in, a, t0, n_tokens, out, ldo);
+    case DType::IQ4_XS: return packed_tokens<DType::IQ4_XS>(k, group, n_in, a, t0, n_tokens, out, ldo);
     case DType::Q2_K: return packed_tokens<DType::Q2_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
     case DType::Q3_K: return packed_tokens<DType::Q3_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
     case DType::Q5_K: return packed_tokens<DType::Q5_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
@@ -1881,6 +1925,7 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); return;
     case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); return;
     case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt>(group, n_in, x, out, ldo); return;
+    case DType::IQ4_XS: packed_b32_vnni<DType::IQ4_XS, nt>(group, n_in, x, out, ldo); return;
     case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
     case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;

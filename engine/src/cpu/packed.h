@@ -1,6 +1,6 @@
 // Quantized matrices re-laid out for the CPU's integer kernels.
 //
-// A Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL matrix is stored row after row (quant.h): a matrix-vector product then needs
+// A Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS matrix is stored row after row (quant.h): a matrix-vector product then needs
 // one horizontal reduction and one float scale step per row and sub-block. Packed, sixteen
 // rows are interleaved so that each 32-bit lane of a 512-bit register holds one row: a single
 // vpdpbusd multiplies four weights of each of the sixteen rows by the same four activation
@@ -72,7 +72,11 @@
 // fifth bits: byte 4 r + c, bit 2 w: of value 4 w + c, bit 2 w + 1: of value 16 + 4 w + c;
 // 128 + 2 x 320 = 768 bytes a pair. Q4_1 (x = d * q + m, 4-bit codes) is Q5_1 without the fifth
 // bits (128 + 2 x 256 = 640 bytes a pair), Q5_0 (x = d * (q - 16)) Q5_1 without the minimums
-// (64 + 2 x 320 = 704), IQ4_NL (x = d * iq4_nl_values[q]) is laid out as Q4_0.
+// (64 + 2 x 320 = 704), IQ4_NL (x = d * iq4_nl_values[q]) is laid out as Q4_0. IQ4_XS (x = dl *
+// iq4_nl_values[q] per block of 32 of a super-block, dl = d * (scale - 32)) is IQ4_NL with each
+// block's dl as f32, exact (an 11-bit d times a 6-bit scale; f16 cannot hold it): the pair's
+// scales take two lines, block 2k's sixteen f32 then block 2k + 1's (128 + 2 x 256 = 640 bytes
+// a pair).
 //
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
@@ -102,8 +106,8 @@ constexpr int64_t packed_q4_0_block_bytes = 256;
 constexpr int64_t packed_q5_1_block_bytes = 320;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
-// of 16 and n_in of 256 for Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, of 32 for Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1 and IQ4_NL).
+// of 16 and n_in of 256 for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, of 32 for Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1 and IQ4_NL).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
