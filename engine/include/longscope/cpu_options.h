@@ -43,8 +43,8 @@ struct CpuOptions {
     // 16-bit operands; off keeps attention on the float kernels.
     bool amx_attention = true;
     // Decode's kernels (one token: the packed integer kernels, and at the AVX-512 level the
-    // F32/F16/BF16 rows taken one at a time) ask for the weight bytes a kilobyte or two ahead
-    // of the ones they read; off leaves the stream to the hardware prefetchers.
+    // F32/F16/BF16 rows) ask for the weight bytes one to four kilobytes ahead of the ones they
+    // read; off leaves the stream to the hardware prefetchers.
     bool decode_prefetch = true;
 };
 

@@ -202,16 +202,29 @@ LS_AVX512 void tile_avx512(const void *const *rows, const float *x, int64_t ldx,
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[r][t] = _mm512_setzero_ps();
-    // One row by one token (decode's products below 4096 inputs): the row's lines 2 KiB ahead
-    // asked for, one request per 64 bytes, where kernel_table().decode_prefetch holds. TinyLlama
-    // F16 decode on the AMX Xeon, alternating: one thread 7.14-7.17 -> 7.74-7.75 tokens/s, two
-    // 13.8-13.9 -> 14.7-14.9 (1024 bytes and 4096 read less than 2048 in a trial).
+    // Decode (one token), where kernel_table().decode_prefetch holds, one request per 64 bytes:
+    // one row (products below 4096 inputs) asks for its lines 2 KiB ahead into L1 and 4 KiB
+    // ahead into L2; eight rows (longer ones) each for theirs 1 KiB ahead into L1. TinyLlama F16
+    // decode on the AMX Xeon, alternating, tokens/s: one thread 7.14-7.17 without, 7.74-7.75
+    // with 2 KiB into L1 alone, 7.9-8.3 with 4 KiB into L2 as well; two threads 13.8-13.9,
+    // 14.7-14.9, 14.9-15.2, and 15.3-15.4 with the eight rows' requests (1024 bytes and 4096
+    // into L1 alone read less than 2048; 2048 + 8192 14.3-14.7; the eight rows' into L2 or 2
+    // KiB ahead 14.9-15.3).
     constexpr int64_t per_line = 64 / (T == DType::F32 ? 4 : 2); // values per 64-byte line
-    const bool prefetch = R == 1 && NT == 1 && kernel_table().decode_prefetch;
+    const bool prefetch = (R == 1 || R == 8) && NT == 1 && kernel_table().decode_prefetch;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        if (prefetch && i % per_line == 0)
-            _mm_prefetch(static_cast<const char *>(rows[0]) + 64 * (i / per_line) + 2048, _MM_HINT_T0);
+        if (prefetch && i % per_line == 0) {
+            const int64_t line = 64 * (i / per_line);
+            if constexpr (R == 1) {
+                _mm_prefetch(static_cast<const char *>(rows[0]) + line + 2048, _MM_HINT_T0);
+                _mm_prefetch(static_cast<const char *>(rows[0]) + line + 4096, _MM_HINT_T1);
+            } else {
+                #pragma GCC unroll 8
+                for (int r = 0; r < R; ++r)
+                    _mm_prefetch(static_cast<const char *>(rows[r]) + line + 1024, _MM_HINT_T0);
+            }
+        }
         __m512 xv[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)

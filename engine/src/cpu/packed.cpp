@@ -779,19 +779,25 @@ namespace {
 // hardware prefetchers alone follow too closely: one core of an AMD EPYC without AVX-512 read
 // 13 GB/s in a one-token Q8_0 product where the bandwidth probe reads 17, and on the AMX Xeon
 // (docs/performance.md) TinyLlama Q8_0 decode ran at 22 tokens/s on two threads without the
-// requests, 27 with them. So the one-token kernels ask for the lines `distance` bytes
-// further on, one request per 64-byte line, where kernel_table().decode_prefetch holds. A
-// request past the end of the matrix is harmless: prefetches do not fault. The distances are
-// the best measured: 4096 for the AVX2 kernels (the EPYC); 1024 for the VNNI ones (the Xeon,
-// whole decode steps on two threads, alternating: Q8_0 26.0-26.4 tokens/s at 256 bytes,
-// 26.9-27.0 at 1024, 25.0-25.2 at 4096, 22 without; Q4_K_M 40.2-41.2 at 1024, 35.8-36.6 at
-// 8192, 39.3-39.5 without).
+// requests, 27 with them. So the one-token kernels ask for the lines `near` bytes further on
+// into L1, one request per 64-byte line, and (`far` not zero) the lines `far` bytes on into
+// L2, where kernel_table().decode_prefetch holds. A request past the end of the matrix is
+// harmless: prefetches do not fault. The distances are the best measured, in whole decode
+// steps alternating: 4096 into L1 for the AVX2 kernels (the EPYC); 1024 into L1 and 4096 into
+// L2 for the VNNI ones (the Xeon, two threads, tokens/s: Q8_0 26.0-26.4 at 256 bytes into L1
+// alone, 26.9-27.0 at 1024, 25.0-25.2 at 4096, 22 without; with 4096 into L2 as well
+// 27.3-28.6, with 512 + 2048 28.1-29.2, 1024 + 6144 25.3-25.6; Q4_K_M 43.1-43.5 -> 44.9-45.9,
+// Q4_0 48.3-48.5 -> 51.5-51.6, Q6_K 29.6 -> 32.3-32.8, where 1024 + 3072 read 31.5-31.6 and
+// 512 + 2048 31.1-31.3; 2048 into L2 alone 27.3-27.5 for Q8_0; NTA hints 15.7-15.8).
 constexpr size_t decode_prefetch_distance_avx2 = 4096;
-constexpr size_t decode_prefetch_distance_vnni = 1024;
-__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t distance)
+constexpr size_t decode_prefetch_near_vnni = 1024, decode_prefetch_far_vnni = 4096;
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t near, size_t far = 0)
 {
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char *>(p + distance + o), _MM_HINT_T0);
+    for (size_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch(reinterpret_cast<const char *>(p + near + o), _MM_HINT_T0);
+        if (far)
+            _mm_prefetch(reinterpret_cast<const char *>(p + far + o), _MM_HINT_T1);
+    }
 }
 
 #define LS_PACKED_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -909,7 +915,7 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         if (prefetch)
-            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_vnni);
+            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_near_vnni, decode_prefetch_far_vnni);
         __m512 fe[NT], fo[NT], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -1030,7 +1036,7 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         if (prefetch)
-            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_vnni);
+            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_near_vnni, decode_prefetch_far_vnni);
         __m512 f[NT][2], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -1127,7 +1133,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         const uint8_t *c = group + codes32_offset(T, b);
         if (prefetch && b % 2 == 0) // a pair's scales and codes
             prefetch_ahead(group + scales32_offset(T, b), size_t(scales32_bytes(T) + 2 * codes32_bytes(T)),
-                           decode_prefetch_distance_vnni);
+                           decode_prefetch_near_vnni, decode_prefetch_far_vnni);
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
