@@ -316,8 +316,13 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     const int64_t n_chunks = n_in / k_chunk;
     const int64_t rows = panel_rows(n_in, terms.weight);
     const size_t w_term = size_t(rows / k_tile * n_chunks * k_block), w_rows = size_t(n_chunks) * k_block;
-    std::vector<uint16_t> panel(w_term * size_t(terms.weight));
-    std::vector<float> f(static_cast<size_t>(n_in));
+    // The panel and the row's floats in buffers each thread keeps between calls (rows of a
+    // last, partial row tile past the panel's rows keep what they held: their products are
+    // never stored).
+    thread_local std::vector<uint16_t> panel;
+    thread_local std::vector<float> f;
+    panel.resize(std::max(panel.size(), w_term * size_t(terms.weight)));
+    f.resize(std::max(f.size(), static_cast<size_t>(n_in)));
     alignas(64) float c[4 * 256];
     // (w0, x1), (w0, x0), (w1, x0): each pass shares one operand with the one before.
     Pass ps[3];

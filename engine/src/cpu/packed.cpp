@@ -111,7 +111,7 @@ int64_t scales32_bytes(DType type) { return b32_min(type) || b32_f32_scales(type
 // Where block b's sixteen scales (Q4_1, Q5_1: its minimums 64 bytes further) and its codes start
 // in a packed 32-value group: blocks go in pairs, the pair's scales, then its two blocks'
 // codes (packed.h).
-size_t scales32_offset(DType type, int64_t b)
+__attribute__((always_inline)) inline size_t scales32_offset(DType type, int64_t b)
 {
     return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + (b32_f32_scales(type) ? 64 : 32) * (b % 2));
 }
@@ -128,7 +128,7 @@ float scale32(DType type, const uint8_t *grp, int64_t b, int r)
     std::memcpy(&hd, grp + scales32_offset(type, b) + 2 * r, 2);
     return f16_to_f32(hd);
 }
-size_t codes32_offset(DType type, int64_t b)
+__attribute__((always_inline)) inline size_t codes32_offset(DType type, int64_t b)
 {
     return size_t(b / 2 * (scales32_bytes(type) + 2 * codes32_bytes(type)) + scales32_bytes(type) +
                   codes32_bytes(type) * (b % 2));
