@@ -779,24 +779,40 @@ namespace {
 // hardware prefetchers alone follow too closely: one core of an AMD EPYC without AVX-512 read
 // 13 GB/s in a one-token Q8_0 product where the bandwidth probe reads 17, and on the AMX Xeon
 // (docs/performance.md) TinyLlama Q8_0 decode ran at 22 tokens/s on two threads without the
-// requests, 27 with them. So the one-token kernels ask for the lines `near` bytes further on
-// into L1, one request per 64-byte line, and (`far` not zero) the lines `far` bytes on into
-// L2, where kernel_table().decode_prefetch holds. A request past the end of the matrix is
-// harmless: prefetches do not fault. The distances are the best measured, in whole decode
-// steps alternating: 4096 into L1 for the AVX2 kernels (the EPYC); 1024 into L1 and 4096 into
-// L2 for the VNNI ones (the Xeon, two threads, tokens/s: Q8_0 26.0-26.4 at 256 bytes into L1
-// alone, 26.9-27.0 at 1024, 25.0-25.2 at 4096, 22 without; with 4096 into L2 as well
-// 27.3-28.6, with 512 + 2048 28.1-29.2, 1024 + 6144 25.3-25.6; Q4_K_M 43.1-43.5 -> 44.9-45.9,
-// Q4_0 48.3-48.5 -> 51.5-51.6, Q6_K 29.6 -> 32.3-32.8, where 1024 + 3072 read 31.5-31.6 and
-// 512 + 2048 31.1-31.3; 2048 into L2 alone 27.3-27.5 for Q8_0; NTA hints 15.7-15.8).
+// requests, 27 with them. So the one-token kernels ask for the lines a fixed distance further
+// on, one request per 64-byte line, where kernel_table().decode_prefetch holds: the AVX2 ones
+// 4096 bytes on into L1 at the start of each block (prefetch_ahead), the VNNI ones 1024 bytes
+// on into L1 and 4096 on into L2, spread over each block's loop (prefetch_part). A request
+// past the end of the matrix is harmless: prefetches do not fault. The distances are the best
+// measured, in whole decode steps alternating: 4096 for the AVX2 kernels (the EPYC); for the
+// VNNI ones (the Xeon, two threads, tokens/s, all of a block's requests at its start): Q8_0
+// 26.0-26.4 at 256 bytes into L1 alone, 26.9-27.0 at 1024, 25.0-25.2 at 4096, 22 without; with
+// 4096 into L2 as well 27.3-28.6, with 512 + 2048 28.1-29.2, 1024 + 6144 25.3-25.6; Q4_K_M
+// 43.1-43.5 -> 44.9-45.9, Q4_0 48.3-48.5 -> 51.5-51.6, Q6_K 29.6 -> 32.3-32.8, where 1024 +
+// 3072 read 31.5-31.6 and 512 + 2048 31.1-31.3; 2048 into L2 alone 27.3-27.5 for Q8_0; NTA
+// hints 15.7-15.8. Spreading them then gave, alternating with the build that asked at each
+// block's start: Q8_0 27.1-27.5 -> 28.0-28.1, Q4_K_M 39.3 -> 44.4-45.8, Q5_K_M 34.1 -> 38.5,
+// Q6_K 29.1-29.6 -> 34.3-34.9, Q4_0 49.2-50.6 -> 51.3-51.4, Q5_1 36.4-36.5 -> 39.6-40.4, Q2_K
+// 53.3-53.4 -> 63.4-63.5, Q3_K_M 46.2 -> 54.4, IQ4_XS 44.8 -> 47.1).
 constexpr size_t decode_prefetch_distance_avx2 = 4096;
 constexpr size_t decode_prefetch_near_vnni = 1024, decode_prefetch_far_vnni = 4096;
-__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t near, size_t far = 0)
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t distance)
 {
-    for (size_t o = 0; o < bytes; o += 64) {
-        _mm_prefetch(reinterpret_cast<const char *>(p + near + o), _MM_HINT_T0);
-        if (far)
-            _mm_prefetch(reinterpret_cast<const char *>(p + far + o), _MM_HINT_T1);
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char *>(p + distance + o), _MM_HINT_T0);
+}
+
+// The VNNI kernels' requests for a block of `bytes` (a multiple of 64) at p, spread over the
+// `parts` steps of the block's loop: step `part` asks for its share of the block's lines, each
+// `near` bytes on into L1 and `far` bytes on into L2. All of a block's requests at its start
+// instead read 8% slower (TinyLlama Q8_0 decode, two threads, the same binary alternating, 26.6-26.7
+// tokens/s against 28.6-29.0; with the requests into L1 alone spread, 26.6-27.4).
+__attribute__((always_inline)) inline void prefetch_part(const uint8_t *p, size_t bytes, size_t part, size_t parts)
+{
+    const size_t lines = bytes / 64;
+    for (size_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) {
+        _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_near_vnni + 64 * l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_far_vnni + 64 * l), _MM_HINT_T1);
     }
 }
 
@@ -914,8 +930,6 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        if (prefetch)
-            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_near_vnni, decode_prefetch_far_vnni);
         __m512 fe[NT], fo[NT], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -933,6 +947,8 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
             }
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
+                if (prefetch)
+                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32);
                 const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
                 __m512i lo = _mm512_and_si512(v, low);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
@@ -1035,8 +1051,6 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
         acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        if (prefetch)
-            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_near_vnni, decode_prefetch_far_vnni);
         __m512 f[NT][2], mn[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -1050,6 +1064,8 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
             #pragma GCC unroll 2
             for (int e = 0; e < 2; ++e) {
                 const int g = 2 * k + e;
+                if (prefetch)
+                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(g), 16);
                 __m512i u[4];
                 q6_k_like_codes<T>(b, k, e, u);
                 const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -1131,9 +1147,9 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *c = group + codes32_offset(T, b);
-        if (prefetch && b % 2 == 0) // a pair's scales and codes
-            prefetch_ahead(group + scales32_offset(T, b), size_t(scales32_bytes(T) + 2 * codes32_bytes(T)),
-                           decode_prefetch_near_vnni, decode_prefetch_far_vnni);
+        // A pair's scales and codes, over its blocks' four steps each.
+        const uint8_t *pair = group + scales32_offset(T, b - b % 2);
+        const size_t pair_bytes = size_t(scales32_bytes(T) + 2 * codes32_bytes(T));
         __m512i is[NT];
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
@@ -1144,6 +1160,8 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             __m512i odd = _mm512_setzero_si512();
             #pragma GCC unroll 8
             for (int w = 0; w < 8; w += 2) {
+                if (prefetch)
+                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w / 2), 8);
                 is[0] = dpbusd_bcast(is[0], _mm512_loadu_si512(c + 64 * w), x.word(0, b, w));
                 odd = dpbusd_bcast(odd, _mm512_loadu_si512(c + 64 * w + 64), x.word(0, b, w + 1));
             }
@@ -1159,6 +1177,8 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
         } else { // word w: low nibbles values 4 w .. 4 w + 3, high nibbles 16 + 4 w ..
             #pragma GCC unroll 4
             for (int w = 0; w < 4; ++w) {
+                if (prefetch)
+                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w), 8);
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 if constexpr (b32_table(T)) { // the values + 128, from the table
