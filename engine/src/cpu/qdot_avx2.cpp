@@ -6,8 +6,10 @@
 
 // GCC 12's AVX-512 headers trip its own uninitialised-value warnings inside the reduce
 // intrinsics; the values are defined.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace longscope::qdot_detail {
 

@@ -417,10 +417,11 @@ LS_ELEMENTWISE_KERNELS(avx512, LS_AVX512)
 // of the same prompt decoded from a cache drifted apart by 3e-5 instead of 1e-6, tst_kv_quant.)
 // GCC fuses across statements unless told (fp-contract=fast by default); clang fuses a * b + c
 // within one expression (fp-contract=on) unless the standard pragma says off.
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
 #endif
 
 // Pairs from first_pair on: dimension a and its partner b (see RopeTable in ops.h).
@@ -477,8 +478,9 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT DEFAULT
-#endif
+#else
 #pragma GCC pop_options
+#endif
 
 #define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
     exp_##suffix, tanh_##suffix, swiglu_##suffix, geglu_##suffix, softcap_##suffix, sum_squares_##suffix,  \
