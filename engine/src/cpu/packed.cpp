@@ -3,6 +3,7 @@
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/qdot.h"
+#include "cpu/qdot_tiles.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
 
@@ -46,13 +47,6 @@ static_assert(packed_q2_k_block_bytes % 64 == 0);
 constexpr int64_t qk = 32; // Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 block
 constexpr int64_t q8_0_bytes = 34, q4_0_bytes = 18, q4_1_bytes = 20, q5_0_bytes = 22, q5_1_bytes = 24;
 constexpr int64_t iq4_xs_bytes = 136; // a super-block of 256: d, scales_h, scales_l[4], qs[128]
-
-inline uint16_t u16_at(const uint8_t *p)
-{
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-}
 
 bool is_block32(DType type)
 {
@@ -350,7 +344,7 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
                 if (type == DType::IQ4_XS) { // block ib of super-block b / 8: its scale, as dequantize_iq4_xs's
                     const uint8_t *sb = row + size_t(b / 8 * iq4_xs_bytes);
                     const int ib = int(b % 8);
-                    const float d = f16_to_f32(u16_at(sb)) * float(iq4_xs_scale(sb + 4, u16_at(sb + 2), ib));
+                    const float d = f16_to_f32(qdot_detail::load_u16(sb)) * float(iq4_xs_scale(sb + 4, qdot_detail::load_u16(sb + 2), ib));
                     std::memcpy(grp + scales32_offset(type, b) + 4 * r, &d, 4);
                     for (int j = 0; j < 16; ++j)
                         codes[code32_byte(type, r, j)] = sb[8 + 16 * ib + j];
@@ -804,7 +798,8 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size
 
 // The VNNI kernels' requests for a block of `bytes` (a multiple of 64) at p, spread over the
 // `parts` steps of the block's loop: step `part` asks for its share of the block's lines, each
-// `near` bytes on into L1 and `far` bytes on into L2. All of a block's requests at its start
+// decode_prefetch_near_vnni bytes on into L1 and decode_prefetch_far_vnni bytes on into L2.
+// All of a block's requests at its start
 // instead read 8% slower (TinyLlama Q8_0 decode, two threads, the same binary alternating, 26.6-26.7
 // tokens/s against 28.6-29.0; with the requests into L1 alone spread, 26.6-27.4).
 __attribute__((always_inline)) inline void prefetch_part(const uint8_t *p, size_t bytes, size_t part, size_t parts)
