@@ -292,7 +292,7 @@ LS_AMX void store_block(const float *c, int nr, int nt, float *y, int64_t ldy)
 }
 
 struct Acts {
-    std::vector<uint16_t> buf;
+    AlignedVector<uint16_t> buf;
     int terms = 0;
     int64_t n_tiles = 0, n_chunks = 0;
     size_t term_stride() const { return size_t(n_tiles * n_chunks * k_block); }
@@ -319,8 +319,8 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     // The panel and the row's floats in buffers each thread keeps between calls (rows of a
     // last, partial row tile past the panel's rows keep what they held: their products are
     // never stored).
-    thread_local std::vector<uint16_t> panel;
-    thread_local std::vector<float> f;
+    thread_local AlignedVector<uint16_t> panel;
+    thread_local AlignedVector<float> f;
     panel.resize(std::max(panel.size(), w_term * size_t(terms.weight)));
     f.resize(std::max(f.size(), static_cast<size_t>(n_in)));
     alignas(64) float c[4 * 256];

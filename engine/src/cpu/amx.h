@@ -16,6 +16,8 @@
 // AVX-512 BF16 path rounds them.
 #pragma once
 
+#include "cpu/aligned_vector.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,7 +63,7 @@ constexpr double amx_probe_ops_per_iteration = 4 * 16 * 16 * 32 * 2.0;
 // of 32 with zeros where the packer is given fewer (amx_pack_columns); the first operand's
 // rows must already hold a multiple of 32 values. The buffer grows and is kept between uses.
 struct AmxMatrix {
-    std::vector<uint16_t> buf;
+    AlignedVector<uint16_t> buf; // tiles on cache lines (a tile row across two lines loads slower)
     int64_t n = 0;                     // rows (first operand) or columns (second)
     int64_t n_tiles = 0, n_chunks = 0; // tiles of 16 along n, chunks of 32 along k
     int terms = 1;
