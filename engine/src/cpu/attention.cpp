@@ -545,8 +545,8 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     pool.parallel_for(
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
-            std::vector<float> kbuf(kbuf_n), vbuf(vbuf_n);
-            std::vector<uint8_t> packed(packed_n);
+            AlignedVector<float> kbuf(kbuf_n), vbuf(vbuf_n);
+            AlignedVector<uint8_t> packed(packed_n);
             std::vector<QkQueryBlock> qq(qq_n);
             for (int64_t job = begin; job < end; ++job) {
                 const int h = int(job / n_q);
@@ -1147,8 +1147,8 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     pool.parallel_for(
         used,
         [&](int64_t begin, int64_t end) {
-            std::vector<float> ktile(ktile_n), scores(scores_n), mask(mask_n), kbuf(kbuf_n), vbuf(vbuf_n);
-            std::vector<uint8_t> packed(packed_n);
+            AlignedVector<float> ktile(ktile_n), scores(scores_n), mask(mask_n), kbuf(kbuf_n), vbuf(vbuf_n);
+            AlignedVector<uint8_t> packed(packed_n);
             for (int64_t split = begin; split < end; ++split) {
                 float *m = part_m + split * rows, *l = part_l + split * rows;
                 float *acc = part_acc + split * rows * hd;
@@ -1448,16 +1448,16 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             //   scores [max_rows, T]      one tile of scores / probabilities
             //   mask   [min(B, n_q), T]    explicit additive mask tile (without causal_flash)
             //   acc    [max_rows, head_dim], m [max_rows], l [max_rows]
-            std::vector<float> ktile(int_keys || on_tiles ? 0 : static_cast<size_t>(T * hd));
-            std::vector<float> scores(size_t((on_tiles ? (max_rows + 15) / 16 * 16 : max_rows) * T));
-            std::vector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
-            std::vector<float> acc(static_cast<size_t>(max_rows * hd));
+            AlignedVector<float> ktile(int_keys || on_tiles ? 0 : static_cast<size_t>(T * hd));
+            AlignedVector<float> scores(size_t((on_tiles ? (max_rows + 15) / 16 * 16 : max_rows) * T));
+            AlignedVector<float> mask(causal_flash ? 0 : size_t(std::min(B, n_q) * T));
+            AlignedVector<float> acc(static_cast<size_t>(max_rows * hd));
             std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
             //   kbuf, vbuf [T, head_dim]  the tile's rows of this kv head decoded (encoded cache)
-            std::vector<float> kbuf(keys_direct || int_keys || on_tiles ? 0 : decode_floats(p.k_type, T, hd)),
+            AlignedVector<float> kbuf(keys_direct || int_keys || on_tiles ? 0 : decode_floats(p.k_type, T, hd)),
                 vbuf(values_direct || on_tiles ? 0 : decode_floats(p.v_type, T, hd));
             //   packed, qq  the tile's keys packed and the unit's queries quantized (integer scores)
-            std::vector<uint8_t> packed(int_keys ? qk_packed_bytes(T, hd) : 0);
+            AlignedVector<uint8_t> packed(int_keys ? qk_packed_bytes(T, hd) : 0);
             std::vector<QkQueryBlock> qq(int_keys ? size_t(max_rows * nb) : 0);
             //   the operands and buffers of the tiles' path
             AmxAttention amx;

@@ -1,5 +1,6 @@
 #include "cpu/ops.h"
 
+#include "cpu/aligned_vector.h"
 #include "cpu/amx.h"
 #include "cpu/gemm.h"
 #include "cpu/kernel_table.h"
@@ -113,7 +114,7 @@ namespace {
 // call so far), counted as scratch by matmul_scratch_bytes.
 thread_local QuantizedActs t_acts;     // activations quantized to 8 bits (integer path)
 thread_local PackedActs t_pacts;       // the same in tiles of four tokens (packed VNNI kernels)
-thread_local std::vector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
+thread_local AlignedVector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
 
 // Rows per tile. A single token takes one row at a time: each thread then reads its weights as
 // one sequential stream, which the hardware prefetchers follow at full bandwidth (four rows
@@ -283,8 +284,8 @@ void matmul_bf16(ThreadPool &pool, const WeightView &w, const float *x, float *y
     pool.parallel_for(
         n_out,
         [&](int64_t begin, int64_t end) {
-            std::vector<float> f(static_cast<size_t>(n_in));
-            std::vector<uint16_t> wb(static_cast<size_t>(panel * n_in));
+            AlignedVector<float> f(static_cast<size_t>(n_in));
+            AlignedVector<uint16_t> wb(static_cast<size_t>(panel * n_in));
             const uint16_t *rows[4];
             for (int64_t p0 = begin; p0 < end; p0 += panel) {
                 const int64_t np = std::min(panel, end - p0);
