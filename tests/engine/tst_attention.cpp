@@ -7,6 +7,7 @@
 #include "support/test_size.h"
 
 #include "cpu/attention.h"
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "longscope/errors.h"
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <complex>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -241,6 +243,49 @@ class TestAttention : public QObject {
     Q_OBJECT
 
 private slots:
+    // The AMX path's softmax exponential (scores less their row's maximum) against libm's e^x
+    // in double: every 257th float of [-120, 0] by bit pattern (0 below -103.98, subnormal
+    // results included), within the vector exp's bound (tst_ops: 0.88 ulp where the
+    // multiply-adds are fused); -inf (a masked score) gives +0, -0 gives 1, NaN stays NaN.
+    void softmax_exp_matches_libm()
+    {
+        if (!cpu_features().x86_64_v4)
+            QSKIP("the CPU lacks x86-64-v4 (AVX-512): the AMX path's softmax never runs here");
+        std::vector<float> x;
+        for (uint32_t b = 0x80000000u;; b += 257) {
+            float f;
+            std::memcpy(&f, &b, 4);
+            if (!(f >= -120.0f))
+                break;
+            x.push_back(f);
+        }
+        const size_t n_dense = x.size();
+        x.push_back(-INFINITY);
+        x.push_back(-0.0f);
+        x.push_back(std::numeric_limits<float>::quiet_NaN());
+        while (x.size() % 16)
+            x.push_back(-1.0f);
+        std::vector<float> y(x.size());
+        softmax_exp_x86_64_v4(x.data(), y.data(), int64_t(x.size()));
+        double worst = 0;
+        float worst_x = 0;
+        for (size_t i = 0; i < n_dense; ++i) {
+            const double ref = std::exp(double(x[i]));
+            const float r = float(ref);
+            const double ulp = double(std::nextafter(r, INFINITY)) - double(r);
+            const double e = std::fabs(double(y[i]) - ref) / ulp;
+            if (!(e <= worst)) {
+                worst = e;
+                worst_x = x[i];
+            }
+        }
+        qInfo("softmax exp: max error %.3f ulp (at %.9g) over %zu values", worst, double(worst_x), n_dense);
+        QVERIFY2(worst <= 1.25, qPrintable(QString("exp(%1): %2 ulp").arg(double(worst_x), 0, 'g', 9).arg(worst)));
+        QCOMPARE(y[n_dense], 0.0f);
+        QVERIFY(!std::signbit(y[n_dense]));
+        QCOMPARE(y[n_dense + 1], 1.0f);
+        QVERIFY(std::isnan(y[n_dense + 2]));
+    }
     void matches_reference_data()
     {
         QTest::addColumn<int>("variant");

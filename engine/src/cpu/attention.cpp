@@ -1290,23 +1290,45 @@ __attribute__((always_inline)) inline void rescale_factors16(float *m, float *al
     store16(alpha, none ? one : e);
 }
 
+// vec16::exp16 for x <= 0 (a score less its row's maximum; -inf where masked) in about half the
+// instructions: no clamp above (nothing is over 0) and no NaN select (max passes a NaN x on,
+// and the steps after keep it NaN). 2^n by vscalefps: exp16's two powers of two round once, at
+// the second product (the first, p times 2^(n/2) with n >= -159, is exact), and vscalefps
+// rounds p times 2^n once, so both give the same float, subnormal or 0 included, where the
+// compiler fuses exp16's multiply-adds as here (GCC at -O2: attention's outputs are unchanged
+// bit for bit, perplexity md5). tst_attention holds it to libm's e^x.
+__attribute__((target("arch=x86-64-v4"))) inline __m512 exp_nonpositive16(__m512 x)
+{
+    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, nf);
+}
+
 // s[c] = e^{s[c] - mn} for c < w32 (a multiple of 16); their sum, the lanes added in a tree
 // (eight apart, then four, two, one).
-__attribute__((always_inline)) inline float exp_row_sum(float *s, int64_t w32, float mn)
+__attribute__((target("arch=x86-64-v4"))) inline float exp_row_sum(float *s, int64_t w32, float mn)
 {
-    const V16 mv = vec16::splat(mn);
-    V16 sum = {};
+    const __m512 mv = _mm512_set1_ps(mn);
+    __m512 sum = _mm512_setzero_ps();
     for (int64_t c = 0; c < w32; c += 16) {
-        const V16 e = vec16::exp16(load16(s + c) - mv);
-        store16(s + c, e);
-        sum += e;
+        const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(s + c), mv));
+        _mm512_storeu_ps(s + c, e);
+        sum = _mm512_add_ps(sum, e);
     }
-    float t[16];
-    std::memcpy(t, &sum, sizeof t);
-    for (int half = 8; half >= 1; half /= 2)
-        for (int i = 0; i < half; ++i)
-            t[i] += t[i + half];
-    return t[0];
+    V16 v;
+    std::memcpy(&v, &sum, sizeof v);
+    return vec16::sum_tree(v);
 }
 
 // acc = acc * f + o over hd values (a multiple of 16).
@@ -1399,6 +1421,12 @@ void amx_attention_tile(const AttentionProblem &p, AmxAttention &st, int kvh, in
 }
 
 } // namespace
+
+__attribute__((target("arch=x86-64-v4"))) void softmax_exp_x86_64_v4(const float *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, exp_nonpositive16(_mm512_loadu_ps(x + i)));
+}
 
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
                                int tile)

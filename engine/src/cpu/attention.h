@@ -92,4 +92,9 @@ constexpr int64_t attention_key_splits = 16;
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
                                int tile = 64);
 
+// The exponential the AMX path's softmax takes of scores less their row's maximum (x <= 0, -inf
+// where masked): y[i] = e^x[i] for n values (a multiple of 16). Needs cpu_features().x86_64_v4.
+// Exposed for tst_attention.
+void softmax_exp_x86_64_v4(const float *x, float *y, int64_t n);
+
 } // namespace longscope
