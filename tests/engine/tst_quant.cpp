@@ -837,6 +837,35 @@ private slots:
                                             .arg(vector ? "vector" : "portable").arg(row[size_t(i)])
                                             .arg(w.values[size_t(o * n_in + i)])));
             }
+        // Whole groups widened to BF16 blocks (the AMX panels' layout), where the type has a
+        // kernel for it on this CPU: each value the file's, rounded to the nearest even BF16;
+        // blocks `stride` values apart, the gap between them left alone.
+        {
+            const bool expected = type == DType::Q8_0 && kernel_table().level == VectorLevel::Avx512 &&
+                                  cpu_features().avx512_bf16;
+            const size_t stride = 512 + 64, n_blocks = size_t(n_in / 32);
+            std::vector<uint16_t> tiles(n_blocks * stride);
+            for (int64_t g = 0; g < groups; ++g) {
+                std::fill(tiles.begin(), tiles.end(), uint16_t(0x5555));
+                const bool widened = widen_packed_group_bf16(type, pk, n_in, g, tiles.data(), stride);
+                QCOMPARE(widened, expected);
+                if (!widened)
+                    break;
+                for (size_t b = 0; b < n_blocks; ++b) {
+                    for (int r = 0; r < 16; ++r)
+                        for (int j = 0; j < 32; ++j) {
+                            const float v = w.values[size_t((16 * g + r) * n_in) + 32 * b + size_t(j)];
+                            const uint16_t got = tiles[b * stride + size_t(32 * r + j)];
+                            QVERIFY2(got == f32_to_bf16(v), qPrintable(QString("group %1 row %2 value %3: %4 vs %5")
+                                                                           .arg(g).arg(r).arg(32 * b + size_t(j))
+                                                                           .arg(got, 4, 16, QChar('0'))
+                                                                           .arg(f32_to_bf16(v), 4, 16, QChar('0'))));
+                        }
+                    for (size_t i = 512; i < stride; ++i)
+                        QCOMPARE(tiles[b * stride + i], uint16_t(0x5555));
+                }
+            }
+        }
         std::vector<QKernel> kernels;
         for (QKernel k : {QKernel::Vnni, QKernel::Avx2})
             if (packed_kernel_available(k))

@@ -1,8 +1,10 @@
 #include "cpu/amx.h"
 
 #include "cpu/ops.h"
+#include "cpu/packed.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
+#include "cpu/transpose16.h"
 #include "longscope/types.h"
 #include "model/weights.h"
 
@@ -96,33 +98,6 @@ LS_AMX inline void split32(const float *v, __m512i &hi, __m512i &lo)
 LS_AMX inline __m512i round32(const float *v)
 {
     return __m512i(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(v + 16), _mm512_loadu_ps(v)));
-}
-
-// r[i][j] = r[j][i] for 16 x 16 32-bit elements.
-LS_AMX inline void transpose16(__m512i r[16])
-{
-    __m512i t[16];
-    for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    // u[4g + i]: column 4L + i of rows 4g..4g+3 in each 128-bit lane L.
-    __m512i u[16];
-    for (int g = 0; g < 4; ++g) {
-        u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-        const __m512i v0 = _mm512_shuffle_i32x4(u[i], u[4 + i], 0x88), v1 = _mm512_shuffle_i32x4(u[i], u[4 + i], 0xdd);
-        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0x88),
-                      w1 = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0xdd);
-        r[i] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-        r[8 + i] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-        r[4 + i] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        r[12 + i] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-    }
 }
 
 // The activations of token tile `tile` (tokens 16 tile .. 16 tile + 15, zeros past n_tokens;
@@ -337,9 +312,18 @@ LS_AMX void product_rows(const WeightView &w, float *y, const Acts &acts, int64_
     configure_tiles();
     for (int64_t p0 = row_begin; p0 < row_end; p0 += rows) {
         const int64_t np = std::min(rows, row_end - p0);
-        for (int64_t r = 0; r < np; ++r) {
+        for (int64_t r = 0; r < np;) {
+            // A packed group of sixteen rows a block at a time where its type has a kernel for it
+            // (the same bits as row by row: tst_quant), else a row at a time.
+            if (w.cpu_packed && terms.weight == 1 && (p0 + r) % 16 == 0 && r + 16 <= np &&
+                widen_packed_group_bf16(w.type, w.cpu_packed, n_in, (p0 + r) / 16,
+                                        panel.data() + size_t(r / k_tile) * size_t(n_chunks) * k_block, k_block)) {
+                r += 16;
+                continue;
+            }
             weight_row_f32(w, p0 + r, f.data());
             panel_row(f.data(), n_in, r, terms.weight, panel.data(), w_term);
+            ++r;
         }
         // Every token pair past the panel, row pair by row pair (the first row pair brings the
         // activations' tiles into L1 for the others).

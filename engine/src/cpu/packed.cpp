@@ -6,6 +6,7 @@
 #include "cpu/qdot_tiles.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
+#include "cpu/transpose16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -745,6 +746,56 @@ VectorLevel dequantize_packed_level(DType type)
                    kernel_table().level == VectorLevel::Avx512
                ? VectorLevel::Avx512
                : VectorLevel::Portable;
+}
+
+namespace {
+
+#define LS_PACKED_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// Q8_0: a pair of blocks at a time. The sixteen words of the pair's codes (eight a block; word
+// w holds the four codes 4 w .. 4 w + 3 of every row, row r in 32-bit lane r) transposed, so
+// that register r holds row r's 32 codes of each block; then per row and block the
+// operations of dequantize_packed_q8_0_avx512 (d * float(q)) and the rounding of the AMX
+// panels (vcvtne2ps2bf16).
+LS_PACKED_AVX512_BF16 void widen_group_q8_0(const uint8_t *grp, int64_t n_in, uint16_t *out, size_t block_stride)
+{
+    const int64_t nb = n_in / qk;
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool pair = b + 1 < nb;
+        alignas(64) float d[2][16];
+        const __m512i hd = _mm512_loadu_si512(grp + scales32_offset(DType::Q8_0, b));
+        _mm512_store_ps(d[0], _mm512_cvtph_ps(_mm512_castsi512_si256(hd)));
+        _mm512_store_ps(d[1], _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hd, 1)));
+        __m512i w[16];
+        for (int k = 0; k < 2; ++k) {
+            const uint8_t *codes = grp + codes32_offset(DType::Q8_0, b + (pair ? k : 0));
+            for (int i = 0; i < 8; ++i)
+                w[8 * k + i] = _mm512_xor_si512(_mm512_loadu_si512(codes + 64 * i), flip);
+        }
+        transpose16(w);
+        for (int k = 0; k < (pair ? 2 : 1); ++k) {
+            uint16_t *dst = out + size_t(b + k) * block_stride;
+            for (int r = 0; r < 16; ++r) {
+                const __m256i q = k == 0 ? _mm512_castsi512_si256(w[r]) : _mm512_extracti64x4_epi64(w[r], 1);
+                const __m512 dr = _mm512_set1_ps(d[k][r]);
+                const __m512 lo = _mm512_mul_ps(dr, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+                const __m512 hi = _mm512_mul_ps(dr, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+                _mm512_storeu_si512(dst + 32 * r, __m512i(_mm512_cvtne2ps_pbh(hi, lo)));
+            }
+        }
+    }
+}
+
+} // namespace
+
+bool widen_packed_group_bf16(DType type, const uint8_t *packed, int64_t n_in, int64_t g, uint16_t *out,
+                             size_t block_stride)
+{
+    if (type != DType::Q8_0 || kernel_table().level != VectorLevel::Avx512 || !cpu_features().avx512_bf16)
+        return false;
+    widen_group_q8_0(packed + size_t(g) * group_bytes(type, n_in), n_in, out, block_stride);
+    return true;
 }
 
 void dequantize_packed_row(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)

@@ -130,6 +130,15 @@ void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n
 // level, else portable.
 VectorLevel dequantize_packed_level(DType type);
 
+// Rows 16 g .. 16 g + 15 (group g) of a packed matrix widened to BF16, the values
+// dequantize_packed_row gives rounded to the nearest even BF16: for each block b of 32 inputs,
+// sixteen rows of 32 BF16 at out + b * block_stride (row r 32 values on). The AMX panels'
+// layout (amx.cpp), written a block at a time from the group's own layout instead of row by
+// row. False where `type` has no such kernel (only Q8_0 has one) or the CPU lacks AVX-512 BF16;
+// the caller then widens row by row.
+bool widen_packed_group_bf16(DType type, const uint8_t *packed, int64_t n_in, int64_t g, uint16_t *out,
+                             size_t block_stride);
+
 // Whether this CPU runs the packed kernel of integer kernel set k (VNNI or AVX2; there is no
 // portable one).
 bool packed_kernel_available(QKernel k);
