@@ -841,7 +841,8 @@ private slots:
         // kernel for it on this CPU: each value the file's, rounded to the nearest even BF16;
         // blocks `stride` values apart, the gap between them left alone.
         {
-            const bool expected = type == DType::Q8_0 && kernel_table().level == VectorLevel::Avx512 &&
+            const bool expected = (type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K) &&
+                                  kernel_table().level == VectorLevel::Avx512 &&
                                   cpu_features().avx512_bf16;
             const size_t stride = 512 + 64, n_blocks = size_t(n_in / 32);
             std::vector<uint16_t> tiles(n_blocks * stride);

@@ -787,14 +787,90 @@ LS_PACKED_AVX512_BF16 void widen_group_q8_0(const uint8_t *grp, int64_t n_in, ui
     }
 }
 
+// Q4_K and Q5_K: per super-block, two pairs of sub-blocks at a time (the sixteen code words of
+// both pairs transposed: register r holds row r's 32 bytes of each pair, the low nibbles one
+// sub-block, the high nibbles the next; Q5_K's fifth bits transposed once per super-block),
+// then per row and sub-block the operations of dequantize_packed_q4_k_like_avx512:
+// (d * sc) * q - dmin * m, rounded as the AMX panels round.
+template <bool Q5>
+LS_PACKED_AVX512_BF16 void widen_group_q4_k_like(const uint8_t *grp, int64_t n_in, uint16_t *out, size_t block_stride)
+{
+    const int64_t nsb = n_in / qk_k, block_bytes = Q5 ? packed_q5_k_block_bytes : packed_q4_k_block_bytes;
+    const __m128i low = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = grp + size_t(sb) * size_t(block_bytes);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
+        // Row r's d * sc and dmin * m of sub-block j, at [j][r].
+        alignas(64) float ds[8][16], dm[8][16];
+        for (int j = 0; j < 8; ++j) {
+            const __m512 sc = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * j))));
+            const __m512 m = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j))));
+            _mm512_store_ps(ds[j], _mm512_mul_ps(d, sc));
+            _mm512_store_ps(dm[j], _mm512_mul_ps(dmin, m));
+        }
+        __m512i qh[16];
+        if constexpr (Q5) {
+            for (int i = 0; i < 8; ++i) {
+                qh[i] = _mm512_loadu_si512(b + off5_qh + 64 * i);
+                qh[8 + i] = _mm512_setzero_si512();
+            }
+            transpose16(qh);
+        }
+        for (int pp = 0; pp < 4; pp += 2) {
+            __m512i w[16];
+            for (int i = 0; i < 16; ++i)
+                w[i] = _mm512_loadu_si512(b + off_qs + size_t(pp) * 512 + 64 * size_t(i));
+            transpose16(w);
+            for (int k = 0; k < 2; ++k) {
+                const int pair = pp + k;
+                for (int r = 0; r < 16; ++r) {
+                    const __m256i q = k == 0 ? _mm512_castsi512_si256(w[r]) : _mm512_extracti64x4_epi64(w[r], 1);
+                    __m256i h5 = _mm256_setzero_si256();
+                    if constexpr (Q5)
+                        h5 = _mm512_castsi512_si256(qh[r]);
+                    for (int sub = 0; sub < 2; ++sub) {
+                        const int j = 2 * pair + sub;
+                        const __m512 d1 = _mm512_set1_ps(ds[j][r]), m1 = _mm512_set1_ps(dm[j][r]);
+                        __m512 x[2];
+                        for (int h = 0; h < 2; ++h) {
+                            const __m128i v = h == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+                            __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
+                            if constexpr (Q5) {
+                                const __m128i hb = h == 0 ? _mm256_castsi256_si128(h5) : _mm256_extracti128_si256(h5, 1);
+                                const __m128i fifth = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(j)), one);
+                                nib = _mm_or_si128(nib, _mm_slli_epi16(fifth, 4));
+                            }
+                            const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
+                            x[h] = _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1);
+                        }
+                        _mm512_storeu_si512(out + size_t(sb * 8 + j) * block_stride + 32 * size_t(r),
+                                            __m512i(_mm512_cvtne2ps_pbh(x[1], x[0])));
+                    }
+                }
+            }
+        }
+    }
+}
+
 } // namespace
 
 bool widen_packed_group_bf16(DType type, const uint8_t *packed, int64_t n_in, int64_t g, uint16_t *out,
                              size_t block_stride)
 {
-    if (type != DType::Q8_0 || kernel_table().level != VectorLevel::Avx512 || !cpu_features().avx512_bf16)
+    if (kernel_table().level != VectorLevel::Avx512 || !cpu_features().avx512_bf16)
         return false;
-    widen_group_q8_0(packed + size_t(g) * group_bytes(type, n_in), n_in, out, block_stride);
+    const uint8_t *grp = packed + size_t(g) * group_bytes(type, n_in);
+    if (type == DType::Q8_0)
+        widen_group_q8_0(grp, n_in, out, block_stride);
+    else if (type == DType::Q4_K)
+        widen_group_q4_k_like<false>(grp, n_in, out, block_stride);
+    else if (type == DType::Q5_K)
+        widen_group_q4_k_like<true>(grp, n_in, out, block_stride);
+    else
+        return false;
     return true;
 }
 

@@ -134,7 +134,8 @@ VectorLevel dequantize_packed_level(DType type);
 // dequantize_packed_row gives rounded to the nearest even BF16: for each block b of 32 inputs,
 // sixteen rows of 32 BF16 at out + b * block_stride (row r 32 values on). The AMX panels'
 // layout (amx.cpp), written a block at a time from the group's own layout instead of row by
-// row. False where `type` has no such kernel (only Q8_0 has one) or the CPU lacks AVX-512 BF16;
+// row. False where `type` has no such kernel (Q8_0, Q4_K and Q5_K have one) or the CPU lacks AVX-512
+// BF16;
 // the caller then widens row by row.
 bool widen_packed_group_bf16(DType type, const uint8_t *packed, int64_t n_in, int64_t g, uint16_t *out,
                              size_t block_stride);
