@@ -486,6 +486,26 @@ namespace {
 
 #define LS_PACKED_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
+// Values 16 h .. 16 h + 15 of sub-block j of a packed Q4_K or Q5_K super-block for one row,
+// (d * sc) * q - dmin * m with d1 = d * sc and m1 = dmin * m broadcast: q holds the row's 32 code
+// bytes of the sub-block's pair (low nibbles: sub-block 2 p, high: 2 p + 1), qh (Q5_K) its 32
+// bytes of fifth bits (bit j of byte l: value l of sub-block j).
+template <bool Q5>
+__attribute__((always_inline)) LS_PACKED_AVX512 inline __m512 q4_k_like_values16(__m256i q, __m256i qh, int j, int h,
+                                                                                 __m512 d1, __m512 m1)
+{
+    const __m128i low = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+    const __m128i v = h == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+    __m128i nib = j % 2 == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
+    if constexpr (Q5) {
+        const __m128i hb = h == 0 ? _mm256_castsi256_si128(qh) : _mm256_extracti128_si256(qh, 1);
+        const __m128i fifth = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(j)), one);
+        nib = _mm_or_si128(nib, _mm_slli_epi16(fifth, 4));
+    }
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
+    return _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1);
+}
+
 // The same values with vector operations (the same float operations per value): the row's 32
 // bytes of a pair are gathered from its eight words, 64 bytes apart; for Q5_K also the 32 bytes
 // of fifth bits (bit j of byte l: value l of sub-block j) once per super-block.
@@ -497,7 +517,6 @@ LS_PACKED_AVX512 void dequantize_packed_q4_k_like_avx512(const uint8_t *packed, 
     const int r = int(row % packed_group_rows);
     const int64_t block_bytes = Q5 ? packed_q5_k_block_bytes : packed_q4_k_block_bytes;
     const __m256i words = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
-    const __m128i low = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = packed + (size_t(g) * size_t(nsb) + size_t(sb)) * size_t(block_bytes);
         uint16_t hd, hm;
@@ -515,17 +534,8 @@ LS_PACKED_AVX512 void dequantize_packed_q4_k_like_avx512(const uint8_t *packed, 
                 const int j = 2 * pair + sub;
                 const __m512 d1 = _mm512_set1_ps(d * float(b[off_sc + 16 * j + r]));
                 const __m512 m1 = _mm512_set1_ps(dmin * float(b[off_m + 16 * j + r]));
-                for (int h = 0; h < 2; ++h) {
-                    const __m128i v = h == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
-                    __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
-                    if constexpr (Q5) {
-                        const __m128i hb = h == 0 ? _mm256_castsi256_si128(qh) : _mm256_extracti128_si256(qh, 1);
-                        const __m128i fifth = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(j)), one);
-                        nib = _mm_or_si128(nib, _mm_slli_epi16(fifth, 4));
-                    }
-                    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
-                    _mm512_storeu_ps(y + 64 * pair + 32 * sub + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1));
-                }
+                for (int h = 0; h < 2; ++h)
+                    _mm512_storeu_ps(y + 64 * pair + 32 * sub + 16 * h, q4_k_like_values16<Q5>(q, qh, j, h, d1, m1));
             }
         }
     }
@@ -796,7 +806,6 @@ template <bool Q5>
 LS_PACKED_AVX512_BF16 void widen_group_q4_k_like(const uint8_t *grp, int64_t n_in, uint16_t *out, size_t block_stride)
 {
     const int64_t nsb = n_in / qk_k, block_bytes = Q5 ? packed_q5_k_block_bytes : packed_q4_k_block_bytes;
-    const __m128i low = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = grp + size_t(sb) * size_t(block_bytes);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
@@ -835,17 +844,8 @@ LS_PACKED_AVX512_BF16 void widen_group_q4_k_like(const uint8_t *grp, int64_t n_i
                         const int j = 2 * pair + sub;
                         const __m512 d1 = _mm512_set1_ps(ds[j][r]), m1 = _mm512_set1_ps(dm[j][r]);
                         __m512 x[2];
-                        for (int h = 0; h < 2; ++h) {
-                            const __m128i v = h == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
-                            __m128i nib = sub == 0 ? _mm_and_si128(v, low) : _mm_and_si128(_mm_srli_epi16(v, 4), low);
-                            if constexpr (Q5) {
-                                const __m128i hb = h == 0 ? _mm256_castsi256_si128(h5) : _mm256_extracti128_si256(h5, 1);
-                                const __m128i fifth = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(j)), one);
-                                nib = _mm_or_si128(nib, _mm_slli_epi16(fifth, 4));
-                            }
-                            const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
-                            x[h] = _mm512_sub_ps(_mm512_mul_ps(d1, qf), m1);
-                        }
+                        for (int h = 0; h < 2; ++h)
+                            x[h] = q4_k_like_values16<Q5>(q, h5, j, h, d1, m1);
                         _mm512_storeu_si512(out + size_t(sb * 8 + j) * block_stride + 32 * size_t(r),
                                             __m512i(_mm512_cvtne2ps_pbh(x[1], x[0])));
                     }
