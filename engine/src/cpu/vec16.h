@@ -38,21 +38,6 @@ LS_VEC16_INLINE V16 load16(const float *p) { return loadv<V16>(p); }
 LS_VEC16_INLINE void store16(float *p, V16 v) { storev(p, v); }
 LS_VEC16_INLINE V16 splat(float f) { return V16{} + f; }
 
-// The sum of v's lanes added in a tree: lanes eight apart, then four, two, one (lane i of each
-// step is lane i plus lane i + half of the one before). In registers: the same sums through
-// an array on the stack were a store and narrower loads back per step, which the store buffer
-// could not forward (most of attention's softmax time at 8192 tokens).
-typedef float V4 __attribute__((vector_size(16)));
-typedef float V2 __attribute__((vector_size(8)));
-LS_VEC16_INLINE float sum_tree(V16 v)
-{
-    const V8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    const V4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    const V2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
-    return c[0] + c[1];
-}
-
 // e^x, a vector at a time (sixteen or eight lanes). x = n ln2 + r with n = round(x / ln2),
 // |r| <= ln2 / 2 (ln2 in two parts, the first exact times any n here), e^r by its Taylor
 // polynomial to r^7 (truncation under 0.1 ulp), times 2^n as two exact powers of two: 2^(n/2)
