@@ -1276,9 +1276,11 @@ struct AmxAttention {
     }
 };
 
-// The vector steps of amx_softmax_rows and amx_rescale_add, on pointers only: helpers
-// without a target of their own, inlined into the AVX-512 builds that call them (Clang refuses
-// a 64-byte vector passed between a function built for AVX-512 and one that is not).
+// The vector steps of amx_softmax_rows and amx_rescale_add. The ones on the vec16 types take
+// pointers only and have no target of their own: they are inlined into the AVX-512 builds that
+// call them (Clang refuses a 64-byte vector passed between a function built for AVX-512 and one
+// that is not). Those on AVX-512 intrinsics (exp_nonpositive16, exp_row_sum) carry the callers'
+// target, x86-64-v4.
 // Sixteen rows' rescale factors e^{m_old - m_new} (1 where m_new is -inf); alpha holds m_new
 // on entry and m takes it.
 __attribute__((always_inline)) inline void rescale_factors16(float *m, float *alpha)
