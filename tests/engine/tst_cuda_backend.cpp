@@ -1203,20 +1203,33 @@ private slots:
             return;
 
         // The decoded rows as floats give the same output on the device to 1e-10 (one decode
-        // per value, so the sums are the same ones).
+        // per value, so the sums are the same ones). Q8_0 and Q4_0 keys stored rotated are
+        // scored against the query rounded to blocks of 32 (as on the CPU: d = max|x| / 127,
+        // x -> d * round(x / d)), so the float run is given that query.
         std::vector<float> kd(k.size()), vd(v.size());
         dequantize_row(kt, kb.data(), kd.data(), int64_t(kd.size()));
         dequantize_row(vt, vb.data(), vd.data(), int64_t(vd.size()));
-        const float *dq = dev_upload(q), *dkd = dev_upload(kd), *dvd = dev_upload(vd);
+        std::vector<float> q_seen = q;
+        if (!rotate && (kt == DType::Q8_0 || kt == DType::Q4_0))
+            for (size_t b = 0; b < q_seen.size(); b += 32) {
+                float amax = 0.0f;
+                for (size_t e = b; e < b + 32; ++e)
+                    amax = std::max(amax, std::fabs(q_seen[e]));
+                const float d = amax / 127.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                for (size_t e = b; e < b + 32; ++e)
+                    q_seen[e] = d * std::round(q_seen[e] * id);
+            }
+        const float *dq = dev_upload(q), *dq_seen = dev_upload(q_seen), *dkd = dev_upload(kd), *dvd = dev_upload(vd);
         const uint8_t *dkb = dev_upload(kb), *dvb = dev_upload(vb);
         const double *dfreq = dev_upload(freqs);
-        QVERIFY2(dq && dkd && dvd && dkb && dvb && dfreq, m_api.error(m_ctx));
+        QVERIFY2(dq && dq_seen && dkd && dvd && dkb && dvb && dfreq, m_api.error(m_ctx));
         std::vector<float> encoded, floats;
         QVERIFY2(gpu_attention(p, dq, dkb, dvb, p.rotate_keys, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, encoded),
                  m_api.error(m_ctx));
         AttentionProblem pf = p;
         pf.k_type = pf.v_type = DType::F32;
-        QVERIFY2(gpu_attention(pf, dq, dkd, dvd, p.rotate_keys, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, floats),
+        QVERIFY2(gpu_attention(pf, dq_seen, dkd, dvd, p.rotate_keys, dfreq, LONGSCOPE_CUDA_ATTN_TILED, 1, 0, floats),
                  m_api.error(m_ctx));
         QVERIFY2(nmse(encoded, floats) <= 1e-10, qPrintable(QString::number(nmse(encoded, floats))));
         // A head that is not whole blocks is refused for block types.

@@ -260,7 +260,9 @@ private slots:
     void switching_the_backend_between_steps_loses_nothing()
     {
         REQUIRE_GPU();
-        // Every tenth step the context moves to the other backend (its cache rebuilt there).
+        // Every tenth step the context moves to the other backend (its cache rebuilt there):
+        // before tokens 9, 19, ..., 99, so tokens 9-18, 29-38, ... run on the GPU and the last
+        // one, after ten moves, on the CPU. A step that fell back to the CPU would leave a note.
         const Trace t = run_greedy(*m_model, m_prompt, 100, Settings{}, 512, [](Session &s, int i) {
             if (i % 10 == 9) {
                 Settings st = s.settings();
@@ -269,7 +271,13 @@ private slots:
             }
         });
         COMPARE_WITH_CPU(t, m_cpu_plain);
-        QCOMPARE(t.metrics.back().settings.backend, ComputeBackend::Cuda);
+        QVERIFY2(t.note.empty(), t.note.c_str());
+        // metrics[0] is the prompt's step, metrics[1 + i] token i's.
+        QCOMPARE(t.metrics.size(), size_t(101));
+        for (int i = 0; i < 100; ++i) {
+            const bool gpu = i >= 9 && ((i - 9) / 10) % 2 == 0;
+            QCOMPARE(t.metrics[size_t(1 + i)].settings.backend, gpu ? ComputeBackend::Cuda : ComputeBackend::Cpu);
+        }
     }
 
     void vmm_grows_by_granules_and_equals_static()

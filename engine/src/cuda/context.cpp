@@ -109,6 +109,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_context_create(int device, LongscopeCud
                                                         size_t reason_len)
 {
     auto say = [&](const char *what, const char *why, const char *name) {
+        cudaGetLastError(); // reported here; not the next launch's error (see fail_cuda)
         if (reason && reason_len)
             std::snprintf(reason, reason_len, "%s: %s (%s)", what, why, name);
     };

@@ -22,8 +22,14 @@ struct LongscopeCudaContext {
 
 namespace longscope::cuda {
 
+// Records a failed runtime call. The runtime also keeps the error as its "last error" until
+// someone reads it, and the kernels' launch checks read that after every launch: a failure
+// reported here (a refused allocation, a bad device number) must not come back as the next,
+// unrelated launch's error, so it is taken off there. Sticky errors (a kernel that faulted)
+// stay: the runtime reports them to every later call anyway.
 inline int fail_cuda(LongscopeCudaContext *ctx, const char *what, cudaError_t err)
 {
+    cudaGetLastError();
     std::snprintf(ctx->error, sizeof ctx->error, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
     return int(err);
 }

@@ -11,8 +11,11 @@
 
 namespace {
 
+// As fail_cuda (cuda/context_state.h): the failure is reported here, so it is taken off the
+// runtime's last error, where the next launch check would read it again.
 void set_reason(char *reason, size_t len, const char *what, cudaError_t err)
 {
+    cudaGetLastError();
     if (reason && len)
         std::snprintf(reason, len, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
 }
