@@ -193,6 +193,19 @@ template <int R> LS_AVX512 inline void reduce_store_4tokens(const __m512 (*acc)[
     }
 }
 
+// Decode's requests for the line at byte offset `line` of its rows (see tile_avx512).
+template <int R> LS_AVX512 inline void decode_prefetch_line(const void *const *rows, int64_t line)
+{
+    if constexpr (R == 1) {
+        _mm_prefetch(static_cast<const char *>(rows[0]) + line + 2048, _MM_HINT_T0);
+        _mm_prefetch(static_cast<const char *>(rows[0]) + line + 4096, _MM_HINT_T1);
+    } else {
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+            _mm_prefetch(static_cast<const char *>(rows[r]) + line + 1024, _MM_HINT_T0);
+    }
+}
+
 template <DType T, int R, int NT>
 LS_AVX512 void tile_avx512(const void *const *rows, const float *x, int64_t ldx, int64_t n, float *out, int64_t ldo)
 {
@@ -224,17 +237,8 @@ LS_AVX512 void tile_avx512(const void *const *rows, const float *x, int64_t ldx,
         for (; i + 64 <= n; i += 64) {
             if (prefetch) {
                 #pragma GCC unroll 4
-                for (int64_t l = 0; l < 64; l += per_line) {
-                    const int64_t line = 64 * ((i + l) / per_line);
-                    if constexpr (R == 1) {
-                        _mm_prefetch(static_cast<const char *>(rows[0]) + line + 2048, _MM_HINT_T0);
-                        _mm_prefetch(static_cast<const char *>(rows[0]) + line + 4096, _MM_HINT_T1);
-                    } else {
-                        #pragma GCC unroll 8
-                        for (int r = 0; r < R; ++r)
-                            _mm_prefetch(static_cast<const char *>(rows[r]) + line + 1024, _MM_HINT_T0);
-                    }
-                }
+                for (int64_t l = 0; l < 64; l += per_line)
+                    decode_prefetch_line<R>(rows, 64 * ((i + l) / per_line));
             }
             #pragma GCC unroll 4
             for (int64_t k = 0; k < 64; k += 16) {
@@ -247,15 +251,7 @@ LS_AVX512 void tile_avx512(const void *const *rows, const float *x, int64_t ldx,
     }
     for (; i + 16 <= n; i += 16) {
         if (prefetch && i % per_line == 0) {
-            const int64_t line = 64 * (i / per_line);
-            if constexpr (R == 1) {
-                _mm_prefetch(static_cast<const char *>(rows[0]) + line + 2048, _MM_HINT_T0);
-                _mm_prefetch(static_cast<const char *>(rows[0]) + line + 4096, _MM_HINT_T1);
-            } else {
-                #pragma GCC unroll 8
-                for (int r = 0; r < R; ++r)
-                    _mm_prefetch(static_cast<const char *>(rows[r]) + line + 1024, _MM_HINT_T0);
-            }
+            decode_prefetch_line<R>(rows, 64 * (i / per_line));
         }
         __m512 xv[NT];
         #pragma GCC unroll 4
