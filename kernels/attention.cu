@@ -335,19 +335,231 @@ __global__ void __launch_bounds__(k_threads)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Register-tiled memory-efficient attention for heads of up to 128 dims: the same algorithm as
+// tiled_attention_kernel (FlashAttention-2's loop, the online softmax, the same tile skipping),
+// with larger query tiles and each thread computing a 4 x 4 block of a tile's scores and a
+// 4 x (HD / 8) block of its output in registers, as a matrix-product kernel does, so that
+// every value read from shared memory feeds several multiply-adds. The 128 threads are 16 row
+// groups (rows 4 g .. 4 g + 3 of the query tile) by 8 column groups (keys 4 c .. 4 c + 3 of
+// the key tile; output dims 4 c + 32 u .. + 3). Queries and keys sit transposed in shared
+// memory (dims outer) so that a thread's four rows and four keys are one 16-byte load each.
+
+template <int HD>
+struct RegTile {
+    static constexpr int BQ = 64;        // queries per tile
+    static constexpr int BK = 32;        // keys per tile
+    static constexpr int QS = BQ + 4;    // row stride of Q^T [HD][BQ]
+    static constexpr int KS = BK + 4;    // row stride of K^T [HD][BK]
+    static constexpr int VS = HD;        // row stride of V [BK][HD]
+    static constexpr int PS = BK + 1;    // row stride of P [BQ][BK]
+    static constexpr int OD = HD / 8;    // output dims per thread
+    static_assert(HD % 32 == 0, "dims in groups of 32");
+    static size_t floats() { return size_t(HD) * QS + size_t(HD) * KS + size_t(BK) * VS + size_t(BQ) * PS; }
+};
+
+// Doubles before the floats: the RoPE table, rounded to an even count so the floats start
+// 16-byte aligned.
+__host__ __device__ inline int regtile_doubles(bool rotate, int n_rot) { return ((rotate ? n_rot / 2 : 0) + 2) & ~1; }
+
+template <int HD>
+__global__ void __launch_bounds__(k_threads)
+    regtile_attention_kernel(AttentionArgs a, bool skip_masked, unsigned long long *tile_counter)
+{
+    using T = RegTile<HD>;
+    constexpr int BQ = T::BQ, BK = T::BK, QS = T::QS, KS = T::KS, VS = T::VS, PS = T::PS, OD = T::OD;
+    extern __shared__ double smem[];
+    const int hd = a.head_dim;
+    double *inv_freq = smem;
+    float *qt_s = reinterpret_cast<float *>(smem + regtile_doubles(a.rotate_keys, a.n_rot));
+    float *kt_s = qt_s + HD * QS;
+    float *v_s = kt_s + HD * KS;
+    float *p_s = v_s + BK * VS;
+
+    const int h = int(blockIdx.x % unsigned(a.n_head));
+    const int64_t qb = blockIdx.x / unsigned(a.n_head);
+    const int kvh = h / (a.n_head / a.n_head_kv);
+    const int64_t i0 = qb * BQ;
+    const int bq = int(a.n_q - i0 < BQ ? a.n_q - i0 : BQ);
+    const int64_t first_pos = a.q_pos0 + i0, last_pos = first_pos + bq - 1;
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int rg = tid / 8, cg = tid % 8;
+
+    if (a.rotate_keys)
+        for (int i = tid; i < a.n_rot / 2; i += blockDim.x)
+            inv_freq[i] = a.inv_freq[i];
+    // Q^T, zero beyond the head's dims and the tile's queries. A warp covers 32 consecutive dims
+    // of one query (HD is a multiple of 32), which is one Q8_0 block when the keys are blocks
+    // stored rotated: the query is then rounded as round_query_blocks rounds it.
+    const bool round_q = !a.rotate_keys && (a.k.type == k_kv_q8_0 || a.k.type == k_kv_q4_0);
+    for (int e = tid; e < BQ * HD; e += blockDim.x) {
+        const int r = e / HD, d = e % HD;
+        float x = (r < bq && d < hd) ? a.q[((i0 + r) * a.n_head + h) * hd + d] : 0.0f;
+        if (round_q) {
+            const float amax = warp_max(fabsf(x));
+            const float dq = amax / 127.0f;
+            const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+            x = dq * roundf(x * id);
+        }
+        qt_s[d * QS + r] = x;
+    }
+    (void)lane;
+
+    float o[4][OD];
+    float m[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < OD; ++k)
+            o[i][k] = 0.0f;
+    }
+    __syncthreads();
+
+    const int64_t n_tiles = (a.n_kv + BK - 1) / BK;
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        const int64_t j0 = t * BK;
+        const int w = int(a.n_kv - j0 < BK ? a.n_kv - j0 : BK);
+        if (skip_masked && j0 > last_pos)
+            break;
+        if (skip_masked && a.window > 0 && j0 + w - 1 <= first_pos - a.window)
+            continue;
+        if (tile_counter && tid == 0)
+            atomicAdd(tile_counter, 1ull);
+
+        for (int e = tid; e < BK * HD; e += blockDim.x) {
+            const int c = e / HD, d = e % HD;
+            const bool in = c < w && d < hd;
+            kt_s[d * KS + c] = in ? key_element(a, j0 + c, kvh, d, inv_freq) : 0.0f;
+            v_s[c * VS + d] = in ? value_element(a, j0 + c, kvh, d) : 0.0f;
+        }
+        __syncthreads();
+
+        // Scores of rows 4 rg + i and keys 4 cg + k.
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                s[i][k] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < HD; ++d) {
+            const float4 qv = *reinterpret_cast<const float4 *>(qt_s + d * QS + rg * 4);
+            const float4 kv = *reinterpret_cast<const float4 *>(kt_s + d * KS + cg * 4);
+            const float qa[4] = {qv.x, qv.y, qv.z, qv.w}, ka[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    s[i][k] += qa[i] * ka[k];
+        }
+
+        // Online softmax per row; the eight threads of a row group (consecutive lanes) hold
+        // its 32 keys.
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = rg * 4 + i;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int c = cg * 4 + k;
+                s[i][k] = (r < bq && c < w && key_visible(a, first_pos + r, j0 + c)) ? score_of(a, s[i][k])
+                                                                                   : -INFINITY;
+                mx = fmaxf(mx, s[i][k]);
+            }
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_new = fmaxf(m[i], mx);
+            float alpha = 1.0f, sum = 0.0f;
+            if (m_new != -INFINITY) {
+                alpha = expf(m[i] - m_new);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    s[i][k] = expf(s[i][k] - m_new);
+                    sum += s[i][k];
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    s[i][k] = 0.0f;
+            }
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l[i] = l[i] * alpha + sum;
+            m[i] = m_new;
+#pragma unroll
+            for (int k = 0; k < OD; ++k)
+                o[i][k] *= alpha;
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                p_s[r * PS + cg * 4 + k] = s[i][k];
+        }
+        __syncthreads();
+
+        // o += P V over the tile's keys (zero rows past the cache add nothing).
+#pragma unroll 4
+        for (int c = 0; c < BK; ++c) {
+            float p[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                p[i] = p_s[(rg * 4 + i) * PS + c];
+#pragma unroll
+            for (int u = 0; u < HD / 32; ++u) {
+                const float4 vv = *reinterpret_cast<const float4 *>(v_s + c * VS + cg * 4 + 32 * u);
+                const float va[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k)
+                        o[i][u * 4 + k] += p[i] * va[k];
+            }
+        }
+        __syncthreads(); // the tile's K, V and P are read before the next tile replaces them
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = rg * 4 + i;
+        if (r >= bq)
+            continue;
+        float *out = a.out + ((i0 + r) * a.n_head + h) * hd;
+#pragma unroll
+        for (int u = 0; u < HD / 32; ++u)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int d = cg * 4 + 32 * u + k;
+                if (d < hd)
+                    out[d] = l[i] > 0.0f ? o[i][u * 4 + k] / l[i] : 0.0f;
+            }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Split-KV decoding.
 
 // Block x: row = i * n_head + h; block y: the key range [y * chunk, (y + 1) * chunk) cut to the
-// keys the query sees. Writes the range's max m, sum l and unnormalised output.
+// keys the query sees. Writes the range's max m, sum l and unnormalised output. Decoding reads
+// few rows from a long cache, so the work is spread over many small blocks, and inside a block
+// every warp has independent loads in flight: scores take four keys per warp at a time (lanes
+// over the dims), values one key per warp with each lane holding its dims in registers, the
+// warps' sums added at the end.
+constexpr int k_split_keys_per_warp = 4;
+constexpr int k_split_dims_per_pass = 256; // dims a pass over the values keeps in registers
+
 __global__ void __launch_bounds__(k_threads)
     split_partial_kernel(AttentionArgs a, int64_t chunk, float *part_m, float *part_l, float *part_acc)
 {
     extern __shared__ double smem[];
     __shared__ float red[32];
+    constexpr int n_warps = k_threads / 32;
+    constexpr int dims_per_lane = k_split_dims_per_pass / 32;
     const int hd = a.head_dim;
     double *inv_freq = smem;
     float *q_s = reinterpret_cast<float *>(smem + (a.rotate_keys ? a.n_rot / 2 : 0) + 1);
-    float *s_s = q_s + hd; // [chunk]
+    float *s_s = q_s + hd;    // [chunk]
+    float *o_s = s_s + chunk; // [n_warps, min(hd, k_split_dims_per_pass)]
 
     const int64_t row = blockIdx.x;
     const int h = int(row % a.n_head);
@@ -355,7 +567,7 @@ __global__ void __launch_bounds__(k_threads)
     const int kvh = h / (a.n_head / a.n_head_kv);
     const int n_splits = int(gridDim.y);
     const int64_t part = row * n_splits + blockIdx.y;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = int(blockDim.x / 32);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
     // The range's keys that the query sees: [j_begin, j_end).
     const int64_t range_begin = int64_t(blockIdx.y) * chunk;
@@ -364,7 +576,7 @@ __global__ void __launch_bounds__(k_threads)
     const int64_t j_end_all = range_begin + chunk;
     const int64_t n_vis = visible_end(a, i);
     const int64_t j_end = j_end_all < n_vis ? j_end_all : n_vis;
-    const int64_t count = j_end > j_begin ? j_end - j_begin : 0;
+    const int count = int(j_end > j_begin ? j_end - j_begin : 0);
 
     if (a.rotate_keys)
         for (int k = tid; k < a.n_rot / 2; k += blockDim.x)
@@ -375,39 +587,72 @@ __global__ void __launch_bounds__(k_threads)
     round_query_blocks(a, q_s, hd);
     __syncthreads();
 
-    // One warp per key, lanes over the dims.
-    for (int64_t c = warp; c < count; c += n_warps) {
-        const int64_t j = j_begin + c;
-        float dot = 0.0f;
-        for (int d = lane; d < hd; d += 32)
-            dot += q_s[d] * key_element(a, j, kvh, d, inv_freq);
-        dot = warp_sum(dot);
-        if (lane == 0)
-            s_s[c] = score_of(a, dot);
+    // Scores: k_split_keys_per_warp keys per warp at a time, lanes over the dims.
+    for (int c0 = warp * k_split_keys_per_warp; c0 < count; c0 += n_warps * k_split_keys_per_warp) {
+        float dot[k_split_keys_per_warp];
+#pragma unroll
+        for (int u = 0; u < k_split_keys_per_warp; ++u) {
+            dot[u] = 0.0f;
+            if (c0 + u < count)
+                for (int d = lane; d < hd; d += 32)
+                    dot[u] += q_s[d] * key_element(a, j_begin + c0 + u, kvh, d, inv_freq);
+        }
+#pragma unroll
+        for (int u = 0; u < k_split_keys_per_warp; ++u) {
+            const float s = warp_sum(dot[u]);
+            if (lane == 0 && c0 + u < count)
+                s_s[c0 + u] = score_of(a, s);
+        }
     }
     __syncthreads();
 
     float m = -INFINITY;
-    for (int64_t c = tid; c < count; c += blockDim.x)
+    for (int c = tid; c < count; c += blockDim.x)
         m = fmaxf(m, s_s[c]);
     m = block_max(m, red);
     float l = 0.0f;
     if (count > 0) {
-        for (int64_t c = tid; c < count; c += blockDim.x) {
+        for (int c = tid; c < count; c += blockDim.x) {
             const float p = expf(s_s[c] - m);
             s_s[c] = p;
             l += p;
         }
     }
     l = block_sum(l, red); // synchronises: the probabilities are visible to every thread
-    for (int d = tid; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int64_t c = 0; c < count; ++c) {
+
+    // Values: warp w takes keys w, w + n_warps, ...; lane holds dims lane + 32 k of the pass.
+    for (int d0 = 0; d0 < hd; d0 += k_split_dims_per_pass) {
+        const int pass = hd - d0 < k_split_dims_per_pass ? hd - d0 : k_split_dims_per_pass;
+        float acc[dims_per_lane];
+#pragma unroll
+        for (int k = 0; k < dims_per_lane; ++k)
+            acc[k] = 0.0f;
+#pragma unroll 2
+        for (int c = warp; c < count; c += n_warps) {
             const float p = s_s[c];
-            if (p != 0.0f)
-                o += p * value_element(a, j_begin + c, kvh, d);
+            if (p != 0.0f) { // the same for the whole warp
+#pragma unroll
+                for (int k = 0; k < dims_per_lane; ++k) {
+                    const int d = lane + 32 * k;
+                    if (d < pass)
+                        acc[k] += p * value_element(a, j_begin + c, kvh, d0 + d);
+                }
+            }
         }
-        part_acc[part * hd + d] = o;
+#pragma unroll
+        for (int k = 0; k < dims_per_lane; ++k) {
+            const int d = lane + 32 * k;
+            if (d < pass)
+                o_s[warp * pass + d] = acc[k];
+        }
+        __syncthreads();
+        for (int d = tid; d < pass; d += blockDim.x) {
+            float o = 0.0f;
+            for (int w = 0; w < n_warps; ++w)
+                o += o_s[w * pass + d];
+            part_acc[part * hd + d0 + d] = o;
+        }
+        __syncthreads(); // o_s is reused by the next pass
     }
     if (tid == 0) {
         part_m[part] = m;
@@ -415,33 +660,191 @@ __global__ void __launch_bounds__(k_threads)
     }
 }
 
-// One block per row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}, M = max_s m_s.
-__global__ void split_combine_kernel(AttentionArgs a, int n_splits, const float *part_m, const float *part_l,
-                                     const float *part_acc)
+// Split-KV decoding with the query heads of one KV head together (grouped-query attention):
+// block x = (query i, KV head kvh), block y = the key range. The range's keys and then its
+// values pass through shared memory in tiles of k_group_tile, loaded by every thread at once,
+// and each is used by all n_head / n_head_kv query heads of the group, so the cache is read
+// once per KV head instead of once per query head. Partials as split_partial_kernel's.
+constexpr int k_group_tile = 32;
+constexpr int k_group_outputs = 8; // (head, dim) outputs per thread: group * head_dim <= 1024
+
+__global__ void __launch_bounds__(k_threads)
+    split_group_kernel(AttentionArgs a, int64_t chunk, float *part_m, float *part_l, float *part_acc)
 {
+    extern __shared__ double smem[];
+    constexpr int n_warps = k_threads / 32;
+    const int hd = a.head_dim, group = a.n_head / a.n_head_kv, ts = hd + 1;
+    double *inv_freq = smem;
+    float *q_s = reinterpret_cast<float *>(smem + (a.rotate_keys ? a.n_rot / 2 : 0) + 1); // [group][hd]
+    float *t_s = q_s + group * hd;              // [k_group_tile][hd + 1]: keys, then values
+    float *s_s = t_s + k_group_tile * ts;       // [group][chunk]
+
+    const int64_t i = blockIdx.x / unsigned(a.n_head_kv);
+    const int kvh = int(blockIdx.x % unsigned(a.n_head_kv));
+    const int n_splits = int(gridDim.y);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+    const int64_t range_begin = int64_t(blockIdx.y) * chunk;
+    const int64_t vis_begin = visible_begin(a, i);
+    const int64_t j_begin = range_begin > vis_begin ? range_begin : vis_begin;
+    const int64_t j_end_all = range_begin + chunk;
+    const int64_t n_vis = visible_end(a, i);
+    const int64_t j_end = j_end_all < n_vis ? j_end_all : n_vis;
+    const int count = int(j_end > j_begin ? j_end - j_begin : 0);
+
+    if (a.rotate_keys)
+        for (int k = tid; k < a.n_rot / 2; k += blockDim.x)
+            inv_freq[k] = a.inv_freq[k];
+    for (int e = tid; e < group * hd; e += blockDim.x) {
+        const int g = e / hd, d = e % hd;
+        q_s[e] = a.q[(i * a.n_head + kvh * group + g) * hd + d];
+    }
+    __syncthreads();
+    round_query_blocks(a, q_s, group * hd); // rows of whole blocks: each head's blocks as alone
+    __syncthreads();
+
+    // Scores of every head of the group against the range's keys, a tile at a time.
+    for (int c0 = 0; c0 < count; c0 += k_group_tile) {
+        const int w = count - c0 < k_group_tile ? count - c0 : k_group_tile;
+        for (int e = tid; e < w * hd; e += blockDim.x) {
+            const int c = e / hd, d = e % hd;
+            t_s[c * ts + d] = key_element(a, j_begin + c0 + c, kvh, d, inv_freq);
+        }
+        __syncthreads();
+        for (int e = tid; e < group * k_group_tile; e += blockDim.x) {
+            const int g = e / k_group_tile, c = e % k_group_tile;
+            if (c < w) {
+                const float *qr = q_s + g * hd;
+                const float *kc = t_s + c * ts;
+                float dot = 0.0f;
+                for (int d = 0; d < hd; ++d)
+                    dot += qr[d] * kc[d];
+                s_s[g * chunk + c0 + c] = score_of(a, dot);
+            }
+        }
+        __syncthreads();
+    }
+
+    // Softmax statistics per head (a warp each); the scores become e^{s - m}.
+    for (int g = warp; g < group; g += n_warps) {
+        float *sg = s_s + g * chunk;
+        float m = -INFINITY;
+        for (int c = lane; c < count; c += 32)
+            m = fmaxf(m, sg[c]);
+        m = warp_max(m);
+        float l = 0.0f;
+        if (count > 0)
+            for (int c = lane; c < count; c += 32) {
+                const float p = expf(sg[c] - m);
+                sg[c] = p;
+                l += p;
+            }
+        l = warp_sum(l);
+        if (lane == 0) {
+            const int64_t part = (i * a.n_head + kvh * group + g) * n_splits + blockIdx.y;
+            part_m[part] = m;
+            part_l[part] = l;
+        }
+    }
+    __syncthreads();
+
+    // Values: thread outputs e = tid + k * k_threads over (head, dim).
+    float acc[k_group_outputs];
+#pragma unroll
+    for (int k = 0; k < k_group_outputs; ++k)
+        acc[k] = 0.0f;
+    for (int c0 = 0; c0 < count; c0 += k_group_tile) {
+        const int w = count - c0 < k_group_tile ? count - c0 : k_group_tile;
+        __syncthreads(); // the previous tile has been used
+        for (int e = tid; e < w * hd; e += blockDim.x) {
+            const int c = e / hd, d = e % hd;
+            t_s[c * ts + d] = value_element(a, j_begin + c0 + c, kvh, d);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < k_group_outputs; ++k) {
+            const int e = tid + k * k_threads;
+            if (e < group * hd) {
+                const int g = e / hd, d = e % hd;
+                const float *pg = s_s + g * chunk + c0;
+                float o = acc[k];
+                for (int c = 0; c < w; ++c)
+                    o += pg[c] * t_s[c * ts + d];
+                acc[k] = o;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < k_group_outputs; ++k) {
+        const int e = tid + k * k_threads;
+        if (e < group * hd) {
+            const int g = e / hd, d = e % hd;
+            const int64_t part = (i * a.n_head + kvh * group + g) * n_splits + blockIdx.y;
+            part_acc[part * hd + d] = acc[k];
+        }
+    }
+}
+
+// Shared memory of split_group_kernel, or 0 when the grouped kernel does not apply (too many
+// outputs per block, or ranges too long for shared memory).
+size_t split_group_smem(const AttentionArgs &a, int64_t chunk)
+{
+    const int64_t group = a.n_head / a.n_head_kv;
+    if (group * a.head_dim > int64_t(k_group_outputs) * k_threads)
+        return 0;
+    const size_t bytes = size_t((a.rotate_keys ? a.n_rot / 2 : 0) + 1) * sizeof(double) +
+                         size_t(group * a.head_dim + k_group_tile * (a.head_dim + 1) + group * chunk) * sizeof(float);
+    return bytes <= 96 * 1024 ? bytes : 0;
+}
+
+// One block per row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}, M = max_s m_s. The
+// weights e^{m_s - M} of up to k_combine_stage ranges at a time are computed once into shared
+// memory, then every thread adds its dims over them.
+constexpr int k_combine_stage = 256;
+
+__global__ void __launch_bounds__(k_threads)
+    split_combine_kernel(AttentionArgs a, int n_splits, const float *part_m, const float *part_l,
+                         const float *part_acc)
+{
+    __shared__ float red[32];
+    __shared__ float w_s[k_combine_stage];
     const int64_t row = blockIdx.x;
     const int hd = a.head_dim;
+    const int tid = threadIdx.x;
     const float *pm = part_m + row * n_splits;
     const float *pl = part_l + row * n_splits;
     float M = -INFINITY;
-    for (int s = 0; s < n_splits; ++s)
+    for (int s = tid; s < n_splits; s += blockDim.x)
         M = fmaxf(M, pm[s]);
+    M = block_max(M, red);
     float L = 0.0f;
     if (M != -INFINITY)
-        for (int s = 0; s < n_splits; ++s)
+        for (int s = tid; s < n_splits; s += blockDim.x)
             if (pm[s] != -INFINITY)
                 L += pl[s] * expf(pm[s] - M);
+    L = block_sum(L, red);
     // row = i * n_head + h is also the output row of [n_q, n_head, head_dim].
     float *out = a.out + row * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    for (int d0 = 0; d0 < hd; d0 += blockDim.x) {
+        const int d = d0 + tid;
         float o = 0.0f;
-        if (L > 0.0f) {
-            for (int s = 0; s < n_splits; ++s)
-                if (pm[s] != -INFINITY)
-                    o += part_acc[(row * n_splits + s) * hd + d] * expf(pm[s] - M);
-            o /= L;
+        for (int s0 = 0; s0 < n_splits; s0 += k_combine_stage) {
+            const int n = n_splits - s0 < k_combine_stage ? n_splits - s0 : k_combine_stage;
+            __syncthreads(); // the last stage's weights have been used
+            for (int s = tid; s < n; s += blockDim.x) {
+                const float ms = pm[s0 + s];
+                w_s[s] = (M != -INFINITY && ms != -INFINITY) ? expf(ms - M) : 0.0f;
+            }
+            __syncthreads();
+            if (d < hd && L > 0.0f)
+                for (int s = 0; s < n; ++s) {
+                    const float w = w_s[s];
+                    if (w != 0.0f)
+                        o += part_acc[(row * n_splits + s0 + s) * hd + d] * w;
+                }
         }
-        out[d] = o;
+        if (d < hd)
+            out[d] = L > 0.0f ? o / L : 0.0f;
     }
 }
 
@@ -526,6 +929,40 @@ cudaError_t launch_attention_naive(const AttentionArgs &a, bool causal_flash, vo
     return cudaGetLastError();
 }
 
+namespace {
+
+template <int HD>
+cudaError_t launch_regtile(const AttentionArgs &a, bool skip_masked_tiles, unsigned long long *tile_counter,
+                           cudaStream_t stream)
+{
+    using T = RegTile<HD>;
+    const int64_t blocks = ((a.n_q + T::BQ - 1) / T::BQ) * a.n_head;
+    if (blocks > 2147483647)
+        return cudaErrorInvalidValue;
+    const size_t smem = size_t(regtile_doubles(a.rotate_keys, a.n_rot)) * sizeof(double) + T::floats() * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t err = cudaFuncSetAttribute(regtile_attention_kernel<HD>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        if (err != cudaSuccess)
+            return err;
+    }
+    regtile_attention_kernel<HD><<<unsigned(blocks), k_threads, smem, stream>>>(a, skip_masked_tiles, tile_counter);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+void attention_tiled_shape(int head_dim, int *q_tile, int *k_tile)
+{
+    if (head_dim <= k_attn_regtile_max_head_dim) {
+        *q_tile = RegTile<32>::BQ;
+        *k_tile = RegTile<32>::BK;
+    } else {
+        *q_tile = k_attn_q_tile;
+        *k_tile = k_attn_k_tile;
+    }
+}
+
 cudaError_t launch_attention_tiled(const AttentionArgs &a, bool skip_masked_tiles, unsigned long long *tile_counter,
                                    cudaStream_t stream)
 {
@@ -535,6 +972,12 @@ cudaError_t launch_attention_tiled(const AttentionArgs &a, bool skip_masked_tile
         return cudaSuccess;
     if (a.n_kv == 0)
         return zero_output(a, stream);
+    if (a.head_dim <= 32)
+        return launch_regtile<32>(a, skip_masked_tiles, tile_counter, stream);
+    if (a.head_dim <= 64)
+        return launch_regtile<64>(a, skip_masked_tiles, tile_counter, stream);
+    if (a.head_dim <= k_attn_regtile_max_head_dim)
+        return launch_regtile<128>(a, skip_masked_tiles, tile_counter, stream);
     const int64_t blocks = ((a.n_q + BQ - 1) / BQ) * a.n_head;
     if (blocks > 2147483647)
         return cudaErrorInvalidValue;
@@ -579,16 +1022,28 @@ cudaError_t launch_attention_split(const AttentionArgs &a, int n_splits, void *s
     float *part_m = reinterpret_cast<float *>(base);
     float *part_l = reinterpret_cast<float *>(base + align_up(parts * sizeof(float)));
     float *part_acc = reinterpret_cast<float *>(base + 2 * align_up(parts * sizeof(float)));
+    const size_t pass = size_t(a.head_dim < k_split_dims_per_pass ? a.head_dim : k_split_dims_per_pass);
     const size_t smem = size_t((a.rotate_keys ? a.n_rot / 2 : 0) + 1) * sizeof(double) +
-                        (size_t(a.head_dim) + size_t(chunk)) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t err =
-            cudaFuncSetAttribute(split_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (err != cudaSuccess)
-            return err;
+                        (size_t(a.head_dim) + size_t(chunk) + size_t(k_threads / 32) * pass) * sizeof(float);
+    if (const size_t gsmem = split_group_smem(a, chunk); gsmem > 0 && a.n_q * a.n_head_kv <= 2147483647) {
+        if (gsmem > 48 * 1024) {
+            cudaError_t err =
+                cudaFuncSetAttribute(split_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gsmem));
+            if (err != cudaSuccess)
+                return err;
+        }
+        split_group_kernel<<<dim3(unsigned(a.n_q * a.n_head_kv), unsigned(n_splits)), k_threads, gsmem, stream>>>(
+            a, chunk, part_m, part_l, part_acc);
+    } else {
+        if (smem > 48 * 1024) {
+            cudaError_t err =
+                cudaFuncSetAttribute(split_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+            if (err != cudaSuccess)
+                return err;
+        }
+        split_partial_kernel<<<dim3(unsigned(rows), unsigned(n_splits)), k_threads, smem, stream>>>(
+            a, chunk, part_m, part_l, part_acc);
     }
-    split_partial_kernel<<<dim3(unsigned(rows), unsigned(n_splits)), k_threads, smem, stream>>>(a, chunk, part_m,
-                                                                                              part_l, part_acc);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
         return err;
     split_combine_kernel<<<unsigned(rows), k_threads, 0, stream>>>(a, n_splits, part_m, part_l, part_acc);

@@ -39,10 +39,16 @@ struct AttentionArgs {
     double pos_scale = 1.0;
 };
 
-// Query and key tile of the memory-efficient kernel.
+// Query and key tile of the memory-efficient kernel for heads above
+// k_attn_regtile_max_head_dim dims (smaller heads take the register-tiled kernel, whose tiles
+// attention_tiled_shape gives).
 constexpr int k_attn_q_tile = 16;
 constexpr int k_attn_k_tile = 32;
 constexpr int k_attn_max_head_dim = 256;
+constexpr int k_attn_regtile_max_head_dim = 128;
+
+// The query and key tile launch_attention_tiled uses for heads of head_dim dims.
+void attention_tiled_shape(int head_dim, int *q_tile, int *k_tile);
 
 // Scratch (bytes) the plain kernel needs: scores [n_head, n_q, n_kv], the mask [n_q, n_kv]
 // when `causal_flash` is off, rotated keys [n_kv, n_head_kv * head_dim] floats when rotating.
@@ -55,7 +61,7 @@ size_t attention_naive_scratch(const AttentionArgs &a, bool causal_flash);
 cudaError_t launch_attention_naive(const AttentionArgs &a, bool causal_flash, void *scratch, cudaStream_t stream);
 
 // Memory-efficient attention after FlashAttention-2: one block per (query head, tile of
-// k_attn_q_tile queries), key tiles of k_attn_k_tile with an online softmax. With
+// queries), key tiles with an online softmax (attention_tiled_shape: the tile sizes). With
 // skip_masked_tiles, key tiles lying entirely beyond the block's last query position, or
 // entirely before the window of its first query, are never loaded; without it they are
 // computed and masked (the result is the same, bit for bit). When tile_counter is set, one is
@@ -65,7 +71,10 @@ cudaError_t launch_attention_tiled(const AttentionArgs &a, bool skip_masked_tile
 
 // Split-KV (flash-decoding) attention: the visible keys of every (query, head) are cut into
 // n_splits ranges, one block each writing a partial (max, sum, unnormalised output), and a
-// combine kernel merges them. Meant for few queries over long caches. Scratch:
+// combine kernel merges them. Meant for few queries over long caches. Where the query heads of
+// a KV head fit one block (n_head / n_head_kv * head_dim <= 1024) and a range's scores fit
+// shared memory, one block serves them all and reads the range's keys and values once.
+// Scratch:
 size_t attention_split_scratch(const AttentionArgs &a, int n_splits);
 // The number of ranges chosen when the caller leaves it to the kernel (0): about 256 keys each.
 int attention_split_default(int64_t n_kv);

@@ -135,6 +135,9 @@ public:
 
     virtual ComputeBackend kind() const = 0;
     virtual int n_threads() const = 0;
+    // With memory-efficient attention a long prompt is evaluated in chunks of this many tokens,
+    // so no activation buffer grows with the prompt.
+    virtual int prefill_chunk() const { return 256; }
 
     // ---- KV cache ----------------------------------------------------------------------
     // Keys and values stored as type_k / type_v; InvalidArgument for a type the backend

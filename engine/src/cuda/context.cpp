@@ -10,6 +10,7 @@
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "kv_format.cuh"
+#include "matvec.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "sample.cuh"
@@ -148,6 +149,8 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_context_create(int device, LongscopeCud
         delete ctx;
         return LONGSCOPE_CUDA_ERR_CUBLAS;
     }
+    if (Profiler::wanted())
+        ctx->profiler = new (std::nothrow) Profiler(ctx->stream);
     *out = ctx;
     return 0;
 }
@@ -158,6 +161,10 @@ LONGSCOPE_CUDA_EXPORT void longscope_cuda_context_destroy(LongscopeCudaContext *
         return;
     cudaSetDevice(ctx->device);
     cudaStreamSynchronize(ctx->stream);
+    if (ctx->profiler) {
+        ctx->profiler->report(stderr);
+        delete ctx->profiler;
+    }
     if (ctx->scratch)
         cudaFree(ctx->scratch);
     cublasDestroy(ctx->blas);
@@ -175,7 +182,10 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_synchronize(LongscopeCudaContext *ctx)
     if (int rc = enter(ctx))
         return rc;
     const cudaError_t err = cudaStreamSynchronize(ctx->stream);
-    return err == cudaSuccess ? 0 : fail_cuda(ctx, "cudaStreamSynchronize", err);
+    if (err != cudaSuccess)
+        return fail_cuda(ctx, "cudaStreamSynchronize", err);
+    waited(ctx);
+    return 0;
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_mem_info(LongscopeCudaContext *ctx, uint64_t *free_bytes,
@@ -184,9 +194,11 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_mem_info(LongscopeCudaContext *ctx, uin
     if (int rc = enter(ctx))
         return rc;
     size_t f = 0, t = 0;
-    const cudaError_t err = cudaMemGetInfo(&f, &t);
-    if (err != cudaSuccess)
-        return fail_cuda(ctx, "cudaMemGetInfo", err);
+    if (free_bytes || total_bytes) { // a driver call: skipped when only the scratch is asked
+        const cudaError_t err = cudaMemGetInfo(&f, &t);
+        if (err != cudaSuccess)
+            return fail_cuda(ctx, "cudaMemGetInfo", err);
+    }
     if (free_bytes)
         *free_bytes = f;
     if (total_bytes)
@@ -236,7 +248,10 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_upload(LongscopeCudaContext *ctx, void 
         return fail_cuda(ctx, "cudaMemcpyAsync (upload)", err);
     // The host buffer may be reused as soon as this returns.
     err = cudaStreamSynchronize(ctx->stream);
-    return err == cudaSuccess ? 0 : fail_cuda(ctx, "upload", err);
+    if (err != cudaSuccess)
+        return fail_cuda(ctx, "upload", err);
+    waited(ctx);
+    return 0;
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_download(LongscopeCudaContext *ctx, void *host_dst, const void *device_src,
@@ -250,13 +265,17 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_download(LongscopeCudaContext *ctx, voi
     if (err != cudaSuccess)
         return fail_cuda(ctx, "cudaMemcpyAsync (download)", err);
     err = cudaStreamSynchronize(ctx->stream);
-    return err == cudaSuccess ? 0 : fail_cuda(ctx, "download", err);
+    if (err != cudaSuccess)
+        return fail_cuda(ctx, "download", err);
+    waited(ctx);
+    return 0;
 }
 
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_memset(LongscopeCudaContext *ctx, void *device_dst, int value, size_t bytes)
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "memset");
     const cudaError_t err = cudaMemsetAsync(device_dst, value, bytes, ctx->stream);
     return err == cudaSuccess ? 0 : fail_cuda(ctx, "cudaMemsetAsync", err);
 }
@@ -267,6 +286,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_embedding(LongscopeCudaContext *ctx, co
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "embedding");
     if (!weight_type_ok(type))
         return fail_arg(ctx, "embedding: unsupported table type %d (F32, F16 or BF16)", type);
     if (n_rows < 0 || n_embd < 0 || n_tokens < 0)
@@ -287,6 +307,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_rmsnorm(LongscopeCudaContext *ctx, cons
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "rmsnorm");
     if (rows < 0 || n < 0 || rows > INT_MAX || n > INT_MAX)
         return fail_arg(ctx, "rmsnorm: sizes out of range (%lld rows of %lld)", (long long)rows, (long long)n);
     launch_rmsnorm(x, weight, y, int(rows), int(n), eps, weight_offset, ctx->stream);
@@ -298,6 +319,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_add(LongscopeCudaContext *ctx, const fl
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "add");
     return check_launch(ctx, "add kernel", launch_add(a, b, out, n, ctx->stream));
 }
 
@@ -306,6 +328,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_swiglu(LongscopeCudaContext *ctx, const
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "swiglu");
     return check_launch(ctx, "swiglu kernel", launch_swiglu(gate, up, out, n, ctx->stream));
 }
 
@@ -314,6 +337,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_geglu(LongscopeCudaContext *ctx, const 
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "geglu");
     return check_launch(ctx, "geglu kernel", launch_geglu(gate, up, out, n, ctx->stream));
 }
 
@@ -321,6 +345,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_scale(LongscopeCudaContext *ctx, float 
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "scale");
     return check_launch(ctx, "scale kernel", launch_scale(x, s, n, ctx->stream));
 }
 
@@ -328,6 +353,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_softcap(LongscopeCudaContext *ctx, floa
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "softcap");
     if (!(cap > 0.0f) || !std::isfinite(cap))
         return fail_arg(ctx, "softcap: the cap must be positive (got %g)", double(cap));
     return check_launch(ctx, "softcap kernel", launch_softcap(x, cap, n, ctx->stream));
@@ -338,6 +364,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_add_bias(LongscopeCudaContext *ctx, flo
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "add_bias");
     if (n_rows < 0 || width < 0)
         return fail_arg(ctx, "add_bias: negative size (%lld rows of %lld)", (long long)n_rows, (long long)width);
     return check_launch(ctx, "add_bias kernel", launch_add_bias(x, bias, n_rows, width, ctx->stream));
@@ -348,6 +375,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_matmul(LongscopeCudaContext *ctx, const
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "matmul");
     if (!weight_type_ok(type))
         return fail_arg(ctx, "matmul: unsupported weight type %d (F32, F16 or BF16)", type);
     if (n_in <= 0 || n_out <= 0 || n_tokens < 0 || n_in > INT_MAX || n_out > INT_MAX || n_tokens > INT_MAX)
@@ -355,6 +383,9 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_matmul(LongscopeCudaContext *ctx, const
                         (long long)n_out, (long long)n_tokens);
     if (n_tokens == 0)
         return 0;
+    if (n_tokens <= k_matvec_max_tokens) // float activations, exact products, no rounding
+        return check_launch(ctx, "matrix-vector kernel",
+                            launch_matvec(w, ElemType(type), n_in, n_out, x, y, int(n_tokens), ctx->stream));
     // Row-major W [n_out][n_in] is the column-major n_in x n_out matrix W^T, x row-major
     // [n_tokens][n_in] the column-major n_in x n_tokens X, y row-major [n_tokens][n_out] the
     // column-major n_out x n_tokens Y: Y = (W^T)^T X, so A = W with op T, B = X with op N.
@@ -386,6 +417,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope(LongscopeCudaContext *ctx, float *
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "rope");
     if (n_heads < 0 || head_dim < 0 || n_tokens < 0 || n_tokens > INT_MAX)
         return fail_arg(ctx, "rope: sizes out of range (%lld tokens of %d heads of %d)", (long long)n_tokens, n_heads,
                         head_dim);
@@ -403,6 +435,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope_keys(LongscopeCudaContext *ctx, co
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "rope_keys");
     if (n_heads < 0 || head_dim < 0 || n_keys < 0 || j0 < 0)
         return fail_arg(ctx, "rope_keys: sizes out of range (%lld keys from %lld)", (long long)n_keys, (long long)j0);
     if (!kv_type_valid(src_type) || (kv_type_blocked(src_type) && head_dim % k_kv_block != 0))
@@ -423,6 +456,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_convert(LongscopeCudaContext *ctx, c
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "kv_convert");
     if (!kv_type_valid(src_type) || !kv_type_valid(dst_type))
         return fail_arg(ctx, "kv_convert: unknown KV type (%d to %d)", src_type, dst_type);
     if (n_rows < 0 || n < 0)
@@ -442,6 +476,9 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, co
         return rc;
     if (!p)
         return fail_arg(ctx, "attention: no problem given");
+    OpScope scope(ctx, p->algorithm == LONGSCOPE_CUDA_ATTN_SPLIT_KV ? "attention split-KV"
+                       : p->algorithm == LONGSCOPE_CUDA_ATTN_TILED  ? "attention tiled"
+                                                                     : "attention plain");
     if (p->n_head <= 0 || p->n_head_kv <= 0 || p->head_dim <= 0)
         return fail_arg(ctx, "attention: n_head, n_head_kv and head_dim must be positive (got %d, %d, %d)", p->n_head,
                         p->n_head_kv, p->head_dim);
@@ -506,8 +543,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, co
         if (p->head_dim > k_attn_max_head_dim)
             return fail_arg(ctx, "attention: memory-efficient attention supports head_dim up to %d (got %d)",
                             k_attn_max_head_dim, p->head_dim);
-        out_info.q_tile = k_attn_q_tile;
-        out_info.k_tile = k_attn_k_tile;
+        attention_tiled_shape(p->head_dim, &out_info.q_tile, &out_info.k_tile);
         return check_launch(ctx, "memory-efficient attention kernel",
                             launch_attention_tiled(a, p->causal_flash != 0, p->tile_counter, ctx->stream));
     case LONGSCOPE_CUDA_ATTN_SPLIT_KV: {
@@ -540,6 +576,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_argmax(LongscopeCudaContext *ctx, const
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "argmax");
     if (n_rows < 0 || n_rows > INT_MAX || (n_rows > 0 && (n <= 0 || n > INT_MAX)))
         return fail_arg(ctx, "argmax: sizes out of range (%lld rows of %lld)", (long long)n_rows, (long long)n);
     return check_launch(ctx, "argmax kernel", launch_argmax(logits, n_rows, n, out, ctx->stream));

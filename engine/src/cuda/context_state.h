@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/plugin_abi.h"
+#include "cuda/profiler.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -18,6 +19,7 @@ struct LongscopeCudaContext {
     void *scratch = nullptr; // grown on demand, freed with the context
     size_t scratch_bytes = 0;
     char error[512] = {0};
+    longscope::cuda::Profiler *profiler = nullptr; // LONGSCOPE_CUDA_PROFILE: device time per op
 };
 
 namespace longscope::cuda {
@@ -56,6 +58,30 @@ inline int enter(LongscopeCudaContext *ctx)
     ctx->error[0] = 0;
     const cudaError_t err = cudaSetDevice(ctx->device);
     return err == cudaSuccess ? 0 : fail_cuda(ctx, "cudaSetDevice", err);
+}
+
+// Brackets one op's queued work for the profiler, when there is one.
+struct OpScope {
+    Profiler *profiler;
+    OpScope(LongscopeCudaContext *ctx, const char *op) : profiler(ctx->profiler)
+    {
+        if (profiler)
+            profiler->begin(op);
+    }
+    ~OpScope()
+    {
+        if (profiler)
+            profiler->end();
+    }
+    OpScope(const OpScope &) = delete;
+    OpScope &operator=(const OpScope &) = delete;
+};
+
+// After the stream has been waited for: the profiler reads its finished events.
+inline void waited(LongscopeCudaContext *ctx)
+{
+    if (ctx->profiler)
+        ctx->profiler->collect();
 }
 
 } // namespace longscope::cuda

@@ -205,6 +205,7 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_copy(LongscopeCudaContext *ctx, void *d
 {
     if (int rc = enter(ctx))
         return rc;
+    OpScope scope(ctx, "copy");
     if (bytes == 0)
         return 0;
     const cudaError_t err = cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, ctx->stream);

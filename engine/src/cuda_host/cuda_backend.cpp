@@ -36,6 +36,14 @@ CudaKvCache &device_cache(KvCache &kv) { return static_cast<CudaKvCache &>(kv); 
 // k_attn_max_head_dim); larger heads take the plain kernel.
 constexpr int k_tiled_max_head_dim = 256;
 
+// Split-KV decoding: up to this many queries in a call; ranges chosen for about this many
+// blocks (a few per multiprocessor of a large GPU), of at least this many keys, at most this
+// many ranges (the plugin lengthens ranges past its shared-memory limit itself).
+constexpr int64_t k_split_max_queries = 8;
+constexpr int64_t k_split_blocks = 512;
+constexpr int64_t k_split_min_keys = 32;
+constexpr int64_t k_split_max_ranges = 1024;
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -194,6 +202,9 @@ void CudaBackend::release_all()
     if (m_act)
         m_api.free(m_ctx, m_act);
     m_act = nullptr;
+    if (m_dlogits)
+        m_api.free(m_ctx, m_dlogits);
+    m_dlogits = nullptr;
     m_api.context_destroy(m_ctx);
     m_ctx = nullptr;
 }
@@ -419,11 +430,10 @@ Activations CudaBackend::activations(int64_t n)
     if (n <= m_rows)
         return m_buf;
     const size_t e = size_t(m_hp.n_embd), eq = size_t(m_hp.n_embd_q()), ekv = size_t(m_hp.n_embd_kv()),
-                 f = size_t(m_hp.n_ff), v = size_t(m_hp.n_vocab), rows = size_t(n);
-    // In the order taken below: x, xn, q, k, v, attn, proj, gate, up, logits, tokens.
-    const size_t sizes[] = {rows * e * 4,   rows * e * 4,   rows * eq * 4, rows * ekv * 4, rows * ekv * 4,
-                            rows * eq * 4,  rows * e * 4,   rows * f * 4,  rows * f * 4,   rows * v * 4,
-                            rows * 4};
+                 f = size_t(m_hp.n_ff), rows = size_t(n);
+    // In the order taken below: x, xn, q, k, v, attn, proj, gate, up, tokens.
+    const size_t sizes[] = {rows * e * 4,  rows * e * 4, rows * eq * 4, rows * ekv * 4, rows * ekv * 4,
+                            rows * eq * 4, rows * e * 4, rows * f * 4,  rows * f * 4,   rows * 4};
     size_t total = 0;
     for (size_t s : sizes)
         total += align_up(s);
@@ -453,7 +463,6 @@ Activations CudaBackend::activations(int64_t n)
     m_buf.proj = take();
     m_buf.gate = take();
     m_buf.up = take();
-    m_dlogits = take();
     m_tokens = reinterpret_cast<int32_t *>(take());
     return m_buf;
 }
@@ -536,9 +545,20 @@ AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardPara
     a.inv_freq = params.keys_before_rope ? freq_table(params.rope_base, params.rope_factors) : nullptr;
     a.pos_scale = params.pos_scale;
     // Unlike the CPU's tiled kernels the device's know soft-capping and windows; heads above the
-    // tiled kernel's limit take the plain one.
-    const bool tiled = params.memory_efficient && c.head_dim <= k_tiled_max_head_dim;
-    a.algorithm = tiled ? LONGSCOPE_CUDA_ATTN_TILED : LONGSCOPE_CUDA_ATTN_NAIVE;
+    // tiled kernel's limit take the plain one. A few queries (a decode step) take split-KV
+    // decoding: the tiled kernel would run one block per head walking the whole cache, where
+    // split-KV cuts the cache into ranges of k_split_keys keys, a block each, and merges them.
+    if (params.memory_efficient && c.n_q <= k_split_max_queries) {
+        a.algorithm = LONGSCOPE_CUDA_ATTN_SPLIT_KV;
+        // Enough ranges for about k_split_blocks blocks of (query, KV head), none under
+        // k_split_min_keys keys.
+        const int64_t rows = std::max<int64_t>(1, c.n_q * c.n_head_kv);
+        const int64_t most = std::max<int64_t>(1, (c.n_kv + k_split_min_keys - 1) / k_split_min_keys);
+        a.n_splits = int(std::clamp<int64_t>((k_split_blocks + rows - 1) / rows, 1, std::min(most, k_split_max_ranges)));
+    } else {
+        const bool tiled = params.memory_efficient && c.head_dim <= k_tiled_max_head_dim;
+        a.algorithm = tiled ? LONGSCOPE_CUDA_ATTN_TILED : LONGSCOPE_CUDA_ATTN_NAIVE;
+    }
     a.causal_flash = params.causal_flash ? 1 : 0;
     LongscopeCudaAttentionInfo info{};
     check(m_api.attention(m_ctx, &a, &info), "attention");
@@ -590,6 +610,16 @@ float *CudaBackend::logits_buffer(int64_t n_rows)
     if (n_rows > m_rows)
         throw BackendError("CUDA: logits for " + std::to_string(n_rows) + " rows in a step of " +
                            std::to_string(m_rows));
+    if (n_rows > m_logit_rows) {
+        if (m_dlogits) {
+            check(m_api.synchronize(m_ctx), "waiting for the device");
+            check(m_api.free(m_ctx, m_dlogits), "freeing logits");
+            m_dlogits = nullptr;
+            m_logit_rows = 0;
+        }
+        m_dlogits = static_cast<float *>(alloc(align_up(size_t(n_rows) * size_t(m_hp.n_vocab) * 4)));
+        m_logit_rows = n_rows;
+    }
     return m_dlogits;
 }
 
@@ -610,7 +640,12 @@ uint64_t CudaBackend::step_scratch_bytes(uint64_t attention_scratch)
 {
     uint64_t plugin_scratch = 0;
     check(m_api.mem_info(m_ctx, nullptr, nullptr, &plugin_scratch), "device memory information");
-    return m_act_bytes + std::max(plugin_scratch, attention_scratch) + freq_table_bytes();
+    return m_act_bytes + logit_bytes() + std::max(plugin_scratch, attention_scratch) + freq_table_bytes();
+}
+
+uint64_t CudaBackend::logit_bytes() const
+{
+    return m_dlogits ? align_up(size_t(m_logit_rows) * size_t(m_hp.n_vocab) * 4) : 0;
 }
 
 uint64_t CudaBackend::freq_table_bytes() const
@@ -624,7 +659,7 @@ uint64_t CudaBackend::scratch_bytes() const
 {
     uint64_t plugin_scratch = 0;
     check(m_api.mem_info(m_ctx, nullptr, nullptr, &plugin_scratch), "device memory information");
-    return m_act_bytes + plugin_scratch + freq_table_bytes();
+    return m_act_bytes + logit_bytes() + plugin_scratch + freq_table_bytes();
 }
 
 std::optional<DeviceMemoryInfo> CudaBackend::device_memory() const

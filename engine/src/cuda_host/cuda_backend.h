@@ -102,6 +102,9 @@ public:
     void shift_cached_keys(KvCache &kv, int j0, int n, int delta, double base, double pos_scale,
                            std::span<const float> factors) override;
 
+    // Long prompts go through in chunks of 1024 tokens: four times the CPU's, as the device's
+    // matrix products and attention kernels need many rows to fill it.
+    int prefill_chunk() const override { return 1024; }
     Activations activations(int64_t n_rows) override;
     void embed(const WeightView &table, std::span<const int32_t> tokens, float *x) override;
     void rmsnorm(const float *x, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
@@ -172,16 +175,19 @@ private:
     std::vector<FreqTable> m_freqs;
     uint64_t m_freq_clock = 0;
     uint64_t freq_table_bytes() const;
+    uint64_t logit_bytes() const;
 
     // Activations for up to m_rows tokens, device: x, xn, proj [n, n_embd]; q, attn
-    // [n, n_embd_q]; k, v [n, n_embd_kv]; gate, up [n, n_ff]; logits [n, n_vocab]; tokens [n]
-    // int32.
+    // [n, n_embd_q]; k, v [n, n_embd_kv]; gate, up [n, n_ff]; tokens [n] int32.
     int64_t m_rows = 0;
     void *m_act = nullptr;
     uint64_t m_act_bytes = 0;
     Activations m_buf;
-    float *m_dlogits = nullptr;
     int32_t *m_tokens = nullptr;
+    // Logits [m_logit_rows, n_vocab], device: sized by the rows a step keeps (a prefill chunk
+    // keeps one), not by the rows it evaluates.
+    float *m_dlogits = nullptr;
+    int64_t m_logit_rows = 0;
     std::vector<float> m_logits; // host
 };
 

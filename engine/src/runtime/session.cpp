@@ -17,10 +17,6 @@ namespace longscope {
 
 namespace {
 
-// Memory-efficient attention evaluates long prompts in chunks of this many tokens, so no
-// activation buffer grows with the prompt.
-constexpr int k_prefill_chunk = 256;
-
 int resolve_limit(const Model &model, int n_ctx, const Settings &s)
 {
     if (s.context_limit > 0)
@@ -303,7 +299,7 @@ void Session::Impl::run(std::span<const int32_t> tokens, int start_pos, int logi
 {
     // logits_from is an absolute position: logits are kept for tokens at positions >= it.
     const int n = int(tokens.size());
-    const int chunk = params.memory_efficient ? k_prefill_chunk : std::max(1, n);
+    const int chunk = params.memory_efficient ? backend->prefill_chunk() : std::max(1, n);
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = std::min(n, c0 + chunk);
         ForwardSegment seg;
