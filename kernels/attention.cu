@@ -31,6 +31,9 @@ namespace longscope::cuda {
 namespace {
 
 constexpr int k_threads = 128; // four warps
+// Values a thread loads before it stores any when filling shared memory: enough in flight to
+// hide the memory's latency, few enough to keep the kernels' registers.
+constexpr int k_loads_in_flight = 8;
 
 // Query i sees keys [visible_begin, visible_end): up to its position (and the cache's end),
 // and after its window's start.
@@ -361,6 +364,55 @@ struct RegTile {
 // 16-byte aligned.
 __host__ __device__ inline int regtile_doubles(bool rotate, int n_rot) { return ((rotate ? n_rot / 2 : 0) + 2) & ~1; }
 
+// The key tile transposed into kt_s [HD][KS] and the value tile into v_s [BK][HD], zero past
+// the cache and the head's dims, k_loads_in_flight values per thread at a time, compiled once
+// per encoding (with_kv_type); keys stored before RoPE through the general per-value path.
+template <int HD, bool KEYS>
+__device__ __forceinline__ void regtile_load_side(const AttentionArgs &a, int64_t j0, int w, int kvh,
+                                                  const double *inv_freq, float *dst)
+{
+    using T = RegTile<HD>;
+    constexpr int total = T::BK * HD, per = k_loads_in_flight;
+    static_assert(total % (k_threads * per) == 0, "whole passes");
+    const int tid = threadIdx.x, hd = a.head_dim;
+    // Element e: key c = e / HD, dim d = e % HD; keys go transposed, values row by row.
+    auto at = [](int c, int d) { return KEYS ? d * T::KS + c : c * T::VS + d; };
+    if (KEYS && a.rotate_keys) {
+        for (int e = tid; e < total; e += k_threads) {
+            const int c = e / HD, d = e % HD;
+            dst[at(c, d)] = (c < w && d < hd) ? key_element(a, j0 + c, kvh, d, inv_freq) : 0.0f;
+        }
+        return;
+    }
+    const KvRows &r = KEYS ? a.k : a.v;
+    const int64_t e0 = int64_t(kvh) * hd;
+    with_kv_type(r.type, [&](auto tag) {
+        constexpr int KT = decltype(tag)::value;
+#pragma unroll 1
+        for (int e0_pass = 0; e0_pass < total; e0_pass += k_threads * per) {
+            float v[per];
+#pragma unroll
+            for (int k = 0; k < per; ++k) {
+                const int e = e0_pass + tid + k * k_threads, c = e / HD, d = e % HD;
+                v[k] = (c < w && d < hd) ? kv_load_t<KT>(r, j0 + c, e0 + d) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < per; ++k) {
+                const int e = e0_pass + tid + k * k_threads, c = e / HD, d = e % HD;
+                dst[at(c, d)] = v[k];
+            }
+        }
+    });
+}
+
+template <int HD>
+__device__ __forceinline__ void regtile_load(const AttentionArgs &a, int64_t j0, int w, int kvh,
+                                             const double *inv_freq, float *kt_s, float *v_s)
+{
+    regtile_load_side<HD, true>(a, j0, w, kvh, inv_freq, kt_s);
+    regtile_load_side<HD, false>(a, j0, w, kvh, inv_freq, v_s);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(k_threads)
     regtile_attention_kernel(AttentionArgs a, bool skip_masked, unsigned long long *tile_counter)
@@ -427,12 +479,7 @@ __global__ void __launch_bounds__(k_threads)
         if (tile_counter && tid == 0)
             atomicAdd(tile_counter, 1ull);
 
-        for (int e = tid; e < BK * HD; e += blockDim.x) {
-            const int c = e / HD, d = e % HD;
-            const bool in = c < w && d < hd;
-            kt_s[d * KS + c] = in ? key_element(a, j0 + c, kvh, d, inv_freq) : 0.0f;
-            v_s[c * VS + d] = in ? value_element(a, j0 + c, kvh, d) : 0.0f;
-        }
+        regtile_load<HD>(a, j0, w, kvh, inv_freq, kt_s, v_s);
         __syncthreads();
 
         // Scores of rows 4 rg + i and keys 4 cg + k.
@@ -668,7 +715,48 @@ __global__ void __launch_bounds__(k_threads)
 constexpr int k_group_tile = 32;
 constexpr int k_group_outputs = 8; // (head, dim) outputs per thread: group * head_dim <= 1024
 
-__global__ void __launch_bounds__(k_threads)
+// Rows j0 .. j0 + w - 1 (keys rotated as attention sees them, or values) of KV head kvh into
+// t_s (row stride ts). Each warp takes a group of rows at a time, lanes over the dims: the
+// head's dims in slots of 32 (rounded up to 1, 2, 4 or 8 slots), k_loads_in_flight (row, slot)
+// pairs per lane, all loaded before any is stored, compiled once per encoding (with_kv_type).
+// Keys stored before RoPE take the general per-value path.
+template <bool KEYS>
+__device__ __forceinline__ void load_rows(const AttentionArgs &a, int64_t j0, int w, int kvh,
+                                          const double *inv_freq, float *t_s, int ts)
+{
+    constexpr int n_warps = k_threads / 32, per = k_loads_in_flight;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, hd = a.head_dim;
+    if (KEYS && a.rotate_keys) {
+        for (int c = warp; c < w; c += n_warps)
+            for (int d = lane; d < hd; d += 32)
+                t_s[c * ts + d] = key_element(a, j0 + c, kvh, d, inv_freq);
+        return;
+    }
+    const int shift = hd <= 32 ? 0 : hd <= 64 ? 1 : hd <= 128 ? 2 : 3; // log2 of the slots
+    const int rows = per >> shift;                                      // rows per warp and pass
+    const KvRows &r = KEYS ? a.k : a.v;
+    const int64_t e0 = int64_t(kvh) * hd;
+    with_kv_type(r.type, [&](auto tag) {
+        constexpr int T = decltype(tag)::value;
+#pragma unroll 1
+        for (int c = warp * rows; c < w; c += n_warps * rows) {
+            float v[per];
+#pragma unroll
+            for (int it = 0; it < per; ++it) {
+                const int u = it >> shift, d = lane + 32 * (it & ((1 << shift) - 1));
+                v[it] = (c + u < w && d < hd) ? kv_load_t<T>(r, j0 + c + u, e0 + d) : 0.0f;
+            }
+#pragma unroll
+            for (int it = 0; it < per; ++it) {
+                const int u = it >> shift, d = lane + 32 * (it & ((1 << shift) - 1));
+                if (c + u < w && d < hd)
+                    t_s[(c + u) * ts + d] = v[it];
+            }
+        }
+    });
+}
+
+__global__ void __launch_bounds__(k_threads, 4)
     split_group_kernel(AttentionArgs a, int64_t chunk, float *part_m, float *part_l, float *part_acc)
 {
     extern __shared__ double smem[];
@@ -706,10 +794,7 @@ __global__ void __launch_bounds__(k_threads)
     // Scores of every head of the group against the range's keys, a tile at a time.
     for (int c0 = 0; c0 < count; c0 += k_group_tile) {
         const int w = count - c0 < k_group_tile ? count - c0 : k_group_tile;
-        for (int e = tid; e < w * hd; e += blockDim.x) {
-            const int c = e / hd, d = e % hd;
-            t_s[c * ts + d] = key_element(a, j_begin + c0 + c, kvh, d, inv_freq);
-        }
+        load_rows<true>(a, j_begin + c0, w, kvh, inv_freq, t_s, ts);
         __syncthreads();
         for (int e = tid; e < group * k_group_tile; e += blockDim.x) {
             const int g = e / k_group_tile, c = e % k_group_tile;
@@ -756,10 +841,7 @@ __global__ void __launch_bounds__(k_threads)
     for (int c0 = 0; c0 < count; c0 += k_group_tile) {
         const int w = count - c0 < k_group_tile ? count - c0 : k_group_tile;
         __syncthreads(); // the previous tile has been used
-        for (int e = tid; e < w * hd; e += blockDim.x) {
-            const int c = e / hd, d = e % hd;
-            t_s[c * ts + d] = value_element(a, j_begin + c0 + c, kvh, d);
-        }
+        load_rows<false>(a, j_begin + c0, w, kvh, inv_freq, t_s, ts);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < k_group_outputs; ++k) {

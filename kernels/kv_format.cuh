@@ -50,23 +50,54 @@ __device__ __forceinline__ float kv_half_at(const uint8_t *p)
     return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8))));
 }
 
-// Value e of row j, decoded as the CPU's dequantize_row decodes it (d * q in float).
-__device__ __forceinline__ float kv_load(const KvRows &r, int64_t j, int64_t e)
+// Value e of row j of rows of type T, decoded as the CPU's dequantize_row decodes it (d * q in
+// float).
+template <int T>
+__device__ __forceinline__ float kv_load_t(const KvRows &r, int64_t j, int64_t e)
 {
     const uint8_t *row = static_cast<const uint8_t *>(r.p) + j * r.row_bytes;
-    switch (r.type) {
-    case k_kv_f32: return reinterpret_cast<const float *>(row)[e];
-    case k_kv_f16: return kv_half_at(row + 2 * e);
-    case k_kv_q8_0: {
+    if constexpr (T == k_kv_f32) {
+        return reinterpret_cast<const float *>(row)[e];
+    } else if constexpr (T == k_kv_f16) {
+        return kv_half_at(row + 2 * e);
+    } else if constexpr (T == k_kv_q8_0) {
         const uint8_t *b = row + (e / k_kv_block) * k_kv_q8_0_bytes;
         return kv_half_at(b) * float(static_cast<int8_t>(b[2 + e % k_kv_block]));
-    }
-    default: {
+    } else {
         const uint8_t *b = row + (e / k_kv_block) * k_kv_q4_0_bytes;
         const int i = int(e % k_kv_block);
         const int byte = b[2 + (i & 15)];
         return kv_half_at(b) * float((i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8);
     }
+}
+
+// The same for the type r.type.
+__device__ __forceinline__ float kv_load(const KvRows &r, int64_t j, int64_t e)
+{
+    switch (r.type) {
+    case k_kv_f32: return kv_load_t<k_kv_f32>(r, j, e);
+    case k_kv_f16: return kv_load_t<k_kv_f16>(r, j, e);
+    case k_kv_q8_0: return kv_load_t<k_kv_q8_0>(r, j, e);
+    default: return kv_load_t<k_kv_q4_0>(r, j, e);
+    }
+}
+
+// Type tags for with_kv_type.
+template <int T>
+struct KvTypeTag {
+    static constexpr int value = T;
+};
+
+// Calls f(KvTypeTag<type>{}): code that loads many values of one type is compiled once per
+// type, with no type test per value (kernels that unroll such loads stay small).
+template <typename F>
+__device__ __forceinline__ void with_kv_type(int type, F &&f)
+{
+    switch (type) {
+    case k_kv_f32: f(KvTypeTag<k_kv_f32>{}); break;
+    case k_kv_f16: f(KvTypeTag<k_kv_f16>{}); break;
+    case k_kv_q8_0: f(KvTypeTag<k_kv_q8_0>{}); break;
+    default: f(KvTypeTag<k_kv_q4_0>{}); break;
     }
 }
 #endif

@@ -1,8 +1,9 @@
-// Products of a weight matrix with a few activation rows (a decode step, a small batch), where
-// cuBLAS's matrix-product kernels leave most of the memory bandwidth unused and cost more to
-// call than the product takes. One warp per output row reads the row's weights once, 16 bytes
-// per lane per load, and multiplies them as floats with every activation row (exact products
-// of the F16 / BF16 weights and the float activations, float sums).
+// The product of a weight matrix with one activation row (a decode step of one sequence), where
+// cuBLAS leaves part of the memory bandwidth unused on small matrices and costs twice as much
+// to call. One warp per output row reads the row's weights once, 16 bytes per lane per load,
+// and multiplies them as floats with the activations (exact products of the F16 / BF16 weights
+// and the float activations, float sums). From two rows on, cuBLAS reads the weights once for
+// all of them and is faster.
 #pragma once
 
 #include "embedding.cuh"
@@ -12,13 +13,9 @@
 
 namespace longscope::cuda {
 
-// At most this many activation rows take launch_matvec.
-constexpr int k_matvec_max_tokens = 8;
-
-// y[t, o] = sum_i W[o, i] x[t, i] for t < n_tokens (1 .. k_matvec_max_tokens): W [n_out][n_in]
-// of `type`, x [n_tokens][n_in] and y [n_tokens][n_out] floats. Any n_in and alignment; rows of
-// whole 16-byte groups at 16-byte addresses take vector loads.
+// y[o] = sum_i W[o, i] x[i]: W [n_out][n_in] of `type`, x [n_in] and y [n_out] floats. Any
+// n_in and alignment; rows of whole 16-byte groups at 16-byte addresses take vector loads.
 cudaError_t launch_matvec(const void *w, ElemType type, int64_t n_in, int64_t n_out, const float *x, float *y,
-                          int n_tokens, cudaStream_t stream);
+                          cudaStream_t stream);
 
 } // namespace longscope::cuda

@@ -383,9 +383,8 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_matmul(LongscopeCudaContext *ctx, const
                         (long long)n_out, (long long)n_tokens);
     if (n_tokens == 0)
         return 0;
-    if (n_tokens <= k_matvec_max_tokens) // float activations, exact products, no rounding
-        return check_launch(ctx, "matrix-vector kernel",
-                            launch_matvec(w, ElemType(type), n_in, n_out, x, y, int(n_tokens), ctx->stream));
+    if (n_tokens == 1) // float activations, exact products, no rounding
+        return check_launch(ctx, "matrix-vector kernel", launch_matvec(w, ElemType(type), n_in, n_out, x, y, ctx->stream));
     // Row-major W [n_out][n_in] is the column-major n_in x n_out matrix W^T, x row-major
     // [n_tokens][n_in] the column-major n_in x n_tokens X, y row-major [n_tokens][n_out] the
     // column-major n_out x n_tokens Y: Y = (W^T)^T X, so A = W with op T, B = X with op N.

@@ -118,9 +118,9 @@ int longscope_cuda_softcap(LongscopeCudaContext *ctx, float *x, float cap, int64
 int longscope_cuda_add_bias(LongscopeCudaContext *ctx, float *x, const float *bias, int64_t n_rows, int64_t width);
 
 // y[t, o] = sum_i W[o, i] x[t, i]: W is n_out rows of n_in values of `type` (F32, F16, BF16),
-// x [n_tokens, n_in] and y [n_tokens, n_out] floats. Up to 8 tokens: the plugin's own kernel,
-// float activations times the weights as floats, float sums. More: cuBLAS (cublasGemmEx, 32-bit
-// float accumulation), with F16/BF16 weights the activations first rounded to the weight type.
+// x [n_tokens, n_in] and y [n_tokens, n_out] floats. One token: the plugin's own kernel, float
+// activations times the weights as floats, float sums. More: cuBLAS (cublasGemmEx, 32-bit float
+// accumulation), with F16/BF16 weights the activations first rounded to the weight type.
 int longscope_cuda_matmul(LongscopeCudaContext *ctx, const void *w, int type, int64_t n_in, int64_t n_out,
                           const float *x, float *y, int64_t n_tokens);
 
