@@ -116,6 +116,43 @@ __global__ void convert_blocks_kernel(KvRows src, uint8_t *dst, int dst_type, in
 
 } // namespace
 
+namespace {
+
+// Block y = 0: float rows k into kd as k_type; y = 1: v into vd as v_type (F32 or F16 each).
+__global__ void store_pair_kernel(const float *k, uint8_t *kd, int k_type, const float *v, uint8_t *vd, int v_type,
+                                  int64_t count)
+{
+    const float *src = blockIdx.y ? v : k;
+    uint8_t *dst = blockIdx.y ? vd : kd;
+    const int type = blockIdx.y ? v_type : k_type;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        if (type == k_kv_f32)
+            reinterpret_cast<float *>(dst)[i] = src[i];
+        else
+            put_half(dst + 2 * i, src[i]);
+    }
+}
+
+} // namespace
+
+cudaError_t launch_kv_store_pair(const float *k, void *k_dst, int k_type, const float *v, void *v_dst, int v_type,
+                                 int64_t n_rows, int64_t n, cudaStream_t stream)
+{
+    if (!kv_type_valid(k_type) || !kv_type_valid(v_type) || n_rows < 0 || n < 0)
+        return cudaErrorInvalidValue;
+    if (n_rows == 0 || n == 0)
+        return cudaSuccess;
+    if (kv_type_blocked(k_type) || kv_type_blocked(v_type)) {
+        // Blocks take the per-block kernel, one launch per side.
+        cudaError_t err = launch_kv_convert(KvRows{k, k_kv_f32, n * 4}, k_dst, k_type, n_rows, n, stream);
+        return err != cudaSuccess ? err : launch_kv_convert(KvRows{v, k_kv_f32, n * 4}, v_dst, v_type, n_rows, n, stream);
+    }
+    const int64_t count = n_rows * n;
+    store_pair_kernel<<<dim3(grid_for(count, k_threads), 2), k_threads, 0, stream>>>(
+        k, static_cast<uint8_t *>(k_dst), k_type, v, static_cast<uint8_t *>(v_dst), v_type, count);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_kv_convert(const KvRows &src, void *dst, int dst_type, int64_t n_rows, int64_t n,
                               cudaStream_t stream)
 {

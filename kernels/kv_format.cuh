@@ -109,4 +109,10 @@ __device__ __forceinline__ void with_kv_type(int type, F &&f)
 cudaError_t launch_kv_convert(const KvRows &src, void *dst, int dst_type, int64_t n_rows, int64_t n,
                               cudaStream_t stream);
 
+// A step's keys and values (n_rows packed float rows of n values each) written into their cache
+// rows as k_type and v_type: F32 and F16 on both sides in one launch, the same bytes as two
+// launch_kv_convert calls (which blocks types take).
+cudaError_t launch_kv_store_pair(const float *k, void *k_dst, int k_type, const float *v, void *v_dst, int v_type,
+                                 int64_t n_rows, int64_t n, cudaStream_t stream);
+
 } // namespace longscope::cuda

@@ -19,17 +19,29 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 template <typename W>
 constexpr int k_pack = 16 / int(sizeof(W));
 
+// Block b belongs to matrix m with first[m] <= b < first[m + 1].
+struct Group {
+    const void *w[k_matvec_group_max];
+    float *y[k_matvec_group_max];
+    int64_t n_out[k_matvec_group_max];
+    int64_t first[k_matvec_group_max + 1];
+    int count;
+};
+
 // VEC: rows of whole 16-byte groups at 16-byte addresses (and x likewise).
 template <typename W, bool VEC>
 __global__ void __launch_bounds__(k_warps * 32)
-    matvec_kernel(const W *__restrict__ w, int64_t n_in, int64_t n_out, const float *__restrict__ x,
-                  float *__restrict__ y)
+    matvec_kernel(Group g, int64_t n_in, const float *__restrict__ x)
 {
     const int lane = threadIdx.x % 32;
-    const int64_t row = int64_t(blockIdx.x) * k_warps + threadIdx.x / 32;
-    if (row >= n_out)
+    int m = 0;
+    while (m + 1 < g.count && int64_t(blockIdx.x) >= g.first[m + 1])
+        ++m;
+    const int64_t row = (int64_t(blockIdx.x) - g.first[m]) * k_warps + threadIdx.x / 32;
+    if (row >= g.n_out[m])
         return;
-    const W *wr = w + row * n_in;
+    float *__restrict__ y = g.y[m];
+    const W *__restrict__ wr = static_cast<const W *>(g.w[m]) + row * n_in;
     float acc = 0.0f;
     if constexpr (VEC) {
         constexpr int P = k_pack<W>;
@@ -54,34 +66,52 @@ __global__ void __launch_bounds__(k_warps * 32)
 }
 
 template <typename W>
-cudaError_t launch_typed(const void *w, int64_t n_in, int64_t n_out, const float *x, float *y, cudaStream_t stream)
+cudaError_t launch_typed(Group &g, int64_t n_in, const float *x, cudaStream_t stream)
 {
-    const int64_t blocks = (n_out + k_warps - 1) / k_warps;
+    bool vec = n_in % k_pack<W> == 0 && (reinterpret_cast<uintptr_t>(x) % 16) == 0;
+    g.first[0] = 0;
+    for (int m = 0; m < g.count; ++m) {
+        vec = vec && (reinterpret_cast<uintptr_t>(g.w[m]) % 16) == 0;
+        g.first[m + 1] = g.first[m] + (g.n_out[m] + k_warps - 1) / k_warps;
+    }
+    const int64_t blocks = g.first[g.count];
     if (blocks > 2147483647)
         return cudaErrorInvalidValue;
-    const bool vec = n_in % k_pack<W> == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0 &&
-                     (reinterpret_cast<uintptr_t>(x) % 16) == 0;
-    const W *wt = static_cast<const W *>(w);
     if (vec)
-        matvec_kernel<W, true><<<unsigned(blocks), k_warps * 32, 0, stream>>>(wt, n_in, n_out, x, y);
+        matvec_kernel<W, true><<<unsigned(blocks), k_warps * 32, 0, stream>>>(g, n_in, x);
     else
-        matvec_kernel<W, false><<<unsigned(blocks), k_warps * 32, 0, stream>>>(wt, n_in, n_out, x, y);
+        matvec_kernel<W, false><<<unsigned(blocks), k_warps * 32, 0, stream>>>(g, n_in, x);
     return cudaGetLastError();
 }
 
 } // namespace
 
+cudaError_t launch_matvec_group(const void *const *w, const int64_t *n_out, float *const *y, int count,
+                                ElemType type, int64_t n_in, const float *x, cudaStream_t stream)
+{
+    if (count < 1 || count > k_matvec_group_max || n_in <= 0)
+        return cudaErrorInvalidValue;
+    Group g{};
+    g.count = count;
+    for (int m = 0; m < count; ++m) {
+        if (n_out[m] <= 0 || !w[m] || !y[m])
+            return cudaErrorInvalidValue;
+        g.w[m] = w[m];
+        g.y[m] = y[m];
+        g.n_out[m] = n_out[m];
+    }
+    switch (type) {
+    case ElemType::F32: return launch_typed<float>(g, n_in, x, stream);
+    case ElemType::F16: return launch_typed<__half>(g, n_in, x, stream);
+    case ElemType::BF16: return launch_typed<__nv_bfloat16>(g, n_in, x, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
 cudaError_t launch_matvec(const void *w, ElemType type, int64_t n_in, int64_t n_out, const float *x, float *y,
                           cudaStream_t stream)
 {
-    if (n_in <= 0 || n_out <= 0)
-        return cudaErrorInvalidValue;
-    switch (type) {
-    case ElemType::F32: return launch_typed<float>(w, n_in, n_out, x, y, stream);
-    case ElemType::F16: return launch_typed<__half>(w, n_in, n_out, x, y, stream);
-    case ElemType::BF16: return launch_typed<__nv_bfloat16>(w, n_in, n_out, x, y, stream);
-    }
-    return cudaErrorInvalidValue;
+    return launch_matvec_group(&w, &n_out, &y, 1, type, n_in, x, stream);
 }
 
 } // namespace longscope::cuda

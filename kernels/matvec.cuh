@@ -18,4 +18,13 @@ namespace longscope::cuda {
 cudaError_t launch_matvec(const void *w, ElemType type, int64_t n_in, int64_t n_out, const float *x, float *y,
                           cudaStream_t stream);
 
+// Up to this many matrices in one launch_matvec_group.
+constexpr int k_matvec_group_max = 4;
+
+// y_m = W_m x for m < count: matrices of one type and one n_in (a layer's query, key and value
+// projections; its gate and up projections) multiplied with the same activations in one launch,
+// each row as launch_matvec computes it.
+cudaError_t launch_matvec_group(const void *const *w, const int64_t *n_out, float *const *y, int count,
+                                ElemType type, int64_t n_in, const float *x, cudaStream_t stream);
+
 } // namespace longscope::cuda

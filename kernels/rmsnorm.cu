@@ -11,14 +11,25 @@ namespace {
 
 constexpr int k_threads = 256;
 
-__global__ void rmsnorm_kernel(const float *x, const float *__restrict__ weight, float *y, int n, float eps,
-                               float weight_offset)
+// With `residual`, x[i] += residual[i] first (written back), and the row normalised is the sum:
+// the same values as an add and then RMSNorm.
+__global__ void rmsnorm_kernel(float *x, const float *residual, const float *__restrict__ weight, float *y, int n,
+                               float eps, float weight_offset)
 {
-    const float *xr = x + size_t(blockIdx.x) * n;
+    float *xr = x + size_t(blockIdx.x) * n;
     float *yr = y + size_t(blockIdx.x) * n;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        ss += xr[i] * xr[i];
+    if (residual) {
+        const float *rr = residual + size_t(blockIdx.x) * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = xr[i] + rr[i];
+            xr[i] = v;
+            ss += v * v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            ss += xr[i] * xr[i];
+    }
     for (int off = 16; off > 0; off >>= 1)
         ss += __shfl_xor_sync(0xffffffffu, ss, off);
     __shared__ float warp_sums[k_threads / 32];
@@ -46,7 +57,16 @@ void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int
 {
     if (rows <= 0 || n <= 0)
         return;
-    rmsnorm_kernel<<<rows, k_threads, 0, stream>>>(x, weight, y, n, eps, weight_offset);
+    // x is only read when there is no residual.
+    rmsnorm_kernel<<<rows, k_threads, 0, stream>>>(const_cast<float *>(x), nullptr, weight, y, n, eps, weight_offset);
+}
+
+void launch_add_rmsnorm(float *x, const float *residual, const float *weight, float *y, int rows, int n, float eps,
+                        float weight_offset, cudaStream_t stream)
+{
+    if (rows <= 0 || n <= 0)
+        return;
+    rmsnorm_kernel<<<rows, k_threads, 0, stream>>>(x, residual, weight, y, n, eps, weight_offset);
 }
 
 } // namespace longscope::cuda

@@ -10,4 +10,9 @@ namespace longscope::cuda {
 void launch_rmsnorm(const float *x, const float *weight, float *y, int rows, int n, float eps, float weight_offset,
                     cudaStream_t stream);
 
+// x += residual (both [rows, n], x written back), then y = RMSNorm(x) as launch_rmsnorm (y must
+// not be residual): a residual connection and the next norm in one launch.
+void launch_add_rmsnorm(float *x, const float *residual, const float *weight, float *y, int rows, int n, float eps,
+                        float weight_offset, cudaStream_t stream);
+
 } // namespace longscope::cuda

@@ -18,9 +18,13 @@ namespace {
 
 constexpr int k_threads = 128;
 
-__global__ void rope_kernel(float *x, int n_heads, int head_dim, int n_rot, int style, const double *positions,
-                            double pos0, double pos_step, double pos_scale, const double *inv_freq)
+// Block (t, y): token t of x0 (y = 0, n_heads0 heads) or of x1 (y = 1, n_heads1 heads).
+__global__ void rope_kernel(float *x0, int n_heads0, float *x1, int n_heads1, int head_dim, int n_rot, int style,
+                            const double *positions, double pos0, double pos_step, double pos_scale,
+                            const double *inv_freq)
 {
+    float *x = blockIdx.y ? x1 : x0;
+    const int n_heads = blockIdx.y ? n_heads1 : n_heads0;
     extern __shared__ float cs[]; // cos [half], then sin [half]
     const int half = n_rot / 2;
     const int64_t t = blockIdx.x;
@@ -69,7 +73,20 @@ cudaError_t launch_rope(float *x, int64_t n_tokens, int n_heads, int head_dim, i
     if (n_rot % 2 != 0 || n_rot > head_dim || n_tokens > 2147483647 || !inv_freq)
         return cudaErrorInvalidValue;
     rope_kernel<<<unsigned(n_tokens), k_threads, size_t(n_rot) * sizeof(float), stream>>>(
-        x, n_heads, head_dim, n_rot, style, positions, pos0, pos_step, pos_scale, inv_freq);
+        x, n_heads, nullptr, 0, head_dim, n_rot, style, positions, pos0, pos_step, pos_scale, inv_freq);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_rope_pair(float *x0, int n_heads0, float *x1, int n_heads1, int64_t n_tokens, int head_dim,
+                             int n_rot, int style, double pos0, double pos_step, double pos_scale,
+                             const double *inv_freq, cudaStream_t stream)
+{
+    if (n_tokens <= 0 || n_rot <= 0 || (n_heads0 <= 0 && n_heads1 <= 0))
+        return cudaSuccess;
+    if (n_rot % 2 != 0 || n_rot > head_dim || n_tokens > 2147483647 || !inv_freq || n_heads0 < 0 || n_heads1 < 0)
+        return cudaErrorInvalidValue;
+    rope_kernel<<<dim3(unsigned(n_tokens), 2), k_threads, size_t(n_rot) * sizeof(float), stream>>>(
+        x0, n_heads0, x1, n_heads1, head_dim, n_rot, style, nullptr, pos0, pos_step, pos_scale, inv_freq);
     return cudaGetLastError();
 }
 

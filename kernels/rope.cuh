@@ -63,6 +63,13 @@ cudaError_t launch_rope(float *x, int64_t n_tokens, int n_heads, int head_dim, i
                         const double *positions, double pos0, double pos_step, double pos_scale,
                         const double *inv_freq, cudaStream_t stream);
 
+// launch_rope over two tensors of the same tokens in one launch (a step's queries and keys):
+// x0 with n_heads0 heads and x1 with n_heads1, consecutive positions (pos0 + t * pos_step) *
+// pos_scale. The same results as two launch_rope calls.
+cudaError_t launch_rope_pair(float *x0, int n_heads0, float *x1, int n_heads1, int64_t n_tokens, int head_dim,
+                             int n_rot, int style, double pos0, double pos_step, double pos_scale,
+                             const double *inv_freq, cudaStream_t stream);
+
 // Copies keys j0 .. j0+n_keys-1 (row k of src, n_heads * head_dim values in its encoding) into
 // dst (packed float rows) rotated for position j * pos_scale: the cache of keys stored before
 // RoPE, as attention sees it.

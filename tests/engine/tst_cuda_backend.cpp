@@ -82,6 +82,10 @@ struct CudaApi {
     LONGSCOPE_CUDA_FN(kv_info)
     LONGSCOPE_CUDA_FN(kv_clear)
     LONGSCOPE_CUDA_FN(kv_release)
+    LONGSCOPE_CUDA_FN(matvec_group)
+    LONGSCOPE_CUDA_FN(add_rmsnorm)
+    LONGSCOPE_CUDA_FN(rope_pair)
+    LONGSCOPE_CUDA_FN(kv_store)
 #undef LONGSCOPE_CUDA_FN
 
     // Empty when every entry point was found, else the first one missing.
@@ -124,6 +128,10 @@ struct CudaApi {
         LONGSCOPE_CUDA_LOAD(kv_info)
         LONGSCOPE_CUDA_LOAD(kv_clear)
         LONGSCOPE_CUDA_LOAD(kv_release)
+        LONGSCOPE_CUDA_LOAD(matvec_group)
+        LONGSCOPE_CUDA_LOAD(add_rmsnorm)
+        LONGSCOPE_CUDA_LOAD(rope_pair)
+        LONGSCOPE_CUDA_LOAD(kv_store)
 #undef LONGSCOPE_CUDA_LOAD
         return {};
     }
@@ -750,6 +758,114 @@ private slots:
                                                   .arg(tol)));
             }
         }
+    }
+
+    // ABI 5's fused ops give, byte for byte, what the ops they replace give: products with up to
+    // four matrices in one launch == one matmul each (one token; rows of 16-byte groups and
+    // rows of single values, every weight type); a residual add and RMSNorm == add, then
+    // rmsnorm (the sum written back too); RoPE of queries and keys together == two rope calls;
+    // a step's keys and values stored together == two conversions from F32 (every pair of
+    // KV types). Bad arguments are refused.
+    void fused_ops_equal_the_ops_they_replace()
+    {
+        REQUIRE_GPU();
+        for (int type : {LONGSCOPE_CUDA_F32, LONGSCOPE_CUDA_F16, LONGSCOPE_CUDA_BF16})
+            for (int64_t n_in : {int64_t(256), int64_t(333)}) {
+                const int64_t rows[] = {77, 300, 5};
+                const std::vector<float> x = random_floats(size_t(n_in), 61);
+                const float *dx = dev_upload(x);
+                const void *w[3];
+                float *y[3];
+                int64_t n_out[3];
+                std::vector<std::vector<float>> one(3);
+                for (int m = 0; m < 3; ++m) {
+                    const TypedWeight tw = typed_weight(type, n_in, rows[m], uint32_t(70 + m + type));
+                    void *dw = dev_alloc(tw.bytes());
+                    y[m] = static_cast<float *>(dev_alloc(size_t(rows[m]) * 4));
+                    QVERIFY2(dx && dw && y[m], m_api.error(m_ctx));
+                    CUDA_OK(m_api.upload(m_ctx, dw, tw.data(), tw.bytes()));
+                    w[m] = dw;
+                    n_out[m] = rows[m];
+                    CUDA_OK(m_api.matmul(m_ctx, dw, type, n_in, rows[m], dx, y[m], 1));
+                    one[m].resize(size_t(rows[m]));
+                    QVERIFY2(dev_download(one[m], static_cast<const float *>(y[m])), m_api.error(m_ctx));
+                    CUDA_OK(m_api.memset(m_ctx, y[m], 0, size_t(rows[m]) * 4));
+                }
+                CUDA_OK(m_api.matvec_group(m_ctx, type, n_in, dx, 3, w, n_out, y));
+                for (int m = 0; m < 3; ++m) {
+                    std::vector<float> grouped(size_t(rows[m]));
+                    QVERIFY2(dev_download(grouped, static_cast<const float *>(y[m])), m_api.error(m_ctx));
+                    QVERIFY2(std::memcmp(grouped.data(), one[m].data(), grouped.size() * 4) == 0,
+                             qPrintable(QStringLiteral("%1, n_in %2, matrix %3").arg(type_name(type)).arg(n_in).arg(m)));
+                }
+            }
+
+        {
+            const int64_t rows = 3, n = 1000;
+            const std::vector<float> x = random_floats(size_t(rows * n), 62, 2.0f), r = random_floats(size_t(rows * n), 63),
+                                     w = random_floats(size_t(n), 64);
+            float *dx1 = dev_upload(x), *dx2 = dev_upload(x);
+            const float *dr = dev_upload(r), *dw = dev_upload(w);
+            auto *dy1 = static_cast<float *>(dev_alloc(size_t(rows * n) * 4)),
+                 *dy2 = static_cast<float *>(dev_alloc(size_t(rows * n) * 4));
+            QVERIFY2(dx1 && dx2 && dr && dw && dy1 && dy2, m_api.error(m_ctx));
+            CUDA_OK(m_api.add(m_ctx, dx1, dr, dx1, rows * n));
+            CUDA_OK(m_api.rmsnorm(m_ctx, dx1, dw, dy1, rows, n, 1e-5f, 1.0f));
+            CUDA_OK(m_api.add_rmsnorm(m_ctx, dx2, dr, dw, dy2, rows, n, 1e-5f, 1.0f));
+            std::vector<float> x1(size_t(rows * n)), x2(x1.size()), y1(x1.size()), y2(x1.size());
+            QVERIFY(dev_download(x1, static_cast<const float *>(dx1)) && dev_download(x2, static_cast<const float *>(dx2)));
+            QVERIFY(dev_download(y1, static_cast<const float *>(dy1)) && dev_download(y2, static_cast<const float *>(dy2)));
+            QVERIFY(std::memcmp(x1.data(), x2.data(), x1.size() * 4) == 0);
+            QVERIFY(std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0);
+            QCOMPARE(m_api.add_rmsnorm(m_ctx, dx2, dr, dw, const_cast<float *>(dr), rows, n, 1e-5f, 0.0f),
+                     LONGSCOPE_CUDA_ERR_ARGUMENT);
+        }
+
+        for (const auto style : {RopeStyle::Interleaved, RopeStyle::RotateHalf}) {
+            const int64_t n_tokens = 5;
+            const int n_head = 6, n_head_kv = 2, head_dim = 64, n_rot = 48;
+            const std::vector<float> q = random_floats(size_t(n_tokens * n_head * head_dim), 65),
+                                     k = random_floats(size_t(n_tokens * n_head_kv * head_dim), 66);
+            float *dq1 = dev_upload(q), *dq2 = dev_upload(q), *dk1 = dev_upload(k), *dk2 = dev_upload(k);
+            const double *dfreq = dev_upload(inv_freq(10000.0, n_rot));
+            QVERIFY2(dq1 && dq2 && dk1 && dk2 && dfreq, m_api.error(m_ctx));
+            CUDA_OK(m_api.rope(m_ctx, dq1, n_tokens, n_head, head_dim, n_rot, int(style), nullptr, 37.0, 1.0, 0.5, dfreq));
+            CUDA_OK(m_api.rope(m_ctx, dk1, n_tokens, n_head_kv, head_dim, n_rot, int(style), nullptr, 37.0, 1.0, 0.5, dfreq));
+            CUDA_OK(m_api.rope_pair(m_ctx, dq2, n_head, dk2, n_head_kv, n_tokens, head_dim, n_rot, int(style), 37.0, 0.5,
+                                    dfreq));
+            std::vector<float> q1(q.size()), q2(q.size()), k1(k.size()), k2(k.size());
+            QVERIFY(dev_download(q1, static_cast<const float *>(dq1)) && dev_download(q2, static_cast<const float *>(dq2)));
+            QVERIFY(dev_download(k1, static_cast<const float *>(dk1)) && dev_download(k2, static_cast<const float *>(dk2)));
+            QVERIFY(std::memcmp(q1.data(), q2.data(), q1.size() * 4) == 0);
+            QVERIFY(std::memcmp(k1.data(), k2.data(), k1.size() * 4) == 0);
+            QVERIFY(q1 != q); // something was rotated
+        }
+
+        const int kv_types[] = {LONGSCOPE_CUDA_KV_F32, LONGSCOPE_CUDA_KV_F16, LONGSCOPE_CUDA_KV_Q8_0, LONGSCOPE_CUDA_KV_Q4_0};
+        for (int kt : kv_types)
+            for (int vt : kv_types) {
+                const int64_t n_rows = 3, n = 256;
+                const std::vector<float> k = random_floats(size_t(n_rows * n), 67), v = random_floats(size_t(n_rows * n), 68);
+                const float *dk = dev_upload(k), *dv = dev_upload(v);
+                const size_t kb = size_t(n_rows) * kv_type_row_bytes(KvType(kt), n),
+                             vb = size_t(n_rows) * kv_type_row_bytes(KvType(vt), n);
+                void *k1 = dev_alloc(kb), *k2 = dev_alloc(kb), *v1 = dev_alloc(vb), *v2 = dev_alloc(vb);
+                QVERIFY2(dk && dv && k1 && k2 && v1 && v2, m_api.error(m_ctx));
+                CUDA_OK(m_api.kv_convert(m_ctx, dk, LONGSCOPE_CUDA_KV_F32, k1, kt, n_rows, n));
+                CUDA_OK(m_api.kv_convert(m_ctx, dv, LONGSCOPE_CUDA_KV_F32, v1, vt, n_rows, n));
+                CUDA_OK(m_api.kv_store(m_ctx, dk, k2, kt, dv, v2, vt, n_rows, n));
+                std::vector<uint8_t> a(kb), b(kb), c(vb), d(vb);
+                QVERIFY(dev_download(a, static_cast<const uint8_t *>(k1)) && dev_download(b, static_cast<const uint8_t *>(k2)));
+                QVERIFY(dev_download(c, static_cast<const uint8_t *>(v1)) && dev_download(d, static_cast<const uint8_t *>(v2)));
+                QVERIFY2(a == b && c == d, qPrintable(QStringLiteral("keys %1, values %2").arg(kt).arg(vt)));
+            }
+
+        const void *none[1] = {nullptr};
+        int64_t zero[1] = {0};
+        float *no_y[1] = {nullptr};
+        QCOMPARE(m_api.matvec_group(m_ctx, LONGSCOPE_CUDA_F16, 64, nullptr, 0, none, zero, no_y), LONGSCOPE_CUDA_ERR_ARGUMENT);
+        QCOMPARE(m_api.matvec_group(m_ctx, LONGSCOPE_CUDA_F16, 64, nullptr, 5, none, zero, no_y), LONGSCOPE_CUDA_ERR_ARGUMENT);
+        QCOMPARE(m_api.kv_store(m_ctx, nullptr, nullptr, 9, nullptr, nullptr, 0, 1, 32), LONGSCOPE_CUDA_ERR_ARGUMENT);
     }
 
     void rope_matches_the_cpu()

@@ -50,10 +50,16 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         be.scale(a.x, std::sqrt(float(e)), n * e);
 
     uint64_t attn_scratch = 0;
+    // The feed-forward output of the previous layer waits in a.proj to be added to a.x, in the
+    // same pass as this layer's first norm.
+    bool residual_pending = false;
     for (int l = 0; l < hp.n_layer; ++l) {
         const LayerWeights &lw = w.layers[size_t(l)];
         const bool swa = hp.layer_is_swa(l);
-        be.rmsnorm(a.x, lw.attn_norm, a.xn, n, e, hp.rms_eps, off);
+        if (residual_pending)
+            be.add_rmsnorm(a.x, a.proj, lw.attn_norm, a.xn, n, e, hp.rms_eps, off);
+        else
+            be.rmsnorm(a.x, lw.attn_norm, a.xn, n, e, hp.rms_eps, off);
         // q [n, n_head, hd], k and v [n, n_head_kv, hd]
         const Projection qkv[] = {{&lw.wq, a.q}, {&lw.wk, a.k}, {&lw.wv, a.v}};
         be.matmul_group(qkv, a.xn, n);
@@ -70,9 +76,8 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
             const ForwardSegment &seg = segs[s];
             const ForwardParams params = swa && hp.per_layer_rope() ? local_rope(seg.params, hp) : seg.params;
             const int64_t o = offset[s], ns = int64_t(seg.tokens.size());
-            be.rope(a.q + o * eq, ns, hp.n_head, seg.n_past, params);
-            if (!params.keys_before_rope)
-                be.rope(a.k + o * ekv, ns, hp.n_head_kv, seg.n_past, params);
+            be.rope_qk(a.q + o * eq, hp.n_head, params.keys_before_rope ? nullptr : a.k + o * ekv, hp.n_head_kv, ns,
+                       seg.n_past, params);
             // Append this segment's keys and values at their positions in its own cache.
             be.store_kv(*seg.kv, l, seg.n_past, a.k + o * ekv, a.v + o * ekv, ns);
 
@@ -98,9 +103,7 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         be.matmul(lw.wo, a.attn, a.proj, n);
         if (hp.post_norms)
             be.rmsnorm(a.proj, lw.attn_post_norm, a.proj, n, e, hp.rms_eps, off);
-        be.add_inplace(a.x, a.proj, n * e);
-
-        be.rmsnorm(a.x, lw.ffn_norm, a.xn, n, e, hp.rms_eps, off);
+        be.add_rmsnorm(a.x, a.proj, lw.ffn_norm, a.xn, n, e, hp.rms_eps, off);
         const Projection gate_up[] = {{&lw.w_gate, a.gate}, {&lw.w_up, a.up}}; // [n, n_ff] each
         be.matmul_group(gate_up, a.xn, n);
         if (hp.ffn_act == FfnActivation::GeluTanh)
@@ -110,8 +113,10 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         be.matmul(lw.w_down, a.gate, a.proj, n);
         if (hp.post_norms)
             be.rmsnorm(a.proj, lw.ffn_post_norm, a.proj, n, e, hp.rms_eps, off);
-        be.add_inplace(a.x, a.proj, n * e);
+        residual_pending = true;
     }
+    if (residual_pending)
+        be.add_inplace(a.x, a.proj, n * e);
 
     // Final norm and LM head for the rows asked for, gathered in segment order.
     int64_t n_out = 0;

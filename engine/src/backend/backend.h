@@ -173,6 +173,15 @@ public:
     // row t at position (pos0 + t) * params.pos_scale with params.rope_base and
     // params.rope_factors.
     virtual void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) = 0;
+    // RoPE of a step's queries q (n_head heads) and keys k (n_head_kv heads; null: the queries
+    // alone), as two rope calls give it; a backend may do both in one pass.
+    virtual void rope_qk(float *q, int n_head, float *k, int n_head_kv, int64_t n_rows, int64_t pos0,
+                         const ForwardParams &params)
+    {
+        rope(q, n_rows, n_head, pos0, params);
+        if (k)
+            rope(k, n_rows, n_head_kv, pos0, params);
+    }
     // Writes n rows of keys and values [n, n_embd_kv] at positions pos0 .. pos0 + n - 1.
     virtual void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) = 0;
     // Attention as params say (plain or memory-efficient, causal flash, keys rotated while
@@ -180,6 +189,14 @@ public:
     virtual AttentionResult attention(const AttentionCall &call, const ForwardParams &params) = 0;
     // x += y over n values (the residual).
     virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
+    // x += y over n_rows rows of n, then out = RMSNorm(x) as rmsnorm gives it (a residual
+    // connection and the norm after it); a backend may do both in one pass.
+    virtual void add_rmsnorm(float *x, const float *y, const WeightView &weight, float *out, int64_t n_rows,
+                             int64_t n, float eps, float weight_offset)
+    {
+        add_inplace(x, y, n_rows * n);
+        rmsnorm(x, weight, out, n_rows, n, eps, weight_offset);
+    }
     // out = silu(gate) * up over n values.
     virtual void swiglu(const float *gate, const float *up, float *out, int64_t n) = 0;
     // out = gelu(gate) * up over n values, gelu with the tanh approximation (GeGLU).

@@ -570,6 +570,76 @@ LONGSCOPE_CUDA_EXPORT int longscope_cuda_attention(LongscopeCudaContext *ctx, co
     }
 }
 
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_matvec_group(LongscopeCudaContext *ctx, int type, int64_t n_in,
+                                                      const float *x, int count, const void *const *w,
+                                                      const int64_t *n_out, float *const *y)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    OpScope scope(ctx, "matvec_group");
+    if (!weight_type_ok(type))
+        return fail_arg(ctx, "matvec_group: unsupported weight type %d (F32, F16 or BF16)", type);
+    if (count < 1 || count > k_matvec_group_max || !w || !n_out || !y || !x)
+        return fail_arg(ctx, "matvec_group: %d matrices (1 to %d, with weights, sizes and outputs)", count,
+                        k_matvec_group_max);
+    if (n_in <= 0 || n_in > INT_MAX)
+        return fail_arg(ctx, "matvec_group: n_in %lld out of range", (long long)n_in);
+    for (int m = 0; m < count; ++m)
+        if (!w[m] || !y[m] || n_out[m] <= 0 || n_out[m] > INT_MAX)
+            return fail_arg(ctx, "matvec_group: matrix %d has no data or %lld rows", m, (long long)n_out[m]);
+    return check_launch(ctx, "matrix-vector kernel",
+                        launch_matvec_group(w, n_out, y, count, ElemType(type), n_in, x, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_add_rmsnorm(LongscopeCudaContext *ctx, float *x, const float *residual,
+                                                     const float *weight, float *y, int64_t rows, int64_t n,
+                                                     float eps, float weight_offset)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    OpScope scope(ctx, "add_rmsnorm");
+    if (rows < 0 || n < 0 || rows > INT_MAX || n > INT_MAX)
+        return fail_arg(ctx, "add_rmsnorm: sizes out of range (%lld rows of %lld)", (long long)rows, (long long)n);
+    if (y == residual && rows > 0 && n > 0)
+        return fail_arg(ctx, "add_rmsnorm: the output may not be the residual");
+    launch_add_rmsnorm(x, residual, weight, y, int(rows), int(n), eps, weight_offset, ctx->stream);
+    return check_launch(ctx, "add_rmsnorm kernel", cudaGetLastError());
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_rope_pair(LongscopeCudaContext *ctx, float *x0, int n_heads0, float *x1,
+                                                   int n_heads1, int64_t n_tokens, int head_dim, int n_rot,
+                                                   int style, double pos0, double pos_scale, const double *inv_freq)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    OpScope scope(ctx, "rope_pair");
+    if (n_heads0 < 0 || n_heads1 < 0 || head_dim < 0 || n_tokens < 0 || n_tokens > INT_MAX)
+        return fail_arg(ctx, "rope_pair: sizes out of range (%lld tokens of %d and %d heads of %d)",
+                        (long long)n_tokens, n_heads0, n_heads1, head_dim);
+    if (int rc = check_rope_args(ctx, "rope_pair", head_dim, n_rot, style, inv_freq))
+        return rc;
+    return check_launch(ctx, "rope kernel",
+                        launch_rope_pair(x0, n_heads0, x1, n_heads1, n_tokens, head_dim, n_rot, style, pos0, 1.0,
+                                         pos_scale, inv_freq, ctx->stream));
+}
+
+LONGSCOPE_CUDA_EXPORT int longscope_cuda_kv_store(LongscopeCudaContext *ctx, const float *k, void *k_dst, int k_type,
+                                                  const float *v, void *v_dst, int v_type, int64_t n_rows, int64_t n)
+{
+    if (int rc = enter(ctx))
+        return rc;
+    OpScope scope(ctx, "kv_store");
+    if (!kv_type_valid(k_type) || !kv_type_valid(v_type))
+        return fail_arg(ctx, "kv_store: unknown KV type (%d, %d)", k_type, v_type);
+    if (n_rows < 0 || n < 0)
+        return fail_arg(ctx, "kv_store: negative size (%lld rows of %lld)", (long long)n_rows, (long long)n);
+    if ((kv_type_blocked(k_type) || kv_type_blocked(v_type)) && n % k_kv_block != 0)
+        return fail_arg(ctx, "kv_store: rows of %lld values are not whole blocks of 32 (%s, %s)", (long long)n,
+                        kv_type_name(k_type), kv_type_name(v_type));
+    return check_launch(ctx, "KV store",
+                        launch_kv_store_pair(k, k_dst, k_type, v, v_dst, v_type, n_rows, n, ctx->stream));
+}
+
 LONGSCOPE_CUDA_EXPORT int longscope_cuda_argmax(LongscopeCudaContext *ctx, const float *logits, int64_t n_rows,
                                                 int64_t n, int32_t *out)
 {

@@ -13,7 +13,10 @@
 //    attention with a score scale, soft-capping and a sliding window over keys and values
 //    stored as F32, F16, Q8_0 or Q4_0 rows; KV caches whose keys and values have rows of their
 //    own sizes; conversion of rows between those types.
-#define LONGSCOPE_CUDA_ABI_VERSION 4
+// 5: fused ops for a decode step's launches: products of one activation row with up to four
+//    matrices, RoPE of queries and keys together, a residual add with the next RMSNorm, a step's
+//    keys and values stored together.
+#define LONGSCOPE_CUDA_ABI_VERSION 5
 
 extern "C" {
 
@@ -217,6 +220,32 @@ int longscope_cuda_argmax(LongscopeCudaContext *ctx, const float *logits, int64_
 
 // Queues a device-to-device copy of `bytes` on the context's stream (does not wait).
 int longscope_cuda_copy(LongscopeCudaContext *ctx, void *device_dst, const void *device_src, size_t bytes);
+
+// ---------------------------------------------------------------------------------------------
+// ABI 5: fused ops (each gives the results of the ops it replaces, bit for bit).
+
+// y_m = W_m x for m < count (1 .. 4): matrices of one `type` (F32, F16, BF16) and one n_in,
+// n_out[m] rows each, times one activation row x [n_in]; y_m [n_out[m]] floats. As
+// longscope_cuda_matmul with one token, in one launch.
+int longscope_cuda_matvec_group(LongscopeCudaContext *ctx, int type, int64_t n_in, const float *x, int count,
+                                const void *const *w, const int64_t *n_out, float *const *y);
+
+// x += residual over [rows, n] (x written back), then y = RMSNorm(x) as longscope_cuda_rmsnorm
+// (y may not be residual).
+int longscope_cuda_add_rmsnorm(LongscopeCudaContext *ctx, float *x, const float *residual, const float *weight,
+                               float *y, int64_t rows, int64_t n, float eps, float weight_offset);
+
+// longscope_cuda_rope of two tensors of the same n_tokens tokens (queries with n_heads0 heads,
+// keys with n_heads1) at positions (pos0 + t) * pos_scale, in one launch.
+int longscope_cuda_rope_pair(LongscopeCudaContext *ctx, float *x0, int n_heads0, float *x1, int n_heads1,
+                             int64_t n_tokens, int head_dim, int n_rot, int style, double pos0, double pos_scale,
+                             const double *inv_freq);
+
+// Stores a step's keys and values: n_rows packed float rows of n values from k and v into
+// k_dst as k_type and v_dst as v_type (LONGSCOPE_CUDA_KV_*), as two longscope_cuda_kv_convert
+// calls from F32 would.
+int longscope_cuda_kv_store(LongscopeCudaContext *ctx, const float *k, void *k_dst, int k_type, const float *v,
+                            void *v_dst, int v_type, int64_t n_rows, int64_t n);
 
 // KV cache modes on the device (numbered as longscope::KvMode; "none" keeps no cache).
 #define LONGSCOPE_CUDA_KV_CONCAT 1 // a new buffer, a copy and a free each time it grows

@@ -144,6 +144,10 @@ CudaApi load_cuda_api()
     LONGSCOPE_CUDA_API_LOAD(kv_info)
     LONGSCOPE_CUDA_API_LOAD(kv_clear)
     LONGSCOPE_CUDA_API_LOAD(kv_release)
+    LONGSCOPE_CUDA_API_LOAD(matvec_group)
+    LONGSCOPE_CUDA_API_LOAD(add_rmsnorm)
+    LONGSCOPE_CUDA_API_LOAD(rope_pair)
+    LONGSCOPE_CUDA_API_LOAD(kv_store)
 #undef LONGSCOPE_CUDA_API_LOAD
     return api;
 }

@@ -41,6 +41,10 @@ struct CudaApi {
     LONGSCOPE_CUDA_API_FN(kv_info)
     LONGSCOPE_CUDA_API_FN(kv_clear)
     LONGSCOPE_CUDA_API_FN(kv_release)
+    LONGSCOPE_CUDA_API_FN(matvec_group)
+    LONGSCOPE_CUDA_API_FN(add_rmsnorm)
+    LONGSCOPE_CUDA_API_FN(rope_pair)
+    LONGSCOPE_CUDA_API_FN(kv_store)
 #undef LONGSCOPE_CUDA_API_FN
     std::string device_name; // the GPU the probe found first
 };

@@ -495,6 +495,26 @@ void CudaBackend::matmul(const WeightView &w, const float *x, float *y, int64_t 
 
 void CudaBackend::matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows)
 {
+    // One token: the products of matrices of one type and width in one launch.
+    if (n_rows == 1 && !outs.empty() && outs.size() <= 4) {
+        const void *w[4];
+        int64_t n_out[4];
+        float *y[4];
+        const DeviceWeight &first = device(*outs[0].w);
+        bool same = true;
+        for (size_t m = 0; m < outs.size(); ++m) {
+            const DeviceWeight &d = device(*outs[m].w);
+            same = same && d.type == first.type && d.n_in == first.n_in;
+            w[m] = d.data;
+            n_out[m] = d.n_out;
+            y[m] = outs[m].y;
+        }
+        if (same) {
+            check(m_api.matvec_group(m_ctx, first.type, first.n_in, x, int(outs.size()), w, n_out, y),
+                  "matrix products");
+            return;
+        }
+    }
     for (const Projection &o : outs)
         matmul(*o.w, x, o.y, n_rows);
 }
@@ -507,17 +527,27 @@ void CudaBackend::rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, cons
           "RoPE");
 }
 
+void CudaBackend::rope_qk(float *q, int n_head, float *k, int n_head_kv, int64_t n_rows, int64_t pos0,
+                          const ForwardParams &params)
+{
+    if (!k) {
+        rope(q, n_rows, n_head, pos0, params);
+        return;
+    }
+    const double *inv = freq_table(params.rope_base, params.rope_factors);
+    check(m_api.rope_pair(m_ctx, q, n_head, k, n_head_kv, n_rows, m_hp.head_dim(), m_hp.n_rot, int(m_hp.rope_style),
+                          double(pos0), params.pos_scale, inv),
+          "RoPE");
+}
+
 void CudaBackend::store_kv(KvCache &kv_in, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows)
 {
     // Encoded once, here, as the row is written.
     CudaKvCache &kv = device_cache(kv_in);
-    const int64_t ekv = m_hp.n_embd_kv();
-    check(m_api.kv_convert(m_ctx, k, LONGSCOPE_CUDA_KV_F32, kv.key_data(layer) + uint64_t(pos0) * kv.row_bytes(0),
-                           cuda_kv_type(kv.type_k()), n_rows, ekv),
-          "storing keys");
-    check(m_api.kv_convert(m_ctx, v, LONGSCOPE_CUDA_KV_F32, kv.value_data(layer) + uint64_t(pos0) * kv.row_bytes(1),
-                           cuda_kv_type(kv.type_v()), n_rows, ekv),
-          "storing values");
+    check(m_api.kv_store(m_ctx, k, kv.key_data(layer) + uint64_t(pos0) * kv.row_bytes(0), cuda_kv_type(kv.type_k()),
+                         v, kv.value_data(layer) + uint64_t(pos0) * kv.row_bytes(1), cuda_kv_type(kv.type_v()),
+                         n_rows, m_hp.n_embd_kv()),
+          "storing keys and values");
 }
 
 AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardParams &params)
@@ -563,6 +593,17 @@ AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardPara
     LongscopeCudaAttentionInfo info{};
     check(m_api.attention(m_ctx, &a, &info), "attention");
     return {info.scratch_bytes, 0};
+}
+
+void CudaBackend::add_rmsnorm(float *x, const float *y, const WeightView &weight, float *out, int64_t n_rows,
+                              int64_t n, float eps, float weight_offset)
+{
+    const DeviceWeight &w = device(weight);
+    if (w.n_in != n)
+        throw BackendError("CUDA: RMSNorm over rows of " + std::to_string(n) + " with the weight " + weight.name +
+                           " of " + std::to_string(w.n_in));
+    check(m_api.add_rmsnorm(m_ctx, x, y, static_cast<const float *>(w.data), out, n_rows, n, eps, weight_offset),
+          "residual add and RMSNorm");
 }
 
 void CudaBackend::add_inplace(float *x, const float *y, int64_t n)

@@ -112,6 +112,10 @@ public:
     void matmul(const WeightView &w, const float *x, float *y, int64_t n_rows) override;
     void matmul_group(std::span<const Projection> outs, const float *x, int64_t n_rows) override;
     void rope(float *x, int64_t n_rows, int n_heads, int64_t pos0, const ForwardParams &params) override;
+    void rope_qk(float *q, int n_head, float *k, int n_head_kv, int64_t n_rows, int64_t pos0,
+                 const ForwardParams &params) override;
+    void add_rmsnorm(float *x, const float *y, const WeightView &weight, float *out, int64_t n_rows, int64_t n,
+                     float eps, float weight_offset) override;
     void store_kv(KvCache &kv, int layer, int64_t pos0, const float *k, const float *v, int64_t n_rows) override;
     AttentionResult attention(const AttentionCall &call, const ForwardParams &params) override;
     void add_inplace(float *x, const float *y, int64_t n) override;
