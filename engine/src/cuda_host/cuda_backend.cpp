@@ -577,7 +577,7 @@ AttentionResult CudaBackend::attention(const AttentionCall &c, const ForwardPara
     // Unlike the CPU's tiled kernels the device's know soft-capping and windows; heads above the
     // tiled kernel's limit take the plain one. A few queries (a decode step) take split-KV
     // decoding: the tiled kernel would run one block per head walking the whole cache, where
-    // split-KV cuts the cache into ranges of k_split_keys keys, a block each, and merges them.
+    // split-KV cuts the cache into ranges, a block each, and merges them.
     if (params.memory_efficient && c.n_q <= k_split_max_queries) {
         a.algorithm = LONGSCOPE_CUDA_ATTN_SPLIT_KV;
         // Enough ranges for about k_split_blocks blocks of (query, KV head), none under
