@@ -74,6 +74,11 @@ private slots:
         QVERIFY(t.bf16_dot && t.pack_weights && t.copy_weights && t.attention_v4 && t.attention_v3);
         QVERIFY(!t.amx && !t.amx_attention); // no AMX tiles among the features
         QCOMPARE(t.quant_matmul, QuantMatmulPath::Auto);
+        // The VNNI decode kernels' L1 prefetch distance, by vendor (packed.cpp: measured).
+        QCOMPARE(t.decode_prefetch_near, 1024);
+        CpuFeatures amd = all;
+        amd.amd = true;
+        QCOMPARE(make_kernel_table(amd, {}).decode_prefetch_near, 512);
 
         // AMX tiles: used at the AVX-512 level with BF16 (their operands are prepared with it),
         // unless the options turn them off.

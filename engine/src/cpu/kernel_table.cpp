@@ -51,6 +51,7 @@ CpuFeatures detect()
     f.x86_64_v3 = is_x86_64_v3();
     f.x86_64_v4 = is_x86_64_v4();
     f.amx_bf16 = f.avx512_bf16 && amx_bf16_usable();
+    f.amd = __builtin_cpu_is("amd");
     return f;
 }
 
@@ -102,6 +103,7 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     t.amx = options.amx && t.bf16_dot && f.amx_bf16;
     t.amx_attention = t.amx && options.amx_attention;
     t.decode_prefetch = options.decode_prefetch;
+    t.decode_prefetch_near = f.amd ? 512 : 1024;
     // Attention's x86-64-v3 build computes the v4 build's bits (both fuse the same multiply-adds)
     // but the baseline build, without FMA, rounds differently: below the AVX-512 level the v3
     // build runs wherever the CPU has it, the portable level included, so that forcing a level

@@ -17,6 +17,7 @@ struct CpuFeatures {
     bool x86_64_v3 = false;   // the whole x86-64-v3 level (attention's AVX2 build)
     bool x86_64_v4 = false;   // the whole x86-64-v4 level (attention's AVX-512 build)
     bool amx_bf16 = false;    // AMX tiles with BF16 products, granted to this process (cpu/amx.h)
+    bool amd = false;         // an AMD processor (the decode prefetch distance is tuned per vendor)
 };
 
 // The vector kernel set in use.
@@ -42,6 +43,9 @@ struct CpuKernelTable {
     bool amx_attention = false;
     // Decode's kernels ask for the weight bytes ahead of the ones they read (packed.cpp, gemm.cpp).
     bool decode_prefetch = true;
+    // How far ahead the VNNI decode kernels ask for lines into L1 (bytes; into L2 they ask 4096
+    // on): 512 on AMD processors, 1024 on others (packed.cpp says what was measured).
+    int decode_prefetch_near = 1024;
     // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
     // (whatever the level: the baseline build gives other bits), else the baseline.
     bool attention_v4 = false, attention_v3 = false;

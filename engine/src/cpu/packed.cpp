@@ -903,7 +903,8 @@ namespace {
 // requests, 27 with them. So the one-token kernels ask for the lines a fixed distance further
 // on, one request per 64-byte line, where kernel_table().decode_prefetch holds: the AVX2 ones
 // 4096 bytes on into L1 at the start of each block (prefetch_ahead), the VNNI ones 1024 bytes
-// on into L1 and 4096 on into L2, spread over each block's loop (prefetch_part). A request
+// (512 on AMD processors, prefetch_part) on into L1 and 4096 on into L2, spread over each
+// block's loop (prefetch_part). A request
 // past the end of the matrix is harmless: prefetches do not fault. The distances are the best
 // measured, in whole decode steps alternating: 4096 for the AVX2 kernels (the EPYC); for the
 // VNNI ones (the Xeon, two threads, tokens/s, all of a block's requests at its start): Q8_0
@@ -916,7 +917,7 @@ namespace {
 // Q6_K 29.1-29.6 -> 34.3-34.9, Q4_0 49.2-50.6 -> 51.3-51.4, Q5_1 36.4-36.5 -> 39.6-40.4, Q2_K
 // 53.3-53.4 -> 63.4-63.5, Q3_K_M 46.2 -> 54.4, IQ4_XS 44.8 -> 47.1).
 constexpr size_t decode_prefetch_distance_avx2 = 4096;
-constexpr size_t decode_prefetch_near_vnni = 1024, decode_prefetch_far_vnni = 4096;
+constexpr size_t decode_prefetch_far_vnni = 4096;
 __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t distance)
 {
     for (size_t o = 0; o < bytes; o += 64)
@@ -925,15 +926,20 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size
 
 // The VNNI kernels' requests for a block of `bytes` (a multiple of 64) at p, spread over the
 // `parts` steps of the block's loop: step `part` asks for its share of the block's lines, each
-// decode_prefetch_near_vnni bytes on into L1 and decode_prefetch_far_vnni bytes on into L2.
+// `near` bytes on into L1 (kernel_table().decode_prefetch_near) and decode_prefetch_far_vnni
+// bytes on into L2. On the AMD EPYC of family 26 (Zen 5, AVX-512 VNNI) 512 bytes into L1 read
+// faster than the 1024 measured best on the Xeon: TinyLlama decode, two threads, three rounds
+// alternating the two distances in one build, tokens/s: Q8_0 59.4, 60.3, 59.7 at 1024 against
+// 62.6, 67.2, 66.9 at 512; Q6_K 68.6, 73.1, 72.1 against 73.5, 80.8, 77.1.
 // All of a block's requests at its start
 // instead read 8% slower (TinyLlama Q8_0 decode, two threads, the same binary alternating, 26.6-26.7
 // tokens/s against 28.6-29.0; with the requests into L1 alone spread, 26.6-27.4).
-__attribute__((always_inline)) inline void prefetch_part(const uint8_t *p, size_t bytes, size_t part, size_t parts)
+__attribute__((always_inline)) inline void prefetch_part(const uint8_t *p, size_t bytes, size_t part, size_t parts,
+                                                         size_t near)
 {
     const size_t lines = bytes / 64;
     for (size_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) {
-        _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_near_vnni + 64 * l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(p + near + 64 * l), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_far_vnni + 64 * l), _MM_HINT_T1);
     }
 }
@@ -1044,6 +1050,7 @@ template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
+    const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 4
@@ -1070,7 +1077,7 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
                 if (prefetch)
-                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32);
+                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32, near);
                 const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
                 __m512i lo = _mm512_and_si512(v, low);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
@@ -1166,6 +1173,7 @@ template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
+    const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 4
@@ -1187,7 +1195,7 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
             for (int e = 0; e < 2; ++e) {
                 const int g = 2 * k + e;
                 if (prefetch)
-                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(g), 16);
+                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(g), 16, near);
                 __m512i u[4];
                 q6_k_like_codes<T>(b, k, e, u);
                 const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -1261,6 +1269,7 @@ template <DType T, int NT, class Acts>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
+    const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nb = n_in / qk;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[NT];
@@ -1283,7 +1292,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             #pragma GCC unroll 8
             for (int w = 0; w < 8; w += 2) {
                 if (prefetch)
-                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w / 2), 8);
+                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w / 2), 8, near);
                 is[0] = dpbusd_bcast(is[0], _mm512_loadu_si512(c + 64 * w), x.word(0, b, w));
                 odd = dpbusd_bcast(odd, _mm512_loadu_si512(c + 64 * w + 64), x.word(0, b, w + 1));
             }
@@ -1300,7 +1309,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             #pragma GCC unroll 4
             for (int w = 0; w < 4; ++w) {
                 if (prefetch)
-                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w), 8);
+                    prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w), 8, near);
                 const __m512i v = _mm512_loadu_si512(c + 64 * w);
                 __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 if constexpr (b32_table(T)) { // the values + 128, from the table
