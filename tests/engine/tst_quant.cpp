@@ -965,23 +965,25 @@ private slots:
                         QVERIFY(bits_of(yp[i]) == bits_of(first[i]));
                 }
         }
-        // The VNNI kernels over the tiles of four tokens pack_acts copies: the bits of the tiles
-        // above, NaN for the poisoned token of the first tile.
+        // The VNNI kernels over the tiles of four tokens pack_acts copies, one group at a time
+        // and two side by side (the last one alone when the count is odd): the bits of the
+        // tiles above, NaN for the poisoned token of the first tile.
         if (packed_kernel_available(QKernel::Vnni))
-            for (const QuantizedActs *from : {&acts, &poisoned}) {
+            for (const QuantizedActs *from : {&acts, &poisoned})
+                for (int side_by_side : {1, 2}) {
                 PackedActs pa;
                 pack_acts(nullptr, *from, pa);
                 QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
                 std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
-                for (int64_t g = 0; g < groups; ++g)
+                for (int64_t g = 0; g < groups; g += side_by_side)
                     for (int64_t tile = 0; tile < pa.n_tiles; ++tile)
-                        packed_tile_acts(type, pk, n_in, g, pa, tile, yt.data() + tile * packed_act_tile * n_out + g * 16,
-                                         n_out);
+                        packed_tile_acts(type, pk, n_in, g, int(std::min<int64_t>(side_by_side, groups - g)), pa, tile,
+                                         yt.data() + tile * packed_act_tile * n_out + g * 16, n_out);
                 for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
                     for (int o = 0; o < n_out; ++o) {
                         const size_t i = size_t(t * n_out + o);
-                        const QString where = QString("tiled t %1 o %2: %3 vs %4").arg(t).arg(o).arg(yt[i], 0, 'g', 9)
-                                                  .arg(first[i], 0, 'g', 9);
+                        const QString where = QString("tiled (%1 groups) t %2 o %3: %4 vs %5").arg(side_by_side).arg(t)
+                                                  .arg(o).arg(yt[i], 0, 'g', 9).arg(first[i], 0, 'g', 9);
                         if (from == &poisoned && t == 2)
                             QVERIFY2(std::isnan(yt[i]), qPrintable(where));
                         else

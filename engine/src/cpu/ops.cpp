@@ -134,15 +134,21 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
         constexpr int64_t gr = packed_group_rows;
         for (int64_t g0 = 0; g0 < n_tokens; g0 += token_group) {
             const int64_t g_end = std::min(n_tokens, g0 + token_group);
-            for (int64_t gi = (begin + gr - 1) / gr; gi < (end + gr - 1) / gr; ++gi)
+            const int64_t g_last = (end + gr - 1) / gr;
+            for (int64_t gi = (begin + gr - 1) / gr; gi < g_last; gi += 2) {
+                // Two groups side by side share each load of the tile's activations.
+                const int ng = int(std::min<int64_t>(2, g_last - gi));
                 for (int64_t t = g0; t < g_end; t += 4) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
                     if (pa && t / packed_act_tile < pa->n_tiles)
-                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, *pa, t / packed_act_tile,
+                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, ng, *pa, t / packed_act_tile,
                                          y + t * n_out + gi * gr, n_out);
                     else
-                        packed_tile(w.type, w.cpu_packed, w.ne(0), gi, a, t, nt, y + t * n_out + gi * gr, n_out);
+                        for (int k = 0; k < ng; ++k)
+                            packed_tile(w.type, w.cpu_packed, w.ne(0), gi + k, a, t, nt, y + t * n_out + (gi + k) * gr,
+                                        n_out);
                 }
+            }
         }
         return;
     }

@@ -1265,26 +1265,32 @@ LS_PACKED_VNNI inline __m512i iq4_table_128()
 // times the sum of the block's activation codes, so it ends as sum(q x) with q the signed code;
 // then acc += float(sum) * (d_w d_x). Q4_1, Q5_1: the 4- or 5-bit code, no offset, then acc +=
 // m_w * (d_x sum(q_x)). IQ4_NL, IQ4_XS: the table's value + 128 for the nibble, Q8_0's offset.
-template <DType T, int NT, class Acts>
+template <DType T, int NT, class Acts, int NG = 1>
 LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
+    static_assert(NG == 1 || NT > 1, "groups side by side for prefill tiles only");
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
     const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nb = n_in / qk;
+    const size_t gstride = NG > 1 ? group_bytes(T, n_in) : 0;
     const __m512i low = _mm512_set1_epi8(0x0F);
-    __m512 acc[NT];
+    __m512 acc[NG][NT];
     #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t)
-        acc[t] = _mm512_setzero_ps();
+    for (int g = 0; g < NG; ++g)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            acc[g][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *c = group + codes32_offset(T, b);
         // A pair's scales and codes, over its blocks' four steps each.
         const uint8_t *pair = group + scales32_offset(T, b - b % 2);
         const size_t pair_bytes = size_t(scales32_bytes(T) + 2 * codes32_bytes(T));
-        __m512i is[NT];
+        __m512i is[NG][NT];
         #pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t)
-            is[t] = b32_min(T) ? _mm512_setzero_si512() : _mm512_set1_epi32(x.template bias32<T>(t, b));
+        for (int g = 0; g < NG; ++g)
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                is[g][t] = b32_min(T) ? _mm512_setzero_si512() : _mm512_set1_epi32(x.template bias32<T>(t, b));
         if constexpr (T == DType::Q8_0 && NT == 1) {
             // One token (decode): two chains of four, so the loads of the next block start
             // sooner (the sums are exact either way).
@@ -1293,56 +1299,68 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             for (int w = 0; w < 8; w += 2) {
                 if (prefetch)
                     prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w / 2), 8, near);
-                is[0] = dpbusd_bcast(is[0], _mm512_loadu_si512(c + 64 * w), x.word(0, b, w));
+                is[0][0] = dpbusd_bcast(is[0][0], _mm512_loadu_si512(c + 64 * w), x.word(0, b, w));
                 odd = dpbusd_bcast(odd, _mm512_loadu_si512(c + 64 * w + 64), x.word(0, b, w + 1));
             }
-            is[0] = _mm512_add_epi32(is[0], odd);
+            is[0][0] = _mm512_add_epi32(is[0][0], odd);
         } else if constexpr (T == DType::Q8_0) {
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
-                const __m512i v = _mm512_loadu_si512(c + 64 * w);
-                #pragma GCC unroll 8
-                for (int t = 0; t < NT; ++t)
-                    is[t] = dpbusd_bcast(is[t], v, x.word(t, b, w));
+                #pragma GCC unroll 4
+                for (int g = 0; g < NG; ++g) {
+                    const __m512i v = _mm512_loadu_si512(c + g * gstride + 64 * w);
+                    #pragma GCC unroll 8
+                    for (int t = 0; t < NT; ++t)
+                        is[g][t] = dpbusd_bcast(is[g][t], v, x.word(t, b, w));
+                }
             }
         } else { // word w: low nibbles values 4 w .. 4 w + 3, high nibbles 16 + 4 w ..
             #pragma GCC unroll 4
             for (int w = 0; w < 4; ++w) {
                 if (prefetch)
                     prefetch_part(pair, pair_bytes, size_t(4 * (b % 2) + w), 8, near);
-                const __m512i v = _mm512_loadu_si512(c + 64 * w);
-                __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if constexpr (b32_table(T)) { // the values + 128, from the table
-                    lo = _mm512_shuffle_epi8(iq4_table_128(), lo);
-                    hi = _mm512_shuffle_epi8(iq4_table_128(), hi);
-                }
-                if constexpr (b32_fifth(T)) {
-                    const __m512i qh = _mm512_loadu_si512(c + packed_q4_0_block_bytes);
-                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
-                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * w + 1));
-                }
-                #pragma GCC unroll 8
-                for (int t = 0; t < NT; ++t) {
-                    is[t] = dpbusd_bcast(is[t], lo, x.word(t, b, w));
-                    is[t] = dpbusd_bcast(is[t], hi, x.word(t, b, w + 4));
+                #pragma GCC unroll 4
+                for (int g = 0; g < NG; ++g) {
+                    const __m512i v = _mm512_loadu_si512(c + g * gstride + 64 * w);
+                    __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    if constexpr (b32_table(T)) { // the values + 128, from the table
+                        lo = _mm512_shuffle_epi8(iq4_table_128(), lo);
+                        hi = _mm512_shuffle_epi8(iq4_table_128(), hi);
+                    }
+                    if constexpr (b32_fifth(T)) {
+                        const __m512i qh = _mm512_loadu_si512(c + g * gstride + packed_q4_0_block_bytes);
+                        lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * w));
+                        hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * w + 1));
+                    }
+                    #pragma GCC unroll 8
+                    for (int t = 0; t < NT; ++t) {
+                        is[g][t] = dpbusd_bcast(is[g][t], lo, x.word(t, b, w));
+                        is[g][t] = dpbusd_bcast(is[g][t], hi, x.word(t, b, w + 4));
+                    }
                 }
             }
         }
-        const __m512 dw = scales32_vnni<T>(group + scales32_offset(T, b));
-        #pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.db(t, b))), acc[t]);
-        if constexpr (b32_min(T)) {
-            const __m512 mw = _mm512_cvtph_ps(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(group + scales32_offset(T, b) + 64)));
+        #pragma GCC unroll 4
+        for (int g = 0; g < NG; ++g) {
+            const __m512 dw = scales32_vnni<T>(group + g * gstride + scales32_offset(T, b));
             #pragma GCC unroll 8
             for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.ds(t, b)), acc[t]);
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.db(t, b))),
+                                            acc[g][t]);
+            if constexpr (b32_min(T)) {
+                const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i *>(group + g * gstride + scales32_offset(T, b) + 64)));
+                #pragma GCC unroll 8
+                for (int t = 0; t < NT; ++t)
+                    acc[g][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.ds(t, b)), acc[g][t]);
+            }
         }
     }
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t)
-        _mm512_storeu_ps(out + t * ldo, acc[t]);
+    #pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            _mm512_storeu_ps(out + t * ldo + g * packed_group_rows, acc[g][t]);
 }
 
 // ---- AVX2 (no vpdpbusd: vpmaddubsw + vpmaddwd), the same layout, rows 0-7 then 8-15 -----------
@@ -2069,25 +2087,39 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
         copy(0, tiles);
 }
 
-void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const PackedActs &a, int64_t tile,
-                      float *out, int64_t ldo)
+void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
+                      int64_t tile, float *out, int64_t ldo)
 {
     const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
     const TileActs x(a, tile);
     constexpr int nt = packed_act_tile;
-    switch (type) {
-    case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt>(group, n_in, x, out, ldo); return;
-    case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt>(group, n_in, x, out, ldo); return;
-    case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); return;
-    case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); return;
-    case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); return;
-    case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt>(group, n_in, x, out, ldo); return;
-    case DType::IQ4_XS: packed_b32_vnni<DType::IQ4_XS, nt>(group, n_in, x, out, ldo); return;
-    case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); return;
-    case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); return;
-    case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); return;
-    case DType::Q2_K: packed_q6_k_vnni<nt, DType::Q2_K>(group, n_in, x, out, ldo); return;
-    default: packed_q6_k_vnni<nt, DType::Q6_K>(group, n_in, x, out, ldo); return;
+    if (n_groups == 2) {
+        switch (type) {
+        case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        case DType::IQ4_XS: packed_b32_vnni<DType::IQ4_XS, nt, TileActs, 2>(group, n_in, x, out, ldo); return;
+        default: break;
+        }
+    }
+    for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
+        switch (type) {
+        case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt>(group, n_in, x, out, ldo); break;
+        case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt>(group, n_in, x, out, ldo); break;
+        case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); break;
+        case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); break;
+        case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); break;
+        case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt>(group, n_in, x, out, ldo); break;
+        case DType::IQ4_XS: packed_b32_vnni<DType::IQ4_XS, nt>(group, n_in, x, out, ldo); break;
+        case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
+        case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); break;
+        case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); break;
+        case DType::Q2_K: packed_q6_k_vnni<nt, DType::Q2_K>(group, n_in, x, out, ldo); break;
+        default: packed_q6_k_vnni<nt, DType::Q6_K>(group, n_in, x, out, ldo); break;
+        }
     }
 }
 
