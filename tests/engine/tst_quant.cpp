@@ -783,13 +783,13 @@ private slots:
                 QTest::newRow((name + " 2048x112").c_str()) << t << 2048 << 112;
         }
         // An odd number of blocks: the scales' area is padded to 64 bytes.
-        QTest::newRow("Q8_0 96x32") << DType::Q8_0 << 96 << 32;
+        QTest::newRow("Q8_0 96x48") << DType::Q8_0 << 96 << 48;
         QTest::newRow("Q8_0 5632x16") << DType::Q8_0 << 5632 << 16;
-        QTest::newRow("Q4_0 160x32") << DType::Q4_0 << 160 << 32;
-        QTest::newRow("Q5_1 160x32") << DType::Q5_1 << 160 << 32;
-        QTest::newRow("Q4_1 160x32") << DType::Q4_1 << 160 << 32;
-        QTest::newRow("Q5_0 160x32") << DType::Q5_0 << 160 << 32;
-        QTest::newRow("IQ4_NL 160x32") << DType::IQ4_NL << 160 << 32;
+        QTest::newRow("Q4_0 160x48") << DType::Q4_0 << 160 << 48;
+        QTest::newRow("Q5_1 160x48") << DType::Q5_1 << 160 << 48;
+        QTest::newRow("Q4_1 160x48") << DType::Q4_1 << 160 << 48;
+        QTest::newRow("Q5_0 160x48") << DType::Q5_0 << 160 << 48;
+        QTest::newRow("IQ4_NL 160x48") << DType::IQ4_NL << 160 << 48;
     }
     void packed_matrices()
     {
@@ -966,11 +966,11 @@ private slots:
                 }
         }
         // The VNNI kernels over the tiles of four tokens pack_acts copies, one group at a time
-        // and two side by side (the last one alone when the count is odd): the bits of the
+        // and two or three side by side (fewer for the last ones): the bits of the
         // tiles above, NaN for the poisoned token of the first tile.
         if (packed_kernel_available(QKernel::Vnni))
             for (const QuantizedActs *from : {&acts, &poisoned})
-                for (int side_by_side : {1, 2}) {
+                for (int side_by_side : {1, 2, 3}) {
                 PackedActs pa;
                 pack_acts(nullptr, *from, pa);
                 QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));

@@ -135,9 +135,13 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
         for (int64_t g0 = 0; g0 < n_tokens; g0 += token_group) {
             const int64_t g_end = std::min(n_tokens, g0 + token_group);
             const int64_t g_last = (end + gr - 1) / gr;
-            for (int64_t gi = (begin + gr - 1) / gr; gi < g_last; gi += 2) {
-                // Two groups side by side share each load of the tile's activations.
-                const int ng = int(std::min<int64_t>(2, g_last - gi));
+            // Up to three groups side by side (the blocks-of-32 types; packed_tile_acts takes
+            // other types a group at a time): each broadcast of a tile's activations serves
+            // them all. TinyLlama Q8_0's products, 64 tokens, one thread on an AMD EPYC: 640,
+            // 757 and 789 GOP/s for one, two and three groups.
+            constexpr int side = 3;
+            for (int64_t gi = (begin + gr - 1) / gr; gi < g_last; gi += side) {
+                const int ng = int(std::min<int64_t>(side, g_last - gi));
                 for (int64_t t = g0; t < g_end; t += 4) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
                     if (pa && t / packed_act_tile < pa->n_tiles)

@@ -179,8 +179,8 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
 // the VNNI kernel only): the same operations, so the same bits. One pointer walks the tile's
 // activations where the row layout needs one per token, which left the kernels short of
 // general registers.
-// n_groups (1 or 2) groups from group g on, side by side: rows 16 g .. 16 (g + n_groups) - 1
-// (two groups share each activation load; each row's sums are the same operations).
+// n_groups (1 to 3) groups from group g on, side by side: rows 16 g .. 16 (g + n_groups) - 1
+// (the groups share each activation load; each row's sums are the same operations).
 void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
                       int64_t tile, float *out, int64_t ldo);
 
