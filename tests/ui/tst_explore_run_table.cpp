@@ -1,6 +1,8 @@
 // The Explore run table's summary columns, computed here from the points directly: perplexity
 // within and beyond the trained context (by position in the context) and past the run's own
 // context (by the token's index in the text), with "—" where a run has no such tokens.
+#include "offscreen.h"
+
 #include "widgets/explore_run_table.h"
 
 #include <QLocale>

@@ -1,6 +1,8 @@
 // The long-context panel with a remote engine: what the server cannot switch per request is
 // greyed with the reason; a Longscope server keeps the per-request switches; going back to a
 // local model restores the panel as it was.
+#include "offscreen.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>

@@ -1,6 +1,8 @@
 // Adding a remote server in the app: the dialog fetches the models of a real `longscope-cli
 // serve` with the URL and key typed, says why when it cannot, and on OK keeps the key in
 // the secret store and only the URL and model in the endpoint (what the settings hold).
+#include "offscreen.h"
+
 #include <QComboBox>
 #include <QJsonDocument>
 #include <QLabel>
