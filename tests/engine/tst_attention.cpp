@@ -3,6 +3,7 @@
 // double-precision reference written here with plain loops: an explicit causal condition
 // (j < n_kv and j <= q_pos0 + i), RoPE as multiplication by e^{i theta} on complex pairs,
 // a textbook softmax.
+#include "support/cpu_options_scope.h"
 #include "support/random_floats.h"
 #include "support/test_size.h"
 
@@ -532,6 +533,38 @@ private slots:
         QCOMPARE(st.tiles_computed, int64_t(2 * g.p.n_head));
         QCOMPARE(st.tiles_skipped, int64_t(2 * g.p.n_head));
         QVERIFY(compare_to_reference(g, reference(g)).isEmpty());
+    }
+
+    // The tiled kernels' AVX-512 build (sixteen lanes to a vector, blocks of eight rows) and
+    // their AVX2 build (eight lanes, blocks of four) add every score, every softmax sum and
+    // every accumulator in the same order: the same bits, prefill and decode, every head
+    // layout (the softmax's sixteen-lane sums included, which both reduce by halving).
+    void vector_builds_are_bit_identical()
+    {
+        if (!cpu_features().x86_64_v4 || !cpu_features().x86_64_v3)
+            QSKIP("the CPU lacks x86-64-v4 (AVX-512) or x86-64-v3: one build of the kernels runs here");
+        ThreadPool pool(2);
+        for (int shape = 0; shape < kNumShapes; ++shape)
+            for (const Span &sp : kSpans)
+                for (int rot : {NoRot, RotHalf})
+                    for (const Variant &v : kVariants) {
+                        if (!v.tiled)
+                            continue;
+                        Fixture f = make_fixture(kShapes[shape], sp, rot, 77u + uint32_t(shape));
+                        QVERIFY(kernel_table().attention_v4);
+                        run_variant(pool, v, f.p);
+                        const std::vector<float> wide = f.out;
+                        std::fill(f.out.begin(), f.out.end(), NAN);
+                        {
+                            CpuOptions avx2;
+                            avx2.kernels = SimdLevel::Avx2;
+                            test::CpuOptionsScope scope(avx2);
+                            QVERIFY(!kernel_table().attention_v4 && kernel_table().attention_v3);
+                            run_variant(pool, v, f.p);
+                        }
+                        QVERIFY2(std::memcmp(wide.data(), f.out.data(), wide.size() * sizeof(float)) == 0,
+                                 qPrintable(QString("shape %1 %2 %3 %4").arg(shape).arg(sp.what, rot_name(rot), v.name)));
+                    }
     }
 
     void threads_are_bit_identical_data()

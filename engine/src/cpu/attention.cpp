@@ -682,8 +682,7 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
                 const V16 x = load16(s + cm);
                 mx = mx < x ? x : mx;
             }
-            for (int k = 0; k < 16; ++k)
-                tile_max = std::max(tile_max, mx[k]);
+            tile_max = vec16::hmax16(mx);
         } else {
             V8 mx = loadv<V8>(s), mx2 = loadv<V8>(s + 8);
             for (cm = 16; cm + 16 <= w; cm += 16) {
@@ -716,8 +715,7 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
                 store16(s + c, e);
                 sum16 += e;
             }
-            for (int k = 0; k < 16; ++k)
-                sum += sum16[k];
+            sum = vec16::hsum16(sum16);
         } else {
             // Lanes 0-7 and 8-15 of the sixteen-lane sum, added up in the same order.
             V8 lo = {}, hi = {};
@@ -728,10 +726,7 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
                 lo += e;
                 hi += e2;
             }
-            for (int k = 0; k < 8; ++k)
-                sum += lo[k];
-            for (int k = 0; k < 8; ++k)
-                sum += hi[k];
+            sum = vec16::hsum8x2(lo, hi);
         }
     }
     for (; c < w; ++c) {

@@ -77,4 +77,38 @@ LS_VEC16_INLINE V16 exp16(V16 x) { return expv<V16, V16i>(x); }
 // prefill's attention time that way).
 LS_VEC16_INLINE V8 exp8(V8 x) { return expv<V8, V8i>(x); }
 
+// The largest lane of a, NaN lanes left out (-inf where every lane is NaN): as a loop of
+// std::max from -inf over the lanes, in four steps of halving instead of fifteen dependent
+// ones (the maximum of a set is the same in any order).
+LS_VEC16_INLINE float hmax16(V16 a)
+{
+    a = a == a ? a : V16{} - __builtin_inff();
+    V16 b = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    a = a < b ? b : a;
+    b = __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    a = a < b ? b : a;
+    b = __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    a = a < b ? b : a;
+    b = __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    a = a < b ? b : a;
+    return a[0];
+}
+
+// The sum of the sixteen lanes of lo (lanes 0-7) and hi (8-15) by halving: lane k + lane k + 8,
+// then k + k ^ 4, k + k ^ 2, k + k ^ 1 (four dependent additions where a loop takes fifteen).
+// hsum16 and hsum8x2 add in the same order, so the builds with either vector give the same bits.
+LS_VEC16_INLINE float hsum8x2(V8 lo, V8 hi)
+{
+    V8 a = lo + hi;
+    a = a + __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3);
+    a = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
+    a = a + __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6);
+    return a[0];
+}
+LS_VEC16_INLINE float hsum16(V16 a)
+{
+    return hsum8x2(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
+                   __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
 } // namespace longscope::vec16
