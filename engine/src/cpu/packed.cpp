@@ -2118,39 +2118,42 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
         copy(0, tiles);
 }
 
+namespace {
+
+// A tile against NG groups of a blocks-of-32 type side by side.
+template <int NG>
+void b32_tile_acts(DType type, const uint8_t *group, int64_t n_in, const TileActs &x, float *out, int64_t ldo)
+{
+    constexpr int nt = packed_act_tile;
+    switch (type) {
+    case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    default: packed_b32_vnni<DType::IQ4_XS, nt, TileActs, NG>(group, n_in, x, out, ldo); return;
+    }
+}
+
+} // namespace
+
 void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
                       int64_t tile, float *out, int64_t ldo)
 {
     const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
     const TileActs x(a, tile);
-    constexpr int nt = packed_act_tile;
-    if (n_groups == 2 || n_groups == 3) {
-        const auto b32 = [&]<DType T>() {
-            if (n_groups == 3)
-                packed_b32_vnni<T, nt, TileActs, 3>(group, n_in, x, out, ldo);
-            else
-                packed_b32_vnni<T, nt, TileActs, 2>(group, n_in, x, out, ldo);
-        };
-        switch (type) {
-        case DType::Q8_0: b32.template operator()<DType::Q8_0>(); return;
-        case DType::Q4_0: b32.template operator()<DType::Q4_0>(); return;
-        case DType::Q5_1: b32.template operator()<DType::Q5_1>(); return;
-        case DType::Q4_1: b32.template operator()<DType::Q4_1>(); return;
-        case DType::Q5_0: b32.template operator()<DType::Q5_0>(); return;
-        case DType::IQ4_NL: b32.template operator()<DType::IQ4_NL>(); return;
-        case DType::IQ4_XS: b32.template operator()<DType::IQ4_XS>(); return;
-        default: break;
+    if (is_block32(type)) {
+        switch (n_groups) {
+        case 3: b32_tile_acts<3>(type, group, n_in, x, out, ldo); return;
+        case 2: b32_tile_acts<2>(type, group, n_in, x, out, ldo); return;
+        default: b32_tile_acts<1>(type, group, n_in, x, out, ldo); return;
         }
     }
+    // The K types a group at a time (side by side measured slower for them: docs/performance.md).
+    constexpr int nt = packed_act_tile;
     for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
         switch (type) {
-        case DType::Q8_0: packed_b32_vnni<DType::Q8_0, nt>(group, n_in, x, out, ldo); break;
-        case DType::Q4_0: packed_b32_vnni<DType::Q4_0, nt>(group, n_in, x, out, ldo); break;
-        case DType::Q5_1: packed_b32_vnni<DType::Q5_1, nt>(group, n_in, x, out, ldo); break;
-        case DType::Q4_1: packed_b32_vnni<DType::Q4_1, nt>(group, n_in, x, out, ldo); break;
-        case DType::Q5_0: packed_b32_vnni<DType::Q5_0, nt>(group, n_in, x, out, ldo); break;
-        case DType::IQ4_NL: packed_b32_vnni<DType::IQ4_NL, nt>(group, n_in, x, out, ldo); break;
-        case DType::IQ4_XS: packed_b32_vnni<DType::IQ4_XS, nt>(group, n_in, x, out, ldo); break;
         case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
         case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); break;
         case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); break;
