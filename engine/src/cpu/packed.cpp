@@ -1321,15 +1321,18 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
             #pragma GCC unroll 8
             for (int w = 0; w < 8; ++w) {
                 __m512i xw[NT];
-                #pragma GCC unroll 8
-                for (int t = 0; t < NT; ++t)
-                    xw[t] = bcast_word(x.word(t, b, w));
+                if constexpr (NG > 1) {
+                    #pragma GCC unroll 8
+                    for (int t = 0; t < NT; ++t)
+                        xw[t] = bcast_word(x.word(t, b, w));
+                }
                 #pragma GCC unroll 4
                 for (int g = 0; g < NG; ++g) {
                     const __m512i v = _mm512_loadu_si512(c + g * gstride + 64 * w);
                     #pragma GCC unroll 8
                     for (int t = 0; t < NT; ++t)
-                        is[g][t] = _mm512_dpbusd_epi32(is[g][t], v, xw[t]);
+                        is[g][t] = NG > 1 ? _mm512_dpbusd_epi32(is[g][t], v, xw[t])
+                                          : dpbusd_bcast(is[g][t], v, x.word(t, b, w));
                 }
             }
         } else { // word w: low nibbles values 4 w .. 4 w + 3, high nibbles 16 + 4 w ..
