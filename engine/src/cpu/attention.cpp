@@ -405,15 +405,6 @@ void transpose_encoded_keys(const AttentionProblem &p, int kvh, int64_t j0, int6
         transpose_encoded_keys_v4<DType::Q8_0>(src, rb, dst, ld, count, p.head_dim);
 }
 
-// Asks for the cache lines of [p, p + bytes) to be brought into the L2 cache: the next key
-// tile's rows while the current one is computed.
-void prefetch_bytes(const void *p, size_t bytes)
-{
-    const char *c = static_cast<const char *>(p);
-    for (size_t off = 0; off < bytes; off += 64)
-        _mm_prefetch(c + off, _MM_HINT_T1);
-}
-
 // Whether the keys are scored in integers against a quantized query (attention_qk.h): Q8_0 and
 // Q4_0 keys stored rotated, in every path.
 bool keys_in_integers(const AttentionProblem &p) { return keys_scored_in_integers(p.k_type, p.rotate_keys != nullptr); }
@@ -810,6 +801,38 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
     }
 }
 
+// The cache lines of up to two byte ranges (the next key tile's keys and values), asked for one
+// line per step of the score and value loops, so that the requests run alongside the current
+// tile's arithmetic. Asked for all at once at the tile's start (1024 requests for a TinyLlama
+// tile of 64 keys), they held the core until most of them had been served: the decode of
+// keys at depth 8192 ran at the sum of its arithmetic and its memory time instead of the
+// larger of the two.
+struct LinePrefetch {
+    const char *p[2] = {nullptr, nullptr}, *end[2] = {nullptr, nullptr};
+    LinePrefetch() = default;
+    LinePrefetch(const void *a, size_t na, const void *b, size_t nb)
+        : p{static_cast<const char *>(a), static_cast<const char *>(b)},
+          end{static_cast<const char *>(a) + na, static_cast<const char *>(b) + nb}
+    {
+    }
+    __attribute__((always_inline)) void step()
+    {
+        const int i = p[0] < end[0] ? 0 : 1;
+        if (p[i] < end[i]) {
+            __builtin_prefetch(p[i], 0, 2);
+            p[i] += 64;
+        }
+    }
+    bool active() const { return p[0] < end[0] || p[1] < end[1]; }
+    // Whatever the loops did not reach.
+    void rest()
+    {
+        for (int i = 0; i < 2; ++i)
+            for (; p[i] < end[i]; p[i] += 64)
+                __builtin_prefetch(p[i], 0, 2);
+    }
+};
+
 // GB query rows at the same position sharing one kv head (the query heads of a group, in
 // decode) against one key tile: each key and value element is loaded once for all GB rows
 // instead of once per row. Per row: scores (from the transposed tile kt summed over dims in
@@ -820,12 +843,12 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
 // the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
-template <int GB, int KB, int VD, class VT, class Values>
+template <int GB, int KB, int VD, class VT, bool PF, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
                                                           const Values &vt, int hd, float scale,
                                                           const TileMask &tm, float *s, float *a, int64_t a_stride,
-                                                          float *m, float *l, int64_t ml_stride)
+                                                          float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
     constexpr int L = int(sizeof(VT) / sizeof(float)); // lanes: 16 or 8
     // Scores, KB keys (KB / L vectors) by GB rows in registers per pass over the dims; or,
@@ -837,6 +860,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
     for (; c0 + KB <= w; c0 += KB) {
         VT acc[GB][KB / L] = {};
         for (int d = 0; d < hd; ++d) {
+            if constexpr (PF)
+                pf.step();
             VT k[KB / L];
             #pragma GCC unroll 4
             for (int j = 0; j < KB / L; ++j)
@@ -898,6 +923,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             for (int j = 0; j < NV; ++j)
                 acc[g][j] = loadv<VT>(a + g * a_stride + d0 + L * j) * alpha[g];
         for (int64_t cc = 0; cc < wv; ++cc) {
+            if constexpr (PF)
+                pf.step();
             VT v[NV];
             #pragma GCC unroll 2
             for (int j = 0; j < NV; ++j)
@@ -933,16 +960,16 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // accumulator sums its terms in the same order whatever the blocks, so both give the same bits.
 // The keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither,
 // the rows' scores are given, row g's at s + g * T.
-template <int VR, class Values>
+template <int VR, bool PF, class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
-                 int64_t a_stride, float *m, float *l, int64_t ml_stride)
+                 int64_t a_stride, float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
 #define LS_TILE_ROWS_BLOCK(GB, KB, VD)                                                                        \
-    tile_rows_body<GB, KB, VD, VT>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm,       \
+    tile_rows_body<GB, KB, VD, VT, PF>(q + g * q_stride, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm,       \
                                kt || kr ? s : s + g * T,                                                     \
-                               a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride)
+                               a + g * a_stride, a_stride, m + g * ml_stride, l + g * ml_stride, ml_stride, pf)
     // Sixteen lanes to a vector with 32 registers (one AVX-512 register each); eight with 16
     // (one AVX2 register each: GCC splits a 64-byte vector into two only in simple code, and
     // passed these blocks' through memory and general registers).
@@ -983,10 +1010,15 @@ template <int VR>
 __attribute__((always_inline)) inline void
 tile_rows_floats(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm, float *s,
-                 float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+                 float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
-    tile_rows_blocks<VR>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
-                     m, l, ml_stride);
+    const FloatValues values{vt, ekv};
+    if (pf.active())
+        tile_rows_blocks<VR, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, values, hd, scale, tm, s, a, a_stride,
+                                   m, l, ml_stride, pf);
+    else
+        tile_rows_blocks<VR, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, values, hd, scale, tm, s, a, a_stride,
+                                    m, l, ml_stride, pf);
 }
 
 // The AVX-512 build with its 32 vector registers, the others with 16 (AVX2: 16 of a 256-bit
@@ -996,66 +1028,91 @@ LS_ATTENTION_BUILDS_AS(tile_rows, tile_rows_floats<32>, tile_rows_floats<16>, ti
                     (int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
                      int64_t kr_stride, int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale,
                      const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
-                     int64_t ml_stride),
+                     int64_t ml_stride, LinePrefetch &pf),
                     (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, a, a_stride, m, l,
-                     ml_stride))
+                     ml_stride, pf))
 
-// Values straight from a Q8_0 cache (row c's slice of one kv head at v + c * rb, the head size
-// a multiple of 32): sixteen of them decoded in registers as they are summed, the bits the
-// decoder gives, so the result is that of the decoded rows. GCC only: Clang (the fuzz build)
-// refuses a 64-byte vector returned into the generic body, and decodes the tile instead.
+// Values straight from an F16 or Q8_0 cache (row c's slice of one kv head at v + c * rb, the
+// head size a multiple of 32): sixteen of them decoded in registers as they are summed, the
+// bits the decoder gives, so the result is that of the decoded rows. GCC only: Clang (the fuzz
+// build) refuses a 64-byte vector returned into the generic body, and decodes the tile instead.
 #if !defined(__clang__)
-struct Q8Values {
+template <DType Type> struct EncodedValues {
     const uint8_t *v;
     size_t rb;
     template <class VT> VT load(int64_t c, int d) const
     {
-        static_assert(sizeof(VT) == 64, "the Q8_0 decoder gives sixteen values");
-        return encoded16_v4<DType::Q8_0>(v + size_t(c) * rb, d);
+        static_assert(sizeof(VT) == 64, "the decoder gives sixteen values");
+        return encoded16_v4<Type>(v + size_t(c) * rb, d);
     }
     float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 32
 };
 
-// tile_rows over a Q8_0 cache's values, AVX-512 only (flatten: the decoder's intrinsics are
+// tile_rows over an encoded cache's values, AVX-512 only (flatten: the decoder's intrinsics are
 // inlined into the build's body).
+template <DType Type>
 __attribute__((target("arch=x86-64-v4"), flatten)) void
-tile_rows_q8_values(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
-                    int64_t T, int64_t w, const Q8Values &vt, int hd, float scale, const TileMask &tm, float *s,
-                    float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride)
+tile_rows_encoded_values(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
+                         int64_t kr_stride, int64_t T, int64_t w, const EncodedValues<Type> &vt, int hd, float scale,
+                         const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
+                         int64_t ml_stride, LinePrefetch &pf)
 {
-    tile_rows_blocks<32>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride);
+    if (pf.active())
+        tile_rows_blocks<32, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l,
+                                   ml_stride, pf);
+    else
+        tile_rows_blocks<32, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l,
+                                    ml_stride, pf);
 }
+#endif
 
-#else
-struct Q8Values {
+// The values of kv head kvh from key j0 on, in an F16 or Q8_0 cache.
+struct CachedValues {
+    DType type;
     const uint8_t *v;
     size_t rb;
 };
-void tile_rows_q8_values(int, const float *, int64_t, const float *, const float *, int64_t, int64_t, int64_t,
-                         const Q8Values &, int, float, const TileMask &, float *, float *, int64_t, float *, float *,
-                         int64_t)
+CachedValues cached_values(const AttentionProblem &p, int kvh, int64_t j0)
 {
-    throw std::logic_error("tile_rows_q8_values: not built");
+    const size_t rb = row_bytes(p.v_type, int64_t(p.n_head_kv) * p.head_dim);
+    return {p.v_type,
+            static_cast<const uint8_t *>(p.v) + size_t(j0) * rb + row_bytes(p.v_type, int64_t(kvh) * p.head_dim), rb};
 }
-#endif
 
-// Whether the values are read from a Q8_0 cache in place (tile_rows_q8_values).
-bool values_from_q8_cache(const AttentionProblem &p)
+// tile_rows with the values read in place from the cache (values_from_cache).
+void tile_rows_cached_values(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
+                             int64_t kr_stride, int64_t T, int64_t w, const CachedValues &vt, int hd, float scale,
+                             const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
+                             int64_t ml_stride, LinePrefetch &pf)
 {
 #if defined(__clang__)
-    (void)p;
-    return false;
+    (void)n_rows, (void)q, (void)q_stride, (void)kt, (void)kr, (void)kr_stride, (void)T, (void)w, (void)vt, (void)hd,
+        (void)scale, (void)tm, (void)s, (void)a, (void)a_stride, (void)m, (void)l, (void)ml_stride, (void)pf;
+    throw std::logic_error("tile_rows_cached_values: not built");
 #else
-    return kernel_table().attention_v4 && p.v_type == DType::Q8_0 && p.head_dim % 32 == 0;
+    if (vt.type == DType::F16)
+        tile_rows_encoded_values<DType::F16>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, {vt.v, vt.rb}, hd, scale,
+                                             tm, s, a, a_stride, m, l, ml_stride, pf);
+    else
+        tile_rows_encoded_values<DType::Q8_0>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, {vt.v, vt.rb}, hd, scale,
+                                              tm, s, a, a_stride, m, l, ml_stride, pf);
 #endif
 }
 
-// The values of kv head kvh from key j0 on, in a Q8_0 cache.
-Q8Values q8_values(const AttentionProblem &p, int kvh, int64_t j0)
+// Whether the values are read in place from the cache (tile_rows_cached_values) rather than
+// decoded into a float tile first: Q8_0 values always at the AVX-512 level; F16 values where
+// `few_rows` (decode: eight query rows per kv head and position read each value once, and the
+// float tile's writes and reads cost more than the conversions in the sums), not in prefill,
+// where a decoded tile serves every query position of the block.
+bool values_from_cache(const AttentionProblem &p, bool few_rows)
 {
-    const size_t rb = row_bytes(DType::Q8_0, int64_t(p.n_head_kv) * p.head_dim);
-    return {static_cast<const uint8_t *>(p.v) + size_t(j0) * rb + row_bytes(DType::Q8_0, int64_t(kvh) * p.head_dim),
-            rb};
+#if defined(__clang__)
+    (void)p, (void)few_rows;
+    return false;
+#else
+    return kernel_table().attention_v4 && p.head_dim % 32 == 0 &&
+           (p.v_type == DType::Q8_0 || (few_rows && p.v_type == DType::F16));
+#endif
 }
 
 // Decode (a few queries): a unit per kv head gives only n_head_kv units (four for TinyLlama),
@@ -1094,9 +1151,10 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const bool keys_in_rows = !int_keys && group * n_q < 8 && hd % 16 == 0;
     // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
     const bool keys_direct = !int_keys && !keys_in_rows && keys_transposed_from_cache(p);
-    // Q8_0 values are decoded as they are summed.
-    const bool values_direct = values_from_q8_cache(p);
+    // F16 and Q8_0 values are decoded as they are summed.
+    const bool values_direct = values_from_cache(p, true);
     const int64_t n_splits = attention_key_splits;
+    const size_t k_row = row_bytes(p.k_type, ekv), v_row = row_bytes(p.v_type, ekv);
     // Splits that hold tiles: the first `used` (all of them from 16 visible tiles on), each a
     // contiguous range of tiles.
     const int64_t used = std::min(n_splits, n_read);
@@ -1150,12 +1208,8 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                 for (int64_t t = first_tile + n_read * split / used; t < first_tile + n_read * (split + 1) / used;
                      ++t) {
                     const int64_t j0 = t * T, w = std::min(T, n_kv - j0);
-                    if (const int64_t wn = std::min(T, n_kv - j0 - T); wn > 0) {
-                        prefetch_bytes(static_cast<const uint8_t *>(p.k) + size_t(j0 + T) * row_bytes(p.k_type, ekv),
-                                       size_t(wn) * row_bytes(p.k_type, ekv));
-                        prefetch_bytes(static_cast<const uint8_t *>(p.v) + size_t(j0 + T) * row_bytes(p.v_type, ekv),
-                                       size_t(wn) * row_bytes(p.v_type, ekv));
-                    }
+                    // The next tile's rows, asked for a kv head's share at a time (LinePrefetch).
+                    const int64_t wn = std::max<int64_t>(0, std::min(T, n_kv - j0 - T));
                     const bool diagonal = causal_flash && j0 + w - 1 > first_pos;
                     if (!causal_flash)
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
@@ -1189,6 +1243,9 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             kr_stride = krows.stride;
                         }
                         const float *vt = vrows.p ? vrows.p + int64_t(kvh) * hd : nullptr;
+                        const int64_t n0 = j0 + T + wn * kvh / p.n_head_kv, n1 = j0 + T + wn * (kvh + 1) / p.n_head_kv;
+                        LinePrefetch pf(static_cast<const uint8_t *>(p.k) + size_t(n0) * k_row, size_t(n1 - n0) * k_row,
+                                        static_cast<const uint8_t *>(p.v) + size_t(n0) * v_row, size_t(n1 - n0) * v_row);
                         // The group's query heads at each position together (rows h * n_q + qi).
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
@@ -1199,14 +1256,15 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                                 qk_scores(qk, qq.data() + (qi * n_head + h0) * nb, nb, group, packed.data(), w, hd,
                                           scores.data(), T);
                             if (values_direct)
-                                tile_rows_q8_values(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T, w,
-                                                    q8_values(p, kvh, j0), hd, scale, tm, scores.data(), acc + r0 * hd,
-                                                    n_q * hd, m + r0, l + r0, n_q);
+                                tile_rows_cached_values(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T,
+                                                        w, cached_values(p, kvh, j0), hd, scale, tm, scores.data(),
+                                                        acc + r0 * hd, n_q * hd, m + r0, l + r0, n_q, pf);
                             else
                                 tile_rows(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T, w, vt,
                                           vrows.stride, hd, scale, tm, scores.data(), acc + r0 * hd, n_q * hd, m + r0,
-                                          l + r0, n_q);
+                                          l + r0, n_q, pf);
                         }
+                        pf.rest();
                     }
                 }
             }
@@ -1457,7 +1515,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
     const bool int_keys = keys_in_integers(p);
     const bool on_tiles = attention_on_tiles(p, T);
     const bool keys_direct = !int_keys && !on_tiles && keys_transposed_from_cache(p),
-               values_direct = !on_tiles && values_from_q8_cache(p);
+               values_direct = !on_tiles && values_from_cache(p, false);
     const QkKernel qk = qk_kernel();
     const int nb = hd / 32;
 
@@ -1490,6 +1548,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
             std::vector<QkQueryBlock> qq(int_keys ? size_t(max_rows * nb) : 0);
             //   the operands and buffers of the tiles' path
             AmxAttention amx;
+            LinePrefetch no_prefetch; // prefill asks for no lines: a tile serves a whole block of queries
             if (on_tiles) {
                 amx.kbuf.resize(decode_floats(p.k_type, T, hd));
                 amx.krot.resize(p.rotate_keys ? size_t(T * hd) : 0);
@@ -1595,13 +1654,14 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                             qk_scores(qk, qq.data() + qi * group * nb, nb, group, packed.data(), w, hd, scores.data(),
                                       T);
                         if (values_direct)
-                            tile_rows_q8_values(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr,
-                                                0, T, w, q8_values(p, kvh, j0), hd, scale, tm, scores.data(),
-                                                acc.data() + qi * hd, bq * hd, m.data() + qi, l.data() + qi, bq);
+                            tile_rows_cached_values(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt,
+                                                    nullptr, 0, T, w, cached_values(p, kvh, j0), hd, scale, tm,
+                                                    scores.data(), acc.data() + qi * hd, bq * hd, m.data() + qi,
+                                                    l.data() + qi, bq, no_prefetch);
                         else
                             tile_rows(group, p.q + ((i0 + qi) * n_head + kvh * group) * hd, hd, kt, nullptr, 0, T, w,
                                       vt, vrows.stride, hd, scale, tm, scores.data(), acc.data() + qi * hd, bq * hd,
-                                      m.data() + qi, l.data() + qi, bq);
+                                      m.data() + qi, l.data() + qi, bq, no_prefetch);
                     }
                 }
 
