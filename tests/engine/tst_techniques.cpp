@@ -314,6 +314,68 @@ private slots:
         QVERIFY(naive[unit] > 4 * tiled[unit]);
     }
 
+    void batch_prefill_goes_in_chunks()
+    {
+        // generate_batch with memory-efficient attention takes long prompts a chunk at a time,
+        // as a session does: every step evaluates at most one chunk of each sequence, the
+        // scratch stays flat however long the prompts, and the text is a session's, for
+        // prompts of one, two and three units (each unit more than one 256-token chunk) side
+        // by side and for a one-unit prompt alone. The step count checks that chunks ran.
+        const int unit = sized(600, 300);
+        std::vector<GenerateRequest> reqs;
+        for (int n : {unit, 3 * unit, 2 * unit}) {
+            GenerateRequest r;
+            r.prompt = book_prompt(*m_model, n);
+            r.max_new_tokens = 12;
+            r.sampling.temperature = 0;
+            r.stop_at_eos = false;
+            reqs.push_back(r);
+        }
+        SessionOptions o;
+        o.n_ctx = 4 * unit;
+        o.n_threads = 2;
+        o.settings.attention.memory_efficient = true;
+        o.settings.attention.causal_flash = true;
+        const auto scratch_of = [&](const std::vector<GenerateRequest> &rs, std::vector<StepMetrics> *steps) {
+            uint64_t peak = 0;
+            auto res = generate_batch(*m_model, o, rs, {}, [&](const StepMetrics &m) {
+                peak = std::max(peak, m.memory.scratch);
+                if (steps)
+                    steps->push_back(m);
+            });
+            return std::make_pair(res, peak);
+        };
+        std::vector<StepMetrics> steps;
+        const auto [batch, peak_three] = scratch_of(reqs, &steps);
+        const int chunk = 256;
+        int prefill_steps = 0;
+        for (const StepMetrics &m : steps) {
+            QVERIFY2(m.n_tokens <= 3 * chunk, qPrintable(QString("a step of %1 tokens").arg(m.n_tokens)));
+            prefill_steps += m.phase == StepPhase::Prefill ? 1 : 0;
+        }
+        // The longest prompt needs ceil(3 unit / 256) steps; the last of them is a prefill step
+        // for the batch, and the shorter prompts are already decoding by then.
+        QCOMPARE(prefill_steps, (3 * unit + chunk - 1) / chunk);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            Session s(*m_model, o);
+            const GenerateResult single = generate(s, reqs[i]);
+            QCOMPARE(batch[i].tokens, single.tokens);
+        }
+        // Flat: three prompts of up to 3 units hold the scratch of three chunks at most; one
+        // prompt of one unit about one chunk's. Without chunks the scratch grew with the
+        // prompts: 6 units of tokens in one pass.
+        const auto [alone, peak_one] = scratch_of({reqs[0]}, nullptr);
+        QCOMPARE(alone[0].tokens, batch[0].tokens);
+        qInfo("scratch peak: one prompt of %d tokens %llu, three prompts of %d tokens in all %llu", unit,
+              (unsigned long long)peak_one, 6 * unit, (unsigned long long)peak_three);
+        QVERIFY2(peak_three < 4 * peak_one, qPrintable(QString("%1 vs %2").arg(peak_three).arg(peak_one)));
+        o.settings.attention.memory_efficient = false;
+        o.settings.attention.causal_flash = false;
+        const auto [whole, peak_whole] = scratch_of({reqs[1]}, nullptr);
+        QCOMPARE(whole.size(), size_t(1));
+        QVERIFY2(peak_whole > 2 * peak_one, qPrintable(QString("%1 vs %2").arg(peak_whole).arg(peak_one)));
+    }
+
     void kv_modes_memory_ledger()
     {
         // A long prompt, then decoding: enough tokens to cross vmm commit steps (64 KB

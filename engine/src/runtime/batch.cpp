@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <span>
 #include <thread>
 
 namespace longscope {
@@ -14,13 +16,14 @@ namespace {
 
 struct Sequence {
     std::vector<int32_t> history;     // evaluated tokens (prompt, padding included)
-    std::vector<int32_t> pending;     // tokens to evaluate in the next step
+    std::vector<int32_t> pending;     // tokens still to evaluate (the prompt's rest, or the sampled one)
     std::unique_ptr<KvCache> kv;      // null in KvMode::None
     std::unique_ptr<KvCache> step_kv; // KvMode::None: this step's throw-away cache
     std::unique_ptr<SequenceDecoder> decoder; // sampling, stops, text: as generate()'s
     std::vector<float> logits;
     std::vector<float> rope_factors;  // this step's per-dimension RoPE factors (rope_in_effect)
     bool done = false;
+    bool sampled = false; // its prompt is evaluated and it has been sampled at least once
 };
 
 } // namespace
@@ -86,9 +89,15 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         s.done = s.decoder->done();
     }
 
+    // With memory-efficient attention each prompt goes in as chunks of the backend's prefill
+    // chunk, as Session::eval takes a prompt, so that no activation buffer grows with the
+    // prompts (a 16384-token prompt held 1.7 GiB of TinyLlama's activations in one pass); a
+    // sequence is sampled after the step that evaluated the last of its prompt.
+    const size_t chunk = st.attention.memory_efficient ? size_t(std::max(1, backend->prefill_chunk()))
+                                                       : std::numeric_limits<size_t>::max();
     const auto t_start = clock::now();
     double prefill_seconds = 0;
-    bool first_step = true;
+    bool prefilling = true;
     StepMetrics m;
     MemoryLedger peaks;
     for (;;) {
@@ -96,6 +105,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         // One forward pass over every sequence that still has tokens to evaluate.
         std::vector<ForwardSegment> segs;
         std::vector<size_t> owner;
+        std::vector<size_t> taken; // pending tokens each segment evaluates
         std::vector<std::vector<int32_t>> full; // KvMode::None: the whole sequence
         full.reserve(seqs.size());
         for (size_t i = 0; i < seqs.size(); ++i) {
@@ -113,7 +123,10 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             seg.params.keys_before_rope = st.rope.store_kv_before_rope;
             seg.params.memory_efficient = st.attention.memory_efficient;
             seg.params.causal_flash = st.attention.causal_flash;
-            if (s.kv && !s.history.empty() && crosses_longrope_switch(hp, st.rope, int(s.history.size()), len)) {
+            // A prompt's rope is chosen for its whole length (rope_in_effect above, the same for
+            // every chunk of it), as Session::eval chooses it: only a sampled token can cross.
+            size_t take = s.pending.size();
+            if (s.kv && s.sampled && crosses_longrope_switch(hp, st.rope, int(s.history.size()), len)) {
                 // As Session::eval: the whole context again with the long factors.
                 s.kv->ensure(len);
                 full.emplace_back(s.history);
@@ -123,7 +136,8 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
                 seg.kv = s.kv.get();
             } else if (s.kv) {
                 s.kv->ensure(len);
-                seg.tokens = s.pending;
+                take = std::min(s.pending.size(), chunk);
+                seg.tokens = std::span<const int32_t>(s.pending).first(take);
                 seg.n_past = int(s.history.size());
                 seg.kv = s.kv.get();
             } else {
@@ -138,6 +152,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             seg.logits_from = int(seg.tokens.size()) - 1;
             segs.push_back(seg);
             owner.push_back(i);
+            taken.push_back(take);
         }
         if (segs.empty())
             break;
@@ -156,18 +171,25 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
         const size_t v = size_t(hp.n_vocab);
         for (size_t k = 0; k < owner.size(); ++k) {
             Sequence &s = seqs[owner[k]];
-            s.logits.assign(logits.begin() + std::ptrdiff_t(k * v), logits.begin() + std::ptrdiff_t((k + 1) * v));
-            s.history.insert(s.history.end(), s.pending.begin(), s.pending.end());
-            s.pending.clear();
+            const auto took = s.pending.begin() + std::ptrdiff_t(taken[k]);
+            s.history.insert(s.history.end(), s.pending.begin(), took);
+            s.pending.erase(s.pending.begin(), took);
+            if (s.pending.empty())
+                s.logits.assign(logits.begin() + std::ptrdiff_t(k * v), logits.begin() + std::ptrdiff_t((k + 1) * v));
             s.step_kv.reset();
         }
+        // Still prefilling while some sequence has not been sampled and is not just done with
+        // its prompt in this step.
+        bool prompts_left = false;
+        for (size_t idx : owner)
+            prompts_left = prompts_left || !seqs[idx].pending.empty();
         if (on_metrics) {
             int n_tokens = 0, position = 0;
             for (const ForwardSegment &sg : segs) {
                 n_tokens += int(sg.tokens.size());
                 position = std::max(position, sg.n_past + int(sg.tokens.size()));
             }
-            m.phase = first_step ? StepPhase::Prefill : StepPhase::Decode;
+            m.phase = prefilling ? StepPhase::Prefill : StepPhase::Decode;
             m.n_tokens = n_tokens;
             m.position = position;
             m.seconds = std::chrono::duration<double>(clock::now() - t_step).count();
@@ -196,13 +218,16 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             on_metrics(m);
             ++m.step;
         }
-        if (first_step) {
+        if (prefilling && !prompts_left) {
             prefill_seconds = std::chrono::duration<double>(clock::now() - t_start).count();
-            first_step = false;
+            prefilling = false;
         }
-        // Sample the next token of each sequence that was evaluated.
+        // Sample the next token of each sequence whose prompt (or last token) is evaluated.
         for (size_t idx : owner) {
             Sequence &s = seqs[idx];
+            if (!s.pending.empty())
+                continue;
+            s.sampled = true;
             if (s.decoder->step(s.logits, s.history, int(s.history.size()), limit))
                 s.pending.push_back(s.decoder->next_token());
             else
