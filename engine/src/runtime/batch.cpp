@@ -178,8 +178,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
                 s.logits.assign(logits.begin() + std::ptrdiff_t(k * v), logits.begin() + std::ptrdiff_t((k + 1) * v));
             s.step_kv.reset();
         }
-        // Still prefilling while some sequence has not been sampled and is not just done with
-        // its prompt in this step.
+        // The prefill lasts until no sequence has prompt tokens left after a step.
         bool prompts_left = false;
         for (size_t idx : owner)
             prompts_left = prompts_left || !seqs[idx].pending.empty();
