@@ -962,7 +962,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // the rows' scores are given, row g's at s + g * T.
 template <int VR, bool PF, class Values>
 __attribute__((always_inline)) inline void
-tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+tile_rows_blocks_with(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
                  int64_t a_stride, float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
@@ -995,6 +995,22 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
 #undef LS_TILE_ROWS_BLOCK
 }
 
+// tile_rows_blocks_with, its loops asking for pf's lines where it has any (decode) and free of
+// the requests' test where it has none (prefill).
+template <int VR, class Values>
+__attribute__((always_inline)) inline void
+tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
+                 int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
+                 int64_t a_stride, float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
+{
+    if (pf.active())
+        tile_rows_blocks_with<VR, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride,
+                                        m, l, ml_stride, pf);
+    else
+        tile_rows_blocks_with<VR, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a,
+                                         a_stride, m, l, ml_stride, pf);
+}
+
 // Values as floats, row c at v + c * ekv.
 struct FloatValues {
     const float *v;
@@ -1012,13 +1028,8 @@ tile_rows_floats(int n_rows, const float *q, int64_t q_stride, const float *kt, 
                  int64_t T, int64_t w, const float *vt, int64_t ekv, int hd, float scale, const TileMask &tm, float *s,
                  float *a, int64_t a_stride, float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
-    const FloatValues values{vt, ekv};
-    if (pf.active())
-        tile_rows_blocks<VR, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, values, hd, scale, tm, s, a, a_stride,
-                                   m, l, ml_stride, pf);
-    else
-        tile_rows_blocks<VR, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, values, hd, scale, tm, s, a, a_stride,
-                                    m, l, ml_stride, pf);
+    tile_rows_blocks<VR>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, FloatValues{vt, ekv}, hd, scale, tm, s, a, a_stride,
+                         m, l, ml_stride, pf);
 }
 
 // The AVX-512 build with its 32 vector registers, the others with 16 (AVX2: 16 of a 256-bit
@@ -1057,12 +1068,8 @@ tile_rows_encoded_values(int n_rows, const float *q, int64_t q_stride, const flo
                          const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
                          int64_t ml_stride, LinePrefetch &pf)
 {
-    if (pf.active())
-        tile_rows_blocks<32, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l,
-                                   ml_stride, pf);
-    else
-        tile_rows_blocks<32, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l,
-                                    ml_stride, pf);
+    tile_rows_blocks<32>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride,
+                         pf);
 }
 #endif
 
