@@ -553,6 +553,12 @@ private slots:
         k.scale_mul(g.data(), 0.37f, u.data(), o.data(), n);
         for (int i = 0; i < n; ++i) // two float multiplies in this order: exact bits
             QCOMPARE(o[size_t(i)], g[size_t(i)] * 0.37f * u[size_t(i)]);
+        o = g;
+        k.add_scaled(o.data(), -1.7f, u.data(), n);
+        for (int i = 0; i < n; ++i) { // the product rounded, then the sum (no FMA): exact bits
+            const volatile float prod = -1.7f * u[size_t(i)];
+            QCOMPARE(o[size_t(i)], g[size_t(i)] + prod);
+        }
 
         // RoPE of one head, both layouts, against the double rotation.
         for (bool interleaved : {true, false})

@@ -533,6 +533,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     // is looked up once: dot_f32 looks it up per call, a cost as large as the dot itself at
     // small head sizes.
     const auto dot = cpu_kernels().dot;
+    const auto add_scaled = cpu_kernels().add_scaled;
     pool.parallel_for(
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
@@ -590,9 +591,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                         // +-0 for a finite v) and keeps garbage in unseen rows from mattering.
                         if (w == 0.0f)
                             continue;
-                        const float *v = vr.p + (j - j0) * vr.stride;
-                        for (int d = 0; d < hd; ++d)
-                            out[d] += w * v[d];
+                        add_scaled(out, w, vr.p + (j - j0) * vr.stride, hd);
                     }
                 }
             }

@@ -476,6 +476,27 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
     rope_head16(v, c, s, n_rot, interleaved);
 }
 
+// y[i] += a * x[i], the product rounded before the sum (no FMA), at every level: the bits of
+// the scalar loop. Plain attention's weighted sum of values.
+__attribute__((always_inline)) inline void add_scaled_tail(float *y, float a, const float *x, int64_t i, int64_t n)
+{
+    for (; i < n; ++i)
+        y[i] += a * x[i];
+}
+
+void add_scaled_portable(float *y, float a, const float *x, int64_t n) { add_scaled_tail(y, a, x, 0, n); }
+
+LS_INLINE void add_scaled16(float *y, float a, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        store16(y + i, load16(y + i) + a * load16(x + i));
+    add_scaled_tail(y, a, x, i, n);
+}
+
+LS_AVX2 void add_scaled_avx2(float *y, float a, const float *x, int64_t n) { add_scaled16(y, a, x, n); }
+LS_AVX512 void add_scaled_avx512(float *y, float a, const float *x, int64_t n) { add_scaled16(y, a, x, n); }
+
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT DEFAULT
 #else
@@ -484,7 +505,7 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
 
 #define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
     exp_##suffix, tanh_##suffix, swiglu_##suffix, geglu_##suffix, softcap_##suffix, sum_squares_##suffix,  \
-        scale_mul_##suffix, add_##suffix, scale_##suffix, rope_head_##suffix
+        scale_mul_##suffix, add_##suffix, scale_##suffix, rope_head_##suffix, add_scaled_##suffix
 
 const CpuKernels k_avx512{"avx512", dot_avx512, dot4_avx512, f16_avx512, bf16_avx512, LS_ELEMENTWISE_ENTRIES(avx512)};
 const CpuKernels k_avx2{"avx2", dot_avx2, dot4_avx2, f16_avx2, bf16_avx2, LS_ELEMENTWISE_ENTRIES(avx2)};
