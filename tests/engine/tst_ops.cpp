@@ -553,11 +553,22 @@ private slots:
         k.scale_mul(g.data(), 0.37f, u.data(), o.data(), n);
         for (int i = 0; i < n; ++i) // two float multiplies in this order: exact bits
             QCOMPARE(o[size_t(i)], g[size_t(i)] * 0.37f * u[size_t(i)]);
-        o = g;
-        k.add_scaled(o.data(), -1.7f, u.data(), n);
-        for (int i = 0; i < n; ++i) { // the product rounded, then the sum (no FMA): exact bits
-            const volatile float prod = -1.7f * u[size_t(i)];
-            QCOMPARE(o[size_t(i)], g[size_t(i)] + prod);
+        // Weighted rows of 100 values 103 apart (64 in registers, 16, and 4 one at a time); rows
+        // 1 and 5 weigh 0 and hold a NaN that must not reach y.
+        {
+            const int64_t rows = 7, width = 100, stride = 103;
+            std::vector<float> wr = random_vec(size_t(rows), 34), xr = random_vec(size_t(rows * stride), 35);
+            wr[1] = wr[5] = 0.0f;
+            xr[size_t(1 * stride + 70)] = xr[size_t(5 * stride + 3)] = std::nanf("");
+            std::vector<float> yr(g.begin(), g.begin() + width), ref = yr;
+            k.add_scaled_rows(yr.data(), wr.data(), xr.data(), stride, rows, width);
+            for (int64_t j = 0; j < rows; ++j)
+                if (wr[size_t(j)] != 0.0f)
+                    for (int64_t d = 0; d < width; ++d) { // the product rounded, then the sum (no FMA)
+                        const volatile float prod = wr[size_t(j)] * xr[size_t(j * stride + d)];
+                        ref[size_t(d)] = ref[size_t(d)] + prod;
+                    }
+            QVERIFY(std::memcmp(yr.data(), ref.data(), ref.size() * 4) == 0);
         }
 
         // RoPE of one head, both layouts, against the double rotation.

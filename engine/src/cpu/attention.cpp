@@ -533,7 +533,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     // is looked up once: dot_f32 looks it up per call, a cost as large as the dot itself at
     // small head sizes.
     const auto dot = cpu_kernels().dot;
-    const auto add_scaled = cpu_kernels().add_scaled;
+    const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
         n_head * n_q,
         [&](int64_t begin, int64_t end) {
@@ -585,14 +585,9 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 for (int64_t j0 = 0; j0 < n_keys; j0 += kRowChunk) {
                     const int64_t cnt = std::min(kRowChunk, n_keys - j0);
                     const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
-                    for (int64_t j = j0; j < j0 + cnt; ++j) {
-                        const float w = s[j];
-                        // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is
-                        // +-0 for a finite v) and keeps garbage in unseen rows from mattering.
-                        if (w == 0.0f)
-                            continue;
-                        add_scaled(out, w, vr.p + (j - j0) * vr.stride, hd);
-                    }
+                    // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is +-0
+                    // for a finite v) and keeps garbage in unseen rows from mattering.
+                    add_scaled_rows(out, s + j0, vr.p, vr.stride, cnt, hd);
                 }
             }
         },

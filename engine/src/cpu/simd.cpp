@@ -476,26 +476,60 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
     rope_head16(v, c, s, n_rot, interleaved);
 }
 
-// y[i] += a * x[i], the product rounded before the sum (no FMA), at every level: the bits of
-// the scalar loop. Plain attention's weighted sum of values.
-__attribute__((always_inline)) inline void add_scaled_tail(float *y, float a, const float *x, int64_t i, int64_t n)
+// y[i] += w[j] * x[j * stride + i] for j = 0, 1, ... in turn, rows whose weight is 0 skipped,
+// each product rounded before its sum (no FMA), at every level: the bits of the scalar loops.
+// Plain attention's weighted sum of values. The vector levels keep up to 64 values of y in
+// registers while the rows go past.
+__attribute__((always_inline)) inline void add_scaled_rows_tail(float *y, const float *w, const float *x,
+                                                                int64_t stride, int64_t rows, int64_t i, int64_t n)
 {
-    for (; i < n; ++i)
-        y[i] += a * x[i];
+    for (int64_t j = 0; j < rows; ++j)
+        if (w[j] != 0.0f)
+            for (int64_t d = i; d < n; ++d)
+                y[d] += w[j] * x[j * stride + d];
 }
 
-void add_scaled_portable(float *y, float a, const float *x, int64_t n) { add_scaled_tail(y, a, x, 0, n); }
+void add_scaled_rows_portable(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
+{
+    add_scaled_rows_tail(y, w, x, stride, rows, 0, n);
+}
 
-LS_INLINE void add_scaled16(float *y, float a, const float *x, int64_t n)
+template <int B> LS_INLINE void add_scaled_rows_blocks(float *y, const float *w, const float *x, int64_t stride,
+                                                       int64_t rows)
+{
+    V16 acc[B];
+    for (int b = 0; b < B; ++b)
+        acc[b] = load16(y + 16 * b);
+    for (int64_t j = 0; j < rows; ++j) {
+        const float a = w[j];
+        if (a == 0.0f)
+            continue;
+        for (int b = 0; b < B; ++b)
+            acc[b] = acc[b] + a * load16(x + j * stride + 16 * b);
+    }
+    for (int b = 0; b < B; ++b)
+        store16(y + 16 * b, acc[b]);
+}
+
+LS_INLINE void add_scaled_rows16(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
 {
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        add_scaled_rows_blocks<4>(y + i, w, x + i, stride, rows);
     for (; i + 16 <= n; i += 16)
-        store16(y + i, load16(y + i) + a * load16(x + i));
-    add_scaled_tail(y, a, x, i, n);
+        add_scaled_rows_blocks<1>(y + i, w, x + i, stride, rows);
+    add_scaled_rows_tail(y, w, x, stride, rows, i, n);
 }
 
-LS_AVX2 void add_scaled_avx2(float *y, float a, const float *x, int64_t n) { add_scaled16(y, a, x, n); }
-LS_AVX512 void add_scaled_avx512(float *y, float a, const float *x, int64_t n) { add_scaled16(y, a, x, n); }
+LS_AVX2 void add_scaled_rows_avx2(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
+{
+    add_scaled_rows16(y, w, x, stride, rows, n);
+}
+LS_AVX512 void add_scaled_rows_avx512(float *y, const float *w, const float *x, int64_t stride, int64_t rows,
+                                      int64_t n)
+{
+    add_scaled_rows16(y, w, x, stride, rows, n);
+}
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT DEFAULT
@@ -505,7 +539,7 @@ LS_AVX512 void add_scaled_avx512(float *y, float a, const float *x, int64_t n) {
 
 #define LS_ELEMENTWISE_ENTRIES(suffix)                                                                      \
     exp_##suffix, tanh_##suffix, swiglu_##suffix, geglu_##suffix, softcap_##suffix, sum_squares_##suffix,  \
-        scale_mul_##suffix, add_##suffix, scale_##suffix, rope_head_##suffix, add_scaled_##suffix
+        scale_mul_##suffix, add_##suffix, scale_##suffix, rope_head_##suffix, add_scaled_rows_##suffix
 
 const CpuKernels k_avx512{"avx512", dot_avx512, dot4_avx512, f16_avx512, bf16_avx512, LS_ELEMENTWISE_ENTRIES(avx512)};
 const CpuKernels k_avx2{"avx2", dot_avx2, dot4_avx2, f16_avx2, bf16_avx2, LS_ELEMENTWISE_ENTRIES(avx2)};
