@@ -497,16 +497,21 @@ void add_scaled_rows_portable(float *y, const float *w, const float *x, int64_t 
 template <int B> LS_INLINE void add_scaled_rows_blocks(float *y, const float *w, const float *x, int64_t stride,
                                                        int64_t rows)
 {
+    // Unrolled completely, so that the sums stay in registers (GCC at -O2 kept them on the
+    // stack otherwise, every addition waiting on the store before it).
     V16 acc[B];
+    #pragma GCC unroll 4
     for (int b = 0; b < B; ++b)
         acc[b] = load16(y + 16 * b);
     for (int64_t j = 0; j < rows; ++j) {
         const float a = w[j];
         if (a == 0.0f)
             continue;
+        #pragma GCC unroll 4
         for (int b = 0; b < B; ++b)
             acc[b] = acc[b] + a * load16(x + j * stride + 16 * b);
     }
+    #pragma GCC unroll 4
     for (int b = 0; b < B; ++b)
         store16(y + 16 * b, acc[b]);
 }
