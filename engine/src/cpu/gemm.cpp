@@ -425,7 +425,8 @@ void rows_avx512(const uint8_t *base, size_t stride, int64_t n_rows, const float
                 const int nr = int(std::min<int64_t>(RB, b1 - o));
                 for (int r = 0; r < nr; ++r)
                     rows[r] = base + size_t(o + r) * stride;
-                const TileFn fn = nr == RB && nt == TB ? tile_avx512<T, RB, TB> : TileTable<T, RB, TB, Avx512Tile>::get(nr, nt);
+                const TileFn fn = nr == RB && nt == TB ? tile_avx512<T, RB, TB>
+                                                       : TileTable<T, RB, TB, Avx512Tile>::get(nr, nt);
                 fn(rows, x + t * n, n, n, y + t * ldy + o, ldy);
             }
         }
