@@ -439,6 +439,10 @@ std::string gib(double bytes)
 
 } // namespace
 
+namespace {
+void scores_of_rows(const float *q, const float *kr, int64_t kr_stride, int64_t w, int hd, float scale, float *s);
+} // namespace
+
 AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool causal_flash)
 {
     check_problem(p, "attention_naive");
@@ -529,9 +533,11 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
     }
 
-    // One job per (head, query row): scores, softmax, weighted sum of values. The dot kernel
-    // is looked up once: dot_f32 looks it up per call, a cost as large as the dot itself at
-    // small head sizes.
+    // One job per (head, query row): scores, softmax, weighted sum of values. With heads of
+    // whole sixteens of dims the scores sum sixteen keys in the lanes of one vector
+    // (scores_from_rows, as the tiled path scores keys in rows), not one key per dot product
+    // with a reduction across lanes each. The kernels are looked up once: dot_f32 looks it up
+    // per call, a cost as large as the dot itself at small head sizes.
     const auto dot = cpu_kernels().dot;
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
@@ -566,6 +572,10 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                         continue;
                     }
                     const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
+                    if (hd % 16 == 0) {
+                        scores_of_rows(q, kr.p, kr.stride, cnt, hd, scale, s + j0);
+                        continue;
+                    }
                     for (int64_t j = j0; j < j0 + cnt; ++j)
                         s[j] = dot(q, kr.p + (j - j0) * kr.stride, hd) * scale;
                 }
@@ -794,6 +804,12 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
         s[c] = sum * scale;
     }
 }
+
+// Plain attention's scores of one query row against w keys in rows: scores_from_rows, built
+// three times.
+LS_ATTENTION_BUILDS(scores_of_rows, scores_from_rows,
+                    (const float *q, const float *kr, int64_t kr_stride, int64_t w, int hd, float scale, float *s),
+                    (q, kr, kr_stride, w, hd, scale, s))
 
 // The cache lines of up to two byte ranges (the next key tile's keys and values), asked for one
 // line per step of the score and value loops, so that the requests run alongside the current
