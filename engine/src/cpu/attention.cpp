@@ -515,7 +515,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                  vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
     const size_t packed_n = int_keys ? qk_packed_bytes(kRowChunk, hd) : 0, qq_n = int_keys ? size_t(nb) : 0;
     stats.scratch_bytes +=
-        uint64_t(pool.size()) * ((kbuf_n + vbuf_n) * sizeof(float) + packed_n + qq_n * sizeof(QkQueryBlock));
+        uint64_t(pool.size()) * ((kbuf_n + vbuf_n) * sizeof(float) + packed_n + qq_n * size_t(group) * sizeof(QkQueryBlock));
 
     // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
     // the (bottom-right aligned) diagonal.
@@ -533,25 +533,38 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
     }
 
-    // One job per (head, query row): scores, softmax, weighted sum of values. With heads of
-    // whole sixteens of dims the scores sum sixteen keys in the lanes of one vector
+    // One job per (query row, kv head, block of that kv head's query heads): scores, softmax,
+    // weighted sum of values. The heads of a block take each chunk of keys and values in turn
+    // while it is in L1 (and decoded once, where the cache is encoded), not each head the whole
+    // row of keys from L3; every head's arithmetic is the same, in the same order, as alone.
+    // A block is the whole group unless that leaves fewer than two jobs a thread (decode of a
+    // model with few kv heads); then the largest divisor of the group that gives enough. With
+    // heads of whole sixteens of dims the scores sum sixteen keys in the lanes of one vector
     // (scores_from_rows, as the tiled path scores keys in rows), not one key per dot product
     // with a reduction across lanes each. The kernels are looked up once: dot_f32 looks it up
     // per call, a cost as large as the dot itself at small head sizes.
+    int block = group;
+    for (int d = group; d >= 1; --d)
+        if (group % d == 0) {
+            block = d;
+            if (n_q * p.n_head_kv * (group / d) >= 2 * int64_t(pool.size()))
+                break;
+        }
+    const int blocks_per_kv = group / block;
     const auto dot = cpu_kernels().dot;
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
-        n_head * n_q,
+        n_q * p.n_head_kv * blocks_per_kv,
         [&](int64_t begin, int64_t end) {
             AlignedVector<float> kbuf(kbuf_n), vbuf(vbuf_n);
             AlignedVector<uint8_t> packed(packed_n);
-            std::vector<QkQueryBlock> qq(qq_n);
+            std::vector<QkQueryBlock> qq(qq_n * size_t(block));
             for (int64_t job = begin; job < end; ++job) {
-                const int h = int(job / n_q);
-                const int64_t i = job % n_q;
-                const int kvh = h / group;
-                const float *q = p.q + (i * n_head + h) * hd;
-                float *s = scores.data() + (int64_t(h) * n_q + i) * n_kv;
+                const int64_t i = job / (int64_t(p.n_head_kv) * blocks_per_kv);
+                const int kvh = int(job / blocks_per_kv % p.n_head_kv);
+                const int h0 = kvh * group + int(job % blocks_per_kv) * block;
+                const float *q0 = p.q + (i * n_head + h0) * hd; // head h0 + b at q0 + b * hd
+                const auto scores_of = [&](int b) { return scores.data() + (int64_t(h0 + b) * n_q + i) * n_kv; };
                 // With causal_flash only keys up to this query's position are scored; without
                 // it every key is, and the mask removes the future ones.
                 const int64_t n_keys =
@@ -560,49 +573,62 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 const int64_t first = causal_flash && p.window > 0
                                           ? std::clamp<int64_t>(p.q_pos0 + i - p.window + 1, 0, n_keys)
                                           : 0;
-                for (int64_t j = 0; j < first; ++j)
-                    s[j] = kNegInf;
-                if (int_keys)
-                    qk_quantize_query(q, hd, scale, qq.data());
+                for (int b = 0; b < block; ++b) {
+                    float *s = scores_of(b);
+                    for (int64_t j = 0; j < first; ++j)
+                        s[j] = kNegInf;
+                    if (int_keys)
+                        qk_quantize_query(q0 + b * hd, hd, scale, qq.data() + size_t(b) * qq_n);
+                }
                 for (int64_t j0 = first; j0 < n_keys; j0 += kRowChunk) {
                     const int64_t cnt = std::min(kRowChunk, n_keys - j0);
                     if (int_keys) {
                         pack_cached_keys(p, qk, kvh, j0, cnt, packed.data());
-                        qk_scores(qk, qq.data(), nb, 1, packed.data(), cnt, hd, s + j0, 0);
+                        for (int b = 0; b < block; ++b)
+                            qk_scores(qk, qq.data() + size_t(b) * qq_n, nb, 1, packed.data(), cnt, hd, scores_of(b) + j0, 0);
                         continue;
                     }
                     const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
-                    if (hd % 16 == 0) {
-                        scores_of_rows(q, kr.p, kr.stride, cnt, hd, scale, s + j0);
-                        continue;
+                    for (int b = 0; b < block; ++b) {
+                        const float *q = q0 + b * hd;
+                        float *s = scores_of(b);
+                        if (hd % 16 == 0) {
+                            scores_of_rows(q, kr.p, kr.stride, cnt, hd, scale, s + j0);
+                            continue;
+                        }
+                        for (int64_t j = j0; j < j0 + cnt; ++j)
+                            s[j] = dot(q, kr.p + (j - j0) * kr.stride, hd) * scale;
                     }
-                    for (int64_t j = j0; j < j0 + cnt; ++j)
-                        s[j] = dot(q, kr.p + (j - j0) * kr.stride, hd) * scale;
                 }
-                if (p.softcap > 0.0f)
-                    for (int64_t j = first; j < n_keys; ++j)
-                        s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-                if (!causal_flash) {
-                    const float *m = mask.data() + i * n_kv;
-                    for (int64_t j = 0; j < n_keys; ++j)
-                        s[j] += m[j];
+                for (int b = 0; b < block; ++b) {
+                    float *s = scores_of(b);
+                    if (p.softcap > 0.0f)
+                        for (int64_t j = first; j < n_keys; ++j)
+                            s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+                    if (!causal_flash) {
+                        const float *m = mask.data() + i * n_kv;
+                        for (int64_t j = 0; j < n_keys; ++j)
+                            s[j] += m[j];
+                    }
+                    float *out = p.out + (i * n_head + h0 + b) * hd;
+                    std::fill(out, out + hd, 0.0f);
+                    if (n_keys != 0)
+                        softmax_inplace(s, n_keys);
                 }
-                float *out = p.out + (i * n_head + h) * hd;
-                std::fill(out, out + hd, 0.0f);
                 if (n_keys == 0)
                     continue; // empty cache: nothing to attend to
-                softmax_inplace(s, n_keys);
                 for (int64_t j0 = 0; j0 < n_keys; j0 += kRowChunk) {
                     const int64_t cnt = std::min(kRowChunk, n_keys - j0);
                     const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
                     // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is +-0
                     // for a finite v) and keeps garbage in unseen rows from mattering.
-                    add_scaled_rows(out, s + j0, vr.p, vr.stride, cnt, hd);
+                    for (int b = 0; b < block; ++b)
+                        add_scaled_rows(p.out + (i * n_head + h0 + b) * hd, scores_of(b) + j0, vr.p, vr.stride, cnt, hd);
                 }
             }
         },
-        // Scores and the weighted sum: two multiply-adds per key and dim.
-        min_items_per_thread(2 * n_kv * hd));
+        // Scores and the weighted sum: two multiply-adds per key, dim and head of a block.
+        min_items_per_thread(2 * n_kv * hd * block));
     return stats;
 }
 
