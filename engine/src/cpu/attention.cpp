@@ -837,6 +837,83 @@ LS_ATTENTION_BUILDS(scores_of_rows, scores_from_rows,
                     (const float *q, const float *kr, int64_t kr_stride, int64_t w, int hd, float scale, float *s),
                     (q, kr, kr_stride, w, hd, scale, s))
 
+// Plain attention's softmax of one row of n scores in place: the maximum; e^(s - max) by the
+// vector exp (cpu/vec16.h, as the tiled path's), the last values through a copy padded with
+// -inf so that every value takes the same exp; the sum in double in sixteen parts by lane,
+// added up in one order (the same bits in every build); then each value times 1 / sum. Where
+// every score is -inf the row becomes NaN, as e^(-inf - -inf) is.
+typedef double D8 __attribute__((vector_size(64)));
+// Sixteen scores p[0, 16) to e^(p - mx) in place, their values added to the lanes of sum_lo
+// (0-7) and sum_hi (8-15) in double. (A function, not a lambda: a lambda's body is not built
+// for its enclosing function's target unless it is inlined, and a build without FMA would
+// change the exp's bits.)
+template <class VT>
+__attribute__((always_inline)) inline void softmax_exp_block(float *p, float mx, D8 &sum_lo, D8 &sum_hi)
+{
+    V8 e_lo, e_hi;
+    if constexpr (std::is_same_v<VT, V16>) {
+        const V16 e = vec16::exp16(load16(p) - mx);
+        store16(p, e);
+        e_lo = __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
+        e_hi = __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else {
+        e_lo = vec16::exp8(loadv<V8>(p) - mx);
+        e_hi = vec16::exp8(loadv<V8>(p + 8) - mx);
+        storev(p, e_lo);
+        storev(p + 8, e_hi);
+    }
+    sum_lo += __builtin_convertvector(e_lo, D8);
+    sum_hi += __builtin_convertvector(e_hi, D8);
+}
+
+template <class VT> __attribute__((always_inline)) inline void softmax_row_body(float *s, int64_t n)
+{
+    float mx = kNegInf;
+    int64_t c = 0;
+    if constexpr (std::is_same_v<VT, V16>) {
+        V16 m16 = vec16::splat(kNegInf);
+        for (; c + 16 <= n; c += 16) {
+            const V16 x = load16(s + c);
+            m16 = m16 < x ? x : m16;
+        }
+        mx = vec16::hmax16(m16);
+    } else {
+        V8 lo = V8{} + kNegInf, hi = lo;
+        for (; c + 16 <= n; c += 16) {
+            const V8 x = loadv<V8>(s + c), x2 = loadv<V8>(s + c + 8);
+            lo = lo < x ? x : lo;
+            hi = hi < x2 ? x2 : hi;
+        }
+        for (int k = 0; k < 8; ++k)
+            mx = std::max(mx, std::max(lo[k], hi[k]));
+    }
+    for (; c < n; ++c)
+        mx = std::max(mx, s[c]);
+
+    D8 sum_lo = {}, sum_hi = {}; // lanes 0-7 and 8-15 of each sixteen
+    for (c = 0; c + 16 <= n; c += 16)
+        softmax_exp_block<VT>(s + c, mx, sum_lo, sum_hi);
+    if (c < n) {
+        float pad[16];
+        std::fill(pad, pad + 16, kNegInf);
+        std::memcpy(pad, s + c, size_t(n - c) * sizeof(float));
+        softmax_exp_block<VT>(pad, mx, sum_lo, sum_hi);
+        std::memcpy(s + c, pad, size_t(n - c) * sizeof(float));
+    }
+    const D8 sum8 = sum_lo + sum_hi;
+    double sum = 0;
+    for (int k = 0; k < 8; ++k)
+        sum += sum8[k];
+    const float inv = float(1.0 / sum);
+    for (c = 0; c + 16 <= n; c += 16)
+        store16(s + c, load16(s + c) * inv);
+    for (; c < n; ++c)
+        s[c] *= inv;
+}
+
+LS_ATTENTION_BUILDS_AS(softmax_row, softmax_row_body<V16>, softmax_row_body<V8>, softmax_row_body<V8>,
+                       (float *s, int64_t n), (s, n))
+
 // The cache lines of up to two byte ranges (the next key tile's keys and values), asked for one
 // line per step of the score and value loops, so that the requests run alongside the current
 // tile's arithmetic. Asked for all at once at the tile's start (1024 requests for a TinyLlama
@@ -1523,6 +1600,8 @@ void amx_attention_tile(const AttentionProblem &p, AmxAttention &st, int kvh, in
 }
 
 } // namespace
+
+void softmax_inplace(float *x, int64_t n) { softmax_row(x, n); }
 
 __attribute__((target("arch=x86-64-v4"))) void softmax_exp_x86_64_v4(const float *x, float *y, int64_t n)
 {

@@ -500,19 +500,4 @@ void softcap(float *x, float cap, int64_t n, ThreadPool *pool)
     for_values(pool, n, [&](int64_t b, int64_t e) { k.softcap(x + b, cap, e - b); });
 }
 
-void softmax_inplace(float *x, int64_t n)
-{
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i)
-        m = std::max(m, x[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - m);
-        sum += x[i];
-    }
-    const float inv = float(1.0 / sum);
-    for (int64_t i = 0; i < n; ++i)
-        x[i] *= inv;
-}
-
 } // namespace longscope
