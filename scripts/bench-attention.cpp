@@ -1,15 +1,16 @@
-// Attention alone, one thread: the CPU time of attention_tiled (causal flash) over a cache of
-// n_kv keys, best of N rounds, each round one call per layer over `layers` caches of their
+// Attention alone, one thread: the CPU time of attention_tiled (causal flash; with `naive`,
+// attention_naive) over a cache of n_kv keys, best of N rounds, each round one call per layer over `layers` caches of their
 // own (22, as TinyLlama: each call reads its rows from memory, as in a forward pass; 1 with a
 // small n_kv: the rows stay in cache and only the compute is measured). Process CPU time, so
 // a busy machine slows it less than it slows wall time. Not part of the build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-attention.cpp
 //       build/engine/liblongscope_engine.a -lsentencepiece -lpcre2-8 -ldl -lpthread -o /tmp/bench-attention
-//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS
+//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS [naive]
 //   /tmp/bench-attention q8_0 q8_0 8192 32 4 64 5 1 22     # decode at depth 8192, TinyLlama's heads
 //   /tmp/bench-attention q8_0 q8_0 1024 32 4 64 200 1 1    # the same with the cache in L2
 //   /tmp/bench-attention f16 f16 4096 32 4 64 3 256 1      # 256 queries of a prefill at 4096
+//   /tmp/bench-attention f32 f32 2048 32 4 64 5 1 22 naive # plain attention, decode at 2048
 // (the documented switches apply: LONGSCOPE_AMX_ATTENTION=0 keeps prefill attention off the
 // AMX tiles)
 #include "cpu/attention.h"
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
     const int rounds = std::stoi(arg(7, "5"));
     const int64_t n_q = std::stoll(arg(8, "1"));
     const int layers = std::stoi(arg(9, "22"));
+    const bool naive = arg(10, "tiled") == "naive"; // plain attention (attention_naive) instead
     const int64_t ekv = int64_t(n_head_kv) * hd;
 
     std::mt19937 rng(1);
@@ -101,7 +103,10 @@ int main(int argc, char **argv)
         for (int l = 0; l < layers; ++l) {
             p.k = kqs[size_t(l)].data();
             p.v = vqs[size_t(l)].data();
-            attention_tiled(pool, p, true);
+            if (naive)
+                attention_naive(pool, p, true);
+            else
+                attention_tiled(pool, p, true);
         }
         best = std::min(best, (cpu_seconds() - t0) / layers);
     }

@@ -553,22 +553,31 @@ private slots:
         k.scale_mul(g.data(), 0.37f, u.data(), o.data(), n);
         for (int i = 0; i < n; ++i) // two float multiplies in this order: exact bits
             QCOMPARE(o[size_t(i)], g[size_t(i)] * 0.37f * u[size_t(i)]);
-        // Weighted rows of 100 values 103 apart (64 in registers, 16, and 4 one at a time); rows
-        // 1 and 5 weigh 0 and hold a NaN that must not reach y.
-        {
-            const int64_t rows = 7, width = 100, stride = 103;
-            std::vector<float> wr = random_vec(size_t(rows), 34), xr = random_vec(size_t(rows * stride), 35);
-            wr[1] = wr[5] = 0.0f;
+        // Weighted rows of 100 values 103 apart (64 in registers, 16, and 4 one at a time) for 1
+        // to 6 heads (blocks of four or two heads and the heads left over); rows 1 and 5 weigh 0
+        // for every head and hold a NaN that must not reach y, row 2 weighs 0 for head 1 only.
+        for (int heads = 1; heads <= 6; ++heads) {
+            const int64_t rows = 7, width = 100, stride = 103, y_stride = 111, w_stride = 9;
+            std::vector<float> wr = random_vec(size_t(heads * w_stride), 34 + heads),
+                               xr = random_vec(size_t(rows * stride), 35);
+            for (int h = 0; h < heads; ++h)
+                wr[size_t(h * w_stride + 1)] = wr[size_t(h * w_stride + 5)] = 0.0f;
+            if (heads > 1)
+                wr[size_t(w_stride + 2)] = 0.0f;
             xr[size_t(1 * stride + 70)] = xr[size_t(5 * stride + 3)] = std::nanf("");
-            std::vector<float> yr(g.begin(), g.begin() + width), ref = yr;
-            k.add_scaled_rows(yr.data(), wr.data(), xr.data(), stride, rows, width);
-            for (int64_t j = 0; j < rows; ++j)
-                if (wr[size_t(j)] != 0.0f)
-                    for (int64_t d = 0; d < width; ++d) { // the product rounded, then the sum (no FMA)
-                        const volatile float prod = wr[size_t(j)] * xr[size_t(j * stride + d)];
-                        ref[size_t(d)] = ref[size_t(d)] + prod;
-                    }
-            QVERIFY(std::memcmp(yr.data(), ref.data(), ref.size() * 4) == 0);
+            std::vector<float> yr = random_vec(size_t(heads * y_stride), 36), ref = yr;
+            k.add_scaled_rows(yr.data(), y_stride, wr.data(), w_stride, heads, xr.data(), stride, rows, width);
+            for (int h = 0; h < heads; ++h)
+                for (int64_t j = 0; j < rows; ++j) {
+                    const float a = wr[size_t(h * w_stride + j)];
+                    if (a != 0.0f)
+                        for (int64_t d = 0; d < width; ++d) { // the product rounded, then the sum (no FMA)
+                            const volatile float prod = a * xr[size_t(j * stride + d)];
+                            float &r = ref[size_t(h * y_stride + d)];
+                            r = r + prod;
+                        }
+                }
+            QVERIFY2(std::memcmp(yr.data(), ref.data(), ref.size() * 4) == 0, qPrintable(QString("heads %1").arg(heads)));
         }
 
         // RoPE of one head, both layouts, against the double rotation.

@@ -622,8 +622,8 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
                     // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is +-0
                     // for a finite v) and keeps garbage in unseen rows from mattering.
-                    for (int b = 0; b < block; ++b)
-                        add_scaled_rows(p.out + (i * n_head + h0 + b) * hd, scores_of(b) + j0, vr.p, vr.stride, cnt, hd);
+                    add_scaled_rows(p.out + (i * n_head + h0) * hd, hd, scores_of(0) + j0, n_q * n_kv, block, vr.p,
+                                    vr.stride, cnt, hd);
                 }
             }
         },

@@ -476,10 +476,13 @@ LS_AVX512 void rope_head_avx512(float *v, const float *c, const float *s, int n_
     rope_head16(v, c, s, n_rot, interleaved);
 }
 
-// y[i] += w[j] * x[j * stride + i] for j = 0, 1, ... in turn, rows whose weight is 0 skipped,
-// each product rounded before its sum (no FMA), at every level: the bits of the scalar loops.
-// Plain attention's weighted sum of values. The vector levels keep up to 64 values of y in
-// registers while the rows go past.
+// For each of `heads` outputs y_h = y + h * y_stride with weights w_h = w + h * w_stride:
+// y_h[i] += w_h[j] * x[j * stride + i] for j = 0, 1, ... in turn, rows whose weight is 0
+// skipped, each product rounded before its sum (no FMA), at every level: the bits of the scalar
+// loops, head by head. Plain attention's weighted sum of values for the query heads of a kv
+// group. The vector levels keep up to 64 values of up to four heads' y (AVX2: 32 values of
+// two heads) in registers while the rows go past, each row loaded once for them: the heads' sums
+// are independent chains, where one head alone waits on each addition before the next.
 __attribute__((always_inline)) inline void add_scaled_rows_tail(float *y, const float *w, const float *x,
                                                                 int64_t stride, int64_t rows, int64_t i, int64_t n)
 {
@@ -489,51 +492,87 @@ __attribute__((always_inline)) inline void add_scaled_rows_tail(float *y, const 
                 y[d] += w[j] * x[j * stride + d];
 }
 
-void add_scaled_rows_portable(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
+void add_scaled_rows_portable(float *y, int64_t y_stride, const float *w, int64_t w_stride, int heads,
+                              const float *x, int64_t stride, int64_t rows, int64_t n)
 {
-    add_scaled_rows_tail(y, w, x, stride, rows, 0, n);
+    for (int h = 0; h < heads; ++h)
+        add_scaled_rows_tail(y + h * y_stride, w + h * w_stride, x, stride, rows, 0, n);
 }
 
-template <int B> LS_INLINE void add_scaled_rows_blocks(float *y, const float *w, const float *x, int64_t stride,
-                                                       int64_t rows)
+// H heads by B vectors VT (sixteen values for AVX-512, eight for AVX2, where GCC builds a
+// 64-byte vector times a float through the stack; the lanes' arithmetic is the same).
+template <class VT, int H, int B>
+LS_INLINE void add_scaled_rows_blocks(float *y, int64_t y_stride, const float *w, int64_t w_stride, const float *x,
+                                      int64_t stride, int64_t rows)
 {
+    constexpr int L = int(sizeof(VT) / sizeof(float));
     // Unrolled completely, so that the sums stay in registers (GCC at -O2 kept them on the
     // stack otherwise, every addition waiting on the store before it).
-    V16 acc[B];
+    VT acc[H][B];
     #pragma GCC unroll 4
-    for (int b = 0; b < B; ++b)
-        acc[b] = load16(y + 16 * b);
-    for (int64_t j = 0; j < rows; ++j) {
-        const float a = w[j];
-        if (a == 0.0f)
-            continue;
+    for (int h = 0; h < H; ++h)
         #pragma GCC unroll 4
         for (int b = 0; b < B; ++b)
-            acc[b] = acc[b] + a * load16(x + j * stride + 16 * b);
+            acc[h][b] = vec16::loadv<VT>(y + h * y_stride + L * b);
+    for (int64_t j = 0; j < rows; ++j) {
+        VT v[B];
+        #pragma GCC unroll 4
+        for (int b = 0; b < B; ++b)
+            v[b] = vec16::loadv<VT>(x + j * stride + L * b);
+        #pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+            const float a = w[h * w_stride + j];
+            if (a == 0.0f)
+                continue;
+            #pragma GCC unroll 4
+            for (int b = 0; b < B; ++b)
+                acc[h][b] = acc[h][b] + a * v[b];
+        }
     }
     #pragma GCC unroll 4
-    for (int b = 0; b < B; ++b)
-        store16(y + 16 * b, acc[b]);
+    for (int h = 0; h < H; ++h)
+        #pragma GCC unroll 4
+        for (int b = 0; b < B; ++b)
+            vec16::storev(y + h * y_stride + L * b, acc[h][b]);
 }
 
-LS_INLINE void add_scaled_rows16(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
+// H heads from y, w: the values in blocks of B vectors, then one vector, then the tail.
+template <class VT, int H, int B>
+LS_INLINE void add_scaled_rows_heads(float *y, int64_t y_stride, const float *w, int64_t w_stride, const float *x,
+                                     int64_t stride, int64_t rows, int64_t n)
 {
+    constexpr int L = int(sizeof(VT) / sizeof(float));
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        add_scaled_rows_blocks<4>(y + i, w, x + i, stride, rows);
-    for (; i + 16 <= n; i += 16)
-        add_scaled_rows_blocks<1>(y + i, w, x + i, stride, rows);
-    add_scaled_rows_tail(y, w, x, stride, rows, i, n);
+    for (; i + L * B <= n; i += L * B)
+        add_scaled_rows_blocks<VT, H, B>(y + i, y_stride, w, w_stride, x + i, stride, rows);
+    for (; i + L <= n; i += L)
+        add_scaled_rows_blocks<VT, H, 1>(y + i, y_stride, w, w_stride, x + i, stride, rows);
+    for (int h = 0; h < H; ++h)
+        add_scaled_rows_tail(y + h * y_stride, w + h * w_stride, x, stride, rows, i, n);
 }
 
-LS_AVX2 void add_scaled_rows_avx2(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n)
+// H heads at a time, then the rest one by one. (Functions, not lambdas: a lambda's body is
+// built for the default target, not for the enclosing function's, unless it is inlined.)
+template <class VT, int H, int B>
+LS_INLINE void add_scaled_rows_vec(float *y, int64_t y_stride, const float *w, int64_t w_stride, int heads,
+                                   const float *x, int64_t stride, int64_t rows, int64_t n)
 {
-    add_scaled_rows16(y, w, x, stride, rows, n);
+    int h0 = 0;
+    for (; h0 + H <= heads; h0 += H)
+        add_scaled_rows_heads<VT, H, B>(y + h0 * y_stride, y_stride, w + h0 * w_stride, w_stride, x, stride, rows, n);
+    for (; h0 < heads; ++h0)
+        add_scaled_rows_heads<VT, 1, B>(y + h0 * y_stride, y_stride, w + h0 * w_stride, w_stride, x, stride, rows, n);
 }
-LS_AVX512 void add_scaled_rows_avx512(float *y, const float *w, const float *x, int64_t stride, int64_t rows,
-                                      int64_t n)
+
+LS_AVX2 void add_scaled_rows_avx2(float *y, int64_t y_stride, const float *w, int64_t w_stride, int heads,
+                                  const float *x, int64_t stride, int64_t rows, int64_t n)
 {
-    add_scaled_rows16(y, w, x, stride, rows, n);
+    add_scaled_rows_vec<V8, 2, 4>(y, y_stride, w, w_stride, heads, x, stride, rows, n);
+}
+LS_AVX512 void add_scaled_rows_avx512(float *y, int64_t y_stride, const float *w, int64_t w_stride, int heads,
+                                      const float *x, int64_t stride, int64_t rows, int64_t n)
+{
+    add_scaled_rows_vec<V16, 4, 4>(y, y_stride, w, w_stride, heads, x, stride, rows, n);
 }
 
 #if defined(__clang__)

@@ -45,9 +45,11 @@ struct CpuKernels {
     // with the table layout of ops.h (RopeTable); products rounded before the sum (no FMA), so
     // every level gives the scalar rotation's bits.
     void (*rope_head)(float *v, const float *c, const float *s, int n_rot, bool interleaved);
-    // y[i] += w[j] * x[j * stride + i] for rows j = 0 .. rows - 1 in turn, those whose weight is
-    // 0 skipped, each product rounded before its sum (no FMA): the scalar loops' bits.
-    void (*add_scaled_rows)(float *y, const float *w, const float *x, int64_t stride, int64_t rows, int64_t n);
+    // For heads h < heads: y_h[i] += w_h[j] * x[j * stride + i] for rows j = 0 .. rows - 1 in
+    // turn, y_h = y + h * y_stride, w_h = w + h * w_stride, the rows whose weight is 0 skipped,
+    // each product rounded before its sum (no FMA): the scalar loops' bits, head by head.
+    void (*add_scaled_rows)(float *y, int64_t y_stride, const float *w, int64_t w_stride, int heads, const float *x,
+                            int64_t stride, int64_t rows, int64_t n);
 };
 
 // The kernels of the kernel table's level (kernel_table.h): the best this CPU runs unless
