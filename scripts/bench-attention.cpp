@@ -1,7 +1,8 @@
 // Attention alone, one thread: the CPU time of attention_tiled (causal flash; with `naive`,
-// attention_naive) over a cache of n_kv keys, best of N rounds, each round one call per layer over `layers` caches of their
-// own (22, as TinyLlama: each call reads its rows from memory, as in a forward pass; 1 with a
-// small n_kv: the rows stay in cache and only the compute is measured). Process CPU time, so
+// attention_naive) over a cache of n_kv keys, best of N rounds, each round one call per layer
+// over `layers` caches of their own (22, as TinyLlama: each call reads its rows from memory, as
+// in a forward pass; 1 with a small n_kv: the rows stay in cache and only the compute is
+// measured). Process CPU time, so
 // a busy machine slows it less than it slows wall time. Not part of the build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-attention.cpp
