@@ -393,18 +393,20 @@ private slots:
             for (int64_t n : {int64_t(256), int64_t(512)}) {
                 Fixture f = make_fixture(s, {n, 0, n, ""}, NoRot, 4);
                 bytes[idx] = attention_naive(pool, f.p, flash).scratch_bytes;
-                // Scores [n_head, n, n], plus the [n, n] mask without causal_flash.
-                const uint64_t want = uint64_t(s.n_head + (flash ? 0 : 1)) * uint64_t(n * n) * 4;
+                // Scores [n_head, n, n], plus the [n, n] mask without causal_flash, plus each
+                // thread's transposed chunk of keys (64 keys), which does not grow.
+                const uint64_t want = uint64_t(s.n_head + (flash ? 0 : 1)) * uint64_t(n * n) * 4 +
+                                      uint64_t(pool.size()) * 64 * uint64_t(s.head_dim) * 4;
                 QCOMPARE(bytes[idx], want);
                 ++idx;
             }
             const double ratio = double(bytes[1]) / double(bytes[0]);
-            QVERIFY2(ratio > 3.9 && ratio < 4.1, qPrintable(QString::number(ratio)));
+            QVERIFY2(ratio > 3.8 && ratio < 4.1, qPrintable(QString::number(ratio)));
         }
         // Rotating keys adds the [n_kv, n_head_kv * head_dim] rotated copy.
         Fixture f = make_fixture(s, {16, 40, 56, ""}, RotInterleaved, 4);
         QCOMPARE(attention_naive(pool, f.p, true).scratch_bytes,
-                 uint64_t(s.n_head * 16 * 56 + 56 * s.n_head_kv * s.head_dim) * 4);
+                 uint64_t(s.n_head * 16 * 56 + 56 * s.n_head_kv * s.head_dim + pool.size() * 64 * s.head_dim) * 4);
     }
 
     void naive_out_of_memory_is_typed()

@@ -440,7 +440,8 @@ std::string gib(double bytes)
 } // namespace
 
 namespace {
-void scores_of_rows(const float *q, const float *kr, int64_t kr_stride, int64_t w, int hd, float scale, float *s);
+void scores_of_chunk(int n_rows, const float *q, int64_t q_stride, const float *kt, int64_t T, int64_t w, int hd,
+                     float scale, float *s, int64_t s_stride);
 } // namespace
 
 AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool causal_flash)
@@ -514,8 +515,9 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     const size_t kbuf_n = int_keys ? 0 : decode_floats(keys_type, kRowChunk, hd),
                  vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
     const size_t packed_n = int_keys ? qk_packed_bytes(kRowChunk, hd) : 0, qq_n = int_keys ? size_t(nb) : 0;
-    stats.scratch_bytes +=
-        uint64_t(pool.size()) * ((kbuf_n + vbuf_n) * sizeof(float) + packed_n + qq_n * size_t(group) * sizeof(QkQueryBlock));
+    const size_t ktile_n = int_keys ? 0 : size_t(kRowChunk * hd);
+    stats.scratch_bytes += uint64_t(pool.size()) * ((kbuf_n + vbuf_n + ktile_n) * sizeof(float) + packed_n +
+                                                    qq_n * size_t(group) * sizeof(QkQueryBlock));
 
     // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
     // the (bottom-right aligned) diagonal.
@@ -535,14 +537,12 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
 
     // One job per (query row, kv head, block of that kv head's query heads): scores, softmax,
     // weighted sum of values. The heads of a block take each chunk of keys and values in turn
-    // while it is in L1 (and decoded once, where the cache is encoded), not each head the whole
-    // row of keys from L3; every head's arithmetic is the same, in the same order, as alone.
-    // A block is the whole group unless that leaves fewer than two jobs a thread (decode of a
-    // model with few kv heads); then the largest divisor of the group that gives enough. With
-    // heads of whole sixteens of dims the scores sum sixteen keys in the lanes of one vector
-    // (scores_from_rows, as the tiled path scores keys in rows), not one key per dot product
-    // with a reduction across lanes each. The kernels are looked up once: dot_f32 looks it up
-    // per call, a cost as large as the dot itself at small head sizes.
+    // while it is in L1 (decoded and transposed once), not each head the whole row of keys from
+    // L3: the scores as the tiled path's from a transposed tile (each score its dims in order,
+    // blocks of heads by keys in registers), the weighted sum with each value row loaded once for
+    // several heads (add_scaled_rows). A block is the whole group unless that leaves fewer than
+    // two jobs a thread (decode of a model with few kv heads); then the largest divisor of the
+    // group that gives enough.
     int block = group;
     for (int d = group; d >= 1; --d)
         if (group % d == 0) {
@@ -551,12 +551,12 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 break;
         }
     const int blocks_per_kv = group / block;
-    const auto dot = cpu_kernels().dot;
+    const bool keys_direct = !int_keys && keys == p.k && keys_transposed_from_cache(p);
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
         n_q * p.n_head_kv * blocks_per_kv,
         [&](int64_t begin, int64_t end) {
-            AlignedVector<float> kbuf(kbuf_n), vbuf(vbuf_n);
+            AlignedVector<float> kbuf(kbuf_n), vbuf(vbuf_n), ktile(ktile_n);
             AlignedVector<uint8_t> packed(packed_n);
             std::vector<QkQueryBlock> qq(qq_n * size_t(block));
             for (int64_t job = begin; job < end; ++job) {
@@ -588,17 +588,16 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                             qk_scores(qk, qq.data() + size_t(b) * qq_n, nb, 1, packed.data(), cnt, hd, scores_of(b) + j0, 0);
                         continue;
                     }
-                    const FloatRows kr = cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
-                    for (int b = 0; b < block; ++b) {
-                        const float *q = q0 + b * hd;
-                        float *s = scores_of(b);
-                        if (hd % 16 == 0) {
-                            scores_of_rows(q, kr.p, kr.stride, cnt, hd, scale, s + j0);
-                            continue;
-                        }
-                        for (int64_t j = j0; j < j0 + cnt; ++j)
-                            s[j] = dot(q, kr.p + (j - j0) * kr.stride, hd) * scale;
+                    // The chunk's keys transposed once for the block's heads, straight from an
+                    // F16 cache where the AVX-512 build can.
+                    if (keys_direct) {
+                        transpose_encoded_keys(p, kvh, j0, cnt, ktile.data(), kRowChunk);
+                    } else {
+                        const FloatRows kr =
+                            cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
+                        transpose_keys(kr.p, kr.stride, ktile.data(), kRowChunk, cnt, hd);
                     }
+                    scores_of_chunk(block, q0, hd, ktile.data(), kRowChunk, cnt, hd, scale, scores_of(0) + j0, n_q * n_kv);
                 }
                 for (int b = 0; b < block; ++b) {
                     float *s = scores_of(b);
@@ -831,12 +830,6 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
     }
 }
 
-// Plain attention's scores of one query row against w keys in rows: scores_from_rows, built
-// three times.
-LS_ATTENTION_BUILDS(scores_of_rows, scores_from_rows,
-                    (const float *q, const float *kr, int64_t kr_stride, int64_t w, int hd, float scale, float *s),
-                    (q, kr, kr_stride, w, hd, scale, s))
-
 // Plain attention's softmax of one row of n scores in place: the maximum; e^(s - max) by the
 // vector exp (cpu/vec16.h, as the tiled path's), the last values through a copy padded with
 // -inf so that every value takes the same exp; the sum in double in sixteen parts by lane,
@@ -956,20 +949,21 @@ struct LinePrefetch {
 // the rows' additive mask; with `diagonal`, keys after column `last_visible` are left out.
 // q: row g at q + g * q_stride; s: scratch [GB, T]; row g's accumulator at a + g * a_stride,
 // its m and l at m[g * ml_stride], l[g * ml_stride].
-template <int GB, int KB, int VD, class VT, bool PF, class Values>
-__attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
-                                                          const float *kr, int64_t kr_stride, int64_t T, int64_t w,
-                                                          const Values &vt, int hd, float scale,
-                                                          const TileMask &tm, float *s, float *a, int64_t a_stride,
-                                                          float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
+// The scores of GB query rows (row g at q + g * q_stride) against the w keys of a tile, row
+// g's at s + g * s_stride: from the transposed tile kt ([head_dim, T]) summed over dims in
+// order, KB keys (KB / L vectors) by GB rows in registers per pass over the dims; or, with the
+// keys in rows (kr), as scores_from_rows sums them; with neither, s holds them already.
+template <int GB, int KB, class VT, bool PF>
+__attribute__((always_inline)) inline void tile_scores_body(const float *q, int64_t q_stride, const float *kt,
+                                                            const float *kr, int64_t kr_stride, int64_t T, int64_t w,
+                                                            int hd, float scale, float *s, int64_t s_stride,
+                                                            LinePrefetch &pf)
 {
     constexpr int L = int(sizeof(VT) / sizeof(float)); // lanes: 16 or 8
-    // Scores, KB keys (KB / L vectors) by GB rows in registers per pass over the dims; or,
-    // with the keys in rows (kr), a row at a time; with neither, s holds them already.
     int64_t c0 = kr || !kt ? w : 0;
     if (kr)
         for (int g = 0; g < GB; ++g)
-            scores_from_rows(q + g * q_stride, kr, kr_stride, w, hd, scale, s + g * T);
+            scores_from_rows(q + g * q_stride, kr, kr_stride, w, hd, scale, s + g * s_stride);
     for (; c0 + KB <= w; c0 += KB) {
         VT acc[GB][KB / L] = {};
         for (int d = 0; d < hd; ++d) {
@@ -991,7 +985,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
         for (int g = 0; g < GB; ++g)
             #pragma GCC unroll 4
             for (int j = 0; j < KB / L; ++j)
-                storev(s + g * T + c0 + L * j, acc[g][j] * scale);
+                storev(s + g * s_stride + c0 + L * j, acc[g][j] * scale);
     }
     for (; c0 + L <= w; c0 += L)
         #pragma GCC unroll 8
@@ -999,15 +993,26 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             VT acc = {};
             for (int d = 0; d < hd; ++d)
                 acc += q[g * q_stride + d] * loadv<VT>(kt + int64_t(d) * T + c0);
-            storev(s + g * T + c0, acc * scale);
+            storev(s + g * s_stride + c0, acc * scale);
         }
     for (int g = 0; g < GB && (kt || kr); ++g)
         for (int64_t c = c0; c < w; ++c) {
             float x = 0.0f;
             for (int d = 0; d < hd; ++d)
                 x += q[g * q_stride + d] * kt[int64_t(d) * T + c];
-            s[g * T + c] = x * scale;
+            s[g * s_stride + c] = x * scale;
         }
+}
+
+template <int GB, int KB, int VD, class VT, bool PF, class Values>
+__attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
+                                                          const float *kr, int64_t kr_stride, int64_t T, int64_t w,
+                                                          const Values &vt, int hd, float scale,
+                                                          const TileMask &tm, float *s, float *a, int64_t a_stride,
+                                                          float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
+{
+    constexpr int L = int(sizeof(VT) / sizeof(float)); // lanes: 16 or 8
+    tile_scores_body<GB, KB, VT, PF>(q, q_stride, kt, kr, kr_stride, T, w, hd, scale, s, T, pf);
 
     // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
     float alpha[GB];
@@ -1155,6 +1160,46 @@ LS_ATTENTION_BUILDS_AS(tile_rows, tile_rows_floats<32>, tile_rows_floats<16>, ti
                      int64_t ml_stride, LinePrefetch &pf),
                     (n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, ekv, hd, scale, tm, s, a, a_stride, m, l,
                      ml_stride, pf))
+
+// Plain attention's scores of n_rows query rows sharing a kv head (row g at q + g * q_stride)
+// against the w keys of a transposed chunk kt ([head_dim, T]), row g's at s + g * s_stride:
+// tile_scores_body in the tiled path's blocks of rows and keys, each score summing its dims in
+// order, so that every build gives the same bits.
+template <int VR>
+__attribute__((always_inline)) inline void scores_of_chunk_body(int n_rows, const float *q, int64_t q_stride,
+                                                                const float *kt, int64_t T, int64_t w, int hd,
+                                                                float scale, float *s, int64_t s_stride)
+{
+    using VT = std::conditional_t<(VR >= 32), V16, V8>;
+    LinePrefetch none;
+    int g = 0;
+#define LS_SCORES_BLOCK(GB, KB)                                                                               \
+    tile_scores_body<GB, KB, VT, false>(q + g * q_stride, q_stride, kt, nullptr, 0, T, w, hd, scale, s + g * s_stride, \
+                                        s_stride, none)
+    if constexpr (VR >= 32) {
+        for (; g + 8 <= n_rows; g += 8)
+            LS_SCORES_BLOCK(8, 32);
+        for (; g + 4 <= n_rows; g += 4)
+            LS_SCORES_BLOCK(4, 64);
+        for (; g + 2 <= n_rows; g += 2)
+            LS_SCORES_BLOCK(2, 64);
+        for (; g < n_rows; ++g)
+            LS_SCORES_BLOCK(1, 64);
+    } else {
+        for (; g + 4 <= n_rows; g += 4)
+            LS_SCORES_BLOCK(4, 16);
+        for (; g + 2 <= n_rows; g += 2)
+            LS_SCORES_BLOCK(2, 32);
+        for (; g < n_rows; ++g)
+            LS_SCORES_BLOCK(1, 32);
+    }
+#undef LS_SCORES_BLOCK
+}
+
+LS_ATTENTION_BUILDS_AS(scores_of_chunk, scores_of_chunk_body<32>, scores_of_chunk_body<16>, scores_of_chunk_body<16>,
+                       (int n_rows, const float *q, int64_t q_stride, const float *kt, int64_t T, int64_t w, int hd,
+                        float scale, float *s, int64_t s_stride),
+                       (n_rows, q, q_stride, kt, T, w, hd, scale, s, s_stride))
 
 // Values straight from an F16 or Q8_0 cache (row c's slice of one kv head at v + c * rb, the
 // head size a multiple of 32): sixteen of them decoded in registers as they are summed, the
