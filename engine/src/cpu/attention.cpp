@@ -133,6 +133,25 @@ FloatRows cache_rows(const void *base, DType type, int64_t ekv, int64_t j0, int6
     return {buf, width};
 }
 
+// Asks for the cache lines of rows [j0, j1) of one head's slice of an encoded cache (`width`
+// values from value e0 of rows of ekv), for plain attention's next chunk of keys or values.
+// Not for F32 rows, which the hardware prefetchers follow on their own: asking for them made
+// a decode at depth 2048 (F32 keys and values, TinyLlama's heads) 10% slower, where it made
+// F16's 10% faster.
+void prefetch_slice_rows(const void *cache, DType type, int64_t ekv, int64_t e0, int64_t width, int64_t j0, int64_t j1)
+{
+    if (type == DType::F32)
+        return;
+    const size_t rb = row_bytes(type, ekv), bytes = row_bytes(type, width);
+    const char *base = static_cast<const char *>(cache) + row_bytes(type, e0);
+    for (int64_t j = j0; j < j1; ++j) {
+        const char *r = base + size_t(j) * rb;
+        const uintptr_t last = reinterpret_cast<uintptr_t>(r + bytes - 1);
+        for (uintptr_t a = reinterpret_cast<uintptr_t>(r) & ~uintptr_t(63); a <= last; a += 64)
+            __builtin_prefetch(reinterpret_cast<const void *>(a), 0, 2);
+    }
+}
+
 // Floats a decode buffer of `rows` rows of `width` needs: none for F32.
 size_t decode_floats(DType type, int64_t rows, int64_t width)
 {
@@ -588,8 +607,14 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                             qk_scores(qk, qq.data() + size_t(b) * qq_n, nb, 1, packed.data(), cnt, hd, scores_of(b) + j0, 0);
                         continue;
                     }
-                    // The chunk's keys transposed once for the block's heads, straight from an
-                    // F16 cache where the AVX-512 build can.
+                    // The next chunk's keys asked for (after the last, the first values); this
+                    // chunk's transposed once for the block's heads, straight from an F16 cache
+                    // where the AVX-512 build can.
+                    if (j0 + cnt < n_keys)
+                        prefetch_slice_rows(keys, keys_type, ekv, int64_t(kvh) * hd, hd, j0 + cnt,
+                                            std::min(j0 + cnt + kRowChunk, n_keys));
+                    else
+                        prefetch_slice_rows(p.v, p.v_type, ekv, int64_t(kvh) * hd, hd, 0, std::min(kRowChunk, n_keys));
                     if (keys_direct) {
                         transpose_encoded_keys(p, kvh, j0, cnt, ktile.data(), kRowChunk);
                     } else {
@@ -618,6 +643,8 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                     continue; // empty cache: nothing to attend to
                 for (int64_t j0 = 0; j0 < n_keys; j0 += kRowChunk) {
                     const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                    prefetch_slice_rows(p.v, p.v_type, ekv, int64_t(kvh) * hd, hd, j0 + cnt,
+                                        std::min(j0 + cnt + kRowChunk, n_keys));
                     const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
                     // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is +-0
                     // for a finite v) and keeps garbage in unseen rows from mattering.
