@@ -554,10 +554,10 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv)));
     }
 
-    // One job per (query row, kv head, block of that kv head's query heads): scores, softmax,
-    // weighted sum of values. The heads of a block take each chunk of keys and values in turn
-    // while it is in L1 (decoded and transposed once), not each head the whole row of keys from
-    // L3: the scores as the tiled path's from a transposed tile (each score its dims in order,
+    // One job per (block of query rows, kv head, block of that kv head's query heads): scores,
+    // softmax, weighted sum of values. The rows and heads of a job take each chunk of keys and
+    // values in turn while it is in L1 (decoded and transposed once), not each head of each row
+    // the whole row of keys from L3: the scores as the tiled path's from a transposed tile (each score its dims in order,
     // blocks of heads by keys in registers), the weighted sum with each value row loaded once for
     // several heads (add_scaled_rows). A block is the whole group unless that leaves fewer than
     // two jobs a thread (decode of a model with few kv heads); then the largest divisor of the
@@ -571,90 +571,123 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
         }
     const int blocks_per_kv = group / block;
     const bool keys_direct = !int_keys && keys == p.k && keys_transposed_from_cache(p);
+    // Up to sixteen query rows a job where there are enough of them (prefill), so that each
+    // chunk of keys is transposed once for all of them and each value row loaded once.
+    const int64_t per_q = int64_t(p.n_head_kv) * blocks_per_kv;
+    const int64_t q_block = std::clamp<int64_t>(n_q * per_q / (8 * int64_t(pool.size())), 1, 16);
+    const int64_t n_qb = (n_q + q_block - 1) / q_block;
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
-        n_q * p.n_head_kv * blocks_per_kv,
+        n_qb * per_q,
         [&](int64_t begin, int64_t end) {
             AlignedVector<float> kbuf(kbuf_n), vbuf(vbuf_n), ktile(ktile_n);
             AlignedVector<uint8_t> packed(packed_n);
-            std::vector<QkQueryBlock> qq(qq_n * size_t(block));
+            std::vector<QkQueryBlock> qq(qq_n * size_t(block * q_block));
+            std::vector<float> part(int_keys ? size_t(kRowChunk) : 0);
             for (int64_t job = begin; job < end; ++job) {
-                const int64_t i = job / (int64_t(p.n_head_kv) * blocks_per_kv);
+                const int64_t i0 = job / per_q * q_block, i1 = std::min(n_q, i0 + q_block);
                 const int kvh = int(job / blocks_per_kv % p.n_head_kv);
                 const int h0 = kvh * group + int(job % blocks_per_kv) * block;
-                const float *q0 = p.q + (i * n_head + h0) * hd; // head h0 + b at q0 + b * hd
-                const auto scores_of = [&](int b) { return scores.data() + (int64_t(h0 + b) * n_q + i) * n_kv; };
-                // With causal_flash only keys up to this query's position are scored; without
-                // it every key is, and the mask removes the future ones.
-                const int64_t n_keys =
-                    causal_flash ? std::min(n_kv, p.q_pos0 + i + 1) : n_kv;
-                // A sliding window hides the keys before it the same way.
-                const int64_t first = causal_flash && p.window > 0
-                                          ? std::clamp<int64_t>(p.q_pos0 + i - p.window + 1, 0, n_keys)
-                                          : 0;
-                for (int b = 0; b < block; ++b) {
-                    float *s = scores_of(b);
-                    for (int64_t j = 0; j < first; ++j)
-                        s[j] = kNegInf;
-                    if (int_keys)
-                        qk_quantize_query(q0 + b * hd, hd, scale, qq.data() + size_t(b) * qq_n);
-                }
-                for (int64_t j0 = first; j0 < n_keys; j0 += kRowChunk) {
-                    const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                // Query i's head h0 + b at q_of(i) + b * hd; its scores row, and its output.
+                const auto q_of = [&](int64_t i) { return p.q + (i * n_head + h0) * hd; };
+                const auto scores_of = [&](int64_t i, int b) {
+                    return scores.data() + (int64_t(h0 + b) * n_q + i) * n_kv;
+                };
+                const auto out_of = [&](int64_t i) { return p.out + (i * n_head + h0) * hd; };
+                // With causal_flash only keys up to query i's position are scored; without it
+                // every key is, and the mask removes the future ones. A sliding window hides the
+                // keys before `first` the same way. Both grow with i.
+                const auto keys_of = [&](int64_t i) { return causal_flash ? std::min(n_kv, p.q_pos0 + i + 1) : n_kv; };
+                const auto first_of = [&](int64_t i) {
+                    return causal_flash && p.window > 0 ? std::clamp<int64_t>(p.q_pos0 + i - p.window + 1, 0, keys_of(i))
+                                                        : int64_t(0);
+                };
+                for (int64_t i = i0; i < i1; ++i)
+                    for (int b = 0; b < block; ++b) {
+                        float *s = scores_of(i, b);
+                        for (int64_t j = 0; j < first_of(i); ++j)
+                            s[j] = kNegInf;
+                        if (int_keys)
+                            qk_quantize_query(q_of(i) + b * hd, hd, scale,
+                                              qq.data() + size_t((i - i0) * block + b) * qq_n);
+                    }
+                const int64_t k_begin = first_of(i0), k_end = keys_of(i1 - 1);
+                for (int64_t j0 = k_begin; j0 < k_end; j0 += kRowChunk) {
+                    const int64_t cnt = std::min(kRowChunk, k_end - j0);
+                    // The next chunk's keys asked for (after the last, the first values); this
+                    // chunk's packed or transposed once for the block's queries and heads
+                    // (straight from an F16 cache where the AVX-512 build can).
+                    if (j0 + cnt < k_end)
+                        prefetch_slice_rows(keys, keys_type, ekv, int64_t(kvh) * hd, hd, j0 + cnt,
+                                            std::min(j0 + cnt + kRowChunk, k_end));
+                    else
+                        prefetch_slice_rows(p.v, p.v_type, ekv, int64_t(kvh) * hd, hd, 0, std::min(kRowChunk, k_end));
                     if (int_keys) {
                         pack_cached_keys(p, qk, kvh, j0, cnt, packed.data());
-                        for (int b = 0; b < block; ++b)
-                            qk_scores(qk, qq.data() + size_t(b) * qq_n, nb, 1, packed.data(), cnt, hd, scores_of(b) + j0, 0);
-                        continue;
-                    }
-                    // The next chunk's keys asked for (after the last, the first values); this
-                    // chunk's transposed once for the block's heads, straight from an F16 cache
-                    // where the AVX-512 build can.
-                    if (j0 + cnt < n_keys)
-                        prefetch_slice_rows(keys, keys_type, ekv, int64_t(kvh) * hd, hd, j0 + cnt,
-                                            std::min(j0 + cnt + kRowChunk, n_keys));
-                    else
-                        prefetch_slice_rows(p.v, p.v_type, ekv, int64_t(kvh) * hd, hd, 0, std::min(kRowChunk, n_keys));
-                    if (keys_direct) {
+                    } else if (keys_direct) {
                         transpose_encoded_keys(p, kvh, j0, cnt, ktile.data(), kRowChunk);
                     } else {
                         const FloatRows kr =
                             cache_rows(keys, keys_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, kbuf.data());
                         transpose_keys(kr.p, kr.stride, ktile.data(), kRowChunk, cnt, hd);
                     }
-                    scores_of_chunk(block, q0, hd, ktile.data(), kRowChunk, cnt, hd, scale, scores_of(0) + j0, n_q * n_kv);
-                }
-                for (int b = 0; b < block; ++b) {
-                    float *s = scores_of(b);
-                    if (p.softcap > 0.0f)
-                        for (int64_t j = first; j < n_keys; ++j)
-                            s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-                    if (!causal_flash) {
-                        const float *m = mask.data() + i * n_kv;
-                        for (int64_t j = 0; j < n_keys; ++j)
-                            s[j] += m[j];
+                    for (int64_t i = i0; i < i1; ++i) {
+                        // Query i's keys of this chunk.
+                        const int64_t lo = std::max(j0, first_of(i)), hi = std::min(j0 + cnt, keys_of(i));
+                        if (lo >= hi)
+                            continue;
+                        if (!int_keys) {
+                            scores_of_chunk(block, q_of(i), hd, ktile.data() + (lo - j0), kRowChunk, hi - lo, hd, scale,
+                                            scores_of(i, 0) + lo, n_q * n_kv);
+                            continue;
+                        }
+                        for (int b = 0; b < block; ++b) {
+                            const QkQueryBlock *qb = qq.data() + size_t((i - i0) * block + b) * qq_n;
+                            if (lo == j0 && hi == j0 + cnt) {
+                                qk_scores(qk, qb, nb, 1, packed.data(), cnt, hd, scores_of(i, b) + j0, 0);
+                            } else { // the whole packed chunk, then query i's part of it
+                                qk_scores(qk, qb, nb, 1, packed.data(), cnt, hd, part.data(), 0);
+                                std::copy(part.begin() + (lo - j0), part.begin() + (hi - j0), scores_of(i, b) + lo);
+                            }
+                        }
                     }
-                    float *out = p.out + (i * n_head + h0 + b) * hd;
-                    std::fill(out, out + hd, 0.0f);
-                    if (n_keys != 0)
-                        softmax_inplace(s, n_keys);
                 }
-                if (n_keys == 0)
-                    continue; // empty cache: nothing to attend to
-                for (int64_t j0 = 0; j0 < n_keys; j0 += kRowChunk) {
-                    const int64_t cnt = std::min(kRowChunk, n_keys - j0);
+                for (int64_t i = i0; i < i1; ++i) {
+                    const int64_t n_keys = keys_of(i), first = first_of(i);
+                    for (int b = 0; b < block; ++b) {
+                        float *s = scores_of(i, b);
+                        if (p.softcap > 0.0f)
+                            for (int64_t j = first; j < n_keys; ++j)
+                                s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+                        if (!causal_flash) {
+                            const float *m = mask.data() + i * n_kv;
+                            for (int64_t j = 0; j < n_keys; ++j)
+                                s[j] += m[j];
+                        }
+                        if (n_keys != 0)
+                            softmax_inplace(s, n_keys);
+                    }
+                    std::fill(out_of(i), out_of(i) + int64_t(block) * hd, 0.0f);
+                }
+                // Query i's values up to its last key; an empty cache adds nothing.
+                for (int64_t j0 = 0; j0 < k_end; j0 += kRowChunk) {
+                    const int64_t cnt = std::min(kRowChunk, k_end - j0);
                     prefetch_slice_rows(p.v, p.v_type, ekv, int64_t(kvh) * hd, hd, j0 + cnt,
-                                        std::min(j0 + cnt + kRowChunk, n_keys));
+                                        std::min(j0 + cnt + kRowChunk, k_end));
                     const FloatRows vr = cache_rows(p.v, p.v_type, ekv, j0, cnt, int64_t(kvh) * hd, hd, vbuf.data());
                     // Masked keys have weight exactly 0; skipping them adds nothing (0 * v is +-0
                     // for a finite v) and keeps garbage in unseen rows from mattering.
-                    add_scaled_rows(p.out + (i * n_head + h0) * hd, hd, scores_of(0) + j0, n_q * n_kv, block, vr.p,
-                                    vr.stride, cnt, hd);
+                    for (int64_t i = i0; i < i1; ++i) {
+                        const int64_t hi = std::min(j0 + cnt, keys_of(i));
+                        if (hi > j0)
+                            add_scaled_rows(out_of(i), hd, scores_of(i, 0) + j0, n_q * n_kv, block, vr.p, vr.stride,
+                                            hi - j0, hd);
+                    }
                 }
             }
         },
-        // Scores and the weighted sum: two multiply-adds per key, dim and head of a block.
-        min_items_per_thread(2 * n_kv * hd * block));
+        // Scores and the weighted sum: two multiply-adds per key, dim, head and query of a job.
+        min_items_per_thread(2 * n_kv * hd * block * q_block));
     return stats;
 }
 
