@@ -35,6 +35,12 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
     const ModelWeights &w = model.weights();
     const int64_t e = hp.n_embd, eq = hp.n_embd_q(), ekv = hp.n_embd_kv(), f = hp.n_ff, hd = hp.head_dim();
     const float off = hp.norm_offset;
+    // Whatever way the step ends (an out-of-memory error in a layer included), the memory
+    // the backend held only for it goes.
+    struct StepEnd {
+        Backend &be;
+        ~StepEnd() { be.end_step(); }
+    } step_end{be};
 
     // Row offsets of each segment in the concatenated [n, width] activations.
     std::vector<int64_t> offset(segs.size() + 1, 0);

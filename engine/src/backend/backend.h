@@ -216,6 +216,8 @@ public:
     // The scratch a step held: activations plus the backend's own, and the attention
     // scratch of the step.
     virtual uint64_t step_scratch_bytes(uint64_t attention_scratch) = 0;
+    // The step is over: memory held only for it (a score matrix kept for its layers) goes.
+    virtual void end_step() {}
 
     // ---- memory -------------------------------------------------------------------------
     virtual uint64_t weight_bytes() const = 0;

@@ -493,19 +493,24 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     if (ram != 0 && need > double(ram))
         throw oom(", more than this machine's " + gib(double(ram)) + " of memory");
 
-    std::vector<float> scores, mask, rotated;
+    // In the caller's workspace where it gives one (grown when too small: a fresh allocation,
+    // not a copy of the old contents), else in one of this call's own.
+    AttentionWorkspace own;
+    AttentionWorkspace &ws = p.workspace ? *p.workspace : own;
+    const size_t n_scores = size_t(score_elems), n_mask = size_t(mask_elems), n_rotated = size_t(key_elems);
+    const size_t n_floats = n_scores + n_mask + n_rotated;
     try {
-        scores.resize(size_t(score_elems));
-        if (!causal_flash)
-            mask.resize(size_t(mask_elems));
-        if (p.rotate_keys)
-            rotated.resize(size_t(key_elems));
+        if (ws.floats.size() < n_floats) {
+            ws.release();
+            ws.floats.resize(n_floats);
+        }
     } catch (const std::bad_alloc &) {
         throw oom("");
     } catch (const std::length_error &) {
         throw oom("");
     }
-    stats.scratch_bytes = uint64_t(scores.size() + mask.size() + rotated.size()) * sizeof(float);
+    float *const scores = ws.floats.data(), *const mask = scores + n_scores, *const rotated = mask + n_mask;
+    stats.scratch_bytes = uint64_t(n_floats) * sizeof(float);
 
     // Keys as attention sees them: the cache itself, or a rotated copy of all of it (decoded
     // a chunk at a time where the cache is encoded).
@@ -518,11 +523,11 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             for (int64_t c = begin; c < end; ++c) {
                 const int64_t j0 = c * kReseedEvery, cnt = std::min(kReseedEvery, n_kv - j0);
                 const FloatRows src = cache_rows(p.k, p.k_type, ekv, j0, cnt, 0, ekv, buf.data());
-                load_keys(p.rotate_keys, src.p, src.stride, rotated.data() + j0 * ekv, ekv, 1, j0, cnt, p.n_head_kv,
+                load_keys(p.rotate_keys, src.p, src.stride, rotated + j0 * ekv, ekv, 1, j0, cnt, p.n_head_kv,
                           hd);
             }
         });
-        keys = rotated.data();
+        keys = rotated;
         keys_type = DType::F32;
     }
     // Encoded rows are decoded per job, kRowChunk rows of one head at a time.
@@ -545,7 +550,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
             n_q,
             [&](int64_t begin, int64_t end) {
                 for (int64_t i = begin; i < end; ++i) {
-                    float *row = mask.data() + i * n_kv;
+                    float *row = mask + i * n_kv;
                     const int64_t pos = p.q_pos0 + i;
                     for (int64_t j = 0; j < n_kv; ++j)
                         row[j] = key_visible(j, pos, p.window) ? 0.0f : kNegInf;
@@ -591,7 +596,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 // Query i's head h0 + b at q_of(i) + b * hd; its scores row, and its output.
                 const auto q_of = [&](int64_t i) { return p.q + (i * n_head + h0) * hd; };
                 const auto scores_of = [&](int64_t i, int b) {
-                    return scores.data() + (int64_t(h0 + b) * n_q + i) * n_kv;
+                    return scores + (int64_t(h0 + b) * n_q + i) * n_kv;
                 };
                 const auto out_of = [&](int64_t i) { return p.out + (i * n_head + h0) * hd; };
                 // With causal_flash only keys up to query i's position are scored; without it
@@ -660,7 +665,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                             for (int64_t j = first; j < n_keys; ++j)
                                 s[j] = p.softcap * std::tanh(s[j] / p.softcap);
                         if (!causal_flash) {
-                            const float *m = mask.data() + i * n_kv;
+                            const float *m = mask + i * n_kv;
                             for (int64_t j = 0; j < n_keys; ++j)
                                 s[j] += m[j];
                         }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace longscope {
 
@@ -22,6 +23,13 @@ struct KeyRotation {
     double pos_scale = 1.0;
     int n_rot = 0;
     RopeStyle style = RopeStyle::Interleaved;
+};
+
+// Memory plain attention reuses from call to call (AttentionProblem::workspace): grown as
+// needed, kept until released.
+struct AttentionWorkspace {
+    std::vector<float> floats;
+    void release() { std::vector<float>().swap(floats); }
 };
 
 struct AttentionProblem {
@@ -51,6 +59,12 @@ struct AttentionProblem {
     int64_t window = 0;       // query at position p sees keys j > p - window; 0: all
 
     float *out = nullptr;     // [n_q, n_head, head_dim]
+
+    // Plain attention's score matrix, mask and rotated keys live here where it is given (a
+    // backend keeps one for the layers of a forward step, so that the pages of a large score
+    // matrix are faulted in and zeroed once per step instead of once per layer); null: the
+    // call allocates its own.
+    AttentionWorkspace *workspace = nullptr;
 };
 
 // Bytes of scratch an attention call held at its peak, for the memory ledger.

@@ -224,6 +224,7 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
     p.scale = c.scale;
     p.softcap = c.softcap;
     p.window = c.window;
+    p.workspace = &m_attn_work;
     const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash)
                                                       : attention_naive(m_pool, p, params.causal_flash);
     return {as.scratch_bytes, as.tiles_skipped};

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cpu/aligned_vector.h"
+#include "cpu/attention.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "longscope/model.h"
@@ -52,6 +53,7 @@ public:
     float *logits_buffer(int64_t n_rows) override;
     std::span<const float> read_logits(int64_t n_rows) override;
     uint64_t step_scratch_bytes(uint64_t attention_scratch) override;
+    void end_step() override { m_attn_work.release(); }
 
     uint64_t weight_bytes() const override;
     uint64_t scratch_bytes() const override;
@@ -69,6 +71,8 @@ private:
 
     // Activations for the tokens of one call: [n, width].
     AlignedVector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;
+    // Plain attention's score matrix, for the layers of one step (released by end_step).
+    AttentionWorkspace m_attn_work;
     std::vector<double> m_pos;
     double m_inv_base = 0;
     std::vector<float> m_inv_factors;
