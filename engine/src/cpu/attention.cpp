@@ -291,9 +291,55 @@ __attribute__((always_inline)) inline void transpose_keys_body(const float *src,
             dst[e * ld + k] = src[k * src_stride + e];
 }
 
-LS_ATTENTION_BUILDS(transpose_keys, transpose_keys_body,
-                    (const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width),
-                    (src, src_stride, dst, ld, count, width))
+// The same for the builds without AVX-512, eight keys by eight dims at a time in eight-lane
+// vectors: the sixteen-lane permutes of transpose_keys_body went through the stack there (43%
+// of a plain-attention decode at depth 2048 at the AVX2 level).
+template <int b> __attribute__((always_inline)) inline void swap_index_bit8(V8 r[8])
+{
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (i & b)
+            continue;
+        const V8 x = r[i], y = r[i + b];
+        if constexpr (b == 4) {
+            r[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11);
+            r[i + b] = __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+        } else if constexpr (b == 2) {
+            r[i] = __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13);
+            r[i + b] = __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
+        } else {
+            r[i] = __builtin_shufflevector(x, y, 0, 8, 2, 10, 4, 12, 6, 14);
+            r[i + b] = __builtin_shufflevector(x, y, 1, 9, 3, 11, 5, 13, 7, 15);
+        }
+    }
+}
+
+__attribute__((always_inline)) inline void transpose_keys_body8(const float *src, int64_t src_stride, float *dst,
+                                                                int64_t ld, int64_t count, int64_t width)
+{
+    int64_t k0 = 0;
+    if (width % 8 == 0)
+        for (; k0 + 8 <= count; k0 += 8)
+            for (int64_t e0 = 0; e0 < width; e0 += 8) {
+                V8 r[8];
+                #pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i)
+                    r[i] = loadv<V8>(src + (k0 + i) * src_stride + e0);
+                swap_index_bit8<4>(r);
+                swap_index_bit8<2>(r);
+                swap_index_bit8<1>(r);
+                #pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i)
+                    storev(dst + (e0 + i) * ld + k0, r[i]);
+            }
+    for (int64_t k = k0; k < count; ++k)
+        for (int64_t e = 0; e < width; ++e)
+            dst[e * ld + k] = src[k * src_stride + e];
+}
+
+LS_ATTENTION_BUILDS_AS(transpose_keys, transpose_keys_body, transpose_keys_body8, transpose_keys_body8,
+                       (const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width),
+                       (src, src_stride, dst, ld, count, width))
 
 // Copies `count` key rows for positions j0 .. j0+count-1 from src (row stride src_stride
 // floats, each row holding n_heads heads of head_dim) to dst, where element `e` of key k goes
