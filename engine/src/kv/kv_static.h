@@ -32,7 +32,7 @@ public:
     uint64_t resident_bytes() const override { return bytes_for(m_limit); }
 
 private:
-    std::vector<uint8_t *> m_buffers; // [2 * layer] keys, [2 * layer + 1] values; malloc'd
+    std::vector<uint8_t *> m_buffers; // [2 * layer] keys, [2 * layer + 1] values; freed with free()
 };
 
 } // namespace longscope
