@@ -2,21 +2,24 @@
 // attention_naive) over a cache of n_kv keys, best of N rounds, each round one call per layer
 // over `layers` caches of their own (22, as TinyLlama: each call reads its rows from memory, as
 // in a forward pass; 1 with a small n_kv: the rows stay in cache and only the compute is
-// measured). Process CPU time, so
-// a busy machine slows it less than it slows wall time. Not part of the build:
+// measured), the caches in 2 MiB pages as the static cache holds them (`4k`: 4 KiB pages).
+// Process CPU time, so a busy machine slows it less than it slows wall time. Not part of the
+// build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-attention.cpp
 //       build/engine/liblongscope_engine.a -lsentencepiece -lpcre2-8 -ldl -lpthread -o /tmp/bench-attention
-//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS [naive]
+//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS [naive|tiled] [2m|4k]
 //   /tmp/bench-attention q8_0 q8_0 8192 32 4 64 5 1 22     # decode at depth 8192, TinyLlama's heads
 //   /tmp/bench-attention q8_0 q8_0 1024 32 4 64 200 1 1    # the same with the cache in L2
 //   /tmp/bench-attention f16 f16 4096 32 4 64 3 256 1      # 256 queries of a prefill at 4096
 //   /tmp/bench-attention f32 f32 2048 32 4 64 5 1 22 naive # plain attention, decode at 2048
+//   /tmp/bench-attention f32 f32 2048 32 32 128 3 1 4 tiled 4k # caches in 4 KiB pages
 // (the documented switches apply: LONGSCOPE_AMX_ATTENTION=0 keeps prefill attention off the
 // AMX tiles)
 #include "cpu/attention.h"
 #include "cpu/quant.h"
 #include "cpu/thread_pool.h"
+#include "core/system_memory.h"
 #include "longscope/cpu_options.h"
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,7 +88,20 @@ int main(int argc, char **argv)
         x = nd(rng);
     // Every layer's cache a copy of its own, so that none is still in cache when it is read.
     const auto kq = encode(tk, k), vq = encode(tv, v);
-    std::vector<std::vector<uint8_t>> kqs(size_t(layers), kq), vqs(size_t(layers), vq);
+    // In 2 MiB pages, as the static cache holds them (kv_static.cpp), unless PAGES is 4k.
+    const bool small_pages = arg(11, "2m") == "4k";
+    const auto copy_of = [&](const std::vector<uint8_t> &src) {
+        std::shared_ptr<uint8_t> b = small_pages
+                                         ? std::shared_ptr<uint8_t>(new uint8_t[src.size()], std::default_delete<uint8_t[]>())
+                                         : allocate_huge_pages(src.size());
+        std::memcpy(b.get(), src.data(), src.size());
+        return b;
+    };
+    std::vector<std::shared_ptr<uint8_t>> kqs, vqs;
+    for (int l = 0; l < layers; ++l) {
+        kqs.push_back(copy_of(kq));
+        vqs.push_back(copy_of(vq));
+    }
 
     ThreadPool pool(1);
     AttentionProblem p;
@@ -102,8 +119,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; ++r) {
         const double t0 = cpu_seconds();
         for (int l = 0; l < layers; ++l) {
-            p.k = kqs[size_t(l)].data();
-            p.v = vqs[size_t(l)].data();
+            p.k = kqs[size_t(l)].get();
+            p.v = vqs[size_t(l)].get();
             if (naive)
                 attention_naive(pool, p, true);
             else
