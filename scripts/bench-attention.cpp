@@ -2,18 +2,18 @@
 // attention_naive) over a cache of n_kv keys, best of N rounds, each round one call per layer
 // over `layers` caches of their own (22, as TinyLlama: each call reads its rows from memory, as
 // in a forward pass; 1 with a small n_kv: the rows stay in cache and only the compute is
-// measured), the caches in 2 MiB pages as the static cache holds them (`4k`: 4 KiB pages).
+// measured), the caches in 4 KiB pages (`2m`: in 2 MiB pages, as the static cache holds them).
 // Process CPU time, so a busy machine slows it less than it slows wall time. Not part of the
 // build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-attention.cpp
 //       build/engine/liblongscope_engine.a -lsentencepiece -lpcre2-8 -ldl -lpthread -o /tmp/bench-attention
-//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS [naive|tiled] [2m|4k]
+//   /tmp/bench-attention TYPE_K TYPE_V N_KV N_HEAD N_HEAD_KV HEAD_DIM ROUNDS N_Q LAYERS [naive|tiled] [4k|2m]
 //   /tmp/bench-attention q8_0 q8_0 8192 32 4 64 5 1 22     # decode at depth 8192, TinyLlama's heads
 //   /tmp/bench-attention q8_0 q8_0 1024 32 4 64 200 1 1    # the same with the cache in L2
 //   /tmp/bench-attention f16 f16 4096 32 4 64 3 256 1      # 256 queries of a prefill at 4096
 //   /tmp/bench-attention f32 f32 2048 32 4 64 5 1 22 naive # plain attention, decode at 2048
-//   /tmp/bench-attention f32 f32 2048 32 32 128 3 1 4 tiled 4k # caches in 4 KiB pages
+//   /tmp/bench-attention f32 f32 2048 32 32 128 3 1 4 tiled 2m # caches in 2 MiB pages
 // (the documented switches apply: LONGSCOPE_AMX_ATTENTION=0 keeps prefill attention off the
 // AMX tiles)
 #include "cpu/attention.h"
@@ -88,8 +88,8 @@ int main(int argc, char **argv)
         x = nd(rng);
     // Every layer's cache a copy of its own, so that none is still in cache when it is read.
     const auto kq = encode(tk, k), vq = encode(tv, v);
-    // In 2 MiB pages, as the static cache holds them (kv_static.cpp), unless PAGES is 4k.
-    const bool small_pages = arg(11, "2m") == "4k";
+    // In 4 KiB pages, or with `2m` in 2 MiB pages as the static cache holds them (kv_static.cpp).
+    const bool small_pages = arg(11, "4k") != "2m";
     const auto copy_of = [&](const std::vector<uint8_t> &src) {
         std::shared_ptr<uint8_t> b = small_pages
                                          ? std::shared_ptr<uint8_t>(new uint8_t[src.size()], std::default_delete<uint8_t[]>())
