@@ -264,36 +264,9 @@ __attribute__((always_inline)) inline void swap_index_bit(V16 r[16])
         }
 }
 
-// dst[e * ld + k] = src[k * src_stride + e] for k < count, e < width: key rows into the
-// transposed tile, sixteen keys by sixteen dims at a time where width allows (one register
-// transpose instead of 256 scattered scalar stores), the rest one value at a time.
-__attribute__((always_inline)) inline void transpose_keys_body(const float *src, int64_t src_stride, float *dst,
-                                                               int64_t ld, int64_t count, int64_t width)
-{
-    int64_t k0 = 0;
-    if (width % 16 == 0)
-        for (; k0 + 16 <= count; k0 += 16)
-            for (int64_t e0 = 0; e0 < width; e0 += 16) {
-                V16 r[16];
-                #pragma GCC unroll 16
-                for (int i = 0; i < 16; ++i)
-                    r[i] = load16(src + (k0 + i) * src_stride + e0);
-                swap_index_bit<8>(r);
-                swap_index_bit<4>(r);
-                swap_index_bit<2>(r);
-                swap_index_bit<1>(r);
-                #pragma GCC unroll 16
-                for (int i = 0; i < 16; ++i)
-                    store16(dst + (e0 + i) * ld + k0, r[i]);
-            }
-    for (int64_t k = k0; k < count; ++k)
-        for (int64_t e = 0; e < width; ++e)
-            dst[e * ld + k] = src[k * src_stride + e];
-}
-
-// The same for the builds without AVX-512, eight keys by eight dims at a time in eight-lane
-// vectors: the sixteen-lane permutes of transpose_keys_body went through the stack there (43%
-// of a plain-attention decode at depth 2048 at the AVX2 level).
+// Swaps bit b of the row and column index of an 8 x 8 block held as 8 rows, as swap_index_bit
+// does for 16 x 16: for the builds without AVX-512, where the sixteen-lane permutes went
+// through the stack (43% of a plain-attention decode at depth 2048 at the AVX2 level).
 template <int b> __attribute__((always_inline)) inline void swap_index_bit8(V8 r[8])
 {
     #pragma GCC unroll 8
@@ -314,22 +287,35 @@ template <int b> __attribute__((always_inline)) inline void swap_index_bit8(V8 r
     }
 }
 
-__attribute__((always_inline)) inline void transpose_keys_body8(const float *src, int64_t src_stride, float *dst,
-                                                                int64_t ld, int64_t count, int64_t width)
+// dst[e * ld + k] = src[k * src_stride + e] for k < count, e < width: key rows into the
+// transposed tile, L keys by L dims at a time where width allows (one register transpose
+// instead of L * L scattered scalar stores; L = 16 with AVX-512, 8 in the other builds), the
+// rest one value at a time.
+template <class VT>
+__attribute__((always_inline)) inline void transpose_keys_body(const float *src, int64_t src_stride, float *dst,
+                                                               int64_t ld, int64_t count, int64_t width)
 {
+    constexpr int L = int(sizeof(VT) / sizeof(float));
     int64_t k0 = 0;
-    if (width % 8 == 0)
-        for (; k0 + 8 <= count; k0 += 8)
-            for (int64_t e0 = 0; e0 < width; e0 += 8) {
-                V8 r[8];
-                #pragma GCC unroll 8
-                for (int i = 0; i < 8; ++i)
-                    r[i] = loadv<V8>(src + (k0 + i) * src_stride + e0);
-                swap_index_bit8<4>(r);
-                swap_index_bit8<2>(r);
-                swap_index_bit8<1>(r);
-                #pragma GCC unroll 8
-                for (int i = 0; i < 8; ++i)
+    if (width % L == 0)
+        for (; k0 + L <= count; k0 += L)
+            for (int64_t e0 = 0; e0 < width; e0 += L) {
+                VT r[L];
+                #pragma GCC unroll 16
+                for (int i = 0; i < L; ++i)
+                    r[i] = loadv<VT>(src + (k0 + i) * src_stride + e0);
+                if constexpr (L == 16) {
+                    swap_index_bit<8>(r);
+                    swap_index_bit<4>(r);
+                    swap_index_bit<2>(r);
+                    swap_index_bit<1>(r);
+                } else {
+                    swap_index_bit8<4>(r);
+                    swap_index_bit8<2>(r);
+                    swap_index_bit8<1>(r);
+                }
+                #pragma GCC unroll 16
+                for (int i = 0; i < L; ++i)
                     storev(dst + (e0 + i) * ld + k0, r[i]);
             }
     for (int64_t k = k0; k < count; ++k)
@@ -337,7 +323,7 @@ __attribute__((always_inline)) inline void transpose_keys_body8(const float *src
             dst[e * ld + k] = src[k * src_stride + e];
 }
 
-LS_ATTENTION_BUILDS_AS(transpose_keys, transpose_keys_body, transpose_keys_body8, transpose_keys_body8,
+LS_ATTENTION_BUILDS_AS(transpose_keys, transpose_keys_body<V16>, transpose_keys_body<V8>, transpose_keys_body<V8>,
                        (const float *src, int64_t src_stride, float *dst, int64_t ld, int64_t count, int64_t width),
                        (src, src_stride, dst, ld, count, width))
 
