@@ -572,8 +572,6 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                  vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
     const size_t packed_n = int_keys ? qk_packed_bytes(kRowChunk, hd) : 0, qq_n = int_keys ? size_t(nb) : 0;
     const size_t ktile_n = int_keys ? 0 : size_t(kRowChunk * hd);
-    stats.scratch_bytes += uint64_t(pool.size()) * ((kbuf_n + vbuf_n + ktile_n) * sizeof(float) + packed_n +
-                                                    qq_n * size_t(group) * sizeof(QkQueryBlock));
 
     // The explicit additive causal mask: 0 where key j is visible from query i, -inf above
     // the (bottom-right aligned) diagonal.
@@ -594,11 +592,11 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     // One job per (block of query rows, kv head, block of that kv head's query heads): scores,
     // softmax, weighted sum of values. The rows and heads of a job take each chunk of keys and
     // values in turn while it is in L1 (decoded and transposed once), not each head of each row
-    // the whole row of keys from L3: the scores as the tiled path's from a transposed tile (each score its dims in order,
-    // blocks of heads by keys in registers), the weighted sum with each value row loaded once for
-    // several heads (add_scaled_rows). A block is the whole group unless that leaves fewer than
-    // two jobs a thread (decode of a model with few kv heads); then the largest divisor of the
-    // group that gives enough.
+    // the whole row of keys from L3: the scores as the tiled path's from a transposed tile
+    // (each score its dims in order, blocks of heads by keys in registers), the weighted sum
+    // with each value row loaded once for several heads (add_scaled_rows). A block of heads is
+    // the whole group unless that leaves fewer than two jobs a thread (decode of a model with
+    // few kv heads); then the largest divisor of the group that gives enough.
     int block = group;
     for (int d = group; d >= 1; --d)
         if (group % d == 0) {
@@ -613,6 +611,10 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     const int64_t per_q = int64_t(p.n_head_kv) * blocks_per_kv;
     const int64_t q_block = std::clamp<int64_t>(n_q * per_q / (8 * int64_t(pool.size())), 1, 16);
     const int64_t n_qb = (n_q + q_block - 1) / q_block;
+    // Each thread's buffers (the ones allocated in the loop below).
+    stats.scratch_bytes +=
+        uint64_t(pool.size()) * ((kbuf_n + vbuf_n + ktile_n + (int_keys ? size_t(kRowChunk) : 0)) * sizeof(float) +
+                                 packed_n + qq_n * size_t(block * q_block) * sizeof(QkQueryBlock));
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
     pool.parallel_for(
         n_qb * per_q,
