@@ -22,6 +22,19 @@
 #include <vector>
 
 #include "cli_runner.h"
+
+// Whether this build runs under AddressSanitizer (and the server, built with it, too).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool k_address_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool k_address_sanitizer = true;
+#else
+constexpr bool k_address_sanitizer = false;
+#endif
+#else
+constexpr bool k_address_sanitizer = false;
+#endif
 #include "support/test_size.h"
 
 namespace {
@@ -1140,7 +1153,11 @@ private slots:
         QVERIFY2(slowest < 3000, qPrintable(QString("/health took %1 ms").arg(slowest)));
         QVERIFY(clients[0].connects > 1); // the floods were cut off (and came back)
         QVERIFY(clients[1].connects > 1);
-        if (peak_before > 0)
+        // Under AddressSanitizer every freed block waits in its quarantine (256 MiB by default)
+        // before it is reused, so the peak RSS counts the floods' churn of buffers, not what the
+        // server holds (33 MB there against 0.1 MB in Release); the bound holds in the other
+        // builds (the Release suite in CI).
+        if (peak_before > 0 && !k_address_sanitizer)
             QVERIFY2(peak_after - peak_before < (32 << 20),
                      qPrintable(QString("peak RSS %1 -> %2 KiB").arg(peak_before / 1024).arg(peak_after / 1024)));
         const Reply after = post("/v1/completions", QJsonObject{{"prompt", "Once upon a time"}, {"temperature", 0},
