@@ -877,7 +877,7 @@ private slots:
         }
         std::mt19937 rng(17);
         std::normal_distribution<float> dist(0.0f, 1.5f);
-        const int n_tokens = 7;
+        const int n_tokens = 11; // two whole tiles of four and three more
         std::vector<float> x(size_t(n_tokens * n_in));
         for (float &v : x)
             v = dist(rng);
@@ -887,7 +887,7 @@ private slots:
 
         std::vector<float> y4, first;
         for (QKernel k : kernels) {
-            // Tiles of 4 tokens (4 + 3) and of 1 token: the same bits.
+            // Tiles of 4 tokens (4 + 4 + 3) and of 1 token: the same bits.
             y4.assign(size_t(n_tokens * n_out), NAN);
             std::vector<float> y1(size_t(n_tokens * n_out), NAN);
             for (int64_t g = 0; g < groups; ++g) {
@@ -966,30 +966,33 @@ private slots:
                 }
         }
         // The VNNI kernels over the tiles of four tokens pack_acts copies, one group at a time
-        // and two or three side by side (fewer for the last ones): the bits of the
-        // tiles above, NaN for the poisoned token of the first tile.
+        // and two or three side by side (fewer for the last ones), one tile at a time and two
+        // together: the bits of the tiles above, NaN for the poisoned tokens.
         if (packed_kernel_available(QKernel::Vnni))
             for (const QuantizedActs *from : {&acts, &poisoned})
-                for (int side_by_side : {1, 2, 3}) {
-                PackedActs pa;
-                pack_acts(nullptr, *from, pa);
-                QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
-                std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
-                for (int64_t g = 0; g < groups; g += side_by_side)
-                    for (int64_t tile = 0; tile < pa.n_tiles; ++tile)
-                        packed_tile_acts(type, pk, n_in, g, int(std::min<int64_t>(side_by_side, groups - g)), pa, tile,
-                                         yt.data() + tile * packed_act_tile * n_out + g * 16, n_out);
-                for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
-                    for (int o = 0; o < n_out; ++o) {
-                        const size_t i = size_t(t * n_out + o);
-                        const QString where = QString("tiled (%1 groups) t %2 o %3: %4 vs %5").arg(side_by_side).arg(t)
-                                                  .arg(o).arg(yt[i], 0, 'g', 9).arg(first[i], 0, 'g', 9);
-                        if (from == &poisoned && t == 2)
-                            QVERIFY2(std::isnan(yt[i]), qPrintable(where));
-                        else
-                            QVERIFY2(bits_of(yt[i]) == bits_of(first[i]), qPrintable(where));
+                for (int side_by_side : {1, 2, 3})
+                    for (int tiles_at_once : {1, 2}) {
+                        PackedActs pa;
+                        pack_acts(nullptr, *from, pa);
+                        QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
+                        std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
+                        for (int64_t g = 0; g < groups; g += side_by_side)
+                            for (int64_t tile = 0; tile < pa.n_tiles; tile += tiles_at_once)
+                                packed_tile_acts(type, pk, n_in, g, int(std::min<int64_t>(side_by_side, groups - g)), pa,
+                                                 tile, yt.data() + tile * packed_act_tile * n_out + g * 16, n_out,
+                                                 int(std::min<int64_t>(tiles_at_once, pa.n_tiles - tile)));
+                        for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
+                            for (int o = 0; o < n_out; ++o) {
+                                const size_t i = size_t(t * n_out + o);
+                                const QString where = QString("tiled (%1 groups, %2 tiles) t %3 o %4: %5 vs %6")
+                                                          .arg(side_by_side).arg(tiles_at_once).arg(t).arg(o)
+                                                          .arg(yt[i], 0, 'g', 9).arg(first[i], 0, 'g', 9);
+                                if (from == &poisoned && (t == 2 || t == 5))
+                                    QVERIFY2(std::isnan(yt[i]), qPrintable(where));
+                                else
+                                    QVERIFY2(bits_of(yt[i]) == bits_of(first[i]), qPrintable(where));
+                            }
                     }
-            }
 
         y4 = first;
         if (!packed_kernel_available(qkernel()))
@@ -1000,7 +1003,7 @@ private slots:
         WeightView pv = w.view;
         pv.cpu_packed = pk;
         ThreadPool pool(3);
-        for (int nt : {1, 2, 5, 7}) {
+        for (int nt : {1, 2, 5, 7, 11}) { // 11: two tiles at once in the K types' kernels
             std::vector<float> yp(size_t(nt * n_out), NAN), yr(size_t(nt * n_out), NAN);
             matmul_with(pool, pv, x.data(), yp.data(), nt, QuantMatmul::Integer);
             matmul_with(pool, w.view, x.data(), yr.data(), nt, QuantMatmul::Integer);

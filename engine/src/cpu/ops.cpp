@@ -142,15 +142,22 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
             constexpr int side = 3;
             for (int64_t gi = (begin + gr - 1) / gr; gi < g_last; gi += side) {
                 const int ng = int(std::min<int64_t>(side, g_last - gi));
-                for (int64_t t = g0; t < g_end; t += 4) {
+                for (int64_t t = g0; t < g_end;) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
-                    if (pa && t / packed_act_tile < pa->n_tiles)
-                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, ng, *pa, t / packed_act_tile,
-                                         y + t * n_out + gi * gr, n_out);
-                    else
-                        for (int k = 0; k < ng; ++k)
-                            packed_tile(w.type, w.cpu_packed, w.ne(0), gi + k, a, t, nt, y + t * n_out + (gi + k) * gr,
-                                        n_out);
+                    const int64_t tile = t / packed_act_tile;
+                    if (pa && tile < pa->n_tiles) {
+                        // Two tiles at once where both are whole (the K types unpack each
+                        // group's codes once for their eight tokens).
+                        const int n_tiles = t + 2 * packed_act_tile <= g_end && tile + 1 < pa->n_tiles ? 2 : 1;
+                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, ng, *pa, tile, y + t * n_out + gi * gr,
+                                         n_out, n_tiles);
+                        t += n_tiles * packed_act_tile;
+                        continue;
+                    }
+                    for (int k = 0; k < ng; ++k)
+                        packed_tile(w.type, w.cpu_packed, w.ne(0), gi + k, a, t, nt, y + t * n_out + (gi + k) * gr,
+                                    n_out);
+                    t += 4;
                 }
             }
         }

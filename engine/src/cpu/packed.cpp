@@ -1046,6 +1046,19 @@ struct TileActs {
     }
 };
 
+// Two tiles of PackedActs as eight tokens (the K types' prefill kernels: a group's codes are
+// unpacked once for eight tokens). The same values as each tile's TileActs.
+struct TileActs8 {
+    TileActs lo, hi;
+
+    TileActs8(const PackedActs &a, int64_t tile) : lo(a, tile), hi(a, tile + 1) {}
+    const int8_t *word(int t, int64_t b, int w) const { return t < 4 ? lo.word(t, b, w) : hi.word(t - 4, b, w); }
+    float db(int t, int64_t b) const { return t < 4 ? lo.db(t, b) : hi.db(t - 4, b); }
+    float ds(int t, int64_t b) const { return t < 4 ? lo.ds(t, b) : hi.ds(t - 4, b); }
+    const int32_t &bias16(int t, int64_t j) const { return t < 4 ? lo.bias16(t, j) : hi.bias16(t - 4, j); }
+    int32_t sum16(int t, int64_t j) const { return t < 4 ? lo.sum16(t, j) : hi.sum16(t - 4, j); }
+};
+
 // Bit `bit` of every byte of qh moved to bit 4 (the fifth bit of a Q5_K or Q5_1 code), the other
 // bits 0: one 16-bit shift by at most 4 keeps each byte's bit within its byte.
 LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
@@ -1054,12 +1067,58 @@ LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
     return _mm512_and_si512(at4, _mm512_set1_epi8(0x10));
 }
 
-// One group of 16 rows of Q4_K or Q5_K against NT tokens. Per super-block and token: for each
-// pair of sub-blocks, exact int32 sums of weight code times activation code per row (lanes =
-// rows), times the sub-block scale (the product stays below 2^24, so it is exact in float:
-// Q5_K 32 x 31 x 127 x 63), times the activation block's scale, summed over the even and the
-// odd sub-blocks apart; the minimums as sum_j m_j * (d_x sum q)_j; then acc += d * sums - dmin
-// * mins.
+// One group of 16 rows of Q4_K or Q5_K against NT tokens (prefill: eight, two tiles). Per
+// super-block and token: for each pair of sub-blocks, exact int32 sums of weight code times
+// activation code per row (lanes = rows), to float (exact: below 2^24), times the sub-block's
+// scale times d (one product per sub-block and row, shared by the tokens), times the activation
+// block's scale, added to the token's sum; then per sub-block the minimum's m dmin times (d_x
+// sum q)_j subtracted.
+// Pair `pair` of super-block sb of a Q4_K or Q5_K group (sub-blocks 2 pair, 2 pair + 1) added
+// to the NT tokens' sums (packed_q4_k_vnni).
+template <int NT, DType T, class Acts>
+__attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair(const uint8_t *b, int64_t sb, int pair, const Acts &x,
+                                                                    __m512 d, __m512 (&acc)[NT], bool prefetch,
+                                                                    size_t near)
+{
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512i ie[NT], io[NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+        ie[t] = _mm512_setzero_si512();
+        io[t] = _mm512_setzero_si512();
+    }
+    #pragma GCC unroll 8
+    for (int w = 0; w < 8; ++w) {
+        if (prefetch)
+            prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32, near);
+        const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
+        __m512i lo = _mm512_and_si512(v, low);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        if constexpr (T == DType::Q5_K) {
+            const __m512i qh = _mm512_loadu_si512(b + off5_qh + w * 64);
+            lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * pair));
+            hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * pair + 1));
+        }
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+            ie[t] = dpbusd_bcast(ie[t], lo, x.word(t, sb * 8 + 2 * pair, w));
+            io[t] = dpbusd_bcast(io[t], hi, x.word(t, sb * 8 + 2 * pair + 1, w));
+        }
+    }
+    const __m512 sed = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair))))),
+        d);
+    const __m512 sod = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1))))),
+                                     d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+        const int64_t blk = sb * 8 + 2 * pair;
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ie[t]), sed), _mm512_set1_ps(x.db(t, blk)), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(io[t]), sod), _mm512_set1_ps(x.db(t, blk + 1)), acc[t]);
+    }
+}
+
 template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -1067,74 +1126,37 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
     const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        __m512 fe[NT], fo[NT], mn[NT];
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-            fe[t] = _mm512_setzero_ps();
-            fo[t] = _mm512_setzero_ps();
-            mn[t] = _mm512_setzero_ps();
-        }
-        #pragma GCC unroll 4
-        for (int pair = 0; pair < 4; ++pair) {
-            __m512i ie[NT], io[NT];
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
+        if constexpr (T == DType::Q4_K && NT > 4) {
+            // Two pairs per pass: all four unrolled, eight tokens ran at a quarter of the speed
+            // (one core of an AMD EPYC family 26, 2048 x 5632 by 64 tokens: 175 against 690
+            // GOP/s). Q5_K keeps the four unrolled, its fifth bits' shifts by constants.
+            #pragma GCC unroll 2
+            for (int pair = 0; pair < 4; ++pair)
+                q4_k_pair<NT, T>(b, sb, pair, x, d, acc, prefetch, near);
+        } else {
             #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                ie[t] = _mm512_setzero_si512();
-                io[t] = _mm512_setzero_si512();
-            }
-            #pragma GCC unroll 8
-            for (int w = 0; w < 8; ++w) {
-                if (prefetch)
-                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32, near);
-                const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
-                __m512i lo = _mm512_and_si512(v, low);
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if constexpr (T == DType::Q5_K) {
-                    const __m512i qh = _mm512_loadu_si512(b + off5_qh + w * 64);
-                    lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * pair));
-                    hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * pair + 1));
-                }
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    ie[t] = dpbusd_bcast(ie[t], lo, x.word(t, sb * 8 + 2 * pair, w));
-                    io[t] = dpbusd_bcast(io[t], hi, x.word(t, sb * 8 + 2 * pair + 1, w));
-                }
-            }
-            const __m512 se = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair)))));
-            const __m512 so = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1)))));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                const int64_t blk = sb * 8 + 2 * pair;
-                fe[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ie[t]), se), _mm512_set1_ps(x.db(t, blk)), fe[t]);
-                fo[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(io[t]), so), _mm512_set1_ps(x.db(t, blk + 1)),
-                                        fo[t]);
-            }
+            for (int pair = 0; pair < 4; ++pair)
+                q4_k_pair<NT, T>(b, sb, pair, x, d, acc, prefetch, near);
         }
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
         #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-            const __m512 mj = _mm512_cvtepi32_ps(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j))));
-            #pragma GCC unroll 4
+            const __m512 mjd = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j)))),
+                dmin);
+            #pragma GCC unroll 8
             for (int t = 0; t < NT; ++t)
-                mn[t] = _mm512_fmadd_ps(mj, _mm512_set1_ps(x.ds(t, sb * 8 + j)), mn[t]);
-        }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-            acc[t] = _mm512_fmadd_ps(d, _mm512_add_ps(fe[t], fo[t]), acc[t]);
-            acc[t] = _mm512_fnmadd_ps(dmin, mn[t], acc[t]);
+                acc[t] = _mm512_fnmadd_ps(mjd, _mm512_set1_ps(x.ds(t, sb * 8 + j)), acc[t]);
         }
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
@@ -1178,11 +1200,12 @@ template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, 
     }
 }
 
-// One group of 16 rows of Q6_K, Q3_K or Q2_K against NT tokens. Per group of 16 values and
-// token: the exact int32 sum of code times activation code per row (lanes = rows), minus 32
-// times the sum of the 16 activation codes (the codes' bias; none for Q2_K), times the group's
-// scale (|product| < 2^24, exact in float), times the activation block's scale; then acc += d *
-// sum. Q2_K's minimums: per group and token m * (d_x * sum(q_x)), acc -= dmin * their sum.
+// One group of 16 rows of Q6_K, Q3_K or Q2_K against NT tokens (prefill: eight, two tiles).
+// Per group of 16 values and token: the exact int32 sum of code times activation code per row
+// (lanes = rows), minus 32 times the sum of the 16 activation codes (the codes' bias; none for
+// Q2_K), to float (|sum| < 2^24, exact), times the group's scale times d (one product per group
+// and row, shared by the tokens), times the activation block's scale, added to the token's sum.
+// Q2_K's minimums: per group and token m dmin * (d_x * sum(q_x)), subtracted.
 template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
@@ -1190,63 +1213,51 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
     const size_t near = size_t(kernel_table().decode_prefetch_near);
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        __m512 f[NT][2], mn[NT];
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-            f[t][0] = _mm512_setzero_ps();
-            f[t][1] = _mm512_setzero_ps();
-            mn[t] = _mm512_setzero_ps();
-        }
-        // The two groups of a block of 32 in one pass, so that which of f[t][0] and f[t][1] a
-        // group adds to is known when compiling (GCC kept them in memory otherwise).
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
         for (int k = 0; k < 8; ++k) {
             #pragma GCC unroll 2
             for (int e = 0; e < 2; ++e) {
                 const int g = 2 * k + e;
+                const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
                 if (prefetch)
                     prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(g), 16, near);
                 __m512i u[4];
                 q6_k_like_codes<T>(b, k, e, u);
-                const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g))));
+                const __m512 scd = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g)))),
+                    d);
                 if constexpr (T == DType::Q2_K) {
-                    const __m512 mg = _mm512_cvtepi32_ps(
-                        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g))));
-                    #pragma GCC unroll 4
+                    const __m512 dmin =
+                        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off2_dmin)));
+                    const __m512 mgd = _mm512_mul_ps(
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g)))),
+                        dmin);
+                    #pragma GCC unroll 8
                     for (int t = 0; t < NT; ++t)
-                        mn[t] = _mm512_fmadd_ps(
-                            mg, _mm512_set1_ps(x.db(t, sb * 8 + k) * float(x.sum16(t, sb * 16 + g))), mn[t]);
+                        acc[t] = _mm512_fnmadd_ps(mgd, _mm512_set1_ps(x.db(t, blk) * float(x.sum16(t, sb * 16 + g))),
+                                                  acc[t]);
                 }
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int t = 0; t < NT; ++t) {
-                    const int64_t blk = sb * 8 + k; // group g is words 4 e .. 4 e + 3 of the block
                     __m512i is = T == DType::Q2_K ? _mm512_setzero_si512() : _mm512_set1_epi32(x.bias16(t, sb * 16 + g));
                     is = dpbusd_bcast(is, u[0], x.word(t, blk, 4 * e));
                     is = dpbusd_bcast(is, u[1], x.word(t, blk, 4 * e + 1));
                     is = dpbusd_bcast(is, u[2], x.word(t, blk, 4 * e + 2));
                     is = dpbusd_bcast(is, u[3], x.word(t, blk, 4 * e + 3));
-                    f[t][e] =
-                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), sc), _mm512_set1_ps(x.db(t, blk)), f[t][e]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(is), scd), _mm512_set1_ps(x.db(t, blk)),
+                                             acc[t]);
                 }
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            acc[t] = _mm512_fmadd_ps(d, _mm512_add_ps(f[t][0], f[t][1]), acc[t]);
-        if constexpr (T == DType::Q2_K) {
-            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off2_dmin)));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fnmadd_ps(dmin, mn[t], acc[t]);
-        }
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
@@ -1452,13 +1463,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-            __m256 fe[NT], fo[NT], mn[NT];
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                fe[t] = _mm256_setzero_ps();
-                fo[t] = _mm256_setzero_ps();
-                mn[t] = _mm256_setzero_ps();
-            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
             #pragma GCC unroll 4
             for (int pair = 0; pair < 4; ++pair) {
                 __m256i ie[NT], io[NT]; // int32 sums
@@ -1497,33 +1502,28 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
                         io[t] = _mm256_add_epi32(io[t], _mm256_madd_epi16(io16[t], ones));
                     }
                 }
-                const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
-                const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
+                const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                      reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
+                                                  d);
+                const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
+                                                      const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
+                                                  d);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
-                    const float *d = xd[t] + sb * 8 + 2 * pair;
-                    const __m256 ve = _mm256_cvtepi32_ps(ie[t]);
-                    const __m256 vo = _mm256_cvtepi32_ps(io[t]);
-                    fe[t] = _mm256_fmadd_ps(_mm256_mul_ps(ve, se), _mm256_set1_ps(d[0]), fe[t]);
-                    fo[t] = _mm256_fmadd_ps(_mm256_mul_ps(vo, so), _mm256_set1_ps(d[1]), fo[t]);
+                    const float *dx = xd[t] + sb * 8 + 2 * pair;
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[t]), sed), _mm256_set1_ps(dx[0]), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[t]), sod), _mm256_set1_ps(dx[1]), acc[t]);
                 }
             }
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
             #pragma GCC unroll 8
             for (int j = 0; j < 8; ++j) {
-                const __m256 mj = _mm256_cvtepi32_ps(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h))));
+                const __m256 mjd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                     reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
+                                                 dmin);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t)
-                    mn[t] = _mm256_fmadd_ps(mj, _mm256_set1_ps(xs[t][sb * 8 + j]), mn[t]);
-            }
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
-            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                acc[t] = _mm256_fmadd_ps(d, _mm256_add_ps(fe[t], fo[t]), acc[t]);
-                acc[t] = _mm256_fnmadd_ps(dmin, mn[t], acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(mjd, _mm256_set1_ps(xs[t][sb * 8 + j]), acc[t]);
             }
         }
         #pragma GCC unroll 4
@@ -1547,7 +1547,6 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        __m256 fe[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fo[2] = {fe[0], fe[0]};
         if (prefetch)
             prefetch_ahead(b, packed_k_block_bytes(T), decode_prefetch_distance_avx2);
         #pragma GCC unroll 4
@@ -1578,26 +1577,26 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
             const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const __m256 se = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h))));
-                const __m256 so = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h))));
-                fe[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), se), d0, fe[h]);
-                fo[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), so), d1, fo[h]);
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
+                const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                      reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
+                                                  d);
+                const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
+                                                      const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
+                                                  d);
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), sed), d0, acc[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), sod), d1, acc[h]);
             }
         }
         #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-            __m256 mn = _mm256_setzero_ps();
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
             #pragma GCC unroll 8
             for (int j = 0; j < 8; ++j)
-                mn = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                         reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
-                                     _mm256_set1_ps(xs[sb * 8 + j]), mn);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
-            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
-            acc[h] = _mm256_fmadd_ps(d, _mm256_add_ps(fe[h], fo[h]), acc[h]);
-            acc[h] = _mm256_fnmadd_ps(dmin, mn, acc[h]);
+                acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                            reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
+                                                        dmin),
+                                          _mm256_set1_ps(xs[sb * 8 + j]), acc[h]);
         }
     }
     _mm256_storeu_ps(out, acc[0]);
@@ -1665,27 +1664,25 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
             acc[t] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-            __m256 f[NT][2], mn[NT];
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                f[t][0] = _mm256_setzero_ps();
-                f[t][1] = _mm256_setzero_ps();
-                mn[t] = _mm256_setzero_ps();
-            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
             #pragma GCC unroll 2
             for (int g = 0; g < 16; ++g) {
                 __m256i u[4];
                 q6_k_like_codes_avx2<T>(b, g, h, u);
                 const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h))));
+                const __m256 scd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                      reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h)))),
+                                                  d);
                 if constexpr (T == DType::Q2_K) {
-                    const __m256 mg = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h))));
+                    const __m256 dmin =
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
+                    const __m256 mgd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h)))),
+                                                     dmin);
                     #pragma GCC unroll 4
                     for (int t = 0; t < NT; ++t)
-                        mn[t] = _mm256_fmadd_ps(
-                            mg, _mm256_set1_ps(xd[t][sb * 8 + g / 2] * float(xs[t][sb * 16 + g])), mn[t]);
+                        acc[t] = _mm256_fnmadd_ps(
+                            mgd, _mm256_set1_ps(xd[t][sb * 8 + g / 2] * float(xs[t][sb * 16 + g])), acc[t]);
                 }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
@@ -1698,20 +1695,9 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
                         T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[t][sb * 16 + g]);
                     const __m256i is =
                         _mm256_add_epi32(bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
-                    f[t][g % 2] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), sc),
-                                                  _mm256_set1_ps(xd[t][sb * 8 + g / 2]), f[t][g % 2]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), scd),
+                                             _mm256_set1_ps(xd[t][sb * 8 + g / 2]), acc[t]);
                 }
-            }
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm256_fmadd_ps(d, _mm256_add_ps(f[t][0], f[t][1]), acc[t]);
-            if constexpr (T == DType::Q2_K) {
-                const __m256 dmin =
-                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t)
-                    acc[t] = _mm256_fnmadd_ps(dmin, mn[t], acc[t]);
             }
         }
         #pragma GCC unroll 4
@@ -1734,8 +1720,6 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-        __m256 f[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
-        __m256 mn[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         if (prefetch)
             prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_avx2);
         #pragma GCC unroll 2
@@ -1750,28 +1734,23 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
                 __m256i u[4];
                 q6_k_like_codes_avx2<T>(b, g, h, u);
                 const __m256i u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h))));
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
+                const __m256 scd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                      reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h)))),
+                                                  d);
                 if constexpr (T == DType::Q2_K) {
-                    const __m256 mg = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h))));
-                    mn[h] = _mm256_fmadd_ps(mg, _mm256_set1_ps(xd[sb * 8 + g / 2] * float(xs[sb * 16 + g])), mn[h]);
+                    const __m256 dmin =
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
+                    const __m256 mgd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h)))),
+                                                     dmin);
+                    acc[h] = _mm256_fnmadd_ps(mgd, _mm256_set1_ps(xd[sb * 8 + g / 2] * float(xs[sb * 16 + g])), acc[h]);
                 }
                 const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, x0), _mm256_maddubs_epi16(u1, x1));
                 const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, x2), _mm256_maddubs_epi16(u3, x3));
                 const __m256i is =
                     _mm256_add_epi32(bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
-                f[h][g % 2] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), sc), dx, f[h][g % 2]);
-            }
-        }
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
-            acc[h] = _mm256_fmadd_ps(d, _mm256_add_ps(f[h][0], f[h][1]), acc[h]);
-            if constexpr (T == DType::Q2_K) {
-                const __m256 dmin =
-                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
-                acc[h] = _mm256_fnmadd_ps(dmin, mn[h], acc[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), scd), dx, acc[h]);
             }
         }
     }
@@ -2142,20 +2121,38 @@ void b32_tile_acts(DType type, const uint8_t *group, int64_t n_in, const TileAct
 } // namespace
 
 void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
-                      int64_t tile, float *out, int64_t ldo)
+                      int64_t tile, float *out, int64_t ldo, int n_tiles)
 {
     const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
-    const TileActs x(a, tile);
-    if (is_block32(type)) {
-        switch (n_groups) {
-        case 3: b32_tile_acts<3>(type, group, n_in, x, out, ldo); return;
-        case 2: b32_tile_acts<2>(type, group, n_in, x, out, ldo); return;
-        default: b32_tile_acts<1>(type, group, n_in, x, out, ldo); return;
-        }
-    }
-    // The K types a group at a time (side by side measured slower for them: docs/performance.md).
     constexpr int nt = packed_act_tile;
+    if (is_block32(type)) {
+        for (int k = 0; k < n_tiles; ++k) {
+            const TileActs x(a, tile + k);
+            float *o = out + k * nt * ldo;
+            switch (n_groups) {
+            case 3: b32_tile_acts<3>(type, group, n_in, x, o, ldo); break;
+            case 2: b32_tile_acts<2>(type, group, n_in, x, o, ldo); break;
+            default: b32_tile_acts<1>(type, group, n_in, x, o, ldo); break;
+            }
+        }
+        return;
+    }
+    // The K types a group at a time (side by side measured slower for them: docs/performance.md),
+    // two tiles together.
     for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
+        if (n_tiles == 2) {
+            const TileActs8 x(a, tile);
+            switch (type) {
+            case DType::Q4_K:
+packed_q4_k_vnni<2 * nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
+            case DType::Q5_K: packed_q4_k_vnni<2 * nt, DType::Q5_K>(group, n_in, x, out, ldo); break;
+            case DType::Q3_K: packed_q6_k_vnni<2 * nt, DType::Q3_K>(group, n_in, x, out, ldo); break;
+            case DType::Q2_K: packed_q6_k_vnni<2 * nt, DType::Q2_K>(group, n_in, x, out, ldo); break;
+            default: packed_q6_k_vnni<2 * nt, DType::Q6_K>(group, n_in, x, out, ldo); break;
+            }
+            continue;
+        }
+        const TileActs x(a, tile);
         switch (type) {
         case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
         case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); break;

@@ -181,7 +181,10 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
 // general registers.
 // n_groups (1 to 3) groups from group g on, side by side: rows 16 g .. 16 (g + n_groups) - 1
 // (the groups share each activation load; each row's sums are the same operations).
+// n_tiles (1 or 2): tiles tile and tile + 1 together, tokens 4 tile .. 4 tile + 7 (the K types
+// unpack each group's codes once for both; the same operations per row and token).
 void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
-                      int64_t tile, float *out, int64_t ldo);
+                      int64_t tile, float *out, int64_t ldo,
+                      int n_tiles = 1);
 
 } // namespace longscope
