@@ -568,7 +568,9 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
     const bool int_keys = keys_in_integers(p);
     const QkKernel qk = qk_kernel();
     const int nb = hd / 32;
-    const size_t kbuf_n = int_keys ? 0 : decode_floats(keys_type, kRowChunk, hd),
+    // Keys transposed straight from the cache (F16, AVX-512) need no decoded rows.
+    const bool keys_direct = !int_keys && keys == p.k && keys_transposed_from_cache(p);
+    const size_t kbuf_n = int_keys || keys_direct ? 0 : decode_floats(keys_type, kRowChunk, hd),
                  vbuf_n = decode_floats(p.v_type, kRowChunk, hd);
     const size_t packed_n = int_keys ? qk_packed_bytes(kRowChunk, hd) : 0, qq_n = int_keys ? size_t(nb) : 0;
     const size_t ktile_n = int_keys ? 0 : size_t(kRowChunk * hd);
@@ -605,7 +607,6 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                 break;
         }
     const int blocks_per_kv = group / block;
-    const bool keys_direct = !int_keys && keys == p.k && keys_transposed_from_cache(p);
     // Up to sixteen query rows a job where there are enough of them (prefill), so that each
     // chunk of keys is transposed once for all of them and each value row loaded once.
     const int64_t per_q = int64_t(p.n_head_kv) * blocks_per_kv;
