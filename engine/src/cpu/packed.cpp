@@ -1549,6 +1549,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         if (prefetch)
             prefetch_ahead(b, packed_k_block_bytes(T), decode_prefetch_distance_avx2);
+        const __m256 dh[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d))),
+                              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16)))};
         #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
             __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
@@ -1577,7 +1579,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, con
             const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
+                const __m256 d = dh[h];
                 const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
                                                       reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
                                                   d);
