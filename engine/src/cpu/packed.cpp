@@ -2120,6 +2120,19 @@ void b32_tile_acts(DType type, const uint8_t *group, int64_t n_in, const TileAct
     }
 }
 
+// One group of a K type against the NT tokens of x.
+template <int NT, class Acts>
+void k_quant_tile(DType type, const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
+{
+    switch (type) {
+    case DType::Q4_K: packed_q4_k_vnni<NT, DType::Q4_K>(group, n_in, x, out, ldo); return;
+    case DType::Q5_K: packed_q4_k_vnni<NT, DType::Q5_K>(group, n_in, x, out, ldo); return;
+    case DType::Q3_K: packed_q6_k_vnni<NT, DType::Q3_K>(group, n_in, x, out, ldo); return;
+    case DType::Q2_K: packed_q6_k_vnni<NT, DType::Q2_K>(group, n_in, x, out, ldo); return;
+    default: packed_q6_k_vnni<NT, DType::Q6_K>(group, n_in, x, out, ldo); return;
+    }
+}
+
 } // namespace
 
 void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int n_groups, const PackedActs &a,
@@ -2142,26 +2155,10 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     // The K types a group at a time (side by side measured slower for them: docs/performance.md),
     // two tiles together.
     for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
-        if (n_tiles == 2) {
-            const TileActs8 x(a, tile);
-            switch (type) {
-            case DType::Q4_K:
-packed_q4_k_vnni<2 * nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
-            case DType::Q5_K: packed_q4_k_vnni<2 * nt, DType::Q5_K>(group, n_in, x, out, ldo); break;
-            case DType::Q3_K: packed_q6_k_vnni<2 * nt, DType::Q3_K>(group, n_in, x, out, ldo); break;
-            case DType::Q2_K: packed_q6_k_vnni<2 * nt, DType::Q2_K>(group, n_in, x, out, ldo); break;
-            default: packed_q6_k_vnni<2 * nt, DType::Q6_K>(group, n_in, x, out, ldo); break;
-            }
-            continue;
-        }
-        const TileActs x(a, tile);
-        switch (type) {
-        case DType::Q4_K: packed_q4_k_vnni<nt, DType::Q4_K>(group, n_in, x, out, ldo); break;
-        case DType::Q5_K: packed_q4_k_vnni<nt, DType::Q5_K>(group, n_in, x, out, ldo); break;
-        case DType::Q3_K: packed_q6_k_vnni<nt, DType::Q3_K>(group, n_in, x, out, ldo); break;
-        case DType::Q2_K: packed_q6_k_vnni<nt, DType::Q2_K>(group, n_in, x, out, ldo); break;
-        default: packed_q6_k_vnni<nt, DType::Q6_K>(group, n_in, x, out, ldo); break;
-        }
+        if (n_tiles == 2)
+            k_quant_tile<2 * nt>(type, group, n_in, TileActs8(a, tile), out, ldo);
+        else
+            k_quant_tile<nt>(type, group, n_in, TileActs(a, tile), out, ldo);
     }
 }
 
