@@ -164,7 +164,7 @@ size_t decode_floats(DType type, int64_t rows, int64_t width)
 // target has one, at the same places in the v4 and v3 builds, which compute the same bits; the
 // baseline build does not, so it runs only on CPUs without x86-64-v3.
 #define LS_ATTENTION_BUILDS_AS(name, body_v4, body_v3, body_baseline, params, args)                         \
-    __attribute__((target("arch=x86-64-v4"))) void name##_v4 params { body_v4 args; }                         \
+    __attribute__((target("arch=x86-64-v4"), flatten)) void name##_v4 params { body_v4 args; }                \
     __attribute__((target("arch=x86-64-v3"))) void name##_v3 params { body_v3 args; }                         \
     void name##_baseline params { body_baseline args; }                                                       \
     void name params                                                                                          \
@@ -761,6 +761,43 @@ void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_
             mask[size_t(qi * T + c)] = key_visible(j0 + c, pos0 + qi, window) ? 0.0f : kNegInf;
 }
 
+// vec16::exp16 for x <= 0 (a score less its row's maximum; -inf where masked) in about half the
+// instructions: no clamp above (nothing is over 0) and no NaN select (max passes a NaN x on,
+// and the steps after keep it NaN). 2^n by vscalefps: exp16's two powers of two round once, at
+// the second product (the first, p times 2^(n/2) with n >= -159, is exact), and vscalefps
+// rounds p times 2^n once, so both give the same float, subnormal or 0 included, where the
+// compiler fuses exp16's multiply-adds as here (GCC at -O2: attention's outputs are unchanged
+// bit for bit, perplexity md5). tst_attention holds it to libm's e^x.
+__attribute__((target("arch=x86-64-v4"))) inline __m512 exp_nonpositive16(__m512 x)
+{
+    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, nf);
+}
+
+// exp_nonpositive16 on a vec16 value: for the AVX-512 builds' softmax steps. An `inline`
+// function of that target: it is inlined into the builds that carry the target (flatten).
+__attribute__((target("arch=x86-64-v4"))) inline V16 exp_nonpositive(V16 x)
+{
+    __m512 a;
+    std::memcpy(&a, &x, sizeof a);
+    const __m512 e = exp_nonpositive16(a);
+    V16 r;
+    std::memcpy(&r, &e, sizeof r);
+    return r;
+}
+
 // The online-softmax step of one query row over one tile of scaled scores s[0, w): soft-caps
 // them (softcap * tanh(s / softcap), as attention_naive does), applies the mask (the explicit
 // one, or by comparing positions every key after column last_visible and, in a sliding
@@ -831,7 +868,11 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
         if constexpr (std::is_same_v<VT, V16>) {
             V16 sum16 = {};
             for (; c + 16 <= w; c += 16) {
+#if defined(__clang__)
                 const V16 e = vec16::exp16(load16(s + c) - m_new);
+#else
+                const V16 e = exp_nonpositive(load16(s + c) - m_new); // the same bits, half the steps
+#endif
                 store16(s + c, e);
                 sum16 += e;
             }
@@ -1608,31 +1649,6 @@ __attribute__((always_inline)) inline void rescale_factors16(float *m, float *al
     const V16 e = vec16::exp16(mo - (none ? one : mn));
     store16(m, mn);
     store16(alpha, none ? one : e);
-}
-
-// vec16::exp16 for x <= 0 (a score less its row's maximum; -inf where masked) in about half the
-// instructions: no clamp above (nothing is over 0) and no NaN select (max passes a NaN x on,
-// and the steps after keep it NaN). 2^n by vscalefps: exp16's two powers of two round once, at
-// the second product (the first, p times 2^(n/2) with n >= -159, is exact), and vscalefps
-// rounds p times 2^n once, so both give the same float, subnormal or 0 included, where the
-// compiler fuses exp16's multiply-adds as here (GCC at -O2: attention's outputs are unchanged
-// bit for bit, perplexity md5). tst_attention holds it to libm's e^x.
-__attribute__((target("arch=x86-64-v4"))) inline __m512 exp_nonpositive16(__m512 x)
-{
-    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), magic), magic);
-    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693145751953125f), xc);
-    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, nf);
 }
 
 // s[c] = e^{s[c] - mn} for c < w32 (a multiple of 16); their sum, the lanes added in a tree
