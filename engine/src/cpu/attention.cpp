@@ -617,6 +617,7 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
         uint64_t(pool.size()) * ((kbuf_n + vbuf_n + ktile_n + (int_keys ? size_t(kRowChunk) : 0)) * sizeof(float) +
                                  packed_n + qq_n * size_t(block * q_block) * sizeof(QkQueryBlock));
     const auto add_scaled_rows = cpu_kernels().add_scaled_rows;
+    const auto add_rows = cpu_kernels().add;
     pool.parallel_for(
         n_qb * per_q,
         [&](int64_t begin, int64_t end) {
@@ -699,11 +700,10 @@ AttentionStats attention_naive(ThreadPool &pool, const AttentionProblem &p, bool
                         if (p.softcap > 0.0f)
                             for (int64_t j = first; j < n_keys; ++j)
                                 s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-                        if (!causal_flash) {
-                            const float *m = mask + i * n_kv;
-                            for (int64_t j = 0; j < n_keys; ++j)
-                                s[j] += m[j];
-                        }
+                        // The mask by the vector kernels' add (the same sums): the loop here,
+                        // which GCC at -O2 left scalar, took 6% of a 4096-token prefill.
+                        if (!causal_flash)
+                            add_rows(s, mask + i * n_kv, n_keys);
                         if (n_keys != 0)
                             softmax_inplace(s, n_keys);
                     }
