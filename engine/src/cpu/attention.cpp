@@ -754,11 +754,20 @@ TileMask tile_mask(const AttentionProblem &p, const float *mask, bool diagonal, 
 
 // The explicit additive mask of the key tile [j0, j0 + w) for n_rows queries at positions
 // pos0, pos0 + 1, ...: 0 where the key is visible, -inf elsewhere; rows T apart.
+// Each row as three runs (key_visible holds on one run of columns), filled a run at a time:
+// element by element the loop stayed scalar and took 2% of a 4096-token prefill.
 void fill_mask_tile(float *mask, int64_t T, int64_t n_rows, int64_t pos0, int64_t j0, int64_t w, int64_t window)
 {
-    for (int64_t qi = 0; qi < n_rows; ++qi)
-        for (int64_t c = 0; c < w; ++c)
-            mask[size_t(qi * T + c)] = key_visible(j0 + c, pos0 + qi, window) ? 0.0f : kNegInf;
+    for (int64_t qi = 0; qi < n_rows; ++qi) {
+        const int64_t pos = pos0 + qi;
+        // Visible: j0 + c <= pos, and with a window j0 + c > pos - window.
+        const int64_t first = std::min(w, window == 0 ? 0 : std::max<int64_t>(0, pos - window + 1 - j0));
+        const int64_t end = std::clamp<int64_t>(pos - j0 + 1, first, w);
+        float *row = mask + qi * T;
+        std::fill(row, row + first, kNegInf);
+        std::fill(row + first, row + end, 0.0f);
+        std::fill(row + end, row + w, kNegInf);
+    }
 }
 
 // vec16::exp16 for x <= 0 (a score less its row's maximum; -inf where masked) in about half the
@@ -812,7 +821,11 @@ __attribute__((always_inline)) inline void mask_tile_row(float *s, int64_t w, co
         for (int64_t c = 0; c < w; ++c)
             s[c] = tm.softcap * std::tanh(s[c] / tm.softcap);
     if (tm.mask) {
-        for (int64_t c = 0; c < w; ++c)
+        // Sixteen at a time: GCC at -O2 left the loop scalar (4% of a 4096-token prefill).
+        int64_t c = 0;
+        for (; c + 16 <= w; c += 16)
+            store16(s + c, load16(s + c) + load16(tm.mask + c));
+        for (; c < w; ++c)
             s[c] += tm.mask[c];
     } else {
         // Keys past this query's position and before its window, by comparing positions.
