@@ -228,9 +228,13 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         // in + new/2 positions long.
                         r.bytes_per_token = streamed / b + embd_row +
                                             kv_bytes_per_position * (in + nw / 2.0);
-                        // Prefill: 2 flops per weight per token, plus attention over in/2 keys on average.
-                        const double flops = double(b) * in *
-                                             (2 * matmul_params + 4.0 * hp.n_layer * hp.n_embd * (in / 2.0));
+                        // Prefill: 2 flops per weight per token, plus attention over in/2 keys on
+                        // average; the output matrix only for each sequence's last token, the one
+                        // row whose logits a prompt keeps (the forward pass skips the others).
+                        const double flops =
+                            double(b) * in * (2 * (matmul_params - cost.output_params) +
+                                              4.0 * hp.n_layer * hp.n_embd * (in / 2.0)) +
+                            double(b) * 2 * cost.output_params;
                         r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
                         rows.push_back(r);
                     }

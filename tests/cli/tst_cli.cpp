@@ -305,6 +305,15 @@ private slots:
             QVERIFY(o["bytes_per_token"].toDouble() > 1e6);
             QVERIFY(o["roofline_fraction"].toDouble() > 0);
             QVERIFY(o["prefill_gflop_s"].toDouble() > 0);
+            // The operations behind prefill GFLOP/s, from stories260K's shape (llama2.c: dim 64,
+            // 5 layers, 8 heads, 4 KV heads, hidden 172, vocabulary 512): two per weight of the
+            // layers' products per prompt token, attention's 4 x layers x dim per key over
+            // half the prompt, and the output matrix once, for the one row whose logits are kept.
+            const double in = o["input_tokens"].toDouble();
+            const double layer_weights = 5.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172);
+            const double expected_flops = in * (2 * layer_weights + 4.0 * 5 * 64 * in / 2) + 2.0 * 512 * 64;
+            const double flops = o["prefill_gflop_s"].toDouble() * 1e9 * in / o["prefill_tok_s"].toDouble();
+            QVERIFY2(std::abs(flops / expected_flops - 1) < 1e-9, qPrintable(QString::number(flops)));
             // The prefill roofline: the peak of the instruction prefill runs on, measured in the
             // run, and a fraction of it that is positive and (noise aside) not above it.
             QVERIFY(!o["compute_instruction"].toString().isEmpty());

@@ -27,7 +27,8 @@ DecodeCost Model::decode_cost() const
 {
     const ModelWeights &mw = *m_weights;
     DecodeCost c;
-    c.matmul_params = double(mw.output.n_elements());
+    c.output_params = double(mw.output.n_elements());
+    c.matmul_params = c.output_params;
     for (const LayerWeights &l : mw.layers)
         for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             c.matmul_params += double(v->n_elements());
