@@ -1,6 +1,6 @@
 // Decode's matrix-vector products alone: one token against COUNT matrices of [N_IN, N_OUT]
 // (together larger than the caches, as a forward pass reads them), laid out as a loaded model
-// lays them out (one block in 2 MiB pages; Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 packed), each multiplied once
+// lays them out (one block in 2 MiB pages; the types cpu_wants_packed names packed), each multiplied once
 // per round through `matmul` with THREADS threads; GB/s of weights read, best of ROUNDS (wall
 // time; with one thread also the thread's CPU time; with more, the bytes over the threads'
 // CPU time together, spinning included, times the threads). `layers` runs a decode step's
@@ -134,7 +134,7 @@ WeightView matrix_view(DType type, int64_t n_in, int64_t n_out)
 // Whether matrices of this type and shape are packed at load here.
 bool packed_here(DType type, int64_t n_in, int64_t n_out)
 {
-    return type != DType::F16 && cpu_wants_packed(matrix_view(type, n_in, n_out));
+    return cpu_wants_packed(matrix_view(type, n_in, n_out));
 }
 
 // Bytes of one matrix as a loaded model holds it.

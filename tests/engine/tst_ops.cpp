@@ -2,6 +2,8 @@
 // and half-precision conversions against the CPU's own F16C instructions.
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
+#include "cpu/packed.h"
+#include "support/cpu_options_scope.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
@@ -236,6 +238,79 @@ private slots:
                     QVERIFY2(std::fabs(got - ref) <= tol,
                              qPrintable(QString("t=%1 o=%2 got %3 want %4").arg(t).arg(o).arg(got).arg(ref)));
                 }
+        }
+    }
+
+    // F16 matrices packed sixteen rows to a vector (packed.h; at load at the AVX-512 level
+    // without AMX, here by hand on any machine): the packed copy gives back every row exactly,
+    // and every product is, bit for bit, the layout's documented order: one fused multiply-add
+    // chain per (row, token) over the inputs in turn, from zero (computed here with std::fma),
+    // whatever the token count (decode's four groups, prefill's 2 x 12 tiles and their edges)
+    // and the threads. The chain is also checked against the exact sum.
+    void packed_f16_is_one_fma_chain_data()
+    {
+        QTest::addColumn<int>("n_in");
+        QTest::addColumn<int>("n_out");
+        QTest::addColumn<int>("n_tokens");
+        for (auto [n, o, nt] : {std::tuple{300, 32, 5}, {64, 16, 1}, {4161, 80, 1}, {200, 96, 131}, {37, 48, 25},
+                                {2048, 16, 13}})
+            QTest::addRow("n_in=%d n_out=%d tokens=%d", n, o, nt) << n << o << nt;
+    }
+    void packed_f16_is_one_fma_chain()
+    {
+        QFETCH(int, n_in);
+        QFETCH(int, n_out);
+        QFETCH(int, n_tokens);
+        OwnedWeight w = make_weight(DType::F16, n_in, n_out, 91);
+        QVERIFY(packable(DType::F16, n_in, n_out));
+        QVERIFY(!packable(DType::F16, n_in, n_out + 8));
+        std::vector<uint8_t> packed(packed_size(DType::F16, n_in, n_out), 0xAB);
+        const int64_t groups = n_out / packed_group_rows;
+        pack_rows(DType::F16, w.bytes.data(), n_in, packed.data(), 0, groups / 2); // in two parts, as threads split it
+        pack_rows(DType::F16, w.bytes.data(), n_in, packed.data(), groups / 2, groups);
+        std::vector<float> row(static_cast<size_t>(n_in));
+        for (int r = 0; r < n_out; ++r) {
+            dequantize_packed_row(DType::F16, packed.data(), n_in, r, row.data());
+            for (int i = 0; i < n_in; ++i)
+                QCOMPARE(double(row[size_t(i)]), w.values[size_t(r * n_in + i)]);
+        }
+        WeightView pv = w.view;
+        pv.cpu_packed = packed.data();
+        std::vector<float> x = random_vec(size_t(n_in * n_tokens), 92);
+        std::vector<float> want(size_t(n_out * n_tokens));
+        for (int t = 0; t < n_tokens; ++t)
+            for (int o = 0; o < n_out; ++o) {
+                float acc = 0.0f;
+                double ref = 0, mag = 0;
+                for (int i = 0; i < n_in; ++i) {
+                    const double wv = w.values[size_t(o * n_in + i)], xv = x[size_t(t * n_in + i)];
+                    acc = std::fma(float(wv), float(xv), acc);
+                    ref += wv * xv;
+                    mag += std::fabs(wv * xv);
+                }
+                QVERIFY(std::fabs(double(acc) - ref) <= 1e-6 * n_in * mag + 1e-6);
+                want[size_t(t * n_out + o)] = acc;
+            }
+        // Where the kernel level is lowered after a matrix was packed (LONGSCOPE_SIMD set by a
+        // test, say), the portable loop runs the same chains: the same bits.
+        for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2})
+        for (int threads : {1, 2, 3}) {
+            CpuOptions o;
+            o.kernels = level;
+            test::CpuOptionsScope scope(o);
+            ThreadPool pool(threads);
+            std::vector<float> y(size_t(n_out * n_tokens), NAN), one(size_t(n_out), NAN);
+            matmul(pool, pv, x.data(), y.data(), n_tokens);
+            for (size_t k = 0; k < y.size(); ++k)
+                QVERIFY2(bits_of(y[k]) == bits_of(want[k]),
+                         qPrintable(QString("threads=%1 token %2 row %3: %4 vs %5").arg(threads)
+                                        .arg(k / size_t(n_out)).arg(k % size_t(n_out))
+                                        .arg(y[k], 0, 'g', 9).arg(want[k], 0, 'g', 9)));
+            for (int t = 0; t < n_tokens; t += std::max(1, n_tokens / 4)) {
+                matmul(pool, pv, x.data() + size_t(t * n_in), one.data(), 1);
+                for (int o = 0; o < n_out; ++o)
+                    QVERIFY(bits_of(one[size_t(o)]) == bits_of(want[size_t(t * n_out + o)]));
+            }
         }
     }
 

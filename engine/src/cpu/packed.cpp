@@ -132,6 +132,8 @@ __attribute__((always_inline)) inline size_t codes32_offset(DType type, int64_t 
 // Bytes of a packed group of sixteen rows of n_in values.
 size_t group_bytes(DType type, int64_t n_in)
 {
+    if (type == DType::F16)
+        return size_t(32 * n_in);
     if (is_block32(type))
         return size_t((n_in / qk + 1) / 2 * scales32_bytes(type) + n_in / qk * codes32_bytes(type));
     return size_t(n_in / qk_k) * size_t(packed_k_block_bytes(type));
@@ -197,6 +199,8 @@ inline int q2_packed_code(const uint8_t *b, int r, int i)
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
+    if (type == DType::F16)
+        return n_in > 0 && n_out > 0 && n_out % packed_group_rows == 0;
     const int64_t block = is_block32(type) && type != DType::IQ4_XS ? qk : qk_k;
     return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
@@ -211,7 +215,13 @@ bool packed_kernel_available(QKernel k)
 
 bool cpu_wants_packed(const WeightView &w)
 {
-    return kernel_table().pack_weights && w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1));
+    return cpu_packs(kernel_table(), w);
+}
+
+bool cpu_packs(const CpuKernelTable &t, const WeightView &w)
+{
+    return (w.type == DType::F16 ? t.pack_f16 : t.pack_weights) && w.shape.size() == 2 &&
+           packable(w.type, w.ne(0), w.ne(1));
 }
 
 size_t packed_size(DType type, int64_t n_in, int64_t n_out)
@@ -376,6 +386,17 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
+    if (type == DType::F16) { // value i of row r of group g at 16 i + r of the group's 16 n_in
+        for (int64_t g = g0; g < g1; ++g) {
+            uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
+            for (int r = 0; r < packed_group_rows; ++r) {
+                const uint8_t *row = src + size_t(g * packed_group_rows + r) * size_t(2 * n_in);
+                for (int64_t i = 0; i < n_in; ++i)
+                    std::memcpy(grp + 32 * i + 2 * r, row + 2 * i, 2);
+            }
+        }
+        return;
+    }
     if (is_q4_k_like(type))
         pack_q4_k(type, src, n_in, dst, g0, g1);
     else if (is_block32(type))
@@ -392,6 +413,16 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // (quant.cpp): y = (d * sc) * (q - 4), y = (d * sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
+    if (type == DType::F16) {
+        const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
+        const int r = int(row % packed_group_rows);
+        for (int64_t i = 0; i < n_in; ++i) {
+            uint16_t h;
+            std::memcpy(&h, grp + 32 * i + 2 * r, 2);
+            out[i] = f16_to_f32(h);
+        }
+        return;
+    }
     // x = d * q (dequantize_q8_0), d * (q - 8) (dequantize_q4_0), (q - 16) * d (dequantize_q5_0; the
     // same product), q * d + m (dequantize_q4_1, dequantize_q5_1), d * value (dequantize_iq4_nl).
     if (is_block32(type)) {

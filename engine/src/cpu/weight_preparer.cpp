@@ -6,7 +6,7 @@ namespace longscope {
 
 bool CpuWeightPreparer::packs(const WeightView &w) const
 {
-    return m_table.pack_weights && w.shape.size() == 2 && packable(w.type, w.ne(0), w.ne(1));
+    return cpu_packs(m_table, w);
 }
 
 size_t CpuWeightPreparer::packed_bytes(const WeightView &w) const { return packed_size(w.type, w.ne(0), w.ne(1)); }
