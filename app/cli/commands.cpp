@@ -553,7 +553,7 @@ int cmd_info(const std::vector<std::string> &argv, const char *argv0)
       << "weights used:     " << in.weight_bytes << " bytes\n"
       << "CPU weights:      "
       << (in.cpu_copy_bytes ? "copied into memory (" + mib(in.cpu_copy_bytes) + ", asked for in 2 MiB pages), " +
-                                  std::to_string(in.packed_matrices) + " matrices packed for the integer kernels"
+                                  std::to_string(in.packed_matrices) + " matrices packed for the CPU kernels"
                             : std::string("read in place from the file mapping"))
       << "\n"
       << "tensors:          " << in.tensor_count << " (";

@@ -1,6 +1,7 @@
-// The CPU's answer to the model layer's WeightPreparer (model/weight_preparer.h): Q4_K, Q6_K,
-// Q8_0 and Q4_0 matrices packed for the integer kernels (packed.h) where the kernel table says
-// so, the others copied into huge pages unless CpuOptions::copy_weights is off.
+// The CPU's answer to the model layer's WeightPreparer (model/weight_preparer.h): quantized
+// matrices packed for the integer kernels and F16 ones for the packed float kernel (packed.h)
+// where the kernel table says so, the others copied into huge pages unless
+// CpuOptions::copy_weights is off.
 #pragma once
 
 #include "cpu/kernel_table.h"
