@@ -64,6 +64,8 @@ DType parse_type(const std::string &t)
 {
     if (t == "f16")
         return DType::F16;
+    if (t == "bf16")
+        return DType::BF16;
     if (t == "q8_0")
         return DType::Q8_0;
     if (t == "q3_k")
@@ -86,7 +88,7 @@ DType parse_type(const std::string &t)
         return DType::Q5_1;
     if (t == "iq4_nl")
         return DType::IQ4_NL;
-    std::fprintf(stderr, "type: f16, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_0, q4_1, q5_0, q5_1 or iq4_nl\n");
+    std::fprintf(stderr, "type: f16, bf16, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_0, q4_1, q5_0, q5_1 or iq4_nl\n");
     std::exit(2);
 }
 
@@ -107,12 +109,12 @@ std::shared_ptr<uint8_t> huge_block(size_t bytes)
 // One row of n values in `type`: F16 halves, or quantized blocks.
 void quantize_or_store(DType type, const float *src, uint8_t *dst, int64_t n)
 {
-    if (type != DType::F16) {
+    if (type != DType::F16 && type != DType::BF16) {
         quantize_row(type, src, dst, n);
         return;
     }
     for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = f32_to_f16(src[i]);
+        const uint16_t h = type == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
         std::memcpy(dst + 2 * i, &h, 2);
     }
 }

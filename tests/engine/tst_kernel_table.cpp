@@ -99,12 +99,12 @@ private slots:
         QVERIFY(!make_kernel_table(amx_no_bf16, {}).amx);
         // F16 matrices are packed at the AVX-512 level only, and not where the AMX tiles (which read
         // their rows in place) are in use, nor with packing turned off.
-        QVERIFY(make_kernel_table(all, {}).pack_f16);
-        QVERIFY(!make_kernel_table(amx, {}).pack_f16 && make_kernel_table(amx, no_amx).pack_f16);
-        QVERIFY(!make_kernel_table(all, with_kernels(SimdLevel::Avx2)).pack_f16);
+        QVERIFY(make_kernel_table(all, {}).pack_half);
+        QVERIFY(!make_kernel_table(amx, {}).pack_half && make_kernel_table(amx, no_amx).pack_half);
+        QVERIFY(!make_kernel_table(all, with_kernels(SimdLevel::Avx2)).pack_half);
         CpuOptions no_pack;
         no_pack.pack_weights = false;
-        QVERIFY(!make_kernel_table(all, no_pack).pack_f16);
+        QVERIFY(!make_kernel_table(all, no_pack).pack_half);
         QCOMPARE(make_kernel_table(all, with_kernels(SimdLevel::Avx512)).level, VectorLevel::Avx512);
 
         // Forced AVX2 on an AVX-512 CPU: nothing above AVX2 (no VNNI, no BF16, no v4 build).

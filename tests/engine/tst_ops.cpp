@@ -241,36 +241,40 @@ private slots:
         }
     }
 
-    // F16 matrices packed sixteen rows to a vector (packed.h; at load at the AVX-512 level
+    // F16 and BF16 matrices packed sixteen rows to a vector (packed.h; at load at the AVX-512 level
     // without AMX, here by hand on any machine): the packed copy gives back every row exactly,
     // and every product is, bit for bit, the layout's documented order: one fused multiply-add
     // chain per (row, token) over the inputs in turn, from zero (computed here with std::fma),
     // whatever the token count (decode's four groups, prefill's 2 x 12 tiles and their edges)
     // and the threads. The chain is also checked against the exact sum.
-    void packed_f16_is_one_fma_chain_data()
+    void packed_half_is_one_fma_chain_data()
     {
+        QTest::addColumn<int>("type");
         QTest::addColumn<int>("n_in");
         QTest::addColumn<int>("n_out");
         QTest::addColumn<int>("n_tokens");
-        for (auto [n, o, nt] : {std::tuple{300, 32, 5}, {64, 16, 1}, {4161, 80, 1}, {200, 96, 131}, {37, 48, 25},
-                                {2048, 16, 13}})
-            QTest::addRow("n_in=%d n_out=%d tokens=%d", n, o, nt) << n << o << nt;
+        for (DType t : {DType::F16, DType::BF16})
+            for (auto [n, o, nt] : {std::tuple{300, 32, 5}, {64, 16, 1}, {4161, 80, 1}, {200, 96, 131}, {37, 48, 25},
+                                    {2048, 16, 13}})
+                QTest::addRow("%s n_in=%d n_out=%d tokens=%d", dtype_name(t).data(), n, o, nt) << int(t) << n << o << nt;
     }
-    void packed_f16_is_one_fma_chain()
+    void packed_half_is_one_fma_chain()
     {
+        QFETCH(int, type);
         QFETCH(int, n_in);
         QFETCH(int, n_out);
         QFETCH(int, n_tokens);
-        OwnedWeight w = make_weight(DType::F16, n_in, n_out, 91);
-        QVERIFY(packable(DType::F16, n_in, n_out));
-        QVERIFY(!packable(DType::F16, n_in, n_out + 8));
-        std::vector<uint8_t> packed(packed_size(DType::F16, n_in, n_out), 0xAB);
+        const DType dt = DType(type);
+        OwnedWeight w = make_weight(dt, n_in, n_out, 91);
+        QVERIFY(packable(dt, n_in, n_out));
+        QVERIFY(!packable(dt, n_in, n_out + 8));
+        std::vector<uint8_t> packed(packed_size(dt, n_in, n_out), 0xAB);
         const int64_t groups = n_out / packed_group_rows;
-        pack_rows(DType::F16, w.bytes.data(), n_in, packed.data(), 0, groups / 2); // in two parts, as threads split it
-        pack_rows(DType::F16, w.bytes.data(), n_in, packed.data(), groups / 2, groups);
+        pack_rows(dt, w.bytes.data(), n_in, packed.data(), 0, groups / 2); // in two parts, as threads split it
+        pack_rows(dt, w.bytes.data(), n_in, packed.data(), groups / 2, groups);
         std::vector<float> row(static_cast<size_t>(n_in));
         for (int r = 0; r < n_out; ++r) {
-            dequantize_packed_row(DType::F16, packed.data(), n_in, r, row.data());
+            dequantize_packed_row(dt, packed.data(), n_in, r, row.data());
             for (int i = 0; i < n_in; ++i)
                 QCOMPARE(double(row[size_t(i)]), w.values[size_t(r * n_in + i)]);
         }
@@ -295,9 +299,9 @@ private slots:
         // test, say), the portable loop runs the same chains: the same bits.
         for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2})
         for (int threads : {1, 2, 3}) {
-            CpuOptions o;
-            o.kernels = level;
-            test::CpuOptionsScope scope(o);
+            CpuOptions opts;
+            opts.kernels = level;
+            test::CpuOptionsScope scope(opts);
             ThreadPool pool(threads);
             std::vector<float> y(size_t(n_out * n_tokens), NAN), one(size_t(n_out), NAN);
             matmul(pool, pv, x.data(), y.data(), n_tokens);

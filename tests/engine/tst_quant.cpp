@@ -1165,7 +1165,7 @@ private slots:
             QVERIFY(lazy->weights().layers[1].w_up.cpu_packed == nullptr);
             const std::vector<float> want = prompt_logits(*cpu), in_place = prompt_logits(*lazy);
             QCOMPARE(want.size(), size_t(512));
-            if (path == f16 && !kernel_table().pack_f16) {
+            if (path == f16 && !kernel_table().pack_half) {
                 QCOMPARE(cpu->info().packed_matrices, size_t(0));
                 QVERIFY(std::memcmp(want.data(), in_place.data(), want.size() * 4) == 0);
             } else if (path == f16) {

@@ -570,14 +570,24 @@ LS_BF16 void f32_to_bf16_rne(const float *src, uint16_t *dst, int64_t n)
 
 int gemm_token_block() { return kernel_table().level == VectorLevel::Avx2 ? 2 : 4; }
 
-// ---- F16 packed in groups of 16 rows (packed.h) ---------------------------------------------
+// ---- F16 and BF16 packed in groups of 16 rows (packed.h) ------------------------------------
 
 namespace {
 
 // G groups (16 G rows, group g at grp + g * gstride) by NT tokens: for each input i, the
 // groups' sixteen values widened once and multiplied by each token's x_t[i] broadcast, G x NT
 // accumulators; the results are stored as they stand (lanes are rows), no horizontal sums.
-template <int G, int NT>
+// Sixteen rows' values of one input, widened to floats.
+template <DType T> LS_AVX512 inline __m512 load_packed16(const uint16_t *p)
+{
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    if constexpr (T == DType::F16)
+        return _mm512_cvtph_ps(h);
+    else
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <DType T, int G, int NT>
 LS_AVX512 void packed_f16_tile(const uint16_t *grp, int64_t gstride, const float *x, int64_t ldx, int64_t n, float *out,
                                int64_t ldo)
 {
@@ -591,7 +601,7 @@ LS_AVX512 void packed_f16_tile(const uint16_t *grp, int64_t gstride, const float
         __m512 w[G];
         #pragma GCC unroll 4
         for (int g = 0; g < G; ++g)
-            w[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(grp + g * gstride + 16 * i)));
+            w[g] = load_packed16<T>(grp + g * gstride + 16 * i);
         #pragma GCC unroll 12
         for (int t = 0; t < NT; ++t) {
             const __m512 xv = _mm512_set1_ps(x[t * ldx + i]);
@@ -615,14 +625,14 @@ using PackedF16Fn = void (*)(const uint16_t *, int64_t, const float *, int64_t, 
 // tokens, against the 6 x 4 tiles of rows in place (gemm_rows): see docs/performance.md.
 constexpr int k_packed_f16_groups = 2, k_packed_f16_tokens = 12;
 
-template <size_t... I> constexpr std::array<PackedF16Fn, sizeof...(I)> packed_f16_row(std::index_sequence<I...>)
+template <DType T, size_t... I> constexpr std::array<PackedF16Fn, sizeof...(I)> packed_f16_row(std::index_sequence<I...>)
 {
-    return {packed_f16_tile<k_packed_f16_groups, int(I) + 1>...};
+    return {packed_f16_tile<T, k_packed_f16_groups, int(I) + 1>...};
 }
 
 // The same sums one at a time (below the AVX-512 level, where the kernel table was changed after
 // the matrix was packed): a fused multiply-add rounds once, as vfmadd does, so the same bits.
-void packed_f16_portable(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
+void packed_f16_portable(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
                          float *y, int64_t ldy)
 {
     for (int64_t g = g0; g < g1; ++g)
@@ -631,34 +641,29 @@ void packed_f16_portable(const uint16_t *packed, int64_t n, int64_t g0, int64_t 
                 float acc = 0.0f;
                 const uint16_t *v = packed + g * 16 * n + r;
                 for (int64_t i = 0; i < n; ++i)
-                    acc = std::fma(f16_to_f32(v[16 * i]), x[t * n + i], acc);
+                    acc = std::fma(type == DType::F16 ? f16_to_f32(v[16 * i]) : bf16_to_f32(v[16 * i]), x[t * n + i], acc);
                 y[t * ldy + 16 * g + r] = acc;
             }
 }
 
-} // namespace
-
-void gemm_packed_f16(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
-                     float *y, int64_t ldy)
+template <DType T>
+void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
+                        float *y, int64_t ldy)
 {
-    if (kernel_table().level != VectorLevel::Avx512) {
-        packed_f16_portable(packed, n, g0, g1, x, n_tokens, y, ldy);
-        return;
-    }
     const int64_t gstride = 16 * n;
     if (n_tokens == 1) {
         // Decode: four groups at a time, four independent chains (one chain waits four cycles
         // per input on the multiply-add before it), each group one sequential stream.
         int64_t g = g0;
         for (; g + 4 <= g1; g += 4)
-            packed_f16_tile<4, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
+            packed_f16_tile<T, 4, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
         for (; g < g1; ++g)
-            packed_f16_tile<1, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
+            packed_f16_tile<T, 1, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
         return;
     }
     // Groups in blocks of up to 512 KiB (half a 1 MiB L2), each block against all the tokens,
     // twelve at a time: the block streams from memory once and is then read from L2.
-    static constexpr auto pair_tiles = packed_f16_row(std::make_index_sequence<k_packed_f16_tokens>());
+    static constexpr auto pair_tiles = packed_f16_row<T>(std::make_index_sequence<k_packed_f16_tokens>());
     constexpr int GB = k_packed_f16_groups, TB = k_packed_f16_tokens;
     const int64_t block = std::max<int64_t>(GB, (int64_t(512) << 10) / (32 * n) / GB * GB);
     for (int64_t b0 = g0; b0 < g1; b0 += block) {
@@ -672,10 +677,12 @@ void gemm_packed_f16(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, 
                 pair_tiles[size_t(nt - 1)](packed + g * gstride, gstride, xt, n, n, yt + 16 * g, ldy);
             for (; g < b1; ++g)
                 for (int64_t k = 0; k < nt; ++k)
-                    packed_f16_tile<1, 1>(packed + g * gstride, gstride, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
+                    packed_f16_tile<T, 1, 1>(packed + g * gstride, gstride, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
         }
     }
 }
+
+} // namespace
 
 void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n_tokens,
                int64_t n, float *y, int64_t ldy)
@@ -702,6 +709,18 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
                      [&](const void *const *rows, int nr, int64_t o, int64_t t, int nt) {
                          gemm_tile(type, rows, nr, x + t * n, n, nt, n, y + t * ldy + o, ldy);
                      });
+}
+
+
+void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
+                      int64_t n_tokens, float *y, int64_t ldy)
+{
+    if (kernel_table().level != VectorLevel::Avx512)
+        packed_f16_portable(type, packed, n, g0, g1, x, n_tokens, y, ldy);
+    else if (type == DType::F16)
+        packed_half_avx512<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy);
+    else
+        packed_half_avx512<DType::BF16>(packed, n, g0, g1, x, n_tokens, y, ldy);
 }
 
 } // namespace longscope

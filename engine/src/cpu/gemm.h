@@ -28,14 +28,15 @@ void gemv_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
 void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, const float *x, int64_t n_tokens,
                int64_t n, float *y, int64_t ldy);
 
-// An F16 matrix packed in groups of 16 rows (packed.h: for each input i, the group's sixteen
-// values of input i side by side, 32 bytes): y[t * ldy + 16 g + r] = row (16 g + r) . x_t for
-// the groups g0 <= g < g1, r < 16, t < n_tokens (x_t = x + t * n). Lanes are rows: each input
-// is one vector of sixteen rows times one token's value broadcast, so a tile needs no
+// An F16 or BF16 matrix packed in groups of 16 rows (packed.h: for each input i, the group's
+// sixteen values of input i side by side, 32 bytes): y[t * ldy + 16 g + r] = row (16 g + r) .
+// x_t for the groups g0 <= g < g1, r < 16, t < n_tokens (x_t = x + t * n). Lanes are rows: each
+// input is one vector of sixteen rows times one token's value broadcast, so a tile needs no
 // horizontal sums, and every (row, token) sum is one chain of multiply-adds over the inputs in
-// order, whatever the tile: any token count and any split of the groups give the same bits.
-void gemm_packed_f16(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
-                     float *y, int64_t ldy);
+// order, from zero, whatever the tile: any token count and any split of the groups give the
+// same bits.
+void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
+                      int64_t n_tokens, float *y, int64_t ldy);
 
 // Whether the AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice the
 // float FMA's 16) are in use for the matrix products of quantized weights over many tokens:

@@ -31,8 +31,8 @@ std::string cpu_kernel_name()
     else if (t.bf16_dot)
         s += ", BF16 dot products from " + from;
     s += ")";
-    if (t.pack_f16)
-        s += "; F16 matrices packed sixteen rows to a vector";
+    if (t.pack_half)
+        s += "; F16 and BF16 matrices packed sixteen rows to a vector";
     if (t.amx)
         s += "; AMX BF16 tiles for every matrix but F32 from " + std::to_string(amx_min_tokens) + " tokens" +
              (t.amx_attention ? ", and for prefill attention" : "");

@@ -102,7 +102,7 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     t.copy_weights = options.copy_weights;
     t.amx = options.amx && t.bf16_dot && f.amx_bf16;
     t.amx_attention = t.amx && options.amx_attention;
-    t.pack_f16 = options.pack_weights && t.level == VectorLevel::Avx512 && !t.amx;
+    t.pack_half = options.pack_weights && t.level == VectorLevel::Avx512 && !t.amx;
     t.decode_prefetch = options.decode_prefetch;
     t.decode_prefetch_near = f.amd ? 512 : 1024;
     // Attention's x86-64-v3 build computes the v4 build's bits (both fuse the same multiply-adds)

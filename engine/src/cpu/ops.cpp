@@ -192,10 +192,11 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
 void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens, int64_t begin, int64_t end)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    if (w.cpu_packed && w.type == DType::F16) { // groups of 16 rows, each in the range of its first row
+    if (w.cpu_packed && (w.type == DType::F16 || w.type == DType::BF16)) {
+        // Groups of 16 rows, each in the range of its first row.
         const int64_t gr = packed_group_rows;
-        gemm_packed_f16(reinterpret_cast<const uint16_t *>(w.cpu_packed), n_in, (begin + gr - 1) / gr,
-                        (end + gr - 1) / gr, x, n_tokens, y, n_out);
+        gemm_packed_half(w.type, reinterpret_cast<const uint16_t *>(w.cpu_packed), n_in, (begin + gr - 1) / gr,
+                         (end + gr - 1) / gr, x, n_tokens, y, n_out);
         return;
     }
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;

@@ -132,7 +132,7 @@ __attribute__((always_inline)) inline size_t codes32_offset(DType type, int64_t 
 // Bytes of a packed group of sixteen rows of n_in values.
 size_t group_bytes(DType type, int64_t n_in)
 {
-    if (type == DType::F16)
+    if (type == DType::F16 || type == DType::BF16)
         return size_t(32 * n_in);
     if (is_block32(type))
         return size_t((n_in / qk + 1) / 2 * scales32_bytes(type) + n_in / qk * codes32_bytes(type));
@@ -199,7 +199,7 @@ inline int q2_packed_code(const uint8_t *b, int r, int i)
 
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
-    if (type == DType::F16)
+    if (type == DType::F16 || type == DType::BF16)
         return n_in > 0 && n_out > 0 && n_out % packed_group_rows == 0;
     const int64_t block = is_block32(type) && type != DType::IQ4_XS ? qk : qk_k;
     return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
@@ -220,7 +220,8 @@ bool cpu_wants_packed(const WeightView &w)
 
 bool cpu_packs(const CpuKernelTable &t, const WeightView &w)
 {
-    return (w.type == DType::F16 ? t.pack_f16 : t.pack_weights) && w.shape.size() == 2 &&
+    const bool half = w.type == DType::F16 || w.type == DType::BF16;
+    return (half ? t.pack_half : t.pack_weights) && w.shape.size() == 2 &&
            packable(w.type, w.ne(0), w.ne(1));
 }
 
@@ -386,7 +387,7 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    if (type == DType::F16) { // value i of row r of group g at 16 i + r of the group's 16 n_in
+    if (type == DType::F16 || type == DType::BF16) { // value i of row r of group g at 16 i + r of its 16 n_in
         for (int64_t g = g0; g < g1; ++g) {
             uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
             for (int r = 0; r < packed_group_rows; ++r) {
@@ -413,13 +414,13 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 // (quant.cpp): y = (d * sc) * (q - 4), y = (d * sc) * q - (dmin * m) and y = (d * sc) * (q - 32).
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
-    if (type == DType::F16) {
+    if (type == DType::F16 || type == DType::BF16) {
         const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
         const int r = int(row % packed_group_rows);
         for (int64_t i = 0; i < n_in; ++i) {
             uint16_t h;
             std::memcpy(&h, grp + 32 * i + 2 * r, 2);
-            out[i] = f16_to_f32(h);
+            out[i] = type == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
         return;
     }

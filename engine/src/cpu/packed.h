@@ -78,10 +78,10 @@
 // scales take two lines, block 2k's sixteen f32 then block 2k + 1's (128 + 2 x 256 = 640 bytes
 // a pair).
 //
-// F16 (at the AVX-512 level without AMX tiles; the float kernel gemm_packed_f16, gemm.h): a
-// group is the sixteen rows' values of each input in turn, 32 bytes per input:
+// F16 and BF16 (at the AVX-512 level without AMX tiles; the float kernel gemm_packed_half,
+// gemm.h): a group is the sixteen rows' values of each input in turn, 32 bytes per input:
 //
-//   [32 i, 32 i + 32) f16 w[16]       value i of rows 16 g .. 16 g + 15
+//   [32 i, 32 i + 32) f16 or bf16 w[16]   value i of rows 16 g .. 16 g + 15
 //
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
@@ -113,7 +113,7 @@ constexpr int64_t packed_q5_1_block_bytes = 320;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
 // of 16 and n_in of 256 for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, of 32 for Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1 and IQ4_NL, any n_in for F16).
+// Q5_0, Q5_1 and IQ4_NL, any n_in for F16 and BF16).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
