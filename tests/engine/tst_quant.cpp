@@ -1213,37 +1213,41 @@ private slots:
     {
         const std::string f16 = tmp("tie-f16.gguf"), q4k = tmp("tie-q4k.gguf");
         write_small_k_quant_models(f16, q4k, 2, 13);
-        const std::string tied = tmp("tie-tied.gguf"), twin = tmp("tie-twin.gguf");
-        {
-            auto src = GgufFile::open(q4k);
-            const GgufTensorInfo *embd = src->find_tensor("token_embd.weight");
-            QVERIFY(embd && embd->type == DType::Q4_K);
-            for (bool with_output : {false, true}) {
-                test::GgufWriter out;
-                test::copy_metadata(*src, out);
-                for (const GgufTensorInfo &t : src->tensors()) {
-                    if (t.name == "output.weight" && !with_output)
-                        continue;
-                    const GgufTensorInfo &from = t.name == "output.weight" ? *embd : t;
-                    out.add_tensor(t.name, from.shape, uint32_t(from.type),
-                                   std::string(reinterpret_cast<const char *>(from.data), size_t(from.nbytes)));
+        // Q4_K, and F16 (packed too at the AVX-512 level without AMX tiles).
+        for (const std::string &path : {q4k, f16}) {
+            const std::string tied = tmp("tie-tied.gguf"), twin = tmp("tie-twin.gguf");
+            const DType embd_type = path == q4k ? DType::Q4_K : DType::F16;
+            {
+                auto src = GgufFile::open(path);
+                const GgufTensorInfo *embd = src->find_tensor("token_embd.weight");
+                QVERIFY(embd && embd->type == embd_type);
+                for (bool with_output : {false, true}) {
+                    test::GgufWriter out;
+                    test::copy_metadata(*src, out);
+                    for (const GgufTensorInfo &t : src->tensors()) {
+                        if (t.name == "output.weight" && !with_output)
+                            continue;
+                        const GgufTensorInfo &from = t.name == "output.weight" ? *embd : t;
+                        out.add_tensor(t.name, from.shape, uint32_t(from.type),
+                                       std::string(reinterpret_cast<const char *>(from.data), size_t(from.nbytes)));
+                    }
+                    QVERIFY(out.write(with_output ? twin : tied));
                 }
-                QVERIFY(out.write(with_output ? twin : tied));
             }
-        }
-        auto a = Model::load(tied), b = Model::load(twin);
-        const ModelWeights &wa = a->weights();
-        QVERIFY(wa.output.data == wa.tok_embd.data); // tied
-        QVERIFY(b->weights().output.data != b->weights().tok_embd.data);
-        QCOMPARE(a->info().packed_matrices, b->info().packed_matrices);
-        QCOMPARE(a->info().cpu_copy_bytes, b->info().cpu_copy_bytes);
-        if (packed_kernel_available(qkernel())) {
-            QVERIFY(wa.output.cpu_packed != nullptr);
+            auto a = Model::load(tied), b = Model::load(twin);
+            const ModelWeights &wa = a->weights();
+            QVERIFY(wa.output.data == wa.tok_embd.data); // tied
+            QVERIFY(b->weights().output.data != b->weights().tok_embd.data);
+            QCOMPARE(a->info().packed_matrices, b->info().packed_matrices);
+            QCOMPARE(a->info().cpu_copy_bytes, b->info().cpu_copy_bytes);
+            QCOMPARE(wa.output.cpu_packed != nullptr, cpu_wants_packed(wa.output));
+            if (path == q4k)
+                QCOMPARE(wa.output.cpu_packed != nullptr, packed_kernel_available(qkernel()));
             QVERIFY(wa.tok_embd.cpu_packed == wa.output.cpu_packed);
+            const std::vector<float> la = prompt_logits(*a), lb = prompt_logits(*b);
+            QCOMPARE(la.size(), size_t(512));
+            QVERIFY(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
         }
-        const std::vector<float> la = prompt_logits(*a), lb = prompt_logits(*b);
-        QCOMPARE(la.size(), size_t(512));
-        QVERIFY(std::memcmp(la.data(), lb.data(), la.size() * 4) == 0);
     }
 
     // stories260K quantized: rows are 64 wide (ffn_down 172), so every 2-D weight but ffn_down
