@@ -2,6 +2,7 @@
 
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
+#include "cpu/packed.h"
 
 #include <algorithm>
 #include <cmath>
@@ -574,9 +575,6 @@ int gemm_token_block() { return kernel_table().level == VectorLevel::Avx2 ? 2 : 
 
 namespace {
 
-// G groups (16 G rows, group g at grp + g * gstride) by NT tokens: for each input i, the
-// groups' sixteen values widened once and multiplied by each token's x_t[i] broadcast, G x NT
-// accumulators; the results are stored as they stand (lanes are rows), no horizontal sums.
 // Sixteen rows' values of one input, widened to floats.
 template <DType T> LS_AVX512 inline __m512 load_packed16(const uint16_t *p)
 {
@@ -587,10 +585,18 @@ template <DType T> LS_AVX512 inline __m512 load_packed16(const uint16_t *p)
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// Values per input of a panel (packed.h): 32, one 64-byte line.
+constexpr int64_t k_half_input_stride = packed_half_panel_groups * packed_group_rows;
+
+// G groups (16 G rows) by NT tokens, group g's value i at p + (g / 2) pstride + 16 (g % 2) + 32 i
+// (consecutive panels pstride values apart): for each input i, the groups' sixteen values
+// widened once and multiplied by each token's x_t[i] broadcast, G x NT accumulators; the
+// results are stored as they stand (lanes are rows), no horizontal sums.
 template <DType T, int G, int NT>
-LS_AVX512 void packed_f16_tile(const uint16_t *grp, int64_t gstride, const float *x, int64_t ldx, int64_t n, float *out,
-                               int64_t ldo)
+LS_AVX512 void packed_f16_tile(const uint16_t *p, const float *x, int64_t ldx, int64_t n, float *out, int64_t ldo,
+                               int64_t pstride = 0)
 {
+    constexpr int64_t PG = packed_half_panel_groups;
     __m512 acc[G][NT];
     #pragma GCC unroll 4
     for (int g = 0; g < G; ++g)
@@ -601,7 +607,7 @@ LS_AVX512 void packed_f16_tile(const uint16_t *grp, int64_t gstride, const float
         __m512 w[G];
         #pragma GCC unroll 4
         for (int g = 0; g < G; ++g)
-            w[g] = load_packed16<T>(grp + g * gstride + 16 * i);
+            w[g] = load_packed16<T>(p + (g / PG) * pstride + 16 * (g % PG) + k_half_input_stride * i);
         #pragma GCC unroll 12
         for (int t = 0; t < NT; ++t) {
             const __m512 xv = _mm512_set1_ps(x[t * ldx + i]);
@@ -617,13 +623,14 @@ LS_AVX512 void packed_f16_tile(const uint16_t *grp, int64_t gstride, const float
             _mm512_storeu_ps(out + t * ldo + 16 * g, acc[g][t]);
 }
 
-using PackedF16Fn = void (*)(const uint16_t *, int64_t, const float *, int64_t, int64_t, float *, int64_t);
+using PackedF16Fn = void (*)(const uint16_t *, const float *, int64_t, int64_t, float *, int64_t, int64_t);
 
 // Prefill's tile: two groups (32 rows) by twelve tokens, 24 of the 32 registers accumulating,
 // two holding the widened weights; each step loads two vectors of weights and broadcasts
 // twelve activations for 24 multiply-adds. One core of an AMD EPYC (family 26), F16 by 512
 // tokens, against the 6 x 4 tiles of rows in place (gemm_rows): see docs/performance.md.
 constexpr int k_packed_f16_groups = 2, k_packed_f16_tokens = 12;
+static_assert(k_packed_f16_groups == packed_half_panel_groups, "prefill's tile is one panel");
 
 template <DType T, size_t... I> constexpr std::array<PackedF16Fn, sizeof...(I)> packed_f16_row(std::index_sequence<I...>)
 {
@@ -632,16 +639,18 @@ template <DType T, size_t... I> constexpr std::array<PackedF16Fn, sizeof...(I)> 
 
 // The same sums one at a time (below the AVX-512 level, where the kernel table was changed after
 // the matrix was packed): a fused multiply-add rounds once, as vfmadd does, so the same bits.
-void packed_f16_portable(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
-                         float *y, int64_t ldy)
+void packed_f16_portable(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
+                         int64_t n_tokens, float *y, int64_t ldy)
 {
     for (int64_t g = g0; g < g1; ++g)
         for (int64_t t = 0; t < n_tokens; ++t)
             for (int r = 0; r < 16; ++r) {
                 float acc = 0.0f;
-                const uint16_t *v = packed + g * 16 * n + r;
-                for (int64_t i = 0; i < n; ++i)
-                    acc = std::fma(type == DType::F16 ? f16_to_f32(v[16 * i]) : bf16_to_f32(v[16 * i]), x[t * n + i], acc);
+                const uint16_t *v = packed + packed_half_at(n, g, 0) + r;
+                for (int64_t i = 0; i < n; ++i) {
+                    const uint16_t h = v[k_half_input_stride * i];
+                    acc = std::fma(type == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h), x[t * n + i], acc);
+                }
                 y[t * ldy + 16 * g + r] = acc;
             }
 }
@@ -650,35 +659,49 @@ template <DType T>
 void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
                         float *y, int64_t ldy)
 {
-    const int64_t gstride = 16 * n;
+    constexpr int64_t PG = packed_half_panel_groups;
     if (n_tokens == 1) {
-        // Decode: four groups at a time, four independent chains (one chain waits four cycles
-        // per input on the multiply-add before it), each group one sequential stream.
-        int64_t g = g0;
-        for (; g + 4 <= g1; g += 4)
-            packed_f16_tile<T, 4, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
-        for (; g < g1; ++g)
-            packed_f16_tile<T, 1, 1>(packed + g * gstride, gstride, x, n, n, y + 16 * g, ldy);
+        // Decode: two whole panels at a time, each one sequential stream of 64 bytes per input,
+        // four independent chains (one chain waits four cycles per input on the multiply-add
+        // before it); the groups of a panel a thread shares with another one at a time.
+        const int64_t pstride = packed_half_at(n, PG, 0);
+        for (int64_t g = g0; g < g1;) {
+            const uint16_t *p = packed + packed_half_at(n, g, 0);
+            if (g % PG == 0 && g + 2 * PG <= g1) {
+                packed_f16_tile<T, 2 * PG, 1>(p, x, n, n, y + 16 * g, ldy, pstride);
+                g += 2 * PG;
+            } else {
+                packed_f16_tile<T, 1, 1>(p, x, n, n, y + 16 * g, ldy);
+                ++g;
+            }
+        }
         return;
     }
-    // Groups in blocks of up to 512 KiB (half a 1 MiB L2), each block against all the tokens,
-    // twelve at a time: the block streams from memory once and is then read from L2.
+    // Groups in blocks of up to 512 KiB (half a 1 MiB L2; whole panels), each block against all
+    // the tokens, twelve at a time: the block streams from memory once and is then read from
+    // L2. A tile is one panel: one 64-byte line per input.
     static constexpr auto pair_tiles = packed_f16_row<T>(std::make_index_sequence<k_packed_f16_tokens>());
-    constexpr int GB = k_packed_f16_groups, TB = k_packed_f16_tokens;
-    const int64_t block = std::max<int64_t>(GB, (int64_t(512) << 10) / (32 * n) / GB * GB);
-    for (int64_t b0 = g0; b0 < g1; b0 += block) {
-        const int64_t b1 = std::min(g1, b0 + block);
+    constexpr int TB = k_packed_f16_tokens;
+    const int64_t block = std::max<int64_t>(PG, (int64_t(512) << 10) / (32 * n) / PG * PG);
+    for (int64_t b0 = g0; b0 < g1;) {
+        const int64_t b1 = std::min(g1, (b0 / PG) * PG + block);
         for (int64_t t = 0; t < n_tokens; t += TB) {
             const int nt = int(std::min<int64_t>(TB, n_tokens - t));
             const float *xt = x + t * n;
             float *yt = y + t * ldy;
-            int64_t g = b0;
-            for (; g + GB <= b1; g += GB)
-                pair_tiles[size_t(nt - 1)](packed + g * gstride, gstride, xt, n, n, yt + 16 * g, ldy);
-            for (; g < b1; ++g)
-                for (int64_t k = 0; k < nt; ++k)
-                    packed_f16_tile<T, 1, 1>(packed + g * gstride, gstride, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
+            for (int64_t g = b0; g < b1;) {
+                const uint16_t *p = packed + packed_half_at(n, g, 0);
+                if (g % PG == 0 && g + PG <= b1) { // a whole panel
+                    pair_tiles[size_t(nt - 1)](p, xt, n, n, yt + 16 * g, ldy, 0);
+                    g += PG;
+                } else { // a panel's group alone (the other is in another thread's range)
+                    for (int64_t k = 0; k < nt; ++k)
+                        packed_f16_tile<T, 1, 1>(p, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
+                    ++g;
+                }
+            }
         }
+        b0 = b1;
     }
 }
 

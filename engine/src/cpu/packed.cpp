@@ -200,7 +200,7 @@ inline int q2_packed_code(const uint8_t *b, int r, int i)
 bool packable(DType type, int64_t n_in, int64_t n_out)
 {
     if (type == DType::F16 || type == DType::BF16)
-        return n_in > 0 && n_out > 0 && n_out % packed_group_rows == 0;
+        return n_in > 0 && n_out > 0 && n_out % (packed_half_panel_groups * packed_group_rows) == 0;
     const int64_t block = is_block32(type) && type != DType::IQ4_XS ? qk : qk_k;
     return (is_q4_k_like(type) || is_q6_k_like(type) || is_block32(type)) && n_in > 0 && n_in % block == 0 &&
            n_out > 0 && n_out % packed_group_rows == 0;
@@ -387,15 +387,13 @@ void pack_block32(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, in
 
 void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64_t g0, int64_t g1)
 {
-    if (type == DType::F16 || type == DType::BF16) { // value i of row r of group g at 16 i + r of its 16 n_in
-        for (int64_t g = g0; g < g1; ++g) {
-            uint8_t *grp = dst + size_t(g) * group_bytes(type, n_in);
+    if (type == DType::F16 || type == DType::BF16) { // value i of row r of group g at packed_half_at + r
+        for (int64_t g = g0; g < g1; ++g)
             for (int r = 0; r < packed_group_rows; ++r) {
                 const uint8_t *row = src + size_t(g * packed_group_rows + r) * size_t(2 * n_in);
                 for (int64_t i = 0; i < n_in; ++i)
-                    std::memcpy(grp + 32 * i + 2 * r, row + 2 * i, 2);
+                    std::memcpy(dst + 2 * size_t(packed_half_at(n_in, g, i) + r), row + 2 * i, 2);
             }
-        }
         return;
     }
     if (is_q4_k_like(type))
@@ -415,11 +413,10 @@ void pack_rows(DType type, const uint8_t *src, int64_t n_in, uint8_t *dst, int64
 void dequantize_packed_row_portable(DType type, const uint8_t *packed, int64_t n_in, int64_t row, float *out)
 {
     if (type == DType::F16 || type == DType::BF16) {
-        const uint8_t *grp = packed + size_t(row / packed_group_rows) * group_bytes(type, n_in);
-        const int r = int(row % packed_group_rows);
+        const int64_t g = row / packed_group_rows, r = row % packed_group_rows;
         for (int64_t i = 0; i < n_in; ++i) {
             uint16_t h;
-            std::memcpy(&h, grp + 32 * i + 2 * r, 2);
+            std::memcpy(&h, packed + 2 * size_t(packed_half_at(n_in, g, i) + r), 2);
             out[i] = type == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
         return;

@@ -79,9 +79,11 @@
 // a pair).
 //
 // F16 and BF16 (at the AVX-512 level without AMX tiles; the float kernel gemm_packed_half,
-// gemm.h): a group is the sixteen rows' values of each input in turn, 32 bytes per input:
+// gemm.h) go in panels of two groups, 32 rows: for each input in turn, the two groups'
+// sixteen values, one 64-byte line, so that a prefill tile of 32 rows reads whole lines and
+// decode reads a panel as one sequential stream (panel p at 32 p n_in values):
 //
-//   [32 i, 32 i + 32) f16 or bf16 w[16]   value i of rows 16 g .. 16 g + 15
+//   [64 i + 32 k, 64 i + 32 k + 32) f16 or bf16 w[16]   value i of rows 32 p + 16 k .. + 15
 //
 // Nothing is rounded: the packed matrix holds exactly the values of the original, and
 // dequantize_packed_row gives the original row bit for bit.
@@ -102,6 +104,13 @@ struct WeightView;
 struct CpuKernelTable;
 
 constexpr int64_t packed_group_rows = 16;
+// F16 and BF16: groups per panel, and where value i of group g's first row is (in values).
+constexpr int64_t packed_half_panel_groups = 2;
+constexpr int64_t packed_half_at(int64_t n_in, int64_t g, int64_t i)
+{
+    return (g / packed_half_panel_groups) * packed_half_panel_groups * packed_group_rows * n_in +
+           i * packed_half_panel_groups * packed_group_rows + (g % packed_half_panel_groups) * packed_group_rows;
+}
 constexpr int64_t packed_q4_k_block_bytes = 2368;
 constexpr int64_t packed_q5_k_block_bytes = 2880;
 constexpr int64_t packed_q6_k_block_bytes = 3392;
@@ -113,7 +122,7 @@ constexpr int64_t packed_q5_1_block_bytes = 320;
 
 // Whether matrices of this type and shape can be packed ([n_in, n_out] with n_out a multiple
 // of 16 and n_in of 256 for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, of 32 for Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1 and IQ4_NL, any n_in for F16 and BF16).
+// Q5_0, Q5_1 and IQ4_NL, any n_in for F16 and BF16, whose n_out must be a multiple of 32).
 bool packable(DType type, int64_t n_in, int64_t n_out);
 
 // Whether the CPU kernels in use here want `w` packed: packable, a 2-D matrix, and the kernel
