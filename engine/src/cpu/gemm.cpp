@@ -5,8 +5,8 @@
 #include "cpu/packed.h"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <immintrin.h>
@@ -571,7 +571,7 @@ LS_BF16 void f32_to_bf16_rne(const float *src, uint16_t *dst, int64_t n)
 
 int gemm_token_block() { return kernel_table().level == VectorLevel::Avx2 ? 2 : 4; }
 
-// ---- F16 and BF16 packed in groups of 16 rows (packed.h) ------------------------------------
+// ---- F16 and BF16 packed in panels of 32 rows (packed.h) ------------------------------------
 
 namespace {
 
@@ -593,7 +593,7 @@ constexpr int64_t k_half_input_stride = packed_half_panel_groups * packed_group_
 // widened once and multiplied by each token's x_t[i] broadcast, G x NT accumulators; the
 // results are stored as they stand (lanes are rows), no horizontal sums.
 template <DType T, int G, int NT>
-LS_AVX512 void packed_f16_tile(const uint16_t *p, const float *x, int64_t ldx, int64_t n, float *out, int64_t ldo,
+LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t ldx, int64_t n, float *out, int64_t ldo,
                                int64_t pstride = 0)
 {
     constexpr int64_t PG = packed_half_panel_groups;
@@ -623,23 +623,23 @@ LS_AVX512 void packed_f16_tile(const uint16_t *p, const float *x, int64_t ldx, i
             _mm512_storeu_ps(out + t * ldo + 16 * g, acc[g][t]);
 }
 
-using PackedF16Fn = void (*)(const uint16_t *, const float *, int64_t, int64_t, float *, int64_t, int64_t);
+using PackedHalfFn = void (*)(const uint16_t *, const float *, int64_t, int64_t, float *, int64_t, int64_t);
 
 // Prefill's tile: two groups (32 rows) by twelve tokens, 24 of the 32 registers accumulating,
 // two holding the widened weights; each step loads two vectors of weights and broadcasts
 // twelve activations for 24 multiply-adds. One core of an AMD EPYC (family 26), F16 by 512
 // tokens, against the 6 x 4 tiles of rows in place (gemm_rows): see docs/performance.md.
-constexpr int k_packed_f16_groups = 2, k_packed_f16_tokens = 12;
-static_assert(k_packed_f16_groups == packed_half_panel_groups, "prefill's tile is one panel");
+constexpr int k_packed_half_groups = 2, k_packed_half_tokens = 12;
+static_assert(k_packed_half_groups == packed_half_panel_groups, "prefill's tile is one panel");
 
-template <DType T, size_t... I> constexpr std::array<PackedF16Fn, sizeof...(I)> packed_f16_row(std::index_sequence<I...>)
+template <DType T, size_t... I> constexpr std::array<PackedHalfFn, sizeof...(I)> packed_half_row(std::index_sequence<I...>)
 {
-    return {packed_f16_tile<T, k_packed_f16_groups, int(I) + 1>...};
+    return {packed_half_tile<T, k_packed_half_groups, int(I) + 1>...};
 }
 
 // The same sums one at a time (below the AVX-512 level, where the kernel table was changed after
 // the matrix was packed): a fused multiply-add rounds once, as vfmadd does, so the same bits.
-void packed_f16_portable(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
+void packed_half_portable(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
                          int64_t n_tokens, float *y, int64_t ldy)
 {
     for (int64_t g = g0; g < g1; ++g)
@@ -663,15 +663,15 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
     if (n_tokens == 1) {
         // Decode: two whole panels at a time, each one sequential stream of 64 bytes per input,
         // four independent chains (one chain waits four cycles per input on the multiply-add
-        // before it); the groups of a panel a thread shares with another one at a time.
+        // before it); a panel split between two threads' ranges a group at a time.
         const int64_t pstride = packed_half_at(n, PG, 0);
         for (int64_t g = g0; g < g1;) {
             const uint16_t *p = packed + packed_half_at(n, g, 0);
             if (g % PG == 0 && g + 2 * PG <= g1) {
-                packed_f16_tile<T, 2 * PG, 1>(p, x, n, n, y + 16 * g, ldy, pstride);
+                packed_half_tile<T, 2 * PG, 1>(p, x, n, n, y + 16 * g, ldy, pstride);
                 g += 2 * PG;
             } else {
-                packed_f16_tile<T, 1, 1>(p, x, n, n, y + 16 * g, ldy);
+                packed_half_tile<T, 1, 1>(p, x, n, n, y + 16 * g, ldy);
                 ++g;
             }
         }
@@ -680,8 +680,8 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
     // Groups in blocks of up to 512 KiB (half a 1 MiB L2; whole panels), each block against all
     // the tokens, twelve at a time: the block streams from memory once and is then read from
     // L2. A tile is one panel: one 64-byte line per input.
-    static constexpr auto pair_tiles = packed_f16_row<T>(std::make_index_sequence<k_packed_f16_tokens>());
-    constexpr int TB = k_packed_f16_tokens;
+    static constexpr auto pair_tiles = packed_half_row<T>(std::make_index_sequence<k_packed_half_tokens>());
+    constexpr int TB = k_packed_half_tokens;
     const int64_t block = std::max<int64_t>(PG, (int64_t(512) << 10) / (32 * n) / PG * PG);
     for (int64_t b0 = g0; b0 < g1;) {
         const int64_t b1 = std::min(g1, (b0 / PG) * PG + block);
@@ -696,7 +696,7 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
                     g += PG;
                 } else { // a panel's group alone (the other is in another thread's range)
                     for (int64_t k = 0; k < nt; ++k)
-                        packed_f16_tile<T, 1, 1>(p, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
+                        packed_half_tile<T, 1, 1>(p, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
                     ++g;
                 }
             }
@@ -734,12 +734,11 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
                      });
 }
 
-
 void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
                       int64_t n_tokens, float *y, int64_t ldy)
 {
     if (kernel_table().level != VectorLevel::Avx512)
-        packed_f16_portable(type, packed, n, g0, g1, x, n_tokens, y, ldy);
+        packed_half_portable(type, packed, n, g0, g1, x, n_tokens, y, ldy);
     else if (type == DType::F16)
         packed_half_avx512<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy);
     else
