@@ -833,12 +833,40 @@ __attribute__((always_inline)) inline void mask_tile_row(float *s, int64_t w, co
             s[c] += tm.mask[c];
     } else {
         // Keys past this query's position and before its window, by comparing positions.
-        if (tm.diagonal)
-            for (int64_t c = std::max<int64_t>(0, tm.last_visible + 1); c < w; ++c)
+        if (tm.diagonal) {
+            int64_t c = std::max<int64_t>(0, tm.last_visible + 1);
+            // The columns of the first hidden key's sixteen, by comparing their indices (a
+            // tile narrowed to its visible keys, visible_width, has no more).
+            if (c < w && c % 16 != 0 && c / 16 * 16 + 16 <= w) {
+                const int64_t c0 = c / 16 * 16;
+                const V16i cols = V16i{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + int32_t(c0);
+                const V16 x = load16(s + c0);
+                store16(s + c0, cols > int32_t(tm.last_visible) ? vec16::splat(kNegInf) : x);
+                c = c0 + 16;
+            }
+            for (; c < w; ++c)
                 s[c] = kNegInf;
+        }
         for (int64_t c = 0; c < std::min(w, tm.first_visible); ++c)
             s[c] = kNegInf;
     }
+}
+
+// The columns of a tile that its rows' scores, softmax and values need: keys past the last
+// visible one carry zero weight in every row (the rows of a block share a query position and
+// so a mask), so the tile ends at the last visible key, or at the end of its sixteen where
+// the scores go sixteen at a time. The result is the same: the columns left out would be
+// -inf, e^-inf = 0 added to a sum leaves it, and the maximum ignores them.
+__attribute__((always_inline)) inline int64_t visible_width(const TileMask &tm, int64_t w)
+{
+    int64_t wv = w;
+    if (tm.mask) {
+        while (wv > 0 && tm.mask[wv - 1] == kNegInf)
+            --wv;
+    } else if (tm.diagonal) {
+        wv = std::min(w, std::max<int64_t>(0, tm.last_visible + 1));
+    }
+    return wv;
 }
 
 template <class VT>
@@ -944,6 +972,91 @@ __attribute__((always_inline)) inline V16 sum_lanes16(V16 x[16])
     for (int i = 0; i < 2; ++i)
         v[i] = shuffle2(u[i], u[i + 2], lo2) + shuffle2(u[i], u[i + 2], hi2);
     return shuffle2(v[0], v[1], lo1) + shuffle2(v[0], v[1], hi1);
+}
+
+// Eight vectors' lanes reduced by max (Max) or + at once: row r's result in lanes 2 r and
+// 2 r + 1. The pairs are hsum16's and hmax16's (lane k with k + 8, then k + 4, k + 2, k + 1),
+// so each row's sum has hsum16's bits; a maximum is the same in any order. Seven pairs of
+// two-source permutes and an operation where eight rows' reductions take 64 steps.
+template <bool Max> __attribute__((always_inline)) inline V16 reduce_rows8(const V16 x[8])
+{
+    constexpr V16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    constexpr V16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    constexpr V16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    constexpr V16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    constexpr V16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    constexpr V16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    const auto op = [](V16 a, V16 b) { return Max ? (a < b ? b : a) : a + b; };
+    // t_i: row i's lanes k + (k + 8) in lanes 0-7, row i + 4's in 8-15.
+    V16 t[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+        t[i] = op(shuffle2(x[i], x[i + 4], lo8), shuffle2(x[i], x[i + 4], hi8));
+    // u_i: four lanes each of rows i, i + 2, i + 4, i + 6.
+    V16 u[2];
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+        u[i] = op(shuffle2(t[i], t[i + 2], lo4), shuffle2(t[i], t[i + 2], hi4));
+    // Two lanes each of rows 0, 1, ..., 7, then the pairs' two lanes.
+    const V16 v = op(shuffle2(u[0], u[1], lo2), shuffle2(u[0], u[1], hi2));
+    return op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+}
+
+// softmax_tile for eight rows of sixteen-lane vectors (the query heads of a group at one
+// position; w a whole number of sixteens): each row's maximum and sum as softmax_tile takes
+// them (the same bits), the eight rows' reductions across lanes done together.
+__attribute__((always_inline)) inline void softmax_tile_rows8(float *s, int64_t T, int64_t w, const TileMask &tm,
+                                                             float *m, float *l, int64_t ml_stride, float alpha[8])
+{
+    V16 mx[8];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        float *row = s + g * T;
+        mask_tile_row(row, w, tm);
+        V16 x = load16(row);
+        for (int64_t c = 16; c < w; c += 16) {
+            const V16 y = load16(row + c);
+            x = x < y ? y : x;
+        }
+        mx[g] = x == x ? x : vec16::splat(kNegInf); // as hmax16: a NaN lane counts as -inf
+    }
+    const V16 tile_max = reduce_rows8<true>(mx);
+    float m_new[8];
+    bool live[8];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        const float m_old = m[g * ml_stride];
+        m_new[g] = std::max(m_old, tile_max[2 * g]);
+        live[g] = m_new[g] != kNegInf;
+        // m_old = -inf (first visible tile) gives alpha = 0 on a zero accumulator, as wanted.
+        alpha[g] = live[g] ? std::exp(m_old - m_new[g]) : 1.0f;
+    }
+    V16 sum16[8];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        float *row = s + g * T;
+        sum16[g] = V16{};
+        if (!live[g]) { // nothing visible yet: the state stays, the values add zeros
+            std::fill(row, row + w, 0.0f);
+            continue;
+        }
+        for (int64_t c = 0; c < w; c += 16) {
+#if defined(__clang__)
+            const V16 e = vec16::exp16(load16(row + c) - m_new[g]);
+#else
+            const V16 e = exp_nonpositive(load16(row + c) - m_new[g]);
+#endif
+            store16(row + c, e);
+            sum16[g] += e;
+        }
+    }
+    const V16 sums = reduce_rows8<false>(sum16);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g)
+        if (live[g]) {
+            l[g * ml_stride] = l[g * ml_stride] * alpha[g] + sums[2 * g];
+            m[g * ml_stride] = m_new[g];
+        }
 }
 
 // Scores from keys in rows (key c at kr + c * kr_stride): per key the dims go sixteen at a
@@ -1174,23 +1287,26 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
                                                           float *m, float *l, int64_t ml_stride, LinePrefetch &pf)
 {
     constexpr int L = int(sizeof(VT) / sizeof(float)); // lanes: 16 or 8
+    // Keys past the last visible one carry zero weight in every row: their scores are not
+    // computed (beyond the sixteen holding the last visible key) and their values not read.
+    const int64_t wv = visible_width(tm, w);
+    w = std::min(w, (wv + 15) / 16 * 16);
     tile_scores_body<GB, KB, VT, PF>(q, q_stride, kt, kr, kr_stride, T, w, hd, scale, s, T, pf);
 
     // The softmax step per row; a row with nothing visible yet keeps its state and adds zeros.
     float alpha[GB];
-    for (int g = 0; g < GB; ++g)
+    bool rows_done = false;
+    if constexpr (GB == 8 && std::is_same_v<VT, V16>) {
+        if (w > 0 && w % 16 == 0) {
+            softmax_tile_rows8(s, T, w, tm, m, l, ml_stride, alpha);
+            rows_done = true;
+        }
+    }
+    for (int g = 0; g < GB && !rows_done; ++g)
         if (!softmax_tile<VT>(s + g * T, w, tm, m[g * ml_stride], l[g * ml_stride], alpha[g])) {
             alpha[g] = 1.0f;
             std::fill(s + g * T, s + g * T + w, 0.0f);
         }
-    // Keys past the last visible one carry zero weight in every row: not read at all.
-    int64_t wv = w;
-    if (tm.mask) {
-        while (wv > 0 && tm.mask[wv - 1] == kNegInf)
-            --wv;
-    } else if (tm.diagonal) {
-        wv = std::min(w, std::max<int64_t>(0, tm.last_visible + 1));
-    }
 
     // acc = acc * alpha + sum_c p_c v_c, VD dims by GB rows in registers across the tile.
     constexpr int NV = VD / L;
@@ -1783,6 +1899,27 @@ void amx_attention_tile(const AttentionProblem &p, AmxAttention &st, int kvh, in
 
 } // namespace
 
+namespace {
+
+// A row's output: out = a / l, sixteen at a time (the same quotients as one by one); a row that
+// saw no key at all (l = 0: an empty cache) gets zeros. One by one, the division took a tenth
+// of a 512-token prefill's attention.
+__attribute__((always_inline)) inline void finish_row_body(const float *a, float l, float *out, int hd)
+{
+    if (!(l > 0.0f)) {
+        std::fill(out, out + hd, 0.0f);
+        return;
+    }
+    int d = 0;
+    for (; d + 16 <= hd; d += 16)
+        store16(out + d, load16(a + d) / l);
+    for (; d < hd; ++d)
+        out[d] = a[d] / l;
+}
+LS_ATTENTION_BUILDS(finish_row, finish_row_body, (const float *a, float l, float *out, int hd), (a, l, out, hd))
+
+} // namespace
+
 void softmax_inplace(float *x, int64_t n) { softmax_row(x, n); }
 
 __attribute__((target("arch=x86-64-v4"))) void softmax_exp_x86_64_v4(const float *x, float *y, int64_t n)
@@ -1977,8 +2114,7 @@ AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool
                         float *out = p.out + ((i0 + qi) * n_head + h) * hd;
                         const float *a = acc.data() + r * hd;
                         const float lr = l[size_t(r)];
-                        for (int d = 0; d < hd; ++d)
-                            out[d] = lr > 0.0f ? a[d] / lr : 0.0f;
+                        finish_row(a, lr, out, hd);
                     }
                 }
             }
