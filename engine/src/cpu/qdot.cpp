@@ -52,16 +52,17 @@ inline BlockScale block_scale(float amax, bool finite)
 }
 
 // The outputs of a block that quantizes to zeros with scale d.
-inline void store_zero_block(float d, int8_t *q, float *dl, float *db, float *ds)
+inline void store_zero_block(float d, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
 {
     std::memset(q, 0, qk);
+    s16[0] = s16[1] = 0;
     for (int j = 0; j < qk / 4; ++j)
         dl[j] = d;
     *db = d;
     *ds = d * 0.0f;
 }
 
-void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds)
+void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
 {
     float amax = 0;
     bool finite = true;
@@ -71,13 +72,15 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
     }
     const BlockScale s = block_scale(amax, finite);
     if (s.id == 0.0f) {
-        store_zero_block(s.d, q, dl, db, ds);
+        store_zero_block(s.d, q, dl, db, ds, s16);
         return;
     }
     int sum = 0;
+    s16[0] = s16[1] = 0;
     for (int j = 0; j < qk; ++j) {
         const int qi = int(std::clamp(std::nearbyint(x[j] * s.id), -127.0f, 127.0f));
         q[j] = int8_t(qi);
+        s16[j / 16] += qi;
         sum += qi;
     }
     for (int j = 0; j < qk / 4; ++j)
@@ -89,7 +92,11 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
 #define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define LS_AVX2Q __attribute__((target("avx2,fma,f16c")))
 
-LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds)
+// The sums of codes 0..15 and 16..31 (s16, packed Q6_K's and the K types' bias) come from the
+// registers that hold the codes: read back from the bytes just stored (16-byte loads of
+// vpmovsdb's stores), they waited on the stores and took more of a 512-token prefill than the
+// quantization itself.
+LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
 {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
@@ -98,7 +105,7 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
     const bool finite = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
     const BlockScale s = block_scale(finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f, finite);
     if (s.id == 0.0f) {
-        store_zero_block(s.d, q, dl, db, ds);
+        store_zero_block(s.d, q, dl, db, ds, s16);
         return;
     }
     const __m512 id = _mm512_set1_ps(s.id);
@@ -106,7 +113,10 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
-    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    // |x| * 127 / max|x| rounds to at most 127: the int32 codes are the bytes' values.
+    s16[0] = _mm512_reduce_add_epi32(q0);
+    s16[1] = _mm512_reduce_add_epi32(q1);
+    const int sum = s16[0] + s16[1];
     _mm256_storeu_ps(dl, _mm256_set1_ps(s.d));
     *db = s.d;
     *ds = s.d * float(sum);
@@ -114,7 +124,7 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
 
 // The same values again, eight lanes at a time: conversions round to nearest even as
 // nearbyint does, and the two saturating packs saturate as one conversion to int8 would.
-LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds)
+LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     __m256 v[4];
@@ -132,7 +142,7 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     const bool finite = finite_lanes == 0xFF;
     const BlockScale s = block_scale(finite ? _mm_cvtss_f32(h) : 0.0f, finite);
     if (s.id == 0.0f) {
-        store_zero_block(s.d, q, dl, db, ds);
+        store_zero_block(s.d, q, dl, db, ds, s16);
         return;
     }
     const __m256 id = _mm256_set1_ps(s.id);
@@ -144,36 +154,18 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(q),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int sum = _mm_cvtsi128_si32(s4);
+    // Codes 0..15 in qi[0] and qi[1], 16..31 in qi[2] and qi[3] (as quantize_block_avx512).
+    for (int half = 0; half < 2; ++half) {
+        const __m256i t = _mm256_add_epi32(qi[2 * half], qi[2 * half + 1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        s16[half] = _mm_cvtsi128_si32(s4);
+    }
+    const int sum = s16[0] + s16[1];
     _mm256_storeu_ps(dl, _mm256_set1_ps(s.d));
     *db = s.d;
     *ds = s.d * float(sum);
-}
-
-// The sums of codes 0..15 and 16..31 of a block, exact. SSE2 (every x86-64 build): each byte
-// flipped to q + 128 (unsigned), summed by psadbw against zero in two halves of eight, then
-// 16 x 128 taken off. The byte loop it replaced took about 1.5% of a 512-token prefill.
-inline void sum16_pair(const int8_t *q, int32_t *s16)
-{
-#if defined(__SSE2__)
-    const __m128i flip = _mm_set1_epi8(char(0x80)), zero = _mm_setzero_si128();
-    for (int h = 0; h < 2; ++h) {
-        const __m128i sad =
-            _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q + 16 * h)), flip), zero);
-        s16[h] = _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
-    }
-#else
-    for (int h = 0; h < 2; ++h) {
-        int32_t sum = 0;
-        for (int j = 0; j < 16; ++j)
-            sum += q[16 * h + j];
-        s16[h] = sum;
-    }
-#endif
 }
 
 void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)
@@ -185,13 +177,13 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
             float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
             float *db = a.db.data() + t * (n / qk) + b;
             float *ds = a.ds.data() + t * (n / qk) + b;
+            int32_t *s16 = a.s16.data() + t * (n / 16) + b * 2;
             if (level == VectorLevel::Avx512)
-                quantize_block_avx512(src, q, dl, db, ds);
+                quantize_block_avx512(src, q, dl, db, ds, s16);
             else if (level == VectorLevel::Avx2)
-                quantize_block_avx2(src, q, dl, db, ds);
+                quantize_block_avx2(src, q, dl, db, ds, s16);
             else
-                quantize_block_portable(src, q, dl, db, ds);
-            sum16_pair(q, a.s16.data() + t * (n / 16) + b * 2);
+                quantize_block_portable(src, q, dl, db, ds, s16);
         }
 }
 
