@@ -1024,6 +1024,44 @@ private slots:
     // every packable matrix has its packed copy, whose rows are the file's rows, and whose
     // products are those of the rows in the file within float rounding. With rows of 160 values
     // (not whole 256-value blocks) Q5_K_M holds Q5_1 and Q8_0 where it would hold Q5_K and Q6_K.
+    // The one-pass quantize-and-interleave of prefill's activations gives the bytes of the two
+    // passes it replaces (quantize_acts, then pack_acts): token counts with and without a last
+    // partial tile, pools of one to three threads, a NaN in one token.
+    void quantize_pack_acts_matches_two_passes()
+    {
+        const int64_t n = 2048 + 96; // 67 blocks of 32: not a whole number of anything larger
+        std::mt19937 rng(17);
+        std::normal_distribution<float> nd(0.0f, 2.0f);
+        for (int64_t n_tokens : {4, 5, 8, 13, 64}) {
+            std::vector<float> x(size_t(n_tokens * n));
+            for (float &v : x)
+                v = nd(rng);
+            x[size_t(n + 77)] = std::numeric_limits<float>::quiet_NaN();
+            QuantizedActs want_a;
+            PackedActs want_p;
+            quantize_acts(nullptr, x.data(), n_tokens, n, want_a);
+            pack_acts(nullptr, want_a, want_p);
+            for (int threads : {1, 2, 3}) {
+                ThreadPool pool(threads);
+                QuantizedActs a;
+                PackedActs p;
+                quantize_pack_acts(pool, x.data(), n_tokens, n, a, p);
+                const QString where = QString("%1 tokens, %2 threads").arg(n_tokens).arg(threads);
+                QCOMPARE(a.n_tokens, n_tokens);
+                QCOMPARE(p.n_tiles, n_tokens / packed_act_tile);
+                const auto same = [](const auto &u, const auto &v) {
+                    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
+                };
+                QVERIFY2(same(a.q, want_a.q) && same(a.dl, want_a.dl) && same(a.db, want_a.db) &&
+                             same(a.ds, want_a.ds) && same(a.s16, want_a.s16),
+                         qPrintable(where + ": rows"));
+                QVERIFY2(same(p.q, want_p.q) && same(p.db, want_p.db) && same(p.ds, want_p.ds) &&
+                             same(p.b16, want_p.b16) && same(p.b32, want_p.b32),
+                         qPrintable(where + ": tiles"));
+            }
+        }
+    }
+
     void model_packs_k_quant_matrices_data()
     {
         QTest::addColumn<DType>("mix");

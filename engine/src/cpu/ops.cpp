@@ -386,13 +386,14 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     const QuantizedActs *acts = nullptr;
     const PackedActs *pacts = nullptr;
     if (path == QuantMatmul::Integer) {
-        quantize_acts(&pool, x, n_tokens, n_in, t_acts);
         acts = &t_acts;
         // Packed matrices under the VNNI kernels read whole tiles of four tokens from one copy.
         const bool packed = std::any_of(outs.begin(), outs.end(), [](const MatmulOut &o) { return o.w->cpu_packed; });
         if (packed && qkernel() == QKernel::Vnni && n_tokens >= packed_act_tile) {
-            pack_acts(&pool, t_acts, t_pacts);
+            quantize_pack_acts(pool, x, n_tokens, n_in, t_acts, t_pacts);
             pacts = &t_pacts;
+        } else {
+            quantize_acts(&pool, x, n_tokens, n_in, t_acts);
         }
     }
     int64_t total = 0;

@@ -2130,9 +2130,11 @@ void interleave4(const void *const rows[4], int64_t n, void *out)
 
 } // namespace
 
-void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
+namespace {
+
+// pack_acts's storage for the whole tiles of `a`.
+void pack_acts_shape(const QuantizedActs &a, PackedActs &out)
 {
-    static_assert(packed_act_tile == 4, "interleave4 takes four tokens");
     constexpr int nt = packed_act_tile;
     const int64_t n = a.n, nb = n / qk, tiles = a.n_tokens / nt;
     out.n = n;
@@ -2142,33 +2144,68 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
     out.ds.resize(out.db.size());
     out.b32.resize(out.db.size());
     out.b16.resize(size_t(tiles * nt * (n / 16)));
-    auto copy = [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) {
-            const void *q[nt], *db[nt], *ds[nt], *s16[nt];
-            for (int t = 0; t < nt; ++t) {
-                q[t] = a.q_row(k * nt + t);
-                db[t] = a.db_row(k * nt + t);
-                ds[t] = a.ds_row(k * nt + t);
-                s16[t] = a.s16_row(k * nt + t);
-            }
-            interleave4(q, n / 4, out.q.data() + k * nt * n);
-            interleave4(db, nb, out.db.data() + k * nt * nb);
-            interleave4(ds, nb, out.ds.data() + k * nt * nb);
-            // The sums per 16 values, interleaved, then the bias terms made of them.
-            int32_t *b16 = out.b16.data() + k * nt * (n / 16);
-            interleave4(s16, n / 16, b16);
-            int32_t *b32 = out.b32.data() + k * nt * nb;
-            for (int64_t b = 0; b < nb; ++b)
-                for (int t = 0; t < nt; ++t)
-                    b32[nt * b + t] = -128 * (b16[nt * 2 * b + t] + b16[nt * (2 * b + 1) + t]);
-            for (int64_t j = 0; j < nt * (n / 16); ++j)
-                b16[j] *= -32;
+}
+
+// Tiles [begin, end) of `a` copied into `out` (sized by pack_acts_shape).
+void pack_acts_tiles(const QuantizedActs &a, PackedActs &out, int64_t begin, int64_t end)
+{
+    static_assert(packed_act_tile == 4, "interleave4 takes four tokens");
+    constexpr int nt = packed_act_tile;
+    const int64_t n = a.n, nb = n / qk;
+    for (int64_t k = begin; k < end; ++k) {
+        const void *q[nt], *db[nt], *ds[nt], *s16[nt];
+        for (int t = 0; t < nt; ++t) {
+            q[t] = a.q_row(k * nt + t);
+            db[t] = a.db_row(k * nt + t);
+            ds[t] = a.ds_row(k * nt + t);
+            s16[t] = a.s16_row(k * nt + t);
         }
-    };
+        interleave4(q, n / 4, out.q.data() + k * nt * n);
+        interleave4(db, nb, out.db.data() + k * nt * nb);
+        interleave4(ds, nb, out.ds.data() + k * nt * nb);
+        // The sums per 16 values, interleaved, then the bias terms made of them.
+        int32_t *b16 = out.b16.data() + k * nt * (n / 16);
+        interleave4(s16, n / 16, b16);
+        int32_t *b32 = out.b32.data() + k * nt * nb;
+        for (int64_t b = 0; b < nb; ++b)
+            for (int t = 0; t < nt; ++t)
+                b32[nt * b + t] = -128 * (b16[nt * 2 * b + t] + b16[nt * (2 * b + 1) + t]);
+        for (int64_t j = 0; j < nt * (n / 16); ++j)
+            b16[j] *= -32;
+    }
+}
+
+} // namespace
+
+void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
+{
+    pack_acts_shape(a, out);
+    const auto copy = [&](int64_t begin, int64_t end) { pack_acts_tiles(a, out, begin, end); };
     if (pool)
-        pool->parallel_for(tiles, copy, min_items_per_thread(n * nt));
+        pool->parallel_for(out.n_tiles, copy, min_items_per_thread(a.n * packed_act_tile));
     else
-        copy(0, tiles);
+        copy(0, out.n_tiles);
+}
+
+void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
+                        PackedActs &out)
+{
+    constexpr int nt = packed_act_tile;
+    quantize_acts_shape(a, n_tokens, n);
+    pack_acts_shape(a, out);
+    // A tile of four tokens per item (the tokens after the last whole tile in one more), each
+    // quantized and then interleaved while its rows are in the core's cache.
+    const int64_t items = (n_tokens + nt - 1) / nt;
+    pool.parallel_for(
+        items,
+        [&](int64_t begin, int64_t end) {
+            for (int64_t k = begin; k < end; ++k) {
+                quantize_acts_tokens(x, k * nt, std::min(n_tokens, (k + 1) * nt), a);
+                if (k < out.n_tiles)
+                    pack_acts_tiles(a, out, k, k + 1);
+            }
+        },
+        min_items_per_thread(n * nt));
 }
 
 namespace {

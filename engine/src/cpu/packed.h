@@ -191,6 +191,10 @@ struct PackedActs {
 
 // Copies the whole tiles of `a` into `out`, reusing its storage; splits the tiles over `pool`.
 void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
+// quantize_acts(&pool, x, n_tokens, n, a) then pack_acts(&pool, a, out), the same bits, in one
+// pass over the tiles: each tile is interleaved as soon as its tokens are quantized.
+void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
+                        PackedActs &out);
 
 // packed_tile_with(QKernel::Vnni, ...) for the four tokens of tile `tile` of `a` (CPUs with
 // the VNNI kernel only): the same operations, so the same bits. One pointer walks the tile's

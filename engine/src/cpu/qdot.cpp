@@ -413,8 +413,7 @@ void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n
 
 VectorLevel quantize_acts_level() { return kernel_table().level; }
 
-void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
-                        QuantizedActs &out)
+void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n)
 {
     out.n = n;
     out.n_tokens = n_tokens;
@@ -423,6 +422,17 @@ void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int
     out.db.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.ds.resize(static_cast<size_t>(n_tokens * (n / qk)));
     out.s16.resize(static_cast<size_t>(n_tokens * (n / 16)));
+}
+
+void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs &out)
+{
+    quantize_tokens(x, t0, t1, out.n, out, quantize_acts_level());
+}
+
+void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
+                        QuantizedActs &out)
+{
+    quantize_acts_shape(out, n_tokens, n);
     if (pool && n_tokens > 1)
         pool->parallel_for(
             n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, level); },

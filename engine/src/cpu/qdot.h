@@ -50,6 +50,10 @@ void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int
                         QuantizedActs &out);
 // The level quantize_acts uses now.
 VectorLevel quantize_acts_level();
+// quantize_acts in parts: `out` sized for n_tokens tokens of n values (storage reused), then
+// tokens [t0, t1) of x [n_tokens, n] quantized into it at quantize_acts_level(), the same bits.
+void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n);
+void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs &out);
 
 // Whether the integer path handles weights of this type.
 bool has_integer_dot(DType type);
