@@ -39,6 +39,7 @@ const Variant kVariants[] = {
     {"tiled1", true, false, 1},         {"tiled1+flash", true, true, 1},
     {"tiled7", true, false, 7},         {"tiled7+flash", true, true, 7},
     {"tiled64", true, false, 64},       {"tiled64+flash", true, true, 64},
+    {"tiled128", true, false, 128},     {"tiled128+flash", true, true, 128}, // prefill's tiles
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 
@@ -68,7 +69,7 @@ const Span kSpans[] = {
     {1, 0, 1, "single"},   {1, 99, 100, "decode"},  {37, 0, 37, "prefill"},
     {17, 50, 67, "chunk"}, {5, 200, 205, "late"},   {64, 0, 64, "prefill64"},
     {65, 0, 65, "prefill65"}, {4, 60, 64, "decode4"},  {3, 130, 133, "decode3"},
-    {1, 1999, 2000, "decode2000"},
+    {1, 1999, 2000, "decode2000"}, {130, 0, 130, "prefill130"}, // two query blocks in one tile of 128
 };
 
 // An attention problem with its own buffers. `pad` extra rows after q, k, v and out are

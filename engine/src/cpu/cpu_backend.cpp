@@ -1,4 +1,5 @@
 #include "cpu/cpu_backend.h"
+#include "cpu/kernel_table.h"
 
 #include "cpu/attention.h"
 #include "cpu/ops.h"
@@ -225,7 +226,11 @@ AttentionResult CpuBackend::attention(const AttentionCall &c, const ForwardParam
     p.softcap = c.softcap;
     p.window = c.window;
     p.workspace = &m_attn_work;
-    const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash)
+    // Prefill's key tiles are 128 keys (half the per-tile softmax and rescaling steps per key;
+    // one thread, 256 queries at 8192 keys: 5% faster than 64); decode's stay 64, so that short
+    // caches still split into enough ranges for the threads. The AMX tiles keep 64.
+    const int tile = p.n_q > attention_split_keys_max_queries && !kernel_table().amx_attention ? 128 : 64;
+    const AttentionStats as = params.memory_efficient ? attention_tiled(m_pool, p, params.causal_flash, tile)
                                                       : attention_naive(m_pool, p, params.causal_flash);
     return {as.scratch_bytes, as.tiles_skipped};
 }
