@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace longscope {
@@ -29,5 +31,40 @@ struct CacheLineAllocator {
 
 template <class T>
 using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
+
+// CacheLineAllocator for buffers that every use writes before it reads: a vector grown with
+// resize leaves its new numbers unwritten instead of zeroing them. Prefill's quantized
+// activations alternate between 2048 and 5632 values a token (TinyLlama): their vectors grew
+// by several megabytes each layer, and the zeroing took 0.4% of a 512-token prefill.
+template <class T, std::size_t Align = 64>
+struct ScratchAllocator {
+    using value_type = T;
+    ScratchAllocator() = default;
+    template <class U>
+    ScratchAllocator(const ScratchAllocator<U, Align> &) noexcept
+    {
+    }
+    template <class U>
+    struct rebind {
+        using other = ScratchAllocator<U, Align>;
+    };
+    T *allocate(std::size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), std::align_val_t(Align))); }
+    void deallocate(T *p, std::size_t) noexcept { ::operator delete(p, std::align_val_t(Align)); }
+    // Default-initialised, not value-initialised: no write for a number.
+    template <class U>
+    void construct(U *p) noexcept(std::is_nothrow_default_constructible_v<U>)
+    {
+        ::new (static_cast<void *>(p)) U;
+    }
+    template <class U, class... Args>
+    void construct(U *p, Args &&...args)
+    {
+        ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
+    }
+    friend bool operator==(const ScratchAllocator &, const ScratchAllocator &) { return true; }
+};
+
+template <class T>
+using ScratchVector = std::vector<T, ScratchAllocator<T>>;
 
 } // namespace longscope

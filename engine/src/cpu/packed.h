@@ -179,12 +179,12 @@ constexpr int packed_act_tile = 4;
 struct PackedActs {
     int64_t n = 0;              // values per token
     int64_t n_tiles = 0;
-    AlignedVector<int8_t> q;    // [tile][n / 32][8][4 tokens][4]
-    AlignedVector<float> db, ds; // [tile][n / 32][4 tokens]: d and d * sum(q) per block
+    ScratchVector<int8_t> q;    // [tile][n / 32][8][4 tokens][4]
+    ScratchVector<float> db, ds; // [tile][n / 32][4 tokens]: d and d * sum(q) per block
     // The kernels' bias terms, ready to broadcast from memory (a product and a move from a
     // general register per token took a slot of the vpdpbusd's pipe on an AMD EPYC):
-    AlignedVector<int32_t> b16; // [tile][n / 16][4 tokens]: -32 sum(q) per 16 values (Q6_K)
-    AlignedVector<int32_t> b32; // [tile][n / 32][4 tokens]: -128 sum(q) per block (Q8_0; Q4_0 / 16)
+    ScratchVector<int32_t> b16; // [tile][n / 16][4 tokens]: -32 sum(q) per 16 values (Q6_K)
+    ScratchVector<int32_t> b32; // [tile][n / 32][4 tokens]: -128 sum(q) per block (Q8_0; Q4_0 / 16)
 
     size_t bytes() const { return q.capacity() + 4 * (db.capacity() + ds.capacity() + b16.capacity() + b32.capacity()); }
 };

@@ -28,11 +28,11 @@ class ThreadPool;
 struct QuantizedActs {
     int64_t n = 0;        // values per token (a multiple of 32)
     int64_t n_tokens = 0;
-    AlignedVector<int8_t> q; // [n_tokens, n]
-    AlignedVector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
-    AlignedVector<float> db; // [n_tokens, n / 32]: d per block
-    AlignedVector<float> ds; // [n_tokens, n / 32]: d * sum(q) per block
-    AlignedVector<int32_t> s16; // [n_tokens, n / 16]: sum(q) per 16 values (packed Q6_K's bias)
+    ScratchVector<int8_t> q; // [n_tokens, n]
+    ScratchVector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
+    ScratchVector<float> db; // [n_tokens, n / 32]: d per block
+    ScratchVector<float> ds; // [n_tokens, n / 32]: d * sum(q) per block
+    ScratchVector<int32_t> s16; // [n_tokens, n / 16]: sum(q) per 16 values (packed Q6_K's bias)
 
     const int8_t *q_row(int64_t t) const { return q.data() + t * n; }
     const float *dl_row(int64_t t) const { return dl.data() + t * (n / 4); }
