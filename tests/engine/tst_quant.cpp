@@ -1037,6 +1037,8 @@ private slots:
             for (float &v : x)
                 v = nd(rng);
             x[size_t(n + 77)] = std::numeric_limits<float>::quiet_NaN();
+            x[size_t(2 * n + 40)] = -std::numeric_limits<float>::infinity();
+            std::fill(x.begin() + 3 * n + 64, x.begin() + 3 * n + 96, 0.0f); // a block of zeros
             QuantizedActs want_a;
             PackedActs want_p;
             quantize_acts(nullptr, x.data(), n_tokens, n, want_a);
@@ -1058,6 +1060,23 @@ private slots:
                 QVERIFY2(same(p.q, want_p.q) && same(p.db, want_p.db) && same(p.ds, want_p.ds) &&
                              same(p.b16, want_p.b16) && same(p.b32, want_p.b32),
                          qPrintable(where + ": tiles"));
+                // Straight into the tiles (the VNNI kernels' CPUs): the same tiles, and the rows
+                // of the tokens after the last whole tile.
+                if (!packed_kernel_available(QKernel::Vnni))
+                    continue;
+                QuantizedActs a2;
+                PackedActs p2;
+                quantize_pack_acts(pool, x.data(), n_tokens, n, a2, p2, /*rows_of_tiles=*/false);
+                QVERIFY2(same(p2.q, want_p.q) && same(p2.db, want_p.db) && same(p2.ds, want_p.ds) &&
+                             same(p2.b16, want_p.b16) && same(p2.b32, want_p.b32),
+                         qPrintable(where + ": tiles without rows"));
+                for (int64_t t = p2.n_tiles * packed_act_tile; t < n_tokens; ++t)
+                    QVERIFY2(std::memcmp(a2.q_row(t), want_a.q_row(t), size_t(n)) == 0 &&
+                                 std::memcmp(a2.db_row(t), want_a.db_row(t), size_t(n / 32) * 4) == 0 &&
+                                 std::memcmp(a2.ds_row(t), want_a.ds_row(t), size_t(n / 32) * 4) == 0 &&
+                                 std::memcmp(a2.dl_row(t), want_a.dl_row(t), size_t(n / 4) * 4) == 0 &&
+                                 std::memcmp(a2.s16_row(t), want_a.s16_row(t), size_t(n / 16) * 4) == 0,
+                             qPrintable(where + QString(": row %1 without the tiles' rows").arg(t)));
             }
         }
     }

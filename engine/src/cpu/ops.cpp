@@ -387,10 +387,13 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     const PackedActs *pacts = nullptr;
     if (path == QuantMatmul::Integer) {
         acts = &t_acts;
-        // Packed matrices under the VNNI kernels read whole tiles of four tokens from one copy.
-        const bool packed = std::any_of(outs.begin(), outs.end(), [](const MatmulOut &o) { return o.w->cpu_packed; });
+        // Packed matrices under the VNNI kernels read whole tiles of four tokens from one copy
+        // (and, where every matrix is packed, only from it: the rows are for the last tokens).
+        const auto is_packed = [](const MatmulOut &o) { return o.w->cpu_packed != nullptr; };
+        const bool packed = std::any_of(outs.begin(), outs.end(), is_packed);
         if (packed && qkernel() == QKernel::Vnni && n_tokens >= packed_act_tile) {
-            quantize_pack_acts(pool, x, n_tokens, n_in, t_acts, t_pacts);
+            quantize_pack_acts(pool, x, n_tokens, n_in, t_acts, t_pacts,
+                               !std::all_of(outs.begin(), outs.end(), is_packed));
             pacts = &t_pacts;
         } else {
             quantize_acts(&pool, x, n_tokens, n_in, t_acts);

@@ -2188,18 +2188,26 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
 }
 
 void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
-                        PackedActs &out)
+                        PackedActs &out, bool rows_of_tiles)
 {
     constexpr int nt = packed_act_tile;
     quantize_acts_shape(a, n_tokens, n);
     pack_acts_shape(a, out);
-    // A tile of four tokens per item (the tokens after the last whole tile in one more), each
-    // quantized and then interleaved while its rows are in the core's cache.
+    const int64_t nb = n / qk;
+    // A tile of four tokens per item (the tokens after the last whole tile in one more): straight
+    // into the tile layout, or, where the rows are wanted too, quantized in rows and then
+    // interleaved while they are in the core's cache.
     const int64_t items = (n_tokens + nt - 1) / nt;
     pool.parallel_for(
         items,
         [&](int64_t begin, int64_t end) {
             for (int64_t k = begin; k < end; ++k) {
+                if (k < out.n_tiles && !rows_of_tiles) {
+                    quantize_tile_vnni(x + k * nt * n, n, out.q.data() + k * nt * n, out.db.data() + k * nt * nb,
+                                       out.ds.data() + k * nt * nb, out.b16.data() + k * nt * (n / 16),
+                                       out.b32.data() + k * nt * nb);
+                    continue;
+                }
                 quantize_acts_tokens(x, k * nt, std::min(n_tokens, (k + 1) * nt), a);
                 if (k < out.n_tiles)
                     pack_acts_tiles(a, out, k, k + 1);

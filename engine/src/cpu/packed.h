@@ -192,9 +192,12 @@ struct PackedActs {
 // Copies the whole tiles of `a` into `out`, reusing its storage; splits the tiles over `pool`.
 void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
 // quantize_acts(&pool, x, n_tokens, n, a) then pack_acts(&pool, a, out), the same bits, in one
-// pass over the tiles: each tile is interleaved as soon as its tokens are quantized.
+// pass over the tiles: each tile is interleaved as soon as its tokens are quantized. Without
+// rows_of_tiles the rows of `a` hold only the tokens after the last whole tile (the tiles go
+// straight into `out`, for products that read whole tiles from it alone). The VNNI kernels'
+// CPUs (AVX-512) only.
 void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
-                        PackedActs &out);
+                        PackedActs &out, bool rows_of_tiles = true);
 
 // packed_tile_with(QKernel::Vnni, ...) for the four tokens of tile `tile` of `a` (CPUs with
 // the VNNI kernel only): the same operations, so the same bits. One pointer walks the tile's

@@ -92,11 +92,9 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
 #define LS_AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define LS_AVX2Q __attribute__((target("avx2,fma,f16c")))
 
-// The sums of codes 0..15 and 16..31 (s16, packed Q6_K's and the K types' bias) come from the
-// registers that hold the codes: read back from the bytes just stored (16-byte loads of
-// vpmovsdb's stores), they waited on the stores and took more of a 512-token prefill than the
-// quantization itself.
-LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
+// The codes of one block by the rule above, as int32: q0 values 0-15, q1 values 16-31 (zeros
+// for a block that quantizes to zeros); returns the scale d.
+LS_AVX512Q inline float codes32_avx512(const float *x, __m512i &q0, __m512i &q1)
 {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
@@ -105,21 +103,31 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
     const bool finite = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
     const BlockScale s = block_scale(finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f, finite);
     if (s.id == 0.0f) {
-        store_zero_block(s.d, q, dl, db, ds, s16);
-        return;
+        q0 = q1 = _mm512_setzero_si512();
+        return s.d;
     }
     const __m512 id = _mm512_set1_ps(s.id);
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+    q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    return s.d;
+}
+
+// The sums of codes 0..15 and 16..31 (s16, packed Q6_K's and the K types' bias) come from the
+// registers that hold the codes: read back from the bytes just stored (16-byte loads of
+// vpmovsdb's stores), they waited on the stores and took more of a 512-token prefill than the
+// quantization itself. |x| * 127 / max|x| rounds to at most 127: the int32 codes are the
+// bytes' values. A block of zeros stores d * 0 as store_zero_block does.
+LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
+{
+    __m512i q0, q1;
+    const float d = codes32_avx512(x, q0, q1);
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
-    // |x| * 127 / max|x| rounds to at most 127: the int32 codes are the bytes' values.
     s16[0] = _mm512_reduce_add_epi32(q0);
     s16[1] = _mm512_reduce_add_epi32(q1);
-    const int sum = s16[0] + s16[1];
-    _mm256_storeu_ps(dl, _mm256_set1_ps(s.d));
-    *db = s.d;
-    *ds = s.d * float(sum);
+    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
+    *db = d;
+    *ds = d * float(s16[0] + s16[1]);
 }
 
 // The same values again, eight lanes at a time: conversions round to nearest even as
@@ -427,6 +435,44 @@ void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n)
 void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs &out)
 {
     quantize_tokens(x, t0, t1, out.n, out, quantize_acts_level());
+}
+
+namespace {
+
+// quantize_tile_vnni's AVX-512 body: per block, each token's codes as quantize_block_avx512
+// makes them; the four tokens' 32 bytes go into the tile's 128 (word w of token t at 16 w + 4 t)
+// by two two-source permutes.
+LS_AVX512Q void quantize_tile_avx512(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16,
+                                     int32_t *b32)
+{
+    const __m512i lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+    for (int64_t b = 0; b < n / qk; ++b) {
+        __m256i bytes[4];
+        for (int t = 0; t < 4; ++t) {
+            __m512i q0, q1;
+            const float d = codes32_avx512(x + t * n + b * qk, q0, q1);
+            bytes[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtsepi32_epi8(q0)),
+                                               _mm512_cvtsepi32_epi8(q1), 1);
+            const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+            db[4 * b + t] = d;
+            ds[4 * b + t] = d * float(s0 + s1);
+            b16[4 * (2 * b) + t] = -32 * s0;
+            b16[4 * (2 * b + 1) + t] = -32 * s1;
+            b32[4 * b + t] = -128 * (s0 + s1);
+        }
+        const __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes[0]), bytes[1], 1);
+        const __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes[2]), bytes[3], 1);
+        _mm512_storeu_si512(q + 128 * b, _mm512_permutex2var_epi32(z01, lo, z23));
+        _mm512_storeu_si512(q + 128 * b + 64, _mm512_permutex2var_epi32(z01, hi, z23));
+    }
+}
+
+} // namespace
+
+void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32)
+{
+    quantize_tile_avx512(x, n, q, db, ds, b16, b32);
 }
 
 void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,

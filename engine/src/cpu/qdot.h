@@ -54,6 +54,10 @@ VectorLevel quantize_acts_level();
 // tokens [t0, t1) of x [n_tokens, n] quantized into it at quantize_acts_level(), the same bits.
 void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n);
 void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs &out);
+// Four tokens of x (rows n apart) quantized as quantize_acts does (the same bits), written only
+// in the tile layout the packed VNNI kernels read (PackedActs, packed.h: this tile's q, db, ds,
+// b16 and b32). CPUs with AVX-512 (those the VNNI kernels run on) only.
+void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32);
 
 // Whether the integer path handles weights of this type.
 bool has_integer_dot(DType type);
