@@ -944,34 +944,46 @@ __attribute__((always_inline)) inline bool softmax_tile(float *s, int64_t w, con
     return true;
 }
 
+// The two-source permutes that pair lanes across vectors: lo8 / hi8 take lanes 0-7 / 8-15 of
+// both, lo4 / hi4 lanes 0-3 / 4-7 of each half, lo2 / hi2 lanes 0-1 / 2-3 of each quarter.
+constexpr V16i pair_lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+constexpr V16i pair_hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+constexpr V16i pair_lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+constexpr V16i pair_hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+constexpr V16i pair_lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+constexpr V16i pair_hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+
 // Sixteen vectors to one: lane c of the result is the sum of the lanes of x[c]. Four rounds of
 // pairing, each halving the lanes still to add (two two-source permutes and an add per pair).
 __attribute__((always_inline)) inline V16 sum_lanes16(V16 x[16])
 {
-    constexpr V16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    constexpr V16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    constexpr V16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-    constexpr V16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-    constexpr V16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-    constexpr V16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
     constexpr V16i lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
     constexpr V16i hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
     // t_i: key i in lanes 0-7, key i + 8 in lanes 8-15 (eight partial sums each).
     V16 t[8];
     #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i)
-        t[i] = shuffle2(x[i], x[i + 8], lo8) + shuffle2(x[i], x[i + 8], hi8);
+        t[i] = shuffle2(x[i], x[i + 8], pair_lo8) + shuffle2(x[i], x[i + 8], pair_hi8);
     // u_i: keys i, i + 4, i + 8, i + 12, four lanes each.
     V16 u[4];
     #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
-        u[i] = shuffle2(t[i], t[i + 4], lo4) + shuffle2(t[i], t[i + 4], hi4);
+        u[i] = shuffle2(t[i], t[i + 4], pair_lo4) + shuffle2(t[i], t[i + 4], pair_hi4);
     // v_i: keys i, i + 2, ..., i + 14, two lanes each.
     V16 v[2];
     #pragma GCC unroll 2
     for (int i = 0; i < 2; ++i)
-        v[i] = shuffle2(u[i], u[i + 2], lo2) + shuffle2(u[i], u[i + 2], hi2);
+        v[i] = shuffle2(u[i], u[i + 2], pair_lo2) + shuffle2(u[i], u[i + 2], pair_hi2);
     return shuffle2(v[0], v[1], lo1) + shuffle2(v[0], v[1], hi1);
+}
+
+// The larger of a and b lane by lane (Max), or their sum.
+template <bool Max> __attribute__((always_inline)) inline V16 pair_op(V16 a, V16 b)
+{
+    if constexpr (Max)
+        return a < b ? b : a;
+    else
+        return a + b;
 }
 
 // Eight vectors' lanes reduced by max (Max) or + at once: row r's result in lanes 2 r and
@@ -980,26 +992,19 @@ __attribute__((always_inline)) inline V16 sum_lanes16(V16 x[16])
 // two-source permutes and an operation where eight rows' reductions take 64 steps.
 template <bool Max> __attribute__((always_inline)) inline V16 reduce_rows8(const V16 x[8])
 {
-    constexpr V16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    constexpr V16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    constexpr V16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-    constexpr V16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-    constexpr V16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-    constexpr V16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-    const auto op = [](V16 a, V16 b) { return Max ? (a < b ? b : a) : a + b; };
     // t_i: row i's lanes k + (k + 8) in lanes 0-7, row i + 4's in 8-15.
     V16 t[4];
     #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
-        t[i] = op(shuffle2(x[i], x[i + 4], lo8), shuffle2(x[i], x[i + 4], hi8));
+        t[i] = pair_op<Max>(shuffle2(x[i], x[i + 4], pair_lo8), shuffle2(x[i], x[i + 4], pair_hi8));
     // u_i: four lanes each of rows i, i + 2, i + 4, i + 6.
     V16 u[2];
     #pragma GCC unroll 2
     for (int i = 0; i < 2; ++i)
-        u[i] = op(shuffle2(t[i], t[i + 2], lo4), shuffle2(t[i], t[i + 2], hi4));
+        u[i] = pair_op<Max>(shuffle2(t[i], t[i + 2], pair_lo4), shuffle2(t[i], t[i + 2], pair_hi4));
     // Two lanes each of rows 0, 1, ..., 7, then the pairs' two lanes.
-    const V16 v = op(shuffle2(u[0], u[1], lo2), shuffle2(u[0], u[1], hi2));
-    return op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    const V16 v = pair_op<Max>(shuffle2(u[0], u[1], pair_lo2), shuffle2(u[0], u[1], pair_hi2));
+    return pair_op<Max>(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
 }
 
 // softmax_tile for eight rows of sixteen-lane vectors (the query heads of a group at one
