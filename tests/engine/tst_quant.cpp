@@ -1039,6 +1039,13 @@ private slots:
             x[size_t(n + 77)] = std::numeric_limits<float>::quiet_NaN();
             x[size_t(2 * n + 40)] = -std::numeric_limits<float>::infinity();
             std::fill(x.begin() + 3 * n + 64, x.begin() + 3 * n + 96, 0.0f); // a block of zeros
+            for (int j = 0; j < 32; ++j) {
+                // A block at the largest float (127 / max is a normal number) and one too small
+                // for 127 / max to be finite (quantizes to zeros with the scale 0).
+                x[size_t(2 * n + 128 + j)] = j % 3 ? std::numeric_limits<float>::max() : -1e30f;
+                x[size_t(n + 160 + j)] = std::numeric_limits<float>::denorm_min() * float(j % 7);
+                x[size_t(3 * n + 192 + j)] = 1e-37f * float(j % 3); // normal, yet 127 / max overflows
+            }
             QuantizedActs want_a;
             PackedActs want_p;
             quantize_acts(nullptr, x.data(), n_tokens, n, want_a);

@@ -440,27 +440,93 @@ void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs 
 namespace {
 
 // quantize_tile_vnni's AVX-512 body: per block, each token's codes as quantize_block_avx512
-// makes them; the four tokens' 32 bytes go into the tile's 128 (word w of token t at 16 w + 4 t)
-// by two two-source permutes.
+// makes them, the four tokens' horizontal steps done together: their maxima and their sixteen
+// sums across lanes reduced in one tree each (128-bit quarters paired across vectors, then the
+// lanes within each quarter), 127 / max and max / 127 divided for all four in one
+// instruction (the same quotients) with block_scale's rule for the blocks it treats otherwise
+// as masks, and the scales and bias terms of the four stored together: the horizontal steps
+// one token at a time took more than the quantization itself. The four tokens' 32 bytes go into the tile's
+// 128 (word w of token t at 16 w + 4 t) by two two-source permutes.
 LS_AVX512Q void quantize_tile_avx512(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16,
                                      int32_t *b32)
 {
     const __m512i lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    const __m512 c127 = _mm512_set1_ps(127.0f);
     for (int64_t b = 0; b < n / qk; ++b) {
-        __m256i bytes[4];
+        __m512 v[4][2], m[4];
+        bool finite[4];
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
-            __m512i q0, q1;
-            const float d = codes32_avx512(x + t * n + b * qk, q0, q1);
-            bytes[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtsepi32_epi8(q0)),
-                                               _mm512_cvtsepi32_epi8(q1), 1);
-            const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
-            db[4 * b + t] = d;
-            ds[4 * b + t] = d * float(s0 + s1);
-            b16[4 * (2 * b) + t] = -32 * s0;
-            b16[4 * (2 * b + 1) + t] = -32 * s1;
-            b32[4 * b + t] = -128 * (s0 + s1);
+            v[t][0] = _mm512_loadu_ps(x + t * n + b * qk);
+            v[t][1] = _mm512_loadu_ps(x + t * n + b * qk + 16);
+            const __m512 a0 = _mm512_abs_ps(v[t][0]), a1 = _mm512_abs_ps(v[t][1]);
+            // |x| <= the largest float is false for NaN and infinities alike.
+            finite[t] = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
+            m[t] = _mm512_max_ps(a0, a1);
         }
+        // Quarter t of amax: token t's maximum in its four lanes.
+        const __m512 m01 = _mm512_max_ps(_mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                         _mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m512 m23 = _mm512_max_ps(_mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                         _mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
+        __m512 amax = _mm512_max_ps(_mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
+        amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(1, 0, 3, 2)));
+        amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(2, 3, 0, 1)));
+        // block_scale for the four at once: where a token's block is not finite (scale NaN), or
+        // finite with 127 / max not finite or 0 (scale 0), its codes are 0.
+        const __m512 idv = _mm512_div_ps(c127, amax), dv = _mm512_div_ps(amax, c127);
+        const __mmask16 id_ok = _mm512_cmp_ps_mask(_mm512_abs_ps(idv), big, _CMP_LE_OQ) &
+                                _mm512_cmp_ps_mask(idv, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+        __mmask8 fin4 = 0, ok4 = 0;
+        __m512i c[4][2];
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+            const bool ok = finite[t] && ((id_ok >> (4 * t)) & 1);
+            fin4 = __mmask8(fin4 | (finite[t] ? 1 << t : 0));
+            ok4 = __mmask8(ok4 | (ok ? 1 << t : 0));
+            const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * t), idv);
+            const __mmask16 k = ok ? 0xFFFF : 0;
+            c[t][0] = _mm512_maskz_cvtps_epi32(k, _mm512_mul_ps(v[t][0], idb));
+            c[t][1] = _mm512_maskz_cvtps_epi32(k, _mm512_mul_ps(v[t][1], idb));
+        }
+        const __m512i first4 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        __m128 d4 = _mm_mask_mov_ps(_mm_set1_ps(std::numeric_limits<float>::quiet_NaN()), fin4, _mm_setzero_ps());
+        d4 = _mm_mask_mov_ps(d4, ok4, _mm512_castps512_ps128(_mm512_permutexvar_ps(first4, dv)));
+        // The eight sums (token t's codes 0-15 and 16-31) in quarters 0-3 of s01 (tokens 0, 1)
+        // and s23 (tokens 2, 3), every lane of a quarter holding its sum.
+        __m512i p[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t)
+            p[t] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[t][0], c[t][1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_i32x4(c[t][0], c[t][1], _MM_SHUFFLE(3, 2, 3, 2)));
+        __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512i s23 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(3, 1, 3, 1)));
+        s01 = _mm512_add_epi32(s01, _mm512_shuffle_epi32(s01, _MM_PERM_BADC));
+        s01 = _mm512_add_epi32(s01, _mm512_shuffle_epi32(s01, _MM_PERM_CDAB));
+        s23 = _mm512_add_epi32(s23, _mm512_shuffle_epi32(s23, _MM_PERM_BADC));
+        s23 = _mm512_add_epi32(s23, _mm512_shuffle_epi32(s23, _MM_PERM_CDAB));
+        // Tokens 0-3's sums of codes 0-15 (quarters 0 and 2 of s01, then of s23) and 16-31.
+        const __m128i lo16 = _mm512_castsi512_si128(
+            _mm512_permutex2var_epi32(s01, _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s23));
+        const __m128i hi16 = _mm512_castsi512_si128(
+            _mm512_permutex2var_epi32(s01, _mm512_setr_epi32(4, 12, 20, 28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s23));
+        const __m128i sum = _mm_add_epi32(lo16, hi16);
+        _mm_storeu_ps(db + 4 * b, d4);
+        _mm_storeu_ps(ds + 4 * b, _mm_mul_ps(d4, _mm_cvtepi32_ps(sum)));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(b16 + 8 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(lo16, 5)));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(b16 + 8 * b + 4),
+                         _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(hi16, 5)));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(b32 + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sum, 7)));
+        __m256i bytes[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t)
+            bytes[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtsepi32_epi8(c[t][0])),
+                                               _mm512_cvtsepi32_epi8(c[t][1]), 1);
         const __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes[0]), bytes[1], 1);
         const __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes[2]), bytes[3], 1);
         _mm512_storeu_si512(q + 128 * b, _mm512_permutex2var_epi32(z01, lo, z23));
