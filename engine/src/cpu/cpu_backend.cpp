@@ -1,7 +1,7 @@
 #include "cpu/cpu_backend.h"
-#include "cpu/kernel_table.h"
 
 #include "cpu/attention.h"
+#include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "cpu/simd.h"
