@@ -18,6 +18,8 @@
 //   /tmp/bench-decode-matvec layers q8_0 2048 5632 22 2 8   # TinyLlama's 22 layers
 //   /tmp/bench-decode-matvec matmul q8_0 2048 5632 1 1 10 64 # prefill's products: 64 tokens, GOP/s
 //   /tmp/bench-decode-matvec bandwidth f16 0 0 0 2 3        # measure_read_bandwidth, best of 3
+//   BENCH_SETTINGS="0 512:4096 1024:4096" /tmp/bench-decode-matvec layers q4_k 2048 5632 22 2 8
+//                                         # the prefetch settings in turn, each round
 #include "cpu/ops.h"
 #include "cpu/packed.h"
 #include "cpu/quant.h"
@@ -242,7 +244,25 @@ int main(int argc, char **argv)
         std::normal_distribution<float> dist(0.0f, 1.0f);
         for (float &e : x)
             e = dist(rng);
-        for (int r = 0; r < rounds; ++r) {
+        // BENCH_SETTINGS="0 512:4096 1024:8192": LONGSCOPE_PREFETCH values taken in turn each
+        // round, so that every setting meets the machine's memory in the same state; the best
+        // and median of each are printed.
+        const char *settings_env = std::getenv("BENCH_SETTINGS");
+        std::vector<std::string> settings;
+        for (std::string rest = settings_env ? settings_env : ""; !rest.empty();) {
+            const size_t sp = rest.find(' ');
+            if (sp != 0)
+                settings.push_back(rest.substr(0, sp));
+            rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
+        }
+        std::vector<std::vector<double>> per_setting(settings.size());
+        for (int r = 0; r < rounds * int(std::max<size_t>(1, settings.size())); ++r) {
+            if (!settings.empty()) {
+                const std::string &v = settings[size_t(r) % settings.size()];
+                set_cpu_options(cpu_options_from_switches([&](const char *name) -> const char * {
+                    return std::string_view(name) == "LONGSCOPE_PREFETCH" ? v.c_str() : std::getenv(name);
+                }));
+            }
             const double w0 = wall_seconds(), c0 = thread_cpu_seconds(), p0 = process_cpu_seconds();
             for (int l = 0; l < count; ++l) {
                 const MatmulOut qkv[] = {{&q.w[size_t(l)], y.data()}, {&k.w[size_t(l)], y.data() + d},
@@ -256,6 +276,14 @@ int main(int argc, char **argv)
             cpu.push_back(thread_cpu_seconds() - c0);
             pcpu.push_back(process_cpu_seconds() - p0);
             wall.push_back(wall_seconds() - w0);
+            if (!settings.empty())
+                per_setting[size_t(r) % settings.size()].push_back(wall.back());
+        }
+        for (size_t i = 0; i < settings.size(); ++i) {
+            std::vector<double> &t = per_setting[i];
+            std::sort(t.begin(), t.end());
+            std::printf("LONGSCOPE_PREFETCH=%s: best %.1f GB/s, median %.1f GB/s\n", settings[i].c_str(),
+                        double(bytes) / 1e9 / t.front(), double(bytes) / 1e9 / t[t.size() / 2]);
         }
     } else {
         const Matrices m = make_matrices(type, n_in, n_out, count);

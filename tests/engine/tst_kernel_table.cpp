@@ -79,6 +79,25 @@ private slots:
         CpuFeatures amd = all;
         amd.amd = true;
         QCOMPARE(make_kernel_table(amd, {}).decode_prefetch_near, 512);
+        QCOMPARE(t.decode_prefetch_far, 4096);
+        amd.family = 26; // Zen 5
+        QCOMPARE(make_kernel_table(amd, {}).decode_prefetch_near, 512);
+        amd.family = 25; // Zen 4: 4096 into L1 alone (far == near)
+        QCOMPARE(make_kernel_table(amd, {}).decode_prefetch_near, 4096);
+        QCOMPARE(make_kernel_table(amd, {}).decode_prefetch_far, 4096);
+        CpuFeatures intel25 = all;
+        intel25.family = 25; // the family alone is not enough
+        QCOMPARE(make_kernel_table(intel25, {}).decode_prefetch_near, 1024);
+        amd.family = 0;
+        // Distances the options set replace the vendor's, in whole lines.
+        CpuOptions distances;
+        distances.decode_prefetch_near = 2048;
+        distances.decode_prefetch_far = 8200;
+        QCOMPARE(make_kernel_table(amd, distances).decode_prefetch_near, 2048);
+        QCOMPARE(make_kernel_table(amd, distances).decode_prefetch_far, 8192);
+        distances.decode_prefetch_near = 0;
+        QCOMPARE(make_kernel_table(amd, distances).decode_prefetch_near, 512);
+        QCOMPARE(make_kernel_table(all, distances).decode_prefetch_near, 1024);
 
         // AMX tiles: used at the AVX-512 level with BF16 (their operands are prepared with it),
         // unless the options turn them off.
@@ -152,6 +171,23 @@ private slots:
         QVERIFY(!make_kernel_table(all, o).decode_prefetch);
     }
 
+    // The family read from cpuid is the one the kernel reports in /proc/cpuinfo.
+    void family_matches_proc_cpuinfo()
+    {
+        QFile f("/proc/cpuinfo");
+        if (!f.open(QIODevice::ReadOnly))
+            QSKIP("no /proc/cpuinfo here");
+        const QStringList lines = QString::fromLatin1(f.readAll()).split('\n');
+        for (const QString &line : lines) {
+            if (line.startsWith("cpu family")) {
+                QCOMPARE(cpu_features().family, line.section(':', 1).trimmed().toInt());
+                QCOMPARE(cpu_features().amd, lines.filter("vendor_id").value(0).contains("AuthenticAMD"));
+                return;
+            }
+        }
+        QSKIP("/proc/cpuinfo names no cpu family");
+    }
+
     // The switches the applications read, as cpu_options_from_switches understands them.
     void options_from_switches()
     {
@@ -178,6 +214,18 @@ private slots:
         QVERIFY(!o.decode_prefetch && o.amx && o.pack_weights);
         env = {{"LONGSCOPE_PREFETCH", "1"}};
         QVERIFY(cpu_options_from_switches(lookup).decode_prefetch);
+        QCOMPARE(cpu_options_from_switches(lookup).decode_prefetch_near, 0);
+        // Distances: NEAR:FAR in bytes, each 64..65536; anything else keeps the default (0).
+        const std::pair<const char *, std::pair<int, int>> distances[] = {
+            {"1024:8192", {1024, 8192}}, {"256:0", {256, 0}},   {"0:2048", {0, 2048}},
+            {"32:100000", {0, 0}},       {"x:4096", {0, 4096}}, {"512:4k", {512, 0}},
+            {":", {0, 0}},               {"-64:64", {0, 64}},   {"65536:65537", {65536, 0}}};
+        for (const auto &[text, want] : distances) {
+            env = {{"LONGSCOPE_PREFETCH", text}};
+            o = cpu_options_from_switches(lookup);
+            QVERIFY2(o.decode_prefetch && o.decode_prefetch_near == want.first && o.decode_prefetch_far == want.second,
+                     text);
+        }
         env = {{"LONGSCOPE_QUANT_MATMUL", "amx"}, {"LONGSCOPE_AMX", "1"}};
         o = cpu_options_from_switches(lookup);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Amx);

@@ -46,6 +46,11 @@ struct CpuOptions {
     // F32/F16/BF16 rows) ask for the weight bytes one to four kilobytes ahead of the ones they
     // read; off leaves the stream to the hardware prefetchers.
     bool decode_prefetch = true;
+    // How far ahead (bytes) the packed VNNI decode kernels ask for lines into L1 and into L2;
+    // 0 keeps this CPU's default (into L1 512 on AMD processors, 1024 on others; into L2 4096).
+    // For tuning on a new CPU; values are rounded down to whole 64-byte lines.
+    int decode_prefetch_near = 0;
+    int decode_prefetch_far = 0;
 };
 
 // Makes `options` the CPU backend's choices for this process. Call it before models are
@@ -64,8 +69,8 @@ std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
 // value or null when it is not set (an application passes its environment: std::getenv).
 // LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize|amx,
 // LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0, LONGSCOPE_AMX_ATTENTION=0,
-// LONGSCOPE_PREFETCH=0; any
-// other value leaves the default.
+// LONGSCOPE_PREFETCH=0, LONGSCOPE_PREFETCH=NEAR:FAR (the decode kernels' distances in bytes,
+// e.g. 512:4096, each 64 to 65536, or 0 for the default); any other value leaves the default.
 CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
 
 } // namespace longscope

@@ -2,6 +2,8 @@
 // kernel_table.cpp, beside the table it rebuilds.
 #include "longscope/cpu_options.h"
 
+#include <charconv>
+
 namespace longscope {
 
 std::optional<SimdLevel> parse_simd_level(std::string_view text)
@@ -41,7 +43,17 @@ CpuOptions cpu_options_from_switches(const std::function<const char *(const char
     o.copy_weights = value("LONGSCOPE_COPY_WEIGHTS") != "0";
     o.amx = value("LONGSCOPE_AMX") != "0";
     o.amx_attention = value("LONGSCOPE_AMX_ATTENTION") != "0";
-    o.decode_prefetch = value("LONGSCOPE_PREFETCH") != "0";
+    const std::string_view prefetch = value("LONGSCOPE_PREFETCH");
+    o.decode_prefetch = prefetch != "0";
+    if (const auto colon = prefetch.find(':'); colon != std::string_view::npos) {
+        const auto bytes = [](std::string_view text) {
+            int v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            return ec == std::errc() && end == text.data() + text.size() && v >= 64 && v <= 65536 ? v : 0;
+        };
+        o.decode_prefetch_near = bytes(prefetch.substr(0, colon));
+        o.decode_prefetch_far = bytes(prefetch.substr(colon + 1));
+    }
     return o;
 }
 

@@ -2,9 +2,7 @@
 
 #include "cpu/amx.h"
 
-#if defined(__clang__)
 #include <cpuid.h>
-#endif
 
 namespace longscope {
 
@@ -52,6 +50,11 @@ CpuFeatures detect()
     f.x86_64_v4 = is_x86_64_v4();
     f.amx_bf16 = f.avx512_bf16 && amx_bf16_usable();
     f.amd = __builtin_cpu_is("amd");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        const int base = int((eax >> 8) & 0xf);
+        f.family = base == 0xf ? base + int((eax >> 20) & 0xff) : base;
+    }
     return f;
 }
 
@@ -104,7 +107,10 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     t.amx_attention = t.amx && options.amx_attention;
     t.pack_half = options.pack_weights && t.level == VectorLevel::Avx512 && !t.amx;
     t.decode_prefetch = options.decode_prefetch;
-    t.decode_prefetch_near = f.amd ? 512 : 1024;
+    const auto distance = [](int asked, int otherwise) { return asked > 0 ? asked / 64 * 64 : otherwise; };
+    const bool zen4 = f.amd && f.family == 25;
+    t.decode_prefetch_near = distance(options.decode_prefetch_near, zen4 ? 4096 : f.amd ? 512 : 1024);
+    t.decode_prefetch_far = distance(options.decode_prefetch_far, 4096);
     // Attention's x86-64-v3 build computes the v4 build's bits (both fuse the same multiply-adds)
     // but the baseline build, without FMA, rounds differently: below the AVX-512 level the v3
     // build runs wherever the CPU has it, the portable level included, so that forcing a level

@@ -18,6 +18,7 @@ struct CpuFeatures {
     bool x86_64_v4 = false;   // the whole x86-64-v4 level (attention's AVX-512 build)
     bool amx_bf16 = false;    // AMX tiles with BF16 products, granted to this process (cpu/amx.h)
     bool amd = false;         // an AMD processor (the decode prefetch distance is tuned per vendor)
+    int family = 0;           // cpuid's family (with the extended family): AMD Zen 4 is 25, Zen 5 26
 };
 
 // The vector kernel set in use.
@@ -47,9 +48,12 @@ struct CpuKernelTable {
     bool amx_attention = false;
     // Decode's kernels ask for the weight bytes ahead of the ones they read (packed.cpp, gemm.cpp).
     bool decode_prefetch = true;
-    // How far ahead the VNNI decode kernels ask for lines into L1 (bytes; into L2 they ask 4096
-    // on): 512 on AMD processors, 1024 on others (packed.cpp says what was measured).
+    // How far ahead the VNNI decode kernels ask for lines into L1 and into L2 (bytes), unless
+    // the options set them: 4096 into L1 alone on AMD's family 25 (Zen 4; far == near asks
+    // once), 512 and 4096 on other AMD processors, 1024 and 4096 on others (packed.cpp says
+    // what was measured).
     int decode_prefetch_near = 1024;
+    int decode_prefetch_far = 4096;
     // Attention's build: x86-64-v4 at the AVX-512 level, else x86-64-v3 where the CPU has it
     // (whatever the level: the baseline build gives other bits), else the baseline.
     bool attention_v4 = false, attention_v3 = false;

@@ -986,7 +986,6 @@ namespace {
 // Q6_K 29.1-29.6 -> 34.3-34.9, Q4_0 49.2-50.6 -> 51.3-51.4, Q5_1 36.4-36.5 -> 39.6-40.4, Q2_K
 // 53.3-53.4 -> 63.4-63.5, Q3_K_M 46.2 -> 54.4, IQ4_XS 44.8 -> 47.1).
 constexpr size_t decode_prefetch_distance_avx2 = 4096;
-constexpr size_t decode_prefetch_far_vnni = 4096;
 __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size_t bytes, size_t distance)
 {
     for (size_t o = 0; o < bytes; o += 64)
@@ -995,21 +994,37 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t *p, size
 
 // The VNNI kernels' requests for a block of `bytes` (a multiple of 64) at p, spread over the
 // `parts` steps of the block's loop: step `part` asks for its share of the block's lines, each
-// `near` bytes on into L1 (kernel_table().decode_prefetch_near) and decode_prefetch_far_vnni
-// bytes on into L2. On the AMD EPYC of family 26 (Zen 5, AVX-512 VNNI) 512 bytes into L1 read
+// `near` bytes on into L1 (kernel_table().decode_prefetch_near) and `far` bytes
+// (decode_prefetch_far, 4096 unless the options set it) on into L2; where the two are equal,
+// one request into L1 alone. On the AMD EPYC of family 26 (Zen 5, AVX-512 VNNI) 512 bytes into L1 read
 // faster than the 1024 measured best on the Xeon: TinyLlama decode, two threads, three rounds
 // alternating the two distances in one build, tokens/s: Q8_0 59.4, 60.3, 59.7 at 1024 against
 // 62.6, 67.2, 66.9 at 512; Q6_K 68.6, 73.1, 72.1 against 73.5, 80.8, 77.1.
 // All of a block's requests at its start
 // instead read 8% slower (TinyLlama Q8_0 decode, two threads, the same binary alternating, 26.6-26.7
 // tokens/s against 28.6-29.0; with the requests into L1 alone spread, 26.6-27.4).
+// On the AMD EPYC of family 25 (Zen 4) the requests 512 bytes on into L1 and 4096 into L2 held
+// decode below the hardware prefetchers alone, and 4096 into L1 alone reads the most of what was
+// tried: a decode step's products for 22 TinyLlama layers (bench-decode-matvec layers, the
+// settings in turn in one process), GB/s, one thread, 4096 alone / none / 512 + 4096 / 4096 +
+// 8192: Q8_0 28.5 / 28.9 / 20.0 / 22.3, Q4_K 26.0 / 26.8 / 21.5 / 23.2, Q6_K 26.5 / 27.5 /
+// 19.4 / 22.6, Q4_0 27.2 / 29.4 / 20.5 / 25.6, Q5_K 22.2 / 10.7 (its stream of fifth bits
+// beside the codes is lost without them) / 23.0 / 21.9; two threads, Q8_0 54.1 / 53.7 / 38.6.
+struct PrefetchDistance {
+    size_t near = 0, far = 0;
+    PrefetchDistance() = default;
+    explicit PrefetchDistance(const CpuKernelTable &t)
+        : near(size_t(t.decode_prefetch_near)), far(size_t(t.decode_prefetch_far)) {}
+};
+
 __attribute__((always_inline)) inline void prefetch_part(const uint8_t *p, size_t bytes, size_t part, size_t parts,
-                                                         size_t near)
+                                                         PrefetchDistance d)
 {
     const size_t lines = bytes / 64;
     for (size_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) {
-        _mm_prefetch(reinterpret_cast<const char *>(p + near + 64 * l), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char *>(p + decode_prefetch_far_vnni + 64 * l), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char *>(p + d.near + 64 * l), _MM_HINT_T0);
+        if (d.far != d.near)
+            _mm_prefetch(reinterpret_cast<const char *>(p + d.far + 64 * l), _MM_HINT_T1);
     }
 }
 
@@ -1147,7 +1162,7 @@ LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
 template <int NT, DType T, class Acts>
 __attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair(const uint8_t *b, int64_t sb, int pair, const Acts &x,
                                                                     __m512 d, __m512 (&acc)[NT], bool prefetch,
-                                                                    size_t near)
+                                                                    PrefetchDistance near)
 {
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512i ie[NT], io[NT];
@@ -1192,7 +1207,7 @@ template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
-    const size_t near = size_t(kernel_table().decode_prefetch_near);
+    const PrefetchDistance near(kernel_table());
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 8
@@ -1279,7 +1294,7 @@ template <int NT, DType T, class Acts>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
-    const size_t near = size_t(kernel_table().decode_prefetch_near);
+    const PrefetchDistance near(kernel_table());
     const int64_t nsb = n_in / qk_k;
     __m512 acc[NT];
     #pragma GCC unroll 8
@@ -1364,7 +1379,7 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
 {
     static_assert(NG == 1 || NT > 1, "groups side by side for prefill tiles only");
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
-    const size_t near = size_t(kernel_table().decode_prefetch_near);
+    const PrefetchDistance near(kernel_table());
     const int64_t nb = n_in / qk;
     const size_t gstride = NG > 1 ? group_bytes(T, n_in) : 0;
     const __m512i low = _mm512_set1_epi8(0x0F);
