@@ -47,7 +47,8 @@ struct CpuOptions {
     // read; off leaves the stream to the hardware prefetchers.
     bool decode_prefetch = true;
     // How far ahead (bytes) the packed VNNI decode kernels ask for lines into L1 and into L2;
-    // 0 keeps this CPU's default (into L1 512 on AMD processors, 1024 on others; into L2 4096).
+    // 0 keeps this CPU's default (into L1 4096 on AMD's Zen 4, with no separate request into L2,
+    // 512 on other AMD processors, 1024 on others; into L2 4096).
     // For tuning on a new CPU; values are rounded down to whole 64-byte lines.
     int decode_prefetch_near = 0;
     int decode_prefetch_far = 0;
