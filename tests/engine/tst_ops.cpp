@@ -318,6 +318,71 @@ private slots:
         }
     }
 
+    // Several packed F16 and BF16 matrices in one product group (Q, K and V; gate and up) share
+    // one interleaved copy of the activations, with threads splitting the rows across matrices
+    // (panels split between threads at the matrices' edges): every product is still the
+    // documented chain, bit for bit; so is the interleaved copy itself.
+    void packed_half_groups_share_the_activations()
+    {
+        const int n_in = 300, n_tokens = 29;
+        struct Part {
+            DType type;
+            int n_out;
+        };
+        const Part parts[] = {{DType::F16, 64}, {DType::BF16, 32}, {DType::F16, 96}};
+        std::vector<OwnedWeight> ws;
+        std::vector<std::vector<uint8_t>> packs;
+        for (const Part &p : parts) {
+            ws.push_back(make_weight(p.type, n_in, p.n_out, uint32_t(50 + ws.size())));
+            packs.emplace_back(packed_size(p.type, n_in, p.n_out));
+            pack_rows(p.type, ws.back().bytes.data(), n_in, packs.back().data(), 0, p.n_out / packed_group_rows);
+        }
+        const std::vector<float> x = random_vec(size_t(n_in * n_tokens), 93);
+        std::vector<float> xi(x.size(), NAN);
+        interleave_half_acts(x.data(), n_in, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
+                             xi.data());
+        for (int t = 0; t < n_tokens; ++t) {
+            const int b = t / int(packed_half_token_block), nt = std::min(int(packed_half_token_block), n_tokens - 12 * b);
+            for (int i = 0; i < n_in; ++i)
+                QCOMPARE(xi[size_t(12 * b * n_in + nt * i + t % 12)], x[size_t(t * n_in + i)]);
+        }
+        const auto chain = [&](size_t k, int t, int o) {
+            float acc = 0.0f;
+            for (int i = 0; i < n_in; ++i)
+                acc = std::fma(float(ws[k].values[size_t(o * n_in + i)]), x[size_t(t * n_in + i)], acc);
+            return acc;
+        };
+        // Called with no interleaved copy, the kernel makes its own.
+        for (size_t k = 0; k < ws.size(); ++k) {
+            std::vector<float> y(size_t(parts[k].n_out * n_tokens), NAN);
+            gemm_packed_half(parts[k].type, reinterpret_cast<const uint16_t *>(packs[k].data()), n_in, 0,
+                             parts[k].n_out / packed_group_rows, x.data(), n_tokens, y.data(), parts[k].n_out);
+            for (int t = 0; t < n_tokens; ++t)
+                for (int o = 0; o < parts[k].n_out; ++o)
+                    QVERIFY(bits_of(y[size_t(t * parts[k].n_out + o)]) == bits_of(chain(k, t, o)));
+        }
+        for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            std::vector<std::vector<float>> ys;
+            std::vector<WeightView> views;
+            for (size_t k = 0; k < ws.size(); ++k) {
+                views.push_back(ws[k].view);
+                views.back().cpu_packed = packs[k].data();
+                ys.emplace_back(size_t(parts[k].n_out * n_tokens), NAN);
+            }
+            std::vector<MatmulOut> outs;
+            for (size_t k = 0; k < ws.size(); ++k)
+                outs.push_back({&views[k], ys[k].data()});
+            matmul_group(pool, outs, x.data(), n_tokens);
+            for (size_t k = 0; k < ws.size(); ++k)
+                for (int t = 0; t < n_tokens; ++t)
+                    for (int o = 0; o < parts[k].n_out; ++o) {
+                        QVERIFY2(bits_of(ys[k][size_t(t * parts[k].n_out + o)]) == bits_of(chain(k, t, o)),
+                                 qPrintable(QString("threads=%1 matrix %2 token %3 row %4").arg(threads).arg(k).arg(t).arg(o)));
+                    }
+        }
+    }
+
     // F16 weights stay on the exact float kernel unless the BF16 dot products are asked for;
     // asked for, over 16 tokens and more, the product is that of the weights and activations
     // rounded to BF16 (to nearest even), summed in float.

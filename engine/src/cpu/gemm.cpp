@@ -1,5 +1,7 @@
 #include "cpu/gemm.h"
 
+#include "cpu/aligned_vector.h"
+
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/packed.h"
@@ -589,11 +591,13 @@ template <DType T> LS_AVX512 inline __m512 load_packed16(const uint16_t *p)
 constexpr int64_t k_half_input_stride = packed_half_panel_groups * packed_group_rows;
 
 // G groups (16 G rows) by NT tokens, group g's value i at p + (g / 2) pstride + 16 (g % 2) + 32 i
-// (consecutive panels pstride values apart): for each input i, the groups' sixteen values
-// widened once and multiplied by each token's x_t[i] broadcast, G x NT accumulators; the
-// results are stored as they stand (lanes are rows), no horizontal sums.
+// (consecutive panels pstride values apart), token t's value of input i at x[NT i + t] (a block
+// of interleaved activations, interleave_half_acts; one token's row as it is): for each input
+// i, the groups' sixteen values widened once and multiplied by each token's x_t[i] broadcast,
+// G x NT accumulators; the results are stored as they stand (lanes are rows), no horizontal
+// sums.
 template <DType T, int G, int NT>
-LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t ldx, int64_t n, float *out, int64_t ldo,
+LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t n, float *out, int64_t ldo,
                                int64_t pstride = 0)
 {
     constexpr int64_t PG = packed_half_panel_groups;
@@ -608,9 +612,11 @@ LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t ldx, 
         #pragma GCC unroll 4
         for (int g = 0; g < G; ++g)
             w[g] = load_packed16<T>(p + (g / PG) * pstride + 16 * (g % PG) + k_half_input_stride * i);
+        if constexpr (NT > 1) // the activations' one stream, 1 KiB ahead (it comes from L3)
+            _mm_prefetch(reinterpret_cast<const char *>(x + NT * i) + 1024, _MM_HINT_T0);
         #pragma GCC unroll 12
         for (int t = 0; t < NT; ++t) {
-            const __m512 xv = _mm512_set1_ps(x[t * ldx + i]);
+            const __m512 xv = _mm512_set1_ps(x[NT * i + t]);
             #pragma GCC unroll 4
             for (int g = 0; g < G; ++g)
                 acc[g][t] = _mm512_fmadd_ps(w[g], xv, acc[g][t]);
@@ -623,18 +629,19 @@ LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t ldx, 
             _mm512_storeu_ps(out + t * ldo + 16 * g, acc[g][t]);
 }
 
-using PackedHalfFn = void (*)(const uint16_t *, const float *, int64_t, int64_t, float *, int64_t, int64_t);
+using PackedHalfFn = void (*)(const uint16_t *, const float *, int64_t, float *, int64_t, int64_t);
 
 // Prefill's tile: two groups (32 rows) by twelve tokens, 24 of the 32 registers accumulating,
 // two holding the widened weights; each step loads two vectors of weights and broadcasts
 // twelve activations for 24 multiply-adds. One core of an AMD EPYC (family 26), F16 by 512
 // tokens, against the 6 x 4 tiles of rows in place (gemm_rows): see docs/performance.md.
-constexpr int k_packed_half_groups = 2, k_packed_half_tokens = 12;
+constexpr int k_packed_half_groups = 2;
 static_assert(k_packed_half_groups == packed_half_panel_groups, "prefill's tile is one panel");
+static_assert(packed_half_token_block == 12, "twelve accumulators per group");
 
-template <DType T, size_t... I> constexpr std::array<PackedHalfFn, sizeof...(I)> packed_half_row(std::index_sequence<I...>)
+template <DType T, int G, size_t... I> constexpr std::array<PackedHalfFn, sizeof...(I)> packed_half_row(std::index_sequence<I...>)
 {
-    return {packed_half_tile<T, k_packed_half_groups, int(I) + 1>...};
+    return {packed_half_tile<T, G, int(I) + 1>...};
 }
 
 // The same sums one at a time (below the AVX-512 level, where the kernel table was changed after
@@ -655,9 +662,11 @@ void packed_half_portable(DType type, const uint16_t *packed, int64_t n, int64_t
             }
 }
 
+thread_local AlignedVector<float> t_half_acts; // interleaved activations where the caller gave none
+
 template <DType T>
 void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
-                        float *y, int64_t ldy)
+                        float *y, int64_t ldy, const float *xi)
 {
     constexpr int64_t PG = packed_half_panel_groups;
     if (n_tokens == 1) {
@@ -668,35 +677,45 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
         for (int64_t g = g0; g < g1;) {
             const uint16_t *p = packed + packed_half_at(n, g, 0);
             if (g % PG == 0 && g + 2 * PG <= g1) {
-                packed_half_tile<T, 2 * PG, 1>(p, x, n, n, y + 16 * g, ldy, pstride);
+                packed_half_tile<T, 2 * PG, 1>(p, x, n, y + 16 * g, ldy, pstride);
                 g += 2 * PG;
             } else {
-                packed_half_tile<T, 1, 1>(p, x, n, n, y + 16 * g, ldy);
+                packed_half_tile<T, 1, 1>(p, x, n, y + 16 * g, ldy);
                 ++g;
             }
         }
         return;
     }
+    if (!xi) {
+        t_half_acts.resize(static_cast<size_t>(n_tokens * n));
+        interleave_half_acts(x, n, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
+                             t_half_acts.data());
+        xi = t_half_acts.data();
+    }
     // Groups in blocks of up to 512 KiB (half a 1 MiB L2; whole panels), each block against all
     // the tokens, twelve at a time: the block streams from memory once and is then read from
-    // L2. A tile is one panel: one 64-byte line per input.
-    static constexpr auto pair_tiles = packed_half_row<T>(std::make_index_sequence<k_packed_half_tokens>());
-    constexpr int TB = k_packed_half_tokens;
+    // L2. A tile is one panel: one 64-byte line per input. The twelve tokens' activations come
+    // interleaved, one stream asked for 1 KiB ahead: read as twelve rows, 8 KiB apart at 2048
+    // inputs, they fall in the same sets of the L1 cache (one core of an AMD EPYC family 25, F16
+    // by 512 tokens, GFLOP/s, rows -> interleaved: 2048 x 5632 98-99 -> 104-105, 2048 x 2048
+    // 98-99 -> 103-104, 5632 x 2048 105 -> 103-104 with the copy; docs/performance.md).
+    static constexpr auto pair_tiles = packed_half_row<T, k_packed_half_groups>(std::make_index_sequence<packed_half_token_block>());
+    static constexpr auto group_tiles = packed_half_row<T, 1>(std::make_index_sequence<packed_half_token_block>());
+    constexpr int TB = packed_half_token_block;
     const int64_t block = std::max<int64_t>(PG, (int64_t(512) << 10) / (32 * n) / PG * PG);
     for (int64_t b0 = g0; b0 < g1;) {
         const int64_t b1 = std::min(g1, (b0 / PG) * PG + block);
         for (int64_t t = 0; t < n_tokens; t += TB) {
             const int nt = int(std::min<int64_t>(TB, n_tokens - t));
-            const float *xt = x + t * n;
+            const float *xt = xi + t * n;
             float *yt = y + t * ldy;
             for (int64_t g = b0; g < b1;) {
                 const uint16_t *p = packed + packed_half_at(n, g, 0);
                 if (g % PG == 0 && g + PG <= b1) { // a whole panel
-                    pair_tiles[size_t(nt - 1)](p, xt, n, n, yt + 16 * g, ldy, 0);
+                    pair_tiles[size_t(nt - 1)](p, xt, n, yt + 16 * g, ldy, 0);
                     g += PG;
                 } else { // a panel's group alone (the other is in another thread's range)
-                    for (int64_t k = 0; k < nt; ++k)
-                        packed_half_tile<T, 1, 1>(p, xt + k * n, n, n, yt + k * ldy + 16 * g, ldy);
+                    group_tiles[size_t(nt - 1)](p, xt, n, yt + 16 * g, ldy, 0);
                     ++g;
                 }
             }
@@ -734,15 +753,34 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
                      });
 }
 
+void interleave_half_acts(const float *x, int64_t n, int64_t n_tokens, int64_t b0, int64_t b1, float *xi)
+{
+    constexpr int64_t TB = packed_half_token_block;
+    for (int64_t b = b0; b < b1; ++b) {
+        const int64_t t0 = b * TB, nt = std::min(TB, n_tokens - t0);
+        float *dst = xi + t0 * n;
+        // Inputs in stretches of 64, so that the block's stretch of output (3 KiB) stays in L1
+        // while each token's 256 bytes of input are read in order.
+        for (int64_t i0 = 0; i0 < n; i0 += 64) {
+            const int64_t i1 = std::min(n, i0 + 64);
+            for (int64_t t = 0; t < nt; ++t) {
+                const float *src = x + (t0 + t) * n;
+                for (int64_t i = i0; i < i1; ++i)
+                    dst[nt * i + t] = src[i];
+            }
+        }
+    }
+}
+
 void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
-                      int64_t n_tokens, float *y, int64_t ldy)
+                      int64_t n_tokens, float *y, int64_t ldy, const float *xi)
 {
     if (kernel_table().level != VectorLevel::Avx512)
         packed_half_portable(type, packed, n, g0, g1, x, n_tokens, y, ldy);
     else if (type == DType::F16)
-        packed_half_avx512<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy);
+        packed_half_avx512<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy, xi);
     else
-        packed_half_avx512<DType::BF16>(packed, n, g0, g1, x, n_tokens, y, ldy);
+        packed_half_avx512<DType::BF16>(packed, n, g0, g1, x, n_tokens, y, ldy, xi);
 }
 
 } // namespace longscope

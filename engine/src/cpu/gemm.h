@@ -35,8 +35,20 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
 // horizontal sums, and every (row, token) sum is one chain of multiply-adds over the inputs in
 // order, from zero, whatever the tile: any token count and any split of the groups give the
 // same bits.
+// Over several tokens at the AVX-512 level the kernel reads the activations interleaved
+// (interleave_half_acts): xi, where the caller made that copy once for several calls (the
+// threads' ranges of one product, or Q, K and V), or else a copy the call makes itself.
 void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
-                      int64_t n_tokens, float *y, int64_t ldy);
+                      int64_t n_tokens, float *y, int64_t ldy, const float *xi = nullptr);
+
+// Tokens per block of gemm_packed_half's interleaved activations.
+constexpr int64_t packed_half_token_block = 12;
+
+// The activations x (n_tokens rows of n) interleaved for gemm_packed_half, token blocks b0 <= b
+// < b1: block b holds tokens 12 b .. 12 b + nt - 1 (nt = 12, or what is left for the last one),
+// their values of input i side by side: xi[12 b n + nt i + t] = x[(12 b + t) n + i]. The same
+// values, so the same products.
+void interleave_half_acts(const float *x, int64_t n, int64_t n_tokens, int64_t b0, int64_t b1, float *xi);
 
 // Whether the AVX-512 BF16 dot products (vdpbf16ps: 32 products per instruction, twice the
 // float FMA's 16) are in use for the matrix products of quantized weights over many tokens:

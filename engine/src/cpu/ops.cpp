@@ -115,6 +115,7 @@ namespace {
 thread_local QuantizedActs t_acts;     // activations quantized to 8 bits (integer path)
 thread_local PackedActs t_pacts;       // the same in tiles of four tokens (packed VNNI kernels)
 thread_local AlignedVector<uint16_t> t_xb; // activations rounded to BF16 (BF16 path)
+thread_local AlignedVector<float> t_xi;    // activations interleaved (packed F16 and BF16 over tokens)
 
 // Rows per tile. A single token takes one row at a time: each thread then reads its weights as
 // one sequential stream, which the hardware prefetchers follow at full bandwidth (four rows
@@ -189,14 +190,18 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
 
 // Float kernel (F32, F16 and BF16 rows read in place and widened in registers; other types
 // widened into a per-call buffer first). Rows [begin, end).
-void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens, int64_t begin, int64_t end)
+bool is_packed_half(const WeightView &w) { return w.cpu_packed && (w.type == DType::F16 || w.type == DType::BF16); }
+
+// xi: the activations interleaved for the packed F16 and BF16 kernel, or null.
+void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens, int64_t begin, int64_t end,
+                const float *xi = nullptr)
 {
     const int64_t n_in = w.ne(0), n_out = w.ne(1);
-    if (w.cpu_packed && (w.type == DType::F16 || w.type == DType::BF16)) {
+    if (is_packed_half(w)) {
         // Groups of 16 rows, each in the range of its first row.
         const int64_t gr = packed_group_rows;
         gemm_packed_half(w.type, reinterpret_cast<const uint16_t *>(w.cpu_packed), n_in, (begin + gr - 1) / gr,
-                         (end + gr - 1) / gr, x, n_tokens, y, n_out);
+                         (end + gr - 1) / gr, x, n_tokens, y, n_out, xi);
         return;
     }
     const bool in_place = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
@@ -337,7 +342,7 @@ uint64_t matmul_scratch_bytes()
 {
     return t_acts.q.capacity() +
            4 * (t_acts.dl.capacity() + t_acts.db.capacity() + t_acts.ds.capacity() + t_acts.s16.capacity()) +
-           t_pacts.bytes() + 2 * t_xb.capacity() + amx_scratch_bytes();
+           t_pacts.bytes() + 2 * t_xb.capacity() + 4 * t_xi.capacity() + amx_scratch_bytes();
 }
 
 void matmul(ThreadPool &pool, const WeightView &w, const float *x, float *y, int64_t n_tokens)
@@ -399,6 +404,19 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
             quantize_acts(&pool, x, n_tokens, n_in, t_acts);
         }
     }
+    // Packed F16 and BF16 matrices over several tokens read the activations interleaved: one
+    // copy, made in parallel, for every thread's range of every matrix of the group.
+    const float *xi = nullptr;
+    if (!acts && n_tokens > 1 && kernel_table().level == VectorLevel::Avx512 &&
+        std::any_of(outs.begin(), outs.end(), [](const MatmulOut &o) { return is_packed_half(*o.w); })) {
+        t_xi.resize(static_cast<size_t>(n_tokens * n_in));
+        float *const dst = t_xi.data();
+        pool.parallel_for(
+            (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
+            [&](int64_t b0, int64_t b1) { interleave_half_acts(x, n_in, n_tokens, b0, b1, dst); },
+            min_items_per_thread(n_in * packed_half_token_block));
+        xi = dst;
+    }
     int64_t total = 0;
     for (const MatmulOut &o : outs)
         total += o.w->ne(1);
@@ -413,7 +431,7 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
                     if (acts)
                         integer_rows(*o.w, *acts, pacts, o.y, n_tokens, b, e);
                     else
-                        float_rows(*o.w, x, o.y, n_tokens, b, e);
+                        float_rows(*o.w, x, o.y, n_tokens, b, e, xi);
                 }
                 first += n_out;
             }
