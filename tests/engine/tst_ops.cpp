@@ -245,7 +245,7 @@ private slots:
     // without AMX, here by hand on any machine): the packed copy gives back every row exactly,
     // and every product is, bit for bit, the layout's documented order: one fused multiply-add
     // chain per (row, token) over the inputs in turn, from zero (computed here with std::fma),
-    // whatever the token count (decode's four groups, prefill's 2 x 12 tiles and their edges)
+    // whatever the token count (decode's four groups, prefill's 4 x 6 tiles and their edges)
     // and the threads. The chain is also checked against the exact sum.
     void packed_half_is_one_fma_chain_data()
     {
@@ -341,10 +341,11 @@ private slots:
         std::vector<float> xi(x.size(), NAN);
         interleave_half_acts(x.data(), n_in, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
                              xi.data());
+        const int tb = int(packed_half_token_block);
         for (int t = 0; t < n_tokens; ++t) {
-            const int b = t / int(packed_half_token_block), nt = std::min(int(packed_half_token_block), n_tokens - 12 * b);
+            const int b = t / tb, nt = std::min(tb, n_tokens - tb * b);
             for (int i = 0; i < n_in; ++i)
-                QCOMPARE(xi[size_t(12 * b * n_in + nt * i + t % 12)], x[size_t(t * n_in + i)]);
+                QCOMPARE(xi[size_t(tb * b * n_in + nt * i + t % tb)], x[size_t(t * n_in + i)]);
         }
         const auto chain = [&](size_t k, int t, int o) {
             float acc = 0.0f;

@@ -631,13 +631,16 @@ LS_AVX512 void packed_half_tile(const uint16_t *p, const float *x, int64_t n, fl
 
 using PackedHalfFn = void (*)(const uint16_t *, const float *, int64_t, float *, int64_t, int64_t);
 
-// Prefill's tile: two groups (32 rows) by twelve tokens, 24 of the 32 registers accumulating,
-// two holding the widened weights; each step loads two vectors of weights and broadcasts
-// twelve activations for 24 multiply-adds. One core of an AMD EPYC (family 26), F16 by 512
-// tokens, against the 6 x 4 tiles of rows in place (gemm_rows): see docs/performance.md.
-constexpr int k_packed_half_groups = 2;
-static_assert(k_packed_half_groups == packed_half_panel_groups, "prefill's tile is one panel");
-static_assert(packed_half_token_block == 12, "twelve accumulators per group");
+// Prefill's tile: four groups (two panels, 64 rows) by six tokens, 24 of the 32 registers
+// accumulating, four holding the widened weights; each step loads four vectors of weights and
+// broadcasts six activations for 24 multiply-adds. Broadcasts cost a vector slot on Zen 4: one
+// core of an AMD EPYC family 25, F16 by 512 tokens, GFLOP/s, two groups by twelve tokens ->
+// four by six (both with the activations interleaved): 2048 x 5632 104 -> 113-114, 5632 x
+// 2048 103-104 -> 113-114, 2048 x 2048 103-104 -> 114, 2048 x 256 96-97 -> 102-107 (the FMA
+// peak 118). On Zen 5 the shapes had measured alike (docs/performance.md).
+constexpr int k_packed_half_groups = 4;
+static_assert(k_packed_half_groups == 2 * packed_half_panel_groups, "prefill's tile is two panels");
+static_assert(packed_half_token_block == 6, "24 accumulators");
 
 template <DType T, int G, size_t... I> constexpr std::array<PackedHalfFn, sizeof...(I)> packed_half_row(std::index_sequence<I...>)
 {
@@ -692,17 +695,20 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
                              t_half_acts.data());
         xi = t_half_acts.data();
     }
-    // Groups in blocks of up to 512 KiB (half a 1 MiB L2; whole panels), each block against all
-    // the tokens, twelve at a time: the block streams from memory once and is then read from
-    // L2. A tile is one panel: one 64-byte line per input. The twelve tokens' activations come
-    // interleaved, one stream asked for 1 KiB ahead: read as twelve rows, 8 KiB apart at 2048
-    // inputs, they fall in the same sets of the L1 cache (one core of an AMD EPYC family 25, F16
-    // by 512 tokens, GFLOP/s, rows -> interleaved: 2048 x 5632 98-99 -> 104-105, 2048 x 2048
-    // 98-99 -> 103-104, 5632 x 2048 105 -> 103-104 with the copy; docs/performance.md).
-    static constexpr auto pair_tiles = packed_half_row<T, k_packed_half_groups>(std::make_index_sequence<packed_half_token_block>());
+    // Groups in blocks of up to 512 KiB (half a 1 MiB L2) but at least two panels (a tile), each
+    // block against all the tokens, six at a time: the block streams from memory once and is
+    // then read from L2. The six tokens' activations come interleaved, one stream asked for 1
+    // KiB ahead: read as rows, 8 KiB apart at 2048 inputs, they fall in the same sets of the L1
+    // cache (one core of an AMD EPYC family 25, F16 by 512 tokens, two groups by twelve tokens,
+    // GFLOP/s, rows -> interleaved: 2048 x 5632 98-99 -> 104-105, 2048 x 2048 98-99 -> 103-104,
+    // 5632 x 2048 105 -> 103-104 with the copy). Where a thread's range starts or ends inside
+    // a pair of panels, one panel or one group at a time.
+    static constexpr auto quad_tiles = packed_half_row<T, k_packed_half_groups>(std::make_index_sequence<packed_half_token_block>());
+    static constexpr auto pair_tiles = packed_half_row<T, packed_half_panel_groups>(std::make_index_sequence<packed_half_token_block>());
     static constexpr auto group_tiles = packed_half_row<T, 1>(std::make_index_sequence<packed_half_token_block>());
     constexpr int TB = packed_half_token_block;
-    const int64_t block = std::max<int64_t>(PG, (int64_t(512) << 10) / (32 * n) / PG * PG);
+    const int64_t pstride = packed_half_at(n, PG, 0);
+    const int64_t block = std::max<int64_t>(2 * PG, (int64_t(512) << 10) / (32 * n) / PG * PG);
     for (int64_t b0 = g0; b0 < g1;) {
         const int64_t b1 = std::min(g1, (b0 / PG) * PG + block);
         for (int64_t t = 0; t < n_tokens; t += TB) {
@@ -711,7 +717,10 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
             float *yt = y + t * ldy;
             for (int64_t g = b0; g < b1;) {
                 const uint16_t *p = packed + packed_half_at(n, g, 0);
-                if (g % PG == 0 && g + PG <= b1) { // a whole panel
+                if (g % PG == 0 && g + 2 * PG <= b1) { // two whole panels
+                    quad_tiles[size_t(nt - 1)](p, xt, n, yt + 16 * g, ldy, pstride);
+                    g += 2 * PG;
+                } else if (g % PG == 0 && g + PG <= b1) { // a whole panel
                     pair_tiles[size_t(nt - 1)](p, xt, n, yt + 16 * g, ldy, 0);
                     g += PG;
                 } else { // a panel's group alone (the other is in another thread's range)

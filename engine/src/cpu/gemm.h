@@ -42,11 +42,11 @@ void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0,
                       int64_t n_tokens, float *y, int64_t ldy, const float *xi = nullptr);
 
 // Tokens per block of gemm_packed_half's interleaved activations.
-constexpr int64_t packed_half_token_block = 12;
+constexpr int64_t packed_half_token_block = 6;
 
 // The activations x (n_tokens rows of n) interleaved for gemm_packed_half, token blocks b0 <= b
-// < b1: block b holds tokens 12 b .. 12 b + nt - 1 (nt = 12, or what is left for the last one),
-// their values of input i side by side: xi[12 b n + nt i + t] = x[(12 b + t) n + i]. The same
+// < b1: block b holds tokens 6 b .. 6 b + nt - 1 (nt = 6, or what is left for the last one),
+// their values of input i side by side: xi[6 b n + nt i + t] = x[(6 b + t) n + i]. The same
 // values, so the same products.
 void interleave_half_acts(const float *x, int64_t n, int64_t n_tokens, int64_t b0, int64_t b1, float *xi);
 
