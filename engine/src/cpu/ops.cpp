@@ -188,11 +188,11 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
     }
 }
 
-// Float kernel (F32, F16 and BF16 rows read in place and widened in registers; other types
-// widened into a per-call buffer first). Rows [begin, end).
 bool is_packed_half(const WeightView &w) { return w.cpu_packed && (w.type == DType::F16 || w.type == DType::BF16); }
 
-// xi: the activations interleaved for the packed F16 and BF16 kernel, or null.
+// Float kernel (F32, F16 and BF16 rows read in place and widened in registers; other types
+// widened into a per-call buffer first). Rows [begin, end). xi: the activations interleaved
+// for the packed F16 and BF16 kernel (interleave_half_acts), or null.
 void float_rows(const WeightView &w, const float *x, float *y, int64_t n_tokens, int64_t begin, int64_t end,
                 const float *xi = nullptr)
 {
