@@ -1,7 +1,6 @@
 #include "cpu/gemm.h"
 
 #include "cpu/aligned_vector.h"
-
 #include "cpu/kernel_table.h"
 #include "cpu/ops.h"
 #include "cpu/packed.h"
