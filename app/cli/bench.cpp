@@ -8,7 +8,10 @@
 #include "longscope/errors.h"
 #include "longscope/hardware.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -46,6 +49,9 @@ std::vector<int> int_list(const Args &a, const std::string &name, const std::str
 struct Row {
     int batch = 0, input = 0, new_tokens = 0;
     double bytes_per_token = 0, roofline_fraction = 0, prefill_gflop_s = 0, prefill_roofline_fraction = 0;
+    // --paired-probe: the median over decode steps of the step's read rate over the probe's read
+    // right after it, and the median of those reads.
+    double paired_roofline_fraction = 0, paired_bandwidth = 0;
     std::string kv, attn;
     bool causal_flash = false;
     double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
@@ -82,6 +88,15 @@ std::string main_weight_type(const ModelInfo &info)
     return best;
 }
 
+double median(std::vector<double> v)
+{
+    if (v.empty())
+        return 0;
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
 std::string mib(uint64_t b)
 {
     char buf[32];
@@ -107,6 +122,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                   {{"-c", "--ctx"}},
                   {{"--csv"}, false},
                   {{"--no-probe"}, false},
+                  {{"--paired-probe"}, false},
                   {{"--backend"}},
                   {{"--json"}, false}});
     if (!a.positional().empty())
@@ -151,6 +167,15 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     // the runs and again after them; the higher of the two is the roofline (the machine's
     // bandwidth moves while other work shares it, and the ceiling is what it gave at best).
     const bool probe = !a.flag("--no-probe");
+    // Each decode step against a read of the probe right after it: on a shared machine the
+    // bandwidth changes within seconds, and the best of a few probes before and after the runs
+    // can meet a fast moment that the steps did not (the probe's buffer evicts the caches
+    // between steps, which a model much larger than the last-level cache does every step).
+    const bool paired = a.flag("--paired-probe");
+    if (paired && !probe)
+        throw UsageError("--paired-probe needs the probe (drop --no-probe)");
+    if (paired && backend == ComputeBackend::Cuda)
+        throw UsageError("--paired-probe measures the CPU's decode (--backend cpu)");
     double bandwidth = probe ? measure_read_bandwidth(n_threads) : 0.0;
     // The prefill ceiling the same way: the peak rate of the instruction prefill's matrix
     // products run on, with the same threads, before and after; the higher counts.
@@ -163,6 +188,9 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     const double kv_bytes_per_position =
         double(hp.n_layer) * double(kv_type_row_bytes(type_k, hp.n_embd_kv()) + kv_type_row_bytes(type_v, hp.n_embd_kv()));
     const std::string kv_types = std::string(to_string(type_k)) + "/" + std::string(to_string(type_v));
+    std::unique_ptr<ReadBandwidthProbe> paired_probe;
+    if (paired)
+        paired_probe = std::make_unique<ReadBandwidthProbe>(n_threads, 256ull << 20);
 
     std::vector<Row> rows;
     for (int b : batches)
@@ -189,6 +217,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         so.settings.backend = backend;
                         MemoryLedger last;
                         std::vector<GenerateResult> results;
+                        std::vector<double> step_fractions, step_bandwidths;
+                        double probe_seconds = 0; // the paired probe's reads, taken out of decode's time
                         if (backend == ComputeBackend::Cuda) {
                             // One sequence in a session on the device.
                             Session session(*model, so);
@@ -197,8 +227,20 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                             if (!session.backend_note().empty())
                                 throw BackendError(session.backend_note());
                         } else {
-                            results = generate_batch(*model, so, reqs, {},
-                                                     [&](const StepMetrics &m) { last = m.memory; });
+                            results = generate_batch(*model, so, reqs, {}, [&](const StepMetrics &m) {
+                                last = m.memory;
+                                if (!paired || m.phase != StepPhase::Decode || m.seconds <= 0)
+                                    return;
+                                const auto t0 = std::chrono::steady_clock::now();
+                                const double bw = paired_probe->read();
+                                probe_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                                // The weights once, and per sequence its embedding row and its
+                                // cache at the mean context (as bytes_per_token below).
+                                const double bytes = streamed + m.n_tokens * (embd_row + kv_bytes_per_position *
+                                                                                             (in + nw / 2.0));
+                                step_fractions.push_back(bytes / m.seconds / bw);
+                                step_bandwidths.push_back(bw);
+                            });
                         }
                         Row r;
                         r.batch = b;
@@ -210,7 +252,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         size_t generated = 0;
                         for (const auto &res : results)
                             generated += res.tokens.size();
-                        const GenerateResult &f = results.front();
+                        GenerateResult &f = results.front();
+                        f.decode_seconds = std::max(0.0, f.decode_seconds - probe_seconds);
                         r.prefill_tok_s = f.prefill_seconds > 0 ? double(b) * in / f.prefill_seconds : 0;
                         const double steps = double(generated) - b; // first tokens come from prefill
                         r.decode_tok_s = f.decode_seconds > 0 ? steps / f.decode_seconds : 0;
@@ -236,6 +279,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                                               4.0 * hp.n_layer * hp.n_embd * (in / 2.0)) +
                             double(b) * 2 * cost.output_params;
                         r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
+                        r.paired_roofline_fraction = median(step_fractions);
+                        r.paired_bandwidth = median(step_bandwidths);
                         rows.push_back(r);
                     }
 
@@ -260,6 +305,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"roofline_fraction", r.roofline_fraction}, {"prefill_gflop_s", r.prefill_gflop_s},
                            {"compute_peak_gflop_s", compute_peak / 1e9}, {"compute_instruction", compute_family_name(family)},
                            {"prefill_roofline_fraction", r.prefill_roofline_fraction},
+                           {"paired_roofline_fraction", r.paired_roofline_fraction},
+                           {"paired_bandwidth_gb_s", r.paired_bandwidth / 1e9},
                            {"threads", n_threads}, {"cpu_kernels", cpu_kernel_name()},
                            {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
                            {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
@@ -272,16 +319,18 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
         std::cout << "batch_size,input_tokens,new_tokens,kv_mode,kv_type_k,kv_type_v,attention,causal_flash,prefill_tok_s,"
                      "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
                      "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes,bytes_per_token,"
-                     "bandwidth_gb_s,roofline_fraction,prefill_gflop_s,compute_peak_gflop_s,prefill_roofline_fraction\n";
+                     "bandwidth_gb_s,roofline_fraction,prefill_gflop_s,compute_peak_gflop_s,prefill_roofline_fraction,"
+                     "paired_roofline_fraction,paired_bandwidth_gb_s\n";
         for (const Row &r : rows)
-            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f,%.2f,%.4f\n",
+            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f,%.2f,%.4f,%.4f,%.2f\n",
                         r.batch, r.input, r.new_tokens, r.kv.c_str(), to_string(type_k).data(), to_string(type_v).data(),
                         r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
                         r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
                         (unsigned long long)r.peak_kv_resident, (unsigned long long)r.peak_scratch,
                         (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
                         (unsigned long long)r.rss, r.bytes_per_token, bandwidth / 1e9, r.roofline_fraction,
-                        r.prefill_gflop_s, compute_peak / 1e9, r.prefill_roofline_fraction);
+                        r.prefill_gflop_s, compute_peak / 1e9, r.prefill_roofline_fraction,
+                        r.paired_roofline_fraction, r.paired_bandwidth / 1e9);
         return 0;
     }
     std::string types;
@@ -305,6 +354,11 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                     r.prefill_tok_s, r.prefill_gflop_s, 100 * r.prefill_roofline_fraction, r.decode_tok_s, 100 * r.roofline_fraction, r.throughput,
                     mib(r.kv_reserved).c_str(), mib(r.peak_kv_resident).c_str(), mib(r.peak_scratch).c_str(),
                     mib(r.peak_total).c_str(), mib(r.kv_copied).c_str());
+    if (paired)
+        for (const Row &r : rows)
+            std::printf("paired probe (batch %d, input %d): decode steps at a median %.0f%% of the read bandwidth "
+                        "measured right after each (median %.1f GB/s)\n",
+                        r.batch, r.input, 100 * r.paired_roofline_fraction, r.paired_bandwidth / 1e9);
     return 0;
 }
 

@@ -326,6 +326,20 @@ private slots:
             else
                 QCOMPARE(o["kv_bytes_copied"].toDouble(), 0.0);
         }
+        // The paired probe: a median over the decode steps, present only when asked for, and
+        // refused without the probe.
+        Run paired = run_cli({"bench", "--input", "16", "--new", "6", "--kv", "static", "--attn", "naive", "--json",
+                              "--paired-probe"});
+        QCOMPARE(paired.code, 0);
+        const QJsonObject po = QJsonDocument::fromJson(paired.out).array().first().toObject();
+        QVERIFY2(po["paired_bandwidth_gb_s"].toDouble() > 0, paired.out.constData());
+        QVERIFY2(po["paired_roofline_fraction"].toDouble() > 0, paired.out.constData());
+        Run unpaired = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--json",
+                                "--no-probe"});
+        QCOMPARE(QJsonDocument::fromJson(unpaired.out).array().first().toObject()["paired_roofline_fraction"].toDouble(), 0.0);
+        Run refused = run_cli({"bench", "--input", "16", "--new", "4", "--no-probe", "--paired-probe"});
+        QCOMPARE(refused.code, 2);
+        QVERIFY2(refused.err.contains("--paired-probe"), refused.err.constData());
         Run table = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--no-probe"});
         QCOMPARE(table.code, 0);
         QVERIFY(table.out.contains("| batch | input | new |"));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,23 @@ std::string cpu_kernel_warning();
 // `n_threads` threads, several times, and returns the best rate in bytes per second. Throws
 // OutOfMemory if the buffer cannot be had.
 double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
+
+// The same buffer and threads kept, to read again and again: `bench --paired-probe` reads it
+// once after every decode step, so that each step is set against the bandwidth of the moment
+// (on a shared machine the bandwidth moves within seconds). Throws OutOfMemory as above.
+class ReadBandwidthProbe {
+public:
+    explicit ReadBandwidthProbe(int n_threads, uint64_t bytes = 512ull << 20);
+    ~ReadBandwidthProbe();
+    ReadBandwidthProbe(const ReadBandwidthProbe &) = delete;
+    ReadBandwidthProbe &operator=(const ReadBandwidthProbe &) = delete;
+    // One pass over the buffer: bytes per second.
+    double read();
+
+private:
+    struct State;
+    std::unique_ptr<State> m_state;
+};
 
 // The instruction families of the CPU's matrix-product kernels: float multiply-adds (float
 // weights, and quantized ones without a faster path), BF16 dot products, 8-bit integer dot

@@ -48,38 +48,61 @@ std::string cpu_kernel_warning()
     return "LONGSCOPE_SIMD=portable: the portable kernels run, several times slower than this CPU allows";
 }
 
-double measure_read_bandwidth(int n_threads, uint64_t bytes)
+struct ReadBandwidthProbe::State {
+    std::shared_ptr<uint8_t> block;
+    float *buf = nullptr;
+    size_t n = 0;
+    ThreadPool pool;
+    int64_t per_thread = 0;
+    std::vector<float> partial;
+    volatile float sink = 0;
+
+    explicit State(int n_threads) : pool(std::max(1, n_threads)) {}
+};
+
+ReadBandwidthProbe::ReadBandwidthProbe(int n_threads, uint64_t bytes) : m_state(std::make_unique<State>(n_threads))
 {
-    const size_t n = size_t(bytes / sizeof(float));
+    State &s = *m_state;
+    s.n = size_t(bytes / sizeof(float));
     // In 2 MiB pages, as the weights' copy a decode step streams (model/prepare_weights.cpp):
     // from 4 KiB pages one core read this loop at 22 GB/s here, from 2 MiB pages at 32-34.
-    const std::shared_ptr<uint8_t> block = allocate_huge_pages(n * sizeof(float));
-    if (!block)
+    s.block = allocate_huge_pages(s.n * sizeof(float));
+    if (!s.block)
         throw OutOfMemory("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
-    float *const buf = reinterpret_cast<float *>(block.get());
-    ThreadPool pool(std::max(1, n_threads));
+    s.buf = reinterpret_cast<float *>(s.block.get());
     // Touch every page from the threads that will read it (first-touch placement).
     // One piece per thread (min_per_thread = n / threads), the same split in both loops.
-    const int64_t per_thread = (int64_t(n) + pool.size() - 1) / pool.size();
-    pool.parallel_for(
-        int64_t(n), [&](int64_t b, int64_t e) { std::memset(buf + b, 0, size_t(e - b) * sizeof(float)); },
-        per_thread);
+    s.per_thread = (int64_t(s.n) + s.pool.size() - 1) / s.pool.size();
+    s.partial.assign(size_t(s.pool.size()), 0.0f);
+    s.pool.parallel_for(
+        int64_t(s.n), [&](int64_t b, int64_t e) { std::memset(s.buf + b, 0, size_t(e - b) * sizeof(float)); },
+        s.per_thread);
+}
+
+ReadBandwidthProbe::~ReadBandwidthProbe() = default;
+
+double ReadBandwidthProbe::read()
+{
+    State &s = *m_state;
     const CpuKernels &k = cpu_kernels();
+    const auto t0 = std::chrono::steady_clock::now();
+    s.pool.parallel_for(int64_t(s.n), [&](int64_t b, int64_t e) {
+        // A dot product of the chunk with itself streams it once (both operands hit the
+        // same cache lines) with the widest loads the CPU has.
+        s.partial[size_t(b / s.per_thread)] = k.dot(s.buf + b, s.buf + b, e - b);
+    }, s.per_thread);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (float p : s.partial)
+        s.sink = s.sink + p;
+    return double(s.n * sizeof(float)) / seconds;
+}
+
+double measure_read_bandwidth(int n_threads, uint64_t bytes)
+{
+    ReadBandwidthProbe probe(n_threads, bytes);
     double best = 0;
-    volatile float sink = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<float> partial(size_t(pool.size()), 0.0f);
-        pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
-            // A dot product of the chunk with itself streams it once (both operands hit the
-            // same cache lines) with the widest loads the CPU has.
-            partial[size_t(b / per_thread)] = k.dot(buf + b, buf + b, e - b);
-        }, per_thread);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (float p : partial)
-            sink = sink + p;
-        best = std::max(best, double(n * sizeof(float)) / s);
-    }
+    for (int rep = 0; rep < 5; ++rep)
+        best = std::max(best, probe.read());
     return best;
 }
 
