@@ -23,6 +23,10 @@ the peak of the instruction its matrix products run on). With --depth D, decode 
 depth D instead: llama-bench `-d D` (the cache filled with D tokens first), longscope-cli
 bench after a D-token prompt with memory-efficient causal attention. Both sides cache keys and
 values as --kv-type (default f16, llama.cpp's default; -ctk/-ctv there, --kv-type-k/-v here).
+With --paired-probe, longscope's decode runs with `bench --paired-probe` (a read of the bandwidth
+probe after every decode step) and a last column gives the best over the rounds of its median
+step-over-probe fraction: on a machine whose bandwidth moves within seconds, the decode set
+against the bandwidth of its own moments (llama-bench has no such probe).
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
 import argparse
@@ -54,18 +58,19 @@ def llama(bench, model, prompt, new, threads, depth, kv_type, extra=()):
     return pp, tg
 
 
-def longscope(cli, model, prompt, new, threads, depth, kv_type):
+def longscope(cli, model, prompt, new, threads, depth, kv_type, paired=False):
     common = ["bench", "-m", model, "--threads", str(threads), "--kv", "static", "--json",
               "--kv-type-k", kv_type, "--kv-type-v", kv_type,
               "--ctx", str(max(prompt, max(8, depth) + new) + 1)]
     flash = ["--attn", "mem-efficient", "--causal-flash"]
     pre = run_json([cli] + common + ["--input", str(prompt), "--new", "1"] + flash)[0]
+    probe = ["--paired-probe"] if paired else []
     if depth == 0:
-        dec = run_json([cli] + common + ["--input", "8", "--new", str(new)])[0]
+        dec = run_json([cli] + common + ["--input", "8", "--new", str(new)] + probe)[0]
     else:
-        dec = run_json([cli] + common + ["--input", str(depth), "--new", str(new)] + flash)[0]
+        dec = run_json([cli] + common + ["--input", str(depth), "--new", str(new)] + flash + probe)[0]
     return (pre["prefill_tok_s"], dec["decode_tok_s"], dec["bytes_per_token"], dec["bandwidth_gb_s"],
-            pre.get("prefill_roofline_fraction", 0.0))
+            pre.get("prefill_roofline_fraction", 0.0), dec.get("paired_roofline_fraction", 0.0))
 
 
 def ratio(a, b):
@@ -89,6 +94,8 @@ def main():
                     "AMX repacking crashes")
     ap.add_argument("--baseline-cli", help="an earlier longscope-cli, run in the same alternation: its figures "
                     "and the ratios this one / earlier are printed too (a refactor's no-regression check)")
+    ap.add_argument("--paired-probe", action="store_true", help="longscope's decode against a read of the "
+                    "bandwidth probe after every step (bench --paired-probe): one more column")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
 
@@ -97,29 +104,33 @@ def main():
           f"best of {a.rounds} alternating rounds")
     print("Roofline: the highest read bandwidth longscope-cli's probe saw in any round; both programs' best")
     print("decode speeds are set against it with the same bytes per token (weights streamed + KV).")
+    paired_head = " longscope paired roofline |" if a.paired_probe else ""
     print("| model | prefill llama.cpp | prefill longscope | ratio | decode llama.cpp | decode longscope | ratio "
-          "| bandwidth GB/s | llama.cpp roofline | longscope roofline | longscope prefill roofline |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| bandwidth GB/s | llama.cpp roofline | longscope roofline | longscope prefill roofline |" + paired_head)
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.paired_probe else ""))
     baseline_rows = []
     for m in a.models:
         best_l = [0.0, 0.0]
         best_s = [0.0, 0.0]
         best_b = [0.0, 0.0]
-        bytes_per_token, bandwidth, prefill_roof = 0.0, 0.0, 0.0
+        bytes_per_token, bandwidth, prefill_roof, paired = 0.0, 0.0, 0.0, 0.0
         for _ in range(a.rounds):
             pp, tg = llama(a.llama_bench, m, a.prompt, a.new, a.threads, a.depth, a.kv_type, a.llama_args.split())
             best_l = [max(best_l[0], pp), max(best_l[1], tg)]
-            pre, dec, bpt, bw, proof = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
+            pre, dec, bpt, bw, proof, pf = longscope(a.cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type,
+                                                     a.paired_probe)
             best_s = [max(best_s[0], pre), max(best_s[1], dec)]
+            paired = max(paired, pf)
             bytes_per_token, bandwidth, prefill_roof = bpt, max(bandwidth, bw), max(prefill_roof, proof)
             if a.baseline_cli:
-                pre, dec, _, bw, _ = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
+                pre, dec, _, bw, _, _ = longscope(a.baseline_cli, m, a.prompt, a.new, a.threads, a.depth, a.kv_type)
                 best_b = [max(best_b[0], pre), max(best_b[1], dec)]
                 bandwidth = max(bandwidth, bw)
         roof = bandwidth * 1e9 / bytes_per_token  # tokens/s at the roofline
         print(f"| {os.path.basename(m)} | {best_l[0]:.1f} | {best_s[0]:.1f} | {ratio(best_s[0], best_l[0])} "
               f"| {best_l[1]:.1f} | {best_s[1]:.1f} | {ratio(best_s[1], best_l[1])} | {bandwidth:.1f} "
-              f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% | {100 * prefill_roof:.0f}% |")
+              f"| {100 * best_l[1] / roof:.0f}% | {100 * best_s[1] / roof:.0f}% | {100 * prefill_roof:.0f}% |"
+              + (f" {100 * paired:.0f}% |" if a.paired_probe else ""))
         sys.stdout.flush()
         if a.baseline_cli:
             baseline_rows.append((m, best_l, best_s, best_b))
