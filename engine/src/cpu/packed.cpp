@@ -1740,6 +1740,21 @@ template <DType T> LS_PACKED_AVX2 inline void q6_k_like_codes_avx2(const uint8_t
     }
 }
 
+// Rows 8 h .. 8 h + 7 of group g: the group's scale times d, and (Q2_K) its minimum times dmin.
+template <DType T> LS_PACKED_AVX2 inline __m256 q6_k_like_scale_avx2(const uint8_t *b, int g, int h, __m256 d)
+{
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h)))),
+                         d);
+}
+LS_PACKED_AVX2 inline __m256 q2_k_min_avx2(const uint8_t *b, int g, int h)
+{
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h)))),
+                         dmin);
+}
+
 // Q6_K: a vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in 16 bits
 // (Q3_K's codes + 28: 2 x 35 x 128).
 template <int NT, DType T = DType::Q6_K>
@@ -1773,15 +1788,9 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
                 for (int e = 0; e < 2; ++e) {
                     const int g = 2 * k + e;
                     q6_k_like_codes_avx2<T>(b, g, h, u[e]);
-                    scd[e] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                               reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h)))),
-                                           d);
+                    scd[e] = q6_k_like_scale_avx2<T>(b, g, h, d);
                     if constexpr (T == DType::Q2_K) {
-                        const __m256 dmin =
-                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
-                        const __m256 mgd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                             reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h)))),
-                                                         dmin);
+                        const __m256 mgd = q2_k_min_avx2(b, g, h);
                         #pragma GCC unroll 4
                         for (int t = 0; t < NT; ++t)
                             acc[t] = _mm256_fnmadd_ps(
@@ -1846,15 +1855,9 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
                     const int8_t *x = xq + sb * qk_k + 16 * g;
                     __m256i u[4];
                     q6_k_like_codes_avx2<T>(b, g, h, u);
-                    scd[e] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                               reinterpret_cast<const __m128i *>(b + k16_sc_offset(T) + 16 * g + 8 * h)))),
-                                           d);
+                    scd[e] = q6_k_like_scale_avx2<T>(b, g, h, d);
                     if constexpr (T == DType::Q2_K) {
-                        const __m256 dmin =
-                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off2_dmin + 16 * h)));
-                        const __m256 mgd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                             reinterpret_cast<const __m128i *>(b + off2_m + 16 * g + 8 * h)))),
-                                                         dmin);
+                        const __m256 mgd = q2_k_min_avx2(b, g, h);
                         acc[h] = _mm256_fnmadd_ps(mgd, _mm256_set1_ps(xd[sb * 8 + k] * float(xs[sb * 16 + g])), acc[h]);
                     }
                     const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_set1_epi32(load_i32(x))),
