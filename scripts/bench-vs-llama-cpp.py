@@ -18,8 +18,9 @@ For each model it runs, alternately and `--rounds` times, llama-bench (prompt pr
 --prompt tokens and generation of --new tokens, flash attention on) and longscope-cli bench
 (prefill of --prompt tokens with memory-efficient causal attention; decode of --new tokens
 after an 8-token prompt), keeps the best of each, and prints tokens/s and the ratio
-longscope / llama.cpp, with longscope's prefill roofline fraction (its prefill GFLOP/s over
-the peak of the instruction its matrix products run on). With --depth D, decode runs at
+longscope / llama.cpp, with longscope's prefill roofline fraction (the time its matrix
+products and attention would take at the peaks of the instructions each runs on, over the
+time they took). With --depth D, decode runs at
 depth D instead: llama-bench `-d D` (the cache filled with D tokens first), longscope-cli
 bench after a D-token prompt with memory-efficient causal attention. Both sides cache keys and
 values as --kv-type (default f16, llama.cpp's default; -ctk/-ctv there, --kv-type-k/-v here).

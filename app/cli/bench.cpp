@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <memory>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -49,6 +50,10 @@ std::vector<int> int_list(const Args &a, const std::string &name, const std::str
 struct Row {
     int batch = 0, input = 0, new_tokens = 0;
     double bytes_per_token = 0, roofline_fraction = 0, prefill_gflop_s = 0, prefill_roofline_fraction = 0;
+    // Prefill's operations: the matrix products', and attention's (scores and values, half
+    // each), with the families they run on and the prefill's time.
+    double product_flops = 0, attention_flops = 0, prefill_seconds = 0;
+    AttentionFamilies attention_families;
     // --paired-probe: the median over decode steps of the step's read rate over the probe's read
     // right after it, and the median of those reads.
     double paired_roofline_fraction = 0, paired_bandwidth = 0;
@@ -177,11 +182,27 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
     if (paired && backend == ComputeBackend::Cuda)
         throw UsageError("--paired-probe measures the CPU's decode (--backend cpu)");
     double bandwidth = probe ? measure_read_bandwidth(n_threads) : 0.0;
-    // The prefill ceiling the same way: the peak rate of the instruction prefill's matrix
-    // products run on, with the same threads, before and after; the higher counts.
-    const ComputeFamily family = prefill_compute_family(main_weight_type(model->info()));
-    double compute_peak = probe ? measure_compute_peak(n_threads, family) : 0.0;
+    // The prefill ceiling the same way: the peak rates of the instructions prefill's matrix
+    // products and its attention run on, with the same threads, before and after; the higher
+    // counts. Attention's scores and values run on float multiply-adds, integer dot products
+    // or AMX tiles whatever the weights, so each part is set against its own instruction.
     const HParams &hp = model->hparams();
+    const ComputeFamily family = prefill_compute_family(main_weight_type(model->info()));
+    const auto attention_families_of = [&](bool mem_eff) {
+        return prefill_attention_families(type_k, a.flag("--kv-before-rope"), mem_eff, hp.head_dim());
+    };
+    std::map<ComputeFamily, double> peaks{{family, 0.0}};
+    for (bool mem_eff : attns) {
+        const AttentionFamilies af = attention_families_of(mem_eff);
+        peaks.emplace(af.scores, 0.0);
+        peaks.emplace(af.values, 0.0);
+    }
+    const auto measure_peaks = [&] {
+        for (auto &[f, peak] : peaks)
+            peak = std::max(peak, measure_compute_peak(n_threads, f));
+    };
+    if (probe)
+        measure_peaks();
     const DecodeCost cost = model->decode_cost();
     const double matmul_params = cost.matmul_params, streamed = cost.streamed_bytes, embd_row = cost.embd_row_bytes;
     check_kv_types(Settings{.kv_type_k = type_k, .kv_type_v = type_v, .backend = backend}, hp.head_dim());
@@ -274,24 +295,44 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         // Prefill: 2 flops per weight per token, plus attention over in/2 keys on
                         // average; the output matrix only for each sequence's last token, the one
                         // row whose logits a prompt keeps (the forward pass skips the others).
-                        const double flops =
-                            double(b) * in * (2 * (matmul_params - cost.output_params) +
-                                              4.0 * hp.n_layer * hp.n_embd * (in / 2.0)) +
-                            double(b) * 2 * cost.output_params;
+                        r.product_flops = double(b) * in * 2 * (matmul_params - cost.output_params) +
+                                          double(b) * 2 * cost.output_params;
+                        r.attention_flops = double(b) * in * 4.0 * hp.n_layer * hp.n_embd * (in / 2.0);
+                        r.attention_families = attention_families_of(mem_eff);
+                        r.prefill_seconds = f.prefill_seconds;
+                        const double flops = r.product_flops + r.attention_flops;
                         r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
                         r.paired_roofline_fraction = median(step_fractions);
                         r.paired_bandwidth = median(step_bandwidths);
                         rows.push_back(r);
                     }
 
+    // The time prefill's operations would take at the peaks of the instructions they run on,
+    // over the time they took: the products at theirs, attention's scores and values at theirs.
+    const auto ideal_seconds = [&](const Row &r) {
+        const double p = peaks.at(family), s = peaks.at(r.attention_families.scores),
+                     v = peaks.at(r.attention_families.values);
+        return p > 0 && s > 0 && v > 0 ? r.product_flops / p + r.attention_flops / 2 / s + r.attention_flops / 2 / v : 0.0;
+    };
+    // The rate attention's operations could reach at best (their half on each peak).
+    const auto attention_peak = [&](const Row &r) {
+        const double s = peaks.at(r.attention_families.scores), v = peaks.at(r.attention_families.values);
+        return s > 0 && v > 0 ? 2 / (1 / s + 1 / v) : 0.0;
+    };
+    const auto attention_instruction = [](const Row &r) {
+        const std::string s = compute_family_name(r.attention_families.scores),
+                          v = compute_family_name(r.attention_families.values);
+        return s == v ? s : s + " (scores), " + v + " (values)";
+    };
     if (probe) {
         bandwidth = std::max(bandwidth, measure_read_bandwidth(n_threads));
-        compute_peak = std::max(compute_peak, measure_compute_peak(n_threads, family));
+        measure_peaks();
         for (Row &r : rows) {
             r.roofline_fraction = r.decode_tok_s / (bandwidth / r.bytes_per_token);
-            r.prefill_roofline_fraction = compute_peak > 0 ? r.prefill_gflop_s * 1e9 / compute_peak : 0;
+            r.prefill_roofline_fraction = r.prefill_seconds > 0 ? ideal_seconds(r) / r.prefill_seconds : 0;
         }
     }
+    const double compute_peak = peaks.at(family);
 
     if (a.flag("--json")) {
         nlohmann::json out = nlohmann::json::array();
@@ -304,6 +345,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"bytes_per_token", r.bytes_per_token}, {"bandwidth_gb_s", bandwidth / 1e9},
                            {"roofline_fraction", r.roofline_fraction}, {"prefill_gflop_s", r.prefill_gflop_s},
                            {"compute_peak_gflop_s", compute_peak / 1e9}, {"compute_instruction", compute_family_name(family)},
+                           {"attention_peak_gflop_s", attention_peak(r) / 1e9},
+                           {"attention_instruction", attention_instruction(r)},
                            {"prefill_roofline_fraction", r.prefill_roofline_fraction},
                            {"paired_roofline_fraction", r.paired_roofline_fraction},
                            {"paired_bandwidth_gb_s", r.paired_bandwidth / 1e9},
@@ -320,9 +363,9 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                      "decode_tok_s,throughput_tok_s,kv_reserved_bytes,peak_kv_resident_bytes,"
                      "peak_scratch_bytes,peak_total_bytes,kv_bytes_copied,process_rss_bytes,bytes_per_token,"
                      "bandwidth_gb_s,roofline_fraction,prefill_gflop_s,compute_peak_gflop_s,prefill_roofline_fraction,"
-                     "paired_roofline_fraction,paired_bandwidth_gb_s\n";
+                     "paired_roofline_fraction,paired_bandwidth_gb_s,attention_peak_gflop_s\n";
         for (const Row &r : rows)
-            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f,%.2f,%.4f,%.4f,%.2f\n",
+            std::printf("%d,%d,%d,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.2f,%.4f,%.2f,%.2f,%.4f,%.4f,%.2f,%.2f\n",
                         r.batch, r.input, r.new_tokens, r.kv.c_str(), to_string(type_k).data(), to_string(type_v).data(),
                         r.attn.c_str(), r.causal_flash ? 1 : 0, r.prefill_tok_s,
                         r.decode_tok_s, r.throughput, (unsigned long long)r.kv_reserved,
@@ -330,16 +373,24 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         (unsigned long long)r.peak_total, (unsigned long long)r.kv_copied,
                         (unsigned long long)r.rss, r.bytes_per_token, bandwidth / 1e9, r.roofline_fraction,
                         r.prefill_gflop_s, compute_peak / 1e9, r.prefill_roofline_fraction,
-                        r.paired_roofline_fraction, r.paired_bandwidth / 1e9);
+                        r.paired_roofline_fraction, r.paired_bandwidth / 1e9, attention_peak(r) / 1e9);
         return 0;
     }
     std::string types;
     for (const auto &[type, count] : model->info().tensor_types)
         types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(count);
+    std::string attention_peaks;
+    for (const Row &r : rows) {
+        char line[256];
+        std::snprintf(line, sizeof line, "%.1f GFLOP/s (%s)", attention_peak(r) / 1e9, attention_instruction(r).c_str());
+        if (attention_peaks.find(line) == std::string::npos)
+            attention_peaks += (attention_peaks.empty() ? "" : "; ") + std::string(line);
+    }
     std::printf("model %s (tensors %s; %s MiB), %d threads, %s kernels, read bandwidth %.1f GB/s, "
-                "compute peak %.1f GFLOP/s (%s)\n",
+                "compute peak %.1f GFLOP/s (%s), attention's %s\n",
                 model->info().name.c_str(), types.c_str(), mib(model->info().weight_bytes).c_str(), n_threads,
-                cpu_kernel_name().c_str(), bandwidth / 1e9, compute_peak / 1e9, compute_family_name(family).c_str());
+                cpu_kernel_name().c_str(), bandwidth / 1e9, compute_peak / 1e9, compute_family_name(family).c_str(),
+                attention_peaks.c_str());
     std::printf("KV cache: keys %s, values %s (%s per position)\n", to_string(type_k).data(),
                 to_string(type_v).data(), (std::to_string(int64_t(kv_bytes_per_position)) + " bytes").c_str());
     if (backend == ComputeBackend::Cuda)

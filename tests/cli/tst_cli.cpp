@@ -314,17 +314,45 @@ private slots:
             const double expected_flops = in * (2 * layer_weights + 4.0 * 5 * 64 * in / 2) + 2.0 * 512 * 64;
             const double flops = o["prefill_gflop_s"].toDouble() * 1e9 * in / o["prefill_tok_s"].toDouble();
             QVERIFY2(std::abs(flops / expected_flops - 1) < 1e-9, qPrintable(QString::number(flops)));
-            // The prefill roofline: the peak of the instruction prefill runs on, measured in the
-            // run, and a fraction of it that is positive and (noise aside) not above it.
+            // The prefill roofline: the time the products would take at the peak of the
+            // instruction they run on plus attention's at its own (both measured in the run),
+            // over prefill's time; positive and (noise aside) not above 1.
             QVERIFY(!o["compute_instruction"].toString().isEmpty());
+            QVERIFY(!o["attention_instruction"].toString().isEmpty());
             const double peak = o["compute_peak_gflop_s"].toDouble(), fraction = o["prefill_roofline_fraction"].toDouble();
+            const double attention_peak = o["attention_peak_gflop_s"].toDouble();
             QVERIFY(std::isfinite(peak) && peak > 0);
+            QVERIFY(std::isfinite(attention_peak) && attention_peak > 0);
             QVERIFY2(fraction > 0 && fraction <= 1.5, qPrintable(QString::number(fraction)));
-            QVERIFY(std::abs(fraction / (o["prefill_gflop_s"].toDouble() / peak) - 1) < 1e-9);
+            const double attention_flops = in * 4.0 * 5 * 64 * in / 2, seconds = in / o["prefill_tok_s"].toDouble();
+            const double ideal = (expected_flops - attention_flops) / (peak * 1e9) + attention_flops / (attention_peak * 1e9);
+            QVERIFY2(std::abs(fraction / (ideal / seconds) - 1) < 1e-6, qPrintable(QString::number(fraction)));
             if (o["kv_mode"].toString() == "concat")
                 QVERIFY(o["kv_bytes_copied"].toDouble() > 0);
             else
                 QCOMPARE(o["kv_bytes_copied"].toDouble(), 0.0);
+        }
+        // Weights on 8-bit integer dot products where the CPU has them, attention on float
+        // multiply-adds: each part against its own peak (the bundled model quantized to Q8_0).
+        QTemporaryDir qdir;
+        const QString q8 = qdir.filePath("q8.gguf");
+        QCOMPARE(run_cli({"quantize", bundled(), q8, "--type", "q8_0"}).code, 0);
+        Run rq = run_cli({"bench", "-m", q8, "--input", "48", "--new", "2", "--kv", "static", "--attn", "mem-efficient",
+                          "--causal-flash", "--json"});
+        QCOMPARE(rq.code, 0);
+        {
+            const QJsonObject o = QJsonDocument::fromJson(rq.out).array().first().toObject();
+            const double in = o["input_tokens"].toDouble(), seconds = in / o["prefill_tok_s"].toDouble();
+            const double layer_weights = 5.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172);
+            const double attention_flops = in * 4.0 * 5 * 64 * in / 2;
+            const double product_flops = in * 2 * layer_weights + 2.0 * 512 * 64;
+            const double peak = o["compute_peak_gflop_s"].toDouble() * 1e9,
+                         attention_peak = o["attention_peak_gflop_s"].toDouble() * 1e9;
+            if (!o["cpu_kernels"].toString().startsWith("portable"))
+                QVERIFY2(o["compute_instruction"].toString() != o["attention_instruction"].toString(),
+                         rq.out.constData());
+            const double ideal = product_flops / peak + attention_flops / attention_peak;
+            QVERIFY2(std::abs(o["prefill_roofline_fraction"].toDouble() / (ideal / seconds) - 1) < 1e-6, rq.out.constData());
         }
         // The paired probe: a median over the decode steps, present only when asked for, and
         // refused without the probe.

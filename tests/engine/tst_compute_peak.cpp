@@ -131,6 +131,38 @@ private slots:
         QCOMPARE(prefill_compute_family("Q4_K"), ComputeFamily::Int8Dot);
     }
 
+    // Prefill attention's scores and values: integer dot products for keys cached as Q8_0 or
+    // Q4_0 and read as they are (not rotated on load), AMX tiles for memory-efficient attention
+    // where the kernel table uses them (float keys, heads of a multiple of 32), float
+    // multiply-adds otherwise; values never on integers.
+    void attentionFamiliesFollowTheKernels()
+    {
+        const auto is = [](AttentionFamilies a, ComputeFamily s, ComputeFamily v) {
+            return a.scores == s && a.values == v;
+        };
+        const bool tiles = kernel_table().amx_attention && kernel_table().attention_v4;
+        for (KvType k : {KvType::Q8_0, KvType::Q4_0}) {
+            for (bool mem_eff : {false, true})
+                QVERIFY(is(prefill_attention_families(k, false, mem_eff, 64), ComputeFamily::Int8Dot, ComputeFamily::F32Fma));
+            // Keys kept before RoPE are decoded and rotated to floats first.
+            QVERIFY(is(prefill_attention_families(k, true, false, 64), ComputeFamily::F32Fma, ComputeFamily::F32Fma));
+        }
+        for (KvType k : {KvType::F32, KvType::F16}) {
+            QVERIFY(is(prefill_attention_families(k, false, false, 64), ComputeFamily::F32Fma, ComputeFamily::F32Fma));
+            QVERIFY(is(prefill_attention_families(k, false, false, 40), ComputeFamily::F32Fma, ComputeFamily::F32Fma));
+            const ComputeFamily mem_eff = tiles ? ComputeFamily::AmxBf16 : ComputeFamily::F32Fma;
+            QVERIFY(is(prefill_attention_families(k, false, true, 64), mem_eff, mem_eff));
+            QVERIFY(is(prefill_attention_families(k, true, true, 128), mem_eff, mem_eff));
+            QVERIFY(is(prefill_attention_families(k, false, true, 40), ComputeFamily::F32Fma, ComputeFamily::F32Fma));
+        }
+        // Without AMX (or with its attention switched off) float keys are on multiply-adds.
+        CpuOptions no_amx;
+        no_amx.amx = false;
+        CpuOptionsScope scope(no_amx);
+        QVERIFY(is(prefill_attention_families(KvType::F16, false, true, 64), ComputeFamily::F32Fma, ComputeFamily::F32Fma));
+        QVERIFY(is(prefill_attention_families(KvType::Q8_0, false, true, 64), ComputeFamily::Int8Dot, ComputeFamily::F32Fma));
+    }
+
     void aRealMatmulStaysUnderTheCeiling()
     {
         // 2 x 768^2 x 64 operations on F32 weights, in cache, through the GEMM tiles.

@@ -1,7 +1,10 @@
 // Hardware facts the benchmarks report beside their results: the CPU kernels in use, the
 // memory read bandwidth measured in this process (the ceiling for batch-1 decode) and the
-// peak rate of the matrix-product instruction prefill runs on (the ceiling for prefill).
+// peak rates of the instructions prefill's matrix products and attention run on (the
+// ceilings for prefill).
 #pragma once
+
+#include "longscope/settings.h"
 
 #include <cstdint>
 #include <memory>
@@ -49,6 +52,19 @@ enum class ComputeFamily { F32Fma, Bf16Dot, Int8Dot, AmxBf16 };
 // The family prefill's matrix products run on here for weights of the named type (a GGUF
 // type name such as "F16" or "Q4_K"; an unknown name counts as float), under the kernels in use.
 ComputeFamily prefill_compute_family(std::string_view weight_type);
+
+// The families prefill attention's two products run on here: the scores (queries by keys)
+// and the weighted sum of the values, with keys cached as k_type. Keys cached as Q8_0 or Q4_0
+// and not rotated as they are read (keys_before_rope false) are scored by 8-bit integer dot
+// products, their values summed with float multiply-adds; memory-efficient attention on a CPU
+// with AMX tiles for attention runs both on the tiles (float keys, head_dim a multiple of 32);
+// otherwise both are float multiply-adds.
+struct AttentionFamilies {
+    ComputeFamily scores = ComputeFamily::F32Fma;
+    ComputeFamily values = ComputeFamily::F32Fma;
+};
+AttentionFamilies prefill_attention_families(KvType k_type, bool keys_before_rope, bool memory_efficient,
+                                             int head_dim);
 
 // The instruction the compute probe runs for `family` here, e.g. "avx512 vdpbf16ps".
 std::string compute_family_name(ComputeFamily family);

@@ -1,12 +1,14 @@
 #include "longscope/hardware.h"
 
 #include "core/system_memory.h"
+#include "cpu/attention_qk.h"
 #include "cpu/compute_peak.h"
 #include "cpu/kernel_table.h"
 #include "cpu/packed.h"
 #include "cpu/ops.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
+#include "kv/kv_store.h"
 #include "longscope/errors.h"
 #include "model/weights.h"
 
@@ -128,6 +130,19 @@ ComputeFamily prefill_compute_family(std::string_view weight_type)
         }
     }
     return ComputeFamily::F32Fma;
+}
+
+AttentionFamilies prefill_attention_families(KvType k_type, bool keys_before_rope, bool memory_efficient,
+                                             int head_dim)
+{
+    const CpuKernelTable &t = kernel_table();
+    // The conditions of attention_naive / attention_tiled (cpu/attention.cpp): keys_in_integers,
+    // attention_on_tiles (whose key tiles are multiples of 32 keys).
+    if (keys_scored_in_integers(kv_dtype(k_type), keys_before_rope))
+        return {ComputeFamily::Int8Dot, ComputeFamily::F32Fma};
+    if (memory_efficient && t.amx_attention && t.attention_v4 && head_dim % 32 == 0)
+        return {ComputeFamily::AmxBf16, ComputeFamily::AmxBf16};
+    return {};
 }
 
 std::string compute_family_name(ComputeFamily family) { return compute_loop(family).name; }
