@@ -295,6 +295,8 @@ private slots:
         QCOMPARE(r.code, 0);
         const QJsonArray rows = QJsonDocument::fromJson(r.out).array();
         QCOMPARE(rows.size(), 2 * 3 * 2);
+        // stories260K's matrix weights per layer set (see below).
+        const double layer_weights = 5.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172);
         for (const auto &v : rows) {
             const QJsonObject o = v.toObject();
             QVERIFY(o["decode_tok_s"].toDouble() > 0);
@@ -310,7 +312,6 @@ private slots:
             // layers' products per prompt token, attention's 4 x layers x dim per key over
             // half the prompt, and the output matrix once, for the one row whose logits are kept.
             const double in = o["input_tokens"].toDouble();
-            const double layer_weights = 5.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172);
             const double expected_flops = in * (2 * layer_weights + 4.0 * 5 * 64 * in / 2) + 2.0 * 512 * 64;
             const double flops = o["prefill_gflop_s"].toDouble() * 1e9 * in / o["prefill_tok_s"].toDouble();
             QVERIFY2(std::abs(flops / expected_flops - 1) < 1e-9, qPrintable(QString::number(flops)));
@@ -343,7 +344,6 @@ private slots:
         {
             const QJsonObject o = QJsonDocument::fromJson(rq.out).array().first().toObject();
             const double in = o["input_tokens"].toDouble(), seconds = in / o["prefill_tok_s"].toDouble();
-            const double layer_weights = 5.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172);
             const double attention_flops = in * 4.0 * 5 * 64 * in / 2;
             const double product_flops = in * 2 * layer_weights + 2.0 * 512 * 64;
             const double peak = o["compute_peak_gflop_s"].toDouble() * 1e9,
