@@ -1761,8 +1761,7 @@ constexpr int amx_attention_terms = 2;
 
 bool attention_on_tiles(const AttentionProblem &p, int64_t T)
 {
-    const CpuKernelTable &t = kernel_table();
-    return t.amx_attention && t.attention_v4 && !keys_in_integers(p) && p.head_dim % 32 == 0 && T % 32 == 0;
+    return attention_tiles_take(p.k_type, p.rotate_keys != nullptr, p.head_dim) && T % 32 == 0;
 }
 
 // Per worker: the operands, the tile's keys and values as floats (decoded, rotated), the
@@ -1931,6 +1930,13 @@ __attribute__((target("arch=x86-64-v4"))) void softmax_exp_x86_64_v4(const float
 {
     for (int64_t i = 0; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, exp_nonpositive16(_mm512_loadu_ps(x + i)));
+}
+
+bool attention_tiles_take(DType k_type, bool keys_rotated_on_load, int head_dim)
+{
+    const CpuKernelTable &t = kernel_table();
+    return t.amx_attention && t.attention_v4 && !keys_scored_in_integers(k_type, keys_rotated_on_load) &&
+           head_dim % 32 == 0;
 }
 
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,

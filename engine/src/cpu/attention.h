@@ -106,6 +106,12 @@ constexpr int64_t attention_key_splits = 16;
 AttentionStats attention_tiled(ThreadPool &pool, const AttentionProblem &p, bool causal_flash,
                                int tile = 64);
 
+// Whether attention_tiled runs prefill's scores and values on the AMX tiles for keys cached as
+// k_type (rotated as they are read or not) and heads of head_dim, where its key tiles are a
+// multiple of 32 keys: the kernel table uses the tiles for attention, and the keys are not
+// scored in integers. bench's prefill roofline asks the same.
+bool attention_tiles_take(DType k_type, bool keys_rotated_on_load, int head_dim);
+
 // The exponential the AMX path's softmax takes of scores less their row's maximum (x <= 0, -inf
 // where masked): y[i] = e^x[i] for n values (a multiple of 16). Needs cpu_features().x86_64_v4.
 // Exposed for tst_attention.

@@ -1,6 +1,7 @@
 #include "longscope/hardware.h"
 
 #include "core/system_memory.h"
+#include "cpu/attention.h"
 #include "cpu/attention_qk.h"
 #include "cpu/compute_peak.h"
 #include "cpu/kernel_table.h"
@@ -135,12 +136,12 @@ ComputeFamily prefill_compute_family(std::string_view weight_type)
 AttentionFamilies prefill_attention_families(KvType k_type, bool keys_before_rope, bool memory_efficient,
                                              int head_dim)
 {
-    const CpuKernelTable &t = kernel_table();
-    // The conditions of attention_naive / attention_tiled (cpu/attention.cpp): keys_in_integers,
-    // attention_on_tiles (whose key tiles are multiples of 32 keys).
-    if (keys_scored_in_integers(kv_dtype(k_type), keys_before_rope))
+    // attention_naive and attention_tiled score keys in integers under the same rule; only the
+    // tiled path (memory-efficient attention) takes the AMX tiles.
+    const DType kt = kv_dtype(k_type);
+    if (keys_scored_in_integers(kt, keys_before_rope))
         return {ComputeFamily::Int8Dot, ComputeFamily::F32Fma};
-    if (memory_efficient && t.amx_attention && t.attention_v4 && head_dim % 32 == 0)
+    if (memory_efficient && attention_tiles_take(kt, keys_before_rope, head_dim))
         return {ComputeFamily::AmxBf16, ComputeFamily::AmxBf16};
     return {};
 }
