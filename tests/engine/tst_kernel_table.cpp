@@ -199,7 +199,11 @@ private slots:
         CpuOptions o = cpu_options_from_switches(lookup);
         QCOMPARE(o.kernels, SimdLevel::Auto);
         QCOMPARE(o.quant_matmul, QuantMatmulPath::Auto);
-        QVERIFY(o.pack_weights && o.copy_weights && o.amx && o.amx_attention && o.decode_prefetch);
+        QVERIFY(o.pack_weights && o.copy_weights && o.amx && o.amx_attention && o.decode_prefetch && o.k_act_span);
+        env = {{"LONGSCOPE_ACT_SPAN", "32"}};
+        QVERIFY(!cpu_options_from_switches(lookup).k_act_span);
+        env = {{"LONGSCOPE_ACT_SPAN", "256"}};
+        QVERIFY(cpu_options_from_switches(lookup).k_act_span);
         env = {{"LONGSCOPE_SIMD", "avx2"}, {"LONGSCOPE_QUANT_MATMUL", "bf16"}, {"LONGSCOPE_PACK", "0"},
                {"LONGSCOPE_COPY_WEIGHTS", "0"}, {"LONGSCOPE_AMX", "0"}};
         o = cpu_options_from_switches(lookup);
@@ -450,6 +454,85 @@ private slots:
                     }
                     QCOMPARE(got.ds_row(t)[b], d * float(sum));
                 }
+        }
+    }
+
+    // Activations with one scale per 256 values (QuantizedActs::span act_span_super, the K
+    // types' products under the VNNI kernels): every level and the tile quantizer give the
+    // portable one's bits, and the bits follow the documented rule, written here on its own:
+    // every block of a span stores d = max|x| over the 256 / 127, q = round-to-nearest-even(x *
+    // 127 / max), ds = d * sum(q); a span holding a NaN or an infinity stores q = 0 and d = NaN
+    // in all eight blocks; a span of zeros q = 0 and d = 0.
+    void quantize_acts_span_of_256()
+    {
+        const int64_t n = 1024, n_tokens = 8;
+        std::vector<float> x = random_floats(size_t(n * n_tokens), 23, 1.5f);
+        x[3] = 40.0f;                                                  // token 0, span 0: one large value
+        x[size_t(n + 256 + 77)] = std::numeric_limits<float>::quiet_NaN(); // token 1, span 1
+        x[size_t(2 * n + 700)] = -std::numeric_limits<float>::infinity();  // token 2, span 2
+        std::fill(x.begin() + 3 * n + 512, x.begin() + 3 * n + 768, 0.0f); // token 3, span 2: zeros
+        QuantizedActs want;
+        quantize_acts_with(VectorLevel::Portable, nullptr, x.data(), n_tokens, n, want, act_span_super);
+        QCOMPARE(want.span, act_span_super);
+        for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t sp = 0; sp < n / 256; ++sp) {
+                const float *xs = x.data() + t * n + sp * 256;
+                bool finite = true;
+                float amax = 0;
+                for (int j = 0; j < 256; ++j) {
+                    finite = finite && std::isfinite(xs[j]);
+                    amax = std::max(amax, std::fabs(xs[j]));
+                }
+                for (int b = 0; b < 8; ++b) {
+                    const int64_t blk = sp * 8 + b;
+                    const QString where = QString("token %1 span %2 block %3").arg(t).arg(sp).arg(b);
+                    const float d = want.db_row(t)[blk];
+                    const int8_t *q = want.q_row(t) + blk * 32;
+                    int sum = 0;
+                    for (int j = 0; j < 32; ++j) {
+                        const float v = xs[32 * b + j];
+                        const int expect = !finite || amax == 0.0f ? 0 : int(std::nearbyint(v * (127.0f / amax)));
+                        QVERIFY2(q[j] == expect, qPrintable(where + QString(" lane %1: %2 vs %3").arg(j).arg(q[j]).arg(expect)));
+                        sum += q[j];
+                    }
+                    if (!finite) {
+                        QVERIFY2(std::isnan(d), qPrintable(where));
+                        continue;
+                    }
+                    QVERIFY2(d == amax / 127.0f, qPrintable(where));
+                    QVERIFY2(want.ds_row(t)[blk] == d * float(sum), qPrintable(where));
+                    for (int j = 0; j < 8; ++j)
+                        QVERIFY2(want.dl_row(t)[blk * 8 + j] == d, qPrintable(where));
+                }
+            }
+        ThreadPool pool(2);
+        for (VectorLevel level : available_levels()) {
+            QuantizedActs got;
+            quantize_acts_with(level, &pool, x.data(), n_tokens, n, got, act_span_super);
+            const char *name = vector_level_name(level);
+            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
+            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
+            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
+            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
+            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+        }
+        // The tile quantizer (four tokens straight into the packed layout) against the rows
+        // interleaved by pack_acts.
+        if (kernel_table().level == VectorLevel::Avx512) {
+            PackedActs from_rows, direct;
+            pack_acts(nullptr, want, from_rows);
+            QCOMPARE(from_rows.span, act_span_super);
+            QuantizedActs rows;
+            quantize_pack_acts(pool, x.data(), n_tokens, n, rows, direct, /*rows_of_tiles=*/false, act_span_super);
+            QCOMPARE(direct.span, act_span_super);
+            const auto same = [](const auto &u, const auto &v) {
+                return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
+            };
+            QVERIFY(same(direct.q, from_rows.q));
+            QVERIFY(same(direct.db, from_rows.db));
+            QVERIFY(same(direct.ds, from_rows.ds));
+            QVERIFY(same(direct.b16, from_rows.b16));
+            QVERIFY(same(direct.b32, from_rows.b32));
         }
     }
 

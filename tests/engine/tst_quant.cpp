@@ -139,29 +139,40 @@ OwnedQuantWeight make_quant_weight(DType type, int64_t n_in, int64_t n_out, uint
 }
 
 // The activations' 8-bit quantization as qdot.h documents it (llama.cpp's Q8_0 rule):
-// per block of 32, d = max|x| / 127 and q = round-to-nearest-even(x * (127 / max|x|)).
-// Blocks never straddle tokens: every row length here is a multiple of 32.
-std::vector<float> quantize_acts_reference(const std::vector<float> &x)
+// per block of `span` values (32; 256 for llama.cpp's Q8_K span), d = max|x| / 127 and
+// q = round-to-nearest-even(x * (127 / max|x|)). Blocks never straddle tokens: every row length
+// here is a multiple of the span.
+std::vector<float> quantize_acts_reference(const std::vector<float> &x, int span = 32)
 {
     std::vector<float> out(x.size());
-    for (size_t b = 0; b < x.size(); b += 32) {
+    for (size_t b = 0; b < x.size(); b += size_t(span)) {
         float amax = 0;
-        for (size_t j = b; j < b + 32; ++j)
+        for (size_t j = b; j < b + size_t(span); ++j)
             amax = std::max(amax, std::fabs(x[j]));
         const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        for (size_t j = b; j < b + 32; ++j)
+        for (size_t j = b; j < b + size_t(span); ++j)
             out[j] = d * std::nearbyint(x[j] * id);
     }
     return out;
 }
 
-double block_absmax(const std::vector<float> &x, size_t i)
+double block_absmax(const std::vector<float> &x, size_t i, int span = 32)
 {
-    const size_t b = i / 32 * 32;
+    const size_t b = i / size_t(span) * size_t(span);
     double m = 0;
-    for (size_t j = b; j < b + 32; ++j)
+    for (size_t j = b; j < b + size_t(span); ++j)
         m = std::max(m, double(std::fabs(x[j])));
     return m;
+}
+
+// The span matmul quantizes the activations of a product with `type` over (qdot.h): 256 for
+// the K types under the VNNI kernels unless the option is off, else 32. Stated here from the
+// documentation, not asked of the code under test.
+int expected_span(DType type)
+{
+    const bool k = type == DType::Q2_K || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
+                   type == DType::Q6_K;
+    return k && qkernel() == QKernel::Vnni && cpu_options().k_act_span ? 256 : 32;
 }
 
 // The double-precision references for one (row o, token t) pair of a product with quantized
@@ -172,7 +183,7 @@ struct PairReference {
     double ref = 0, ref_q = 0, mag = 0, bound = 0;
 };
 PairReference pair_reference(const std::vector<float> &w, const std::vector<float> &x, const std::vector<float> &xq,
-                             int n_in, int o, int t)
+                             int n_in, int o, int t, int span = 32)
 {
     PairReference r;
     for (int i = 0; i < n_in; ++i) {
@@ -181,9 +192,165 @@ PairReference pair_reference(const std::vector<float> &w, const std::vector<floa
         r.ref += wv * x[xi];
         r.ref_q += wv * xq[xi];
         r.mag += std::fabs(wv * xq[xi]);
-        r.bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+        r.bound += std::fabs(wv) * block_absmax(x, xi, span) / 127.0 / 2.0;
     }
     return r;
+}
+
+// The products of packed matrix pk (the rows of w, `groups` groups of 16) with activations x
+// (n_tokens tokens) quantized over `span` values, through every packed kernel this CPU runs
+// (`kernels`, best first), against the double references and each other (packed_matrices).
+void check_packed_products(DType type, int n_in, int n_out, const OwnedQuantWeight &w, const uint8_t *pk,
+                       int64_t groups, const std::vector<QKernel> &kernels, const std::vector<float> &x,
+                       int n_tokens, int span)
+{
+    const std::vector<float> xq = quantize_acts_reference(x, span);
+    QuantizedActs acts;
+    quantize_acts(nullptr, x.data(), n_tokens, n_in, acts, span);
+
+    std::vector<float> y4, first;
+    std::vector<std::vector<float>> of_kernel; // each kernel's products, kernels' order
+    for (QKernel k : kernels) {
+        // Tiles of 4 tokens (4 + 4 + 3) and of 1 token: the same bits.
+        y4.assign(size_t(n_tokens * n_out), NAN);
+        std::vector<float> y1(size_t(n_tokens * n_out), NAN);
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int t = 0; t < n_tokens; t += 4)
+                packed_tile_with(k, type, pk, n_in, g, acts, t, std::min(4, n_tokens - t),
+                                 y4.data() + t * n_out + g * 16, n_out);
+            for (int t = 0; t < n_tokens; ++t)
+                packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
+        }
+        // One token without the requests for the bytes ahead (LONGSCOPE_PREFETCH=0): the
+        // same bits.
+        {
+            std::vector<float> y1n(size_t(n_tokens * n_out), NAN);
+            {
+                CpuOptions o = cpu_options();
+                o.decode_prefetch = false;
+                CpuOptionsScope scope(o);
+                QVERIFY(!kernel_table().decode_prefetch);
+                for (int64_t g = 0; g < groups; ++g)
+                    for (int t = 0; t < n_tokens; ++t)
+                        packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1n.data() + t * n_out + g * 16,
+                                         n_out);
+            }
+            QVERIFY(kernel_table().decode_prefetch);
+            for (size_t i = 0; i < y1.size(); ++i)
+                QVERIFY2(bits_of(y1n[i]) == bits_of(y1[i]), qPrintable(QString("%1 without prefetch, %2: %3 vs %4")
+                                                                           .arg(qkernel_name(k)).arg(i)
+                                                                           .arg(y1n[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
+        }
+        double worst = 0;
+        for (int t = 0; t < n_tokens; ++t)
+            for (int o = 0; o < n_out; ++o) {
+                const size_t i = size_t(t * n_out + o);
+                QVERIFY2(bits_of(y4[i]) == bits_of(y1[i]),
+                         qPrintable(QString("%1 t %2 o %3: %4 vs %5").arg(qkernel_name(k)).arg(t).arg(o)
+                                        .arg(y4[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
+                // The VNNI and AVX2 kernels: the same float operations on exact sums (with
+                // the span of 256 the VNNI K kernels apply the sub-block scales to
+                // integer sums, the AVX2 ones per block: float rounding apart).
+                if (!first.empty() && span == 32)
+                    QVERIFY2(bits_of(y4[i]) == bits_of(first[i]),
+                             qPrintable(QString("%1 vs %2, t %3 o %4: %5 vs %6").arg(qkernel_name(k))
+                                            .arg(qkernel_name(kernels[0])).arg(t).arg(o).arg(y4[i], 0, 'g', 9)
+                                            .arg(first[i], 0, 'g', 9)));
+                const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t, span);
+                const QString where = QString("%1 t %2 o %3: %4 vs %5 / %6").arg(qkernel_name(k)).arg(t).arg(o)
+                                          .arg(y4[i], 0, 'g', 9).arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
+                QVERIFY2(std::fabs(y4[i] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
+                QVERIFY2(std::fabs(y4[i] - ref) <= bound + 1e-5 * mag, qPrintable(where));
+                worst = std::max(worst, std::fabs(y4[i] - ref_q) / mag);
+            }
+        qInfo("packed %s kernel (%s): worst |error| / sum|w x| against the documented rounding: %.2e",
+              std::string(dtype_name(type)).c_str(), qkernel_name(k), worst);
+        if (first.empty())
+            first = y4;
+        of_kernel.push_back(y4);
+    }
+    // A NaN or an infinity in a token's activations gives NaN for that token through the
+    // packed kernels too (qdot.h's rule); the other tokens of the tile keep their bits.
+    std::vector<float> xp = x;
+    xp[size_t(2 * n_in + 5)] = std::numeric_limits<float>::quiet_NaN();
+    xp[size_t(5 * n_in + n_in - 1)] = std::numeric_limits<float>::infinity();
+    QuantizedActs poisoned;
+    quantize_acts(nullptr, xp.data(), n_tokens, n_in, poisoned, span);
+    for (size_t ki = 0; ki < kernels.size(); ++ki) {
+        const QKernel k = kernels[ki];
+        std::vector<float> yp(size_t(n_tokens * n_out), 0.0f);
+        for (int64_t g = 0; g < groups; ++g)
+            for (int t = 0; t < n_tokens; t += 4)
+                packed_tile_with(k, type, pk, n_in, g, poisoned, t, std::min(4, n_tokens - t),
+                                 yp.data() + t * n_out + g * 16, n_out);
+        for (int t = 0; t < n_tokens; ++t)
+            for (int o = 0; o < n_out; ++o) {
+                const size_t i = size_t(t * n_out + o);
+                if (t == 2 || t == 5)
+                    QVERIFY2(std::isnan(yp[i]), qPrintable(QString("%1 t %2 o %3: %4").arg(qkernel_name(k)).arg(t)
+                                                               .arg(o).arg(yp[i])));
+                else
+                    QVERIFY(bits_of(yp[i]) == bits_of(of_kernel[ki][i]));
+            }
+    }
+    // The VNNI kernels over the tiles of four tokens pack_acts copies, one group at a time
+    // and two or three side by side (fewer for the last ones), one tile at a time and two
+    // together: the bits of the tiles above, NaN for the poisoned tokens.
+    if (packed_kernel_available(QKernel::Vnni))
+        for (const QuantizedActs *from : {&acts, &poisoned})
+            for (int side_by_side : {1, 2, 3})
+                for (int tiles_at_once : {1, 2}) {
+                    PackedActs pa;
+                    pack_acts(nullptr, *from, pa);
+                    QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
+                    std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
+                    for (int64_t g = 0; g < groups; g += side_by_side)
+                        for (int64_t tile = 0; tile < pa.n_tiles; tile += tiles_at_once)
+                            packed_tile_acts(type, pk, n_in, g, int(std::min<int64_t>(side_by_side, groups - g)), pa,
+                                             tile, yt.data() + tile * packed_act_tile * n_out + g * 16, n_out,
+                                             int(std::min<int64_t>(tiles_at_once, pa.n_tiles - tile)));
+                    for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
+                        for (int o = 0; o < n_out; ++o) {
+                            const size_t i = size_t(t * n_out + o);
+                            const QString where = QString("tiled (%1 groups, %2 tiles) t %3 o %4: %5 vs %6")
+                                                      .arg(side_by_side).arg(tiles_at_once).arg(t).arg(o)
+                                                      .arg(yt[i], 0, 'g', 9).arg(first[i], 0, 'g', 9);
+                            if (from == &poisoned && (t == 2 || t == 5))
+                                QVERIFY2(std::isnan(yt[i]), qPrintable(where));
+                            else
+                                QVERIFY2(bits_of(yt[i]) == bits_of(first[i]), qPrintable(where));
+                        }
+                }
+
+    y4 = first;
+    if (!packed_kernel_available(qkernel()))
+        return; // matmul never packs here
+    // matmul picks the span by the option (expected_span): ask for this one.
+    CpuOptions options = cpu_options();
+    options.k_act_span = span == 256;
+    CpuOptionsScope scope(options);
+    QCOMPARE(expected_span(type), span);
+
+    // Through matmul: a pool of 3 splits the rows at places that are not multiples of 16;
+    // every group must be computed once (NaN marks a missing one).
+    WeightView pv = w.view;
+    pv.cpu_packed = pk;
+    ThreadPool pool(3);
+    for (int nt : {1, 2, 5, 7, 11}) { // 11: two tiles at once in the K types' kernels
+        std::vector<float> yp(size_t(nt * n_out), NAN), yr(size_t(nt * n_out), NAN);
+        matmul_with(pool, pv, x.data(), yp.data(), nt, QuantMatmul::Integer);
+        matmul_with(pool, w.view, x.data(), yr.data(), nt, QuantMatmul::Integer);
+        for (int t = 0; t < nt; ++t)
+            for (int o = 0; o < n_out; ++o) {
+                const size_t k = size_t(t * n_out + o);
+                QVERIFY2(bits_of(yp[k]) == bits_of(y4[k]), qPrintable(QString("matmul %1 tokens, t %2 o %3").arg(nt).arg(t).arg(o)));
+                double mag = 0;
+                for (int i = 0; i < n_in; ++i)
+                    mag += std::fabs(double(w.values[size_t(o * n_in + i)]) * xq[size_t(t * n_in + i)]);
+                QVERIFY2(std::fabs(double(yp[k]) - yr[k]) <= 2e-5 * mag,
+                         qPrintable(QString("packed vs rows, t %1 o %2: %3 vs %4").arg(t).arg(o).arg(yp[k]).arg(yr[k])));
+            }
+    }
 }
 
 std::string greedy_text(const Model &m, const std::string &prompt, int n)
@@ -476,27 +643,34 @@ private slots:
         ThreadPool pool(3);
         std::mt19937 rng(5);
         std::normal_distribution<float> dist(0.0f, 1.0f);
-        double worst_ratio = 0;
-        for (int n_tokens : {1, 3, 5, 8, 21}) {
-            std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
-            for (float &v : x)
-                v = dist(rng);
-            const std::vector<float> xq = quantize_acts_reference(x);
-            std::vector<float> y(size_t(n_tokens * n_out), NAN);
-            matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Integer);
-            for (int t = 0; t < n_tokens; ++t)
-                for (int o = 0; o < n_out; ++o) {
-                    const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t);
-                    const double got = y[size_t(t * n_out + o)];
-                    const QString where = QString("tokens %1 t %2 o %3: %4 vs %5 / %6")
-                                              .arg(n_tokens).arg(t).arg(o).arg(got, 0, 'g', 9)
-                                              .arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
-                    QVERIFY2(std::fabs(got - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
-                    QVERIFY2(std::fabs(got - ref) <= bound + 1e-5 * mag, qPrintable(where));
-                    worst_ratio = std::max(worst_ratio, std::fabs(got - ref) / bound);
-                }
+        // With the K types' span of 256 (the default) and with it off (LONGSCOPE_ACT_SPAN=32).
+        for (bool k_span : {true, false}) {
+            CpuOptions options = cpu_options();
+            options.k_act_span = k_span;
+            CpuOptionsScope scope(options);
+            const int span = expected_span(type);
+            double worst_ratio = 0;
+            for (int n_tokens : {1, 3, 5, 8, 21}) {
+                std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+                for (float &v : x)
+                    v = dist(rng);
+                const std::vector<float> xq = quantize_acts_reference(x, span);
+                std::vector<float> y(size_t(n_tokens * n_out), NAN);
+                matmul_with(pool, w.view, x.data(), y.data(), n_tokens, QuantMatmul::Integer);
+                for (int t = 0; t < n_tokens; ++t)
+                    for (int o = 0; o < n_out; ++o) {
+                        const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t, span);
+                        const double got = y[size_t(t * n_out + o)];
+                        const QString where = QString("span %1, tokens %2 t %3 o %4: %5 vs %6 / %7")
+                                                  .arg(span).arg(n_tokens).arg(t).arg(o).arg(got, 0, 'g', 9)
+                                                  .arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
+                        QVERIFY2(std::fabs(got - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
+                        QVERIFY2(std::fabs(got - ref) <= bound + 1e-5 * mag, qPrintable(where));
+                        worst_ratio = std::max(worst_ratio, std::fabs(got - ref) / bound);
+                    }
+            }
+            qInfo("span %d: worst |error| / activation-rounding bound: %.3f", span, worst_ratio);
         }
-        qInfo("worst |error| / activation-rounding bound: %.3f", worst_ratio);
     }
 
     // The BF16 path (many tokens, CPUs with AVX-512 BF16): weights dequantized then rounded to
@@ -530,7 +704,7 @@ private slots:
                         const double wv = w.values[size_t(o * n_in + i)];
                         ref += wv * x[xi];
                         mag += std::fabs(wv * x[xi]);
-                        int_bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                        int_bound += std::fabs(wv) * block_absmax(x, xi, expected_span(type)) / 127.0 / 2.0;
                     }
                     const double got = y[size_t(t * n_out + o)];
                     const double bound = bf16 ? mag * (1.0 / 128 + 1.0 / 65536) + 1e-5 * mag : int_bound + 2e-5 * mag;
@@ -651,7 +825,7 @@ private slots:
                         const size_t xi = size_t(t * n_in + k);
                         const double wv = w.values[size_t(o * n_in + k)];
                         mag += std::fabs(wv * x[xi]);
-                        int_bound += std::fabs(wv) * block_absmax(x, xi) / 127.0 / 2.0;
+                        int_bound += std::fabs(wv) * block_absmax(x, xi, expected_span(type)) / 127.0 / 2.0;
                     }
                     const double bound = (bf16 ? mag * (1.0 / 128 + 1.0 / 65536) : int_bound) + int_bound + 2e-5 * mag;
                     const double diff = std::fabs(double(prefill[i]) - decode[i]);
@@ -881,142 +1055,14 @@ private slots:
         std::vector<float> x(size_t(n_tokens * n_in));
         for (float &v : x)
             v = dist(rng);
-        const std::vector<float> xq = quantize_acts_reference(x);
-        QuantizedActs acts;
-        quantize_acts(nullptr, x.data(), n_tokens, n_in, acts);
-
-        std::vector<float> y4, first;
-        for (QKernel k : kernels) {
-            // Tiles of 4 tokens (4 + 4 + 3) and of 1 token: the same bits.
-            y4.assign(size_t(n_tokens * n_out), NAN);
-            std::vector<float> y1(size_t(n_tokens * n_out), NAN);
-            for (int64_t g = 0; g < groups; ++g) {
-                for (int t = 0; t < n_tokens; t += 4)
-                    packed_tile_with(k, type, pk, n_in, g, acts, t, std::min(4, n_tokens - t),
-                                     y4.data() + t * n_out + g * 16, n_out);
-                for (int t = 0; t < n_tokens; ++t)
-                    packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
-            }
-            // One token without the requests for the bytes ahead (LONGSCOPE_PREFETCH=0): the
-            // same bits.
-            {
-                std::vector<float> y1n(size_t(n_tokens * n_out), NAN);
-                {
-                    CpuOptions o = cpu_options();
-                    o.decode_prefetch = false;
-                    CpuOptionsScope scope(o);
-                    QVERIFY(!kernel_table().decode_prefetch);
-                    for (int64_t g = 0; g < groups; ++g)
-                        for (int t = 0; t < n_tokens; ++t)
-                            packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1n.data() + t * n_out + g * 16,
-                                             n_out);
-                }
-                QVERIFY(kernel_table().decode_prefetch);
-                for (size_t i = 0; i < y1.size(); ++i)
-                    QVERIFY2(bits_of(y1n[i]) == bits_of(y1[i]), qPrintable(QString("%1 without prefetch, %2: %3 vs %4")
-                                                                               .arg(qkernel_name(k)).arg(i)
-                                                                               .arg(y1n[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
-            }
-            double worst = 0;
-            for (int t = 0; t < n_tokens; ++t)
-                for (int o = 0; o < n_out; ++o) {
-                    const size_t i = size_t(t * n_out + o);
-                    QVERIFY2(bits_of(y4[i]) == bits_of(y1[i]),
-                             qPrintable(QString("%1 t %2 o %3: %4 vs %5").arg(qkernel_name(k)).arg(t).arg(o)
-                                            .arg(y4[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
-                    // The VNNI and AVX2 kernels: the same float operations on exact sums.
-                    if (!first.empty())
-                        QVERIFY2(bits_of(y4[i]) == bits_of(first[i]),
-                                 qPrintable(QString("%1 vs %2, t %3 o %4: %5 vs %6").arg(qkernel_name(k))
-                                                .arg(qkernel_name(kernels[0])).arg(t).arg(o).arg(y4[i], 0, 'g', 9)
-                                                .arg(first[i], 0, 'g', 9)));
-                    const auto [ref, ref_q, mag, bound] = pair_reference(w.values, x, xq, n_in, o, t);
-                    const QString where = QString("%1 t %2 o %3: %4 vs %5 / %6").arg(qkernel_name(k)).arg(t).arg(o)
-                                              .arg(y4[i], 0, 'g', 9).arg(ref_q, 0, 'g', 9).arg(ref, 0, 'g', 9);
-                    QVERIFY2(std::fabs(y4[i] - ref_q) <= 1e-5 * mag + 1e-30, qPrintable(where));
-                    QVERIFY2(std::fabs(y4[i] - ref) <= bound + 1e-5 * mag, qPrintable(where));
-                    worst = std::max(worst, std::fabs(y4[i] - ref_q) / mag);
-                }
-            qInfo("packed %s kernel (%s): worst |error| / sum|w x| against the documented rounding: %.2e",
-                  std::string(dtype_name(type)).c_str(), qkernel_name(k), worst);
-            if (first.empty())
-                first = y4;
-        }
-        // A NaN or an infinity in a token's activations gives NaN for that token through the
-        // packed kernels too (qdot.h's rule); the other tokens of the tile keep their bits.
-        std::vector<float> xp = x;
-        xp[size_t(2 * n_in + 5)] = std::numeric_limits<float>::quiet_NaN();
-        xp[size_t(5 * n_in + n_in - 1)] = std::numeric_limits<float>::infinity();
-        QuantizedActs poisoned;
-        quantize_acts(nullptr, xp.data(), n_tokens, n_in, poisoned);
-        for (QKernel k : kernels) {
-            std::vector<float> yp(size_t(n_tokens * n_out), 0.0f);
-            for (int64_t g = 0; g < groups; ++g)
-                for (int t = 0; t < n_tokens; t += 4)
-                    packed_tile_with(k, type, pk, n_in, g, poisoned, t, std::min(4, n_tokens - t),
-                                     yp.data() + t * n_out + g * 16, n_out);
-            for (int t = 0; t < n_tokens; ++t)
-                for (int o = 0; o < n_out; ++o) {
-                    const size_t i = size_t(t * n_out + o);
-                    if (t == 2 || t == 5)
-                        QVERIFY2(std::isnan(yp[i]), qPrintable(QString("%1 t %2 o %3: %4").arg(qkernel_name(k)).arg(t)
-                                                                   .arg(o).arg(yp[i])));
-                    else
-                        QVERIFY(bits_of(yp[i]) == bits_of(first[i]));
-                }
-        }
-        // The VNNI kernels over the tiles of four tokens pack_acts copies, one group at a time
-        // and two or three side by side (fewer for the last ones), one tile at a time and two
-        // together: the bits of the tiles above, NaN for the poisoned tokens.
-        if (packed_kernel_available(QKernel::Vnni))
-            for (const QuantizedActs *from : {&acts, &poisoned})
-                for (int side_by_side : {1, 2, 3})
-                    for (int tiles_at_once : {1, 2}) {
-                        PackedActs pa;
-                        pack_acts(nullptr, *from, pa);
-                        QCOMPARE(pa.n_tiles, int64_t(n_tokens / packed_act_tile));
-                        std::vector<float> yt(size_t(n_tokens * n_out), 0.0f);
-                        for (int64_t g = 0; g < groups; g += side_by_side)
-                            for (int64_t tile = 0; tile < pa.n_tiles; tile += tiles_at_once)
-                                packed_tile_acts(type, pk, n_in, g, int(std::min<int64_t>(side_by_side, groups - g)), pa,
-                                                 tile, yt.data() + tile * packed_act_tile * n_out + g * 16, n_out,
-                                                 int(std::min<int64_t>(tiles_at_once, pa.n_tiles - tile)));
-                        for (int t = 0; t < pa.n_tiles * packed_act_tile; ++t)
-                            for (int o = 0; o < n_out; ++o) {
-                                const size_t i = size_t(t * n_out + o);
-                                const QString where = QString("tiled (%1 groups, %2 tiles) t %3 o %4: %5 vs %6")
-                                                          .arg(side_by_side).arg(tiles_at_once).arg(t).arg(o)
-                                                          .arg(yt[i], 0, 'g', 9).arg(first[i], 0, 'g', 9);
-                                if (from == &poisoned && (t == 2 || t == 5))
-                                    QVERIFY2(std::isnan(yt[i]), qPrintable(where));
-                                else
-                                    QVERIFY2(bits_of(yt[i]) == bits_of(first[i]), qPrintable(where));
-                            }
-                    }
-
-        y4 = first;
-        if (!packed_kernel_available(qkernel()))
-            return; // matmul never packs here
-
-        // Through matmul: a pool of 3 splits the rows at places that are not multiples of 16;
-        // every group must be computed once (NaN marks a missing one).
-        WeightView pv = w.view;
-        pv.cpu_packed = pk;
-        ThreadPool pool(3);
-        for (int nt : {1, 2, 5, 7, 11}) { // 11: two tiles at once in the K types' kernels
-            std::vector<float> yp(size_t(nt * n_out), NAN), yr(size_t(nt * n_out), NAN);
-            matmul_with(pool, pv, x.data(), yp.data(), nt, QuantMatmul::Integer);
-            matmul_with(pool, w.view, x.data(), yr.data(), nt, QuantMatmul::Integer);
-            for (int t = 0; t < nt; ++t)
-                for (int o = 0; o < n_out; ++o) {
-                    const size_t k = size_t(t * n_out + o);
-                    QVERIFY2(bits_of(yp[k]) == bits_of(y4[k]), qPrintable(QString("matmul %1 tokens, t %2 o %3").arg(nt).arg(t).arg(o)));
-                    double mag = 0;
-                    for (int i = 0; i < n_in; ++i)
-                        mag += std::fabs(double(w.values[size_t(o * n_in + i)]) * xq[size_t(t * n_in + i)]);
-                    QVERIFY2(std::fabs(double(yp[k]) - yr[k]) <= 2e-5 * mag,
-                             qPrintable(QString("packed vs rows, t %1 o %2: %3 vs %4").arg(t).arg(o).arg(yp[k]).arg(yr[k])));
-                }
+        // Activations with one scale per 32 values, and per 256 where the type is a K type.
+        const bool k_type = block_size(type) == 256 && type != DType::IQ4_XS;
+        for (int span : {32, 256}) {
+            if (span == 256 && !k_type)
+                continue;
+            check_packed_products(type, n_in, n_out, w, pk, groups, kernels, x, n_tokens, span);
+            if (QTest::currentTestFailed())
+                return;
         }
     }
 
@@ -1029,61 +1075,66 @@ private slots:
     // partial tile, pools of one to three threads, a NaN in one token.
     void quantize_pack_acts_matches_two_passes()
     {
-        const int64_t n = 2048 + 96; // 67 blocks of 32: not a whole number of anything larger
-        std::mt19937 rng(17);
-        std::normal_distribution<float> nd(0.0f, 2.0f);
-        for (int64_t n_tokens : {4, 5, 8, 13, 64}) {
-            std::vector<float> x(size_t(n_tokens * n));
-            for (float &v : x)
-                v = nd(rng);
-            x[size_t(n + 77)] = std::numeric_limits<float>::quiet_NaN();
-            x[size_t(2 * n + 40)] = -std::numeric_limits<float>::infinity();
-            std::fill(x.begin() + 3 * n + 64, x.begin() + 3 * n + 96, 0.0f); // a block of zeros
-            for (int j = 0; j < 32; ++j) {
-                // A block at the largest float (127 / max is a normal number) and one too small
-                // for 127 / max to be finite (quantizes to zeros with the scale 0).
-                x[size_t(2 * n + 128 + j)] = j % 3 ? std::numeric_limits<float>::max() : -1e30f;
-                x[size_t(n + 160 + j)] = std::numeric_limits<float>::denorm_min() * float(j % 7);
-                x[size_t(3 * n + 192 + j)] = 1e-37f * float(j % 3); // normal, yet 127 / max overflows
-            }
-            QuantizedActs want_a;
-            PackedActs want_p;
-            quantize_acts(nullptr, x.data(), n_tokens, n, want_a);
-            pack_acts(nullptr, want_a, want_p);
-            for (int threads : {1, 2, 3}) {
-                ThreadPool pool(threads);
-                QuantizedActs a;
-                PackedActs p;
-                quantize_pack_acts(pool, x.data(), n_tokens, n, a, p);
-                const QString where = QString("%1 tokens, %2 threads").arg(n_tokens).arg(threads);
-                QCOMPARE(a.n_tokens, n_tokens);
-                QCOMPARE(p.n_tiles, n_tokens / packed_act_tile);
-                const auto same = [](const auto &u, const auto &v) {
-                    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
-                };
-                QVERIFY2(same(a.q, want_a.q) && same(a.dl, want_a.dl) && same(a.db, want_a.db) &&
-                             same(a.ds, want_a.ds) && same(a.s16, want_a.s16),
-                         qPrintable(where + ": rows"));
-                QVERIFY2(same(p.q, want_p.q) && same(p.db, want_p.db) && same(p.ds, want_p.ds) &&
-                             same(p.b16, want_p.b16) && same(p.b32, want_p.b32),
-                         qPrintable(where + ": tiles"));
-                // Straight into the tiles (the VNNI kernels' CPUs): the same tiles, and the rows
-                // of the tokens after the last whole tile.
-                if (!packed_kernel_available(QKernel::Vnni))
-                    continue;
-                QuantizedActs a2;
-                PackedActs p2;
-                quantize_pack_acts(pool, x.data(), n_tokens, n, a2, p2, /*rows_of_tiles=*/false);
-                QVERIFY2(same(p2.q, want_p.q) && same(p2.db, want_p.db) && same(p2.ds, want_p.ds) &&
-                             same(p2.b16, want_p.b16) && same(p2.b32, want_p.b32),
-                         qPrintable(where + ": tiles without rows"));
-                for (int64_t t = p2.n_tiles * packed_act_tile; t < n_tokens; ++t)
-                    QVERIFY2(std::memcmp(a2.q_row(t), want_a.q_row(t), size_t(n)) == 0 &&
-                                 std::memcmp(a2.db_row(t), want_a.db_row(t), size_t(n / 32) * 4) == 0 &&
-                                 std::memcmp(a2.ds_row(t), want_a.ds_row(t), size_t(n / 32) * 4) == 0 &&
-                                 std::memcmp(a2.dl_row(t), want_a.dl_row(t), size_t(n / 4) * 4) == 0 &&
-                                 std::memcmp(a2.s16_row(t), want_a.s16_row(t), size_t(n / 16) * 4) == 0,
-                             qPrintable(where + QString(": row %1 without the tiles' rows").arg(t)));
+        // One scale per 32 values and per 256 (the K types' span under the VNNI kernels).
+        for (int span : {act_span_block, act_span_super}) {
+            // 67 blocks of 32: not a whole number of anything larger; for the span of 256, 9 spans.
+            const int64_t n = span == act_span_block ? 2048 + 96 : 2048 + 256;
+            std::mt19937 rng(17);
+            std::normal_distribution<float> nd(0.0f, 2.0f);
+            for (int64_t n_tokens : {4, 5, 8, 13, 64}) {
+                std::vector<float> x(size_t(n_tokens * n));
+                for (float &v : x)
+                    v = nd(rng);
+                x[size_t(n + 77)] = std::numeric_limits<float>::quiet_NaN();
+                x[size_t(2 * n + 40)] = -std::numeric_limits<float>::infinity();
+                std::fill(x.begin() + 3 * n + 64, x.begin() + 3 * n + 96, 0.0f); // a block of zeros
+                for (int j = 0; j < 32; ++j) {
+                    // A block at the largest float (127 / max is a normal number) and one too small
+                    // for 127 / max to be finite (quantizes to zeros with the scale 0).
+                    x[size_t(2 * n + 128 + j)] = j % 3 ? std::numeric_limits<float>::max() : -1e30f;
+                    x[size_t(n + 160 + j)] = std::numeric_limits<float>::denorm_min() * float(j % 7);
+                    x[size_t(3 * n + 192 + j)] = 1e-37f * float(j % 3); // normal, yet 127 / max overflows
+                }
+                QuantizedActs want_a;
+                PackedActs want_p;
+                quantize_acts(nullptr, x.data(), n_tokens, n, want_a, span);
+                pack_acts(nullptr, want_a, want_p);
+                for (int threads : {1, 2, 3}) {
+                    ThreadPool pool(threads);
+                    QuantizedActs a;
+                    PackedActs p;
+                    quantize_pack_acts(pool, x.data(), n_tokens, n, a, p, true, span);
+                    const QString where = QString("span %1, %2 tokens, %3 threads").arg(span).arg(n_tokens).arg(threads);
+                    QCOMPARE(p.span, span);
+                    QCOMPARE(a.n_tokens, n_tokens);
+                    QCOMPARE(p.n_tiles, n_tokens / packed_act_tile);
+                    const auto same = [](const auto &u, const auto &v) {
+                        return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
+                    };
+                    QVERIFY2(same(a.q, want_a.q) && same(a.dl, want_a.dl) && same(a.db, want_a.db) &&
+                                 same(a.ds, want_a.ds) && same(a.s16, want_a.s16),
+                             qPrintable(where + ": rows"));
+                    QVERIFY2(same(p.q, want_p.q) && same(p.db, want_p.db) && same(p.ds, want_p.ds) &&
+                                 same(p.b16, want_p.b16) && same(p.b32, want_p.b32),
+                             qPrintable(where + ": tiles"));
+                    // Straight into the tiles (the VNNI kernels' CPUs): the same tiles, and the rows
+                    // of the tokens after the last whole tile.
+                    if (!packed_kernel_available(QKernel::Vnni))
+                        continue;
+                    QuantizedActs a2;
+                    PackedActs p2;
+                    quantize_pack_acts(pool, x.data(), n_tokens, n, a2, p2, /*rows_of_tiles=*/false, span);
+                    QVERIFY2(same(p2.q, want_p.q) && same(p2.db, want_p.db) && same(p2.ds, want_p.ds) &&
+                                 same(p2.b16, want_p.b16) && same(p2.b32, want_p.b32),
+                             qPrintable(where + ": tiles without rows"));
+                    for (int64_t t = p2.n_tiles * packed_act_tile; t < n_tokens; ++t)
+                        QVERIFY2(std::memcmp(a2.q_row(t), want_a.q_row(t), size_t(n)) == 0 &&
+                                     std::memcmp(a2.db_row(t), want_a.db_row(t), size_t(n / 32) * 4) == 0 &&
+                                     std::memcmp(a2.ds_row(t), want_a.ds_row(t), size_t(n / 32) * 4) == 0 &&
+                                     std::memcmp(a2.dl_row(t), want_a.dl_row(t), size_t(n / 4) * 4) == 0 &&
+                                     std::memcmp(a2.s16_row(t), want_a.s16_row(t), size_t(n / 16) * 4) == 0,
+                                 qPrintable(where + QString(": row %1 without the tiles' rows").arg(t)));
+                }
             }
         }
     }

@@ -3,7 +3,8 @@
 // defaults are the fastest this CPU allows; the others exist for comparisons and benchmarks.
 // The engine reads no environment variable: longscope-cli and the app read the switches
 // documented in docs/performance.md (LONGSCOPE_SIMD, LONGSCOPE_QUANT_MATMUL, LONGSCOPE_PACK,
-// LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX, LONGSCOPE_AMX_ATTENTION, LONGSCOPE_PREFETCH) with cpu_options_from_switches and pass the result to set_cpu_options.
+// LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX, LONGSCOPE_AMX_ATTENTION, LONGSCOPE_PREFETCH,
+// LONGSCOPE_ACT_SPAN) with cpu_options_from_switches and pass the result to set_cpu_options.
 #pragma once
 
 #include <functional>
@@ -52,6 +53,11 @@ struct CpuOptions {
     // For tuning on a new CPU; values are rounded down to whole 64-byte lines.
     int decode_prefetch_near = 0;
     int decode_prefetch_far = 0;
+    // Products whose matrices are all K types (Q2_K to Q6_K), under the VNNI kernels, quantize
+    // their activations with one scale per 256 values (llama.cpp's Q8_K) where every other
+    // product keeps one per 32: the packed Q4_K and Q5_K kernels then apply their sub-block
+    // scales in integers. Off (LONGSCOPE_ACT_SPAN=32) keeps one scale per 32 everywhere.
+    bool k_act_span = true;
 };
 
 // Makes `options` the CPU backend's choices for this process. Call it before models are
@@ -71,7 +77,8 @@ std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
 // LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize|amx,
 // LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0, LONGSCOPE_AMX_ATTENTION=0,
 // LONGSCOPE_PREFETCH=0, LONGSCOPE_PREFETCH=NEAR:FAR (the decode kernels' distances in bytes,
-// e.g. 512:4096, each 64 to 65536, or 0 for the default); any other value leaves the default.
+// e.g. 512:4096, each 64 to 65536, or 0 for the default), LONGSCOPE_ACT_SPAN=32; any other
+// value leaves the default.
 CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
 
 } // namespace longscope

@@ -396,12 +396,19 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
         // (and, where every matrix is packed, only from it: the rows are for the last tokens).
         const auto is_packed = [](const MatmulOut &o) { return o.w->cpu_packed != nullptr; };
         const bool packed = std::any_of(outs.begin(), outs.end(), is_packed);
+        // Every product of a (row, token) pair reads the same span whatever the number of
+        // tokens, so that batched and single-token runs keep giving the same bits.
+        const auto is_k = [](const MatmulOut &o) { return is_k_quant(o.w->type); };
+        const int span = qkernel() == QKernel::Vnni && cpu_options().k_act_span && n_in % act_span_super == 0 &&
+                                 std::all_of(outs.begin(), outs.end(), is_k)
+                             ? act_span_super
+                             : act_span_block;
         if (packed && qkernel() == QKernel::Vnni && n_tokens >= packed_act_tile) {
             quantize_pack_acts(pool, x, n_tokens, n_in, t_acts, t_pacts,
-                               !std::all_of(outs.begin(), outs.end(), is_packed));
+                               !std::all_of(outs.begin(), outs.end(), is_packed), span);
             pacts = &t_pacts;
         } else {
-            quantize_acts(&pool, x, n_tokens, n_in, t_acts);
+            quantize_acts(&pool, x, n_tokens, n_in, t_acts, span);
         }
     }
     // Packed F16 and BF16 matrices over several tokens read the activations interleaved: one

@@ -1245,6 +1245,77 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
         _mm512_storeu_ps(out + t * ldo, acc[t]);
 }
 
+// The same product against activations with one scale per 256 values (QuantizedActs::span
+// act_span_super: every block of a super-block has the span's d_x). Per super-block and token,
+// each sub-block's exact int32 sum times its 6-bit scale is added in int32 (|sum| <= 8 * 63 * 32
+// * 31 * 127 < 2^31), converted once and multiplied by d and d_x; the minimums as above (d_x
+// sum(q) per sub-block). Per sub-block and token that is a vpmulld and a vpaddd beside the eight
+// vpdpbusd, where the kernel above takes a conversion, a product and a multiply-add on the
+// pipes vpdpbusd uses. The sub-blocks one at a time (each word loaded for both of its halves):
+// eight tokens' sums, integer sums and running sums fill 24 of the 32 registers.
+template <int NT, DType T, class Acts>
+LS_PACKED_VNNI void packed_q4_k_span_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
+{
+    const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
+    const PrefetchDistance near(kernel_table());
+    const int64_t nsb = n_in / qk_k;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 acc[NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
+        __m512 af[NT];
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            af[t] = _mm512_setzero_ps();
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const int pair = j / 2;
+            __m512i is[NT];
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                is[t] = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; ++w) {
+                if (prefetch && j % 2 == 0)
+                    prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32, near);
+                const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
+                __m512i c = j % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low) : _mm512_and_si512(v, low);
+                if constexpr (T == DType::Q5_K)
+                    c = _mm512_or_si512(c, fifth_bit(_mm512_loadu_si512(b + off5_qh + w * 64), j));
+                #pragma GCC unroll 8
+                for (int t = 0; t < NT; ++t)
+                    is[t] = dpbusd_bcast(is[t], c, x.word(t, sb * 8 + j, w));
+            }
+            const __m512 sc = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * j))));
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                af[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), sc, af[t]);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_d)));
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(af[t], d), _mm512_set1_ps(x.db(t, sb * 8)), acc[t]);
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const __m512 mjd = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j)))),
+                dmin);
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fnmadd_ps(mjd, _mm512_set1_ps(x.ds(t, sb * 8 + j)), acc[t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+        _mm512_storeu_ps(out + t * ldo, acc[t]);
+}
+
 // Bit `bit` of every byte of v moved to bit 2, the other bits 0 (Q3_K's third bit; one 16-bit
 // shift by at most 5 keeps each byte's bit within its byte, as fifth_bit).
 LS_PACKED_VNNI inline __m512i third_bit(__m512i v, int bit)
@@ -1295,7 +1366,11 @@ template <DType T> LS_PACKED_VNNI inline void q6_k_like_codes(const uint8_t *b, 
 // by 512 tokens: 266-275 -> 286-294 GOP/s; its multiply-adds and conversions issue on the pipes
 // vpdpbusd uses). Q2_K's minimums: per group and token m dmin * (d_x * sum(q_x)), subtracted,
 // the block's two groups before its sum.
-template <int NT, DType T, class Acts>
+// With Span (activations with one scale per 256 values, QuantizedActs::span act_span_super) the
+// blocks' sums go into a running sum per super-block and token, times the span's d_x once at its
+// end: a multiply-add per group where the product and the multiply-add by each block's d_x took
+// three operations per block.
+template <int NT, DType T, class Acts, bool Span = false>
 LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
 {
     const bool prefetch = NT == 1 && kernel_table().decode_prefetch; // decode
@@ -1308,6 +1383,12 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off6_d)));
+        __m512 af[NT];
+        if constexpr (Span) {
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                af[t] = _mm512_setzero_ps();
+        }
         for (int k = 0; k < 8; ++k) {
             // Block k of 32 values is groups 2 k and 2 k + 1, which share the activation block's
             // scale: per token, (float(is_2k) scd_2k + float(is_2k+1) scd_2k+1) times it.
@@ -1349,10 +1430,20 @@ LS_PACKED_VNNI void packed_q6_k_vnni(const uint8_t *group, int64_t n_in, const A
                     is[e] = dpbusd_bcast(is[e], u[e][2], x.word(t, blk, 4 * e + 2));
                     is[e] = dpbusd_bcast(is[e], u[e][3], x.word(t, blk, 4 * e + 3));
                 }
-                const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1]), scd[1],
-                                                   _mm512_mul_ps(_mm512_cvtepi32_ps(is[0]), scd[0]));
-                acc[t] = _mm512_fmadd_ps(sum, _mm512_set1_ps(x.db(t, blk)), acc[t]);
+                if constexpr (Span) {
+                    af[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1]), scd[1],
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[0]), scd[0], af[t]));
+                } else {
+                    const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1]), scd[1],
+                                                       _mm512_mul_ps(_mm512_cvtepi32_ps(is[0]), scd[0]));
+                    acc[t] = _mm512_fmadd_ps(sum, _mm512_set1_ps(x.db(t, blk)), acc[t]);
+                }
             }
+        }
+        if constexpr (Span) {
+            #pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fmadd_ps(af[t], _mm512_set1_ps(x.db(t, sb * 8)), acc[t]);
         }
     }
     #pragma GCC unroll 8
@@ -2038,6 +2129,14 @@ template <DType T>
 void packed_q4_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
                            float *out, int64_t ldo)
 {
+    if (a.span == act_span_super) {
+        switch (n_tokens) {
+        case 1: packed_q4_k_span_vnni<1, T>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+        case 2: packed_q4_k_span_vnni<2, T>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+        case 3: packed_q4_k_span_vnni<3, T>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+        default: packed_q4_k_span_vnni<4, T>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
+        }
+    }
     switch (n_tokens) {
     case 1: packed_q4_k_vnni<1, T>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
     case 2: packed_q4_k_vnni<2, T>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
@@ -2051,6 +2150,14 @@ template <DType T>
 void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
                            float *out, int64_t ldo)
 {
+    if (a.span == act_span_super) {
+        switch (n_tokens) {
+        case 1: packed_q6_k_vnni<1, T, RowActs<1>, true>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
+        case 2: packed_q6_k_vnni<2, T, RowActs<2>, true>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
+        case 3: packed_q6_k_vnni<3, T, RowActs<3>, true>(group, n_in, RowActs<3>(a, t0), out, ldo); return;
+        default: packed_q6_k_vnni<4, T, RowActs<4>, true>(group, n_in, RowActs<4>(a, t0), out, ldo); return;
+        }
+    }
     switch (n_tokens) {
     case 1: packed_q6_k_vnni<1, T>(group, n_in, RowActs<1>(a, t0), out, ldo); return;
     case 2: packed_q6_k_vnni<2, T>(group, n_in, RowActs<2>(a, t0), out, ldo); return;
@@ -2185,6 +2292,7 @@ void pack_acts_shape(const QuantizedActs &a, PackedActs &out)
 {
     constexpr int nt = packed_act_tile;
     const int64_t n = a.n, nb = n / qk, tiles = a.n_tokens / nt;
+    out.span = a.span;
     out.n = n;
     out.n_tiles = tiles;
     out.q.resize(size_t(tiles * nt * n));
@@ -2236,10 +2344,10 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out)
 }
 
 void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
-                        PackedActs &out, bool rows_of_tiles)
+                        PackedActs &out, bool rows_of_tiles, int span)
 {
     constexpr int nt = packed_act_tile;
-    quantize_acts_shape(a, n_tokens, n);
+    quantize_acts_shape(a, n_tokens, n, span);
     pack_acts_shape(a, out);
     const int64_t nb = n / qk;
     // A tile of four tokens per item (the tokens after the last whole tile in one more): straight
@@ -2253,7 +2361,7 @@ void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int6
                 if (k < out.n_tiles && !rows_of_tiles) {
                     quantize_tile_vnni(x + k * nt * n, n, out.q.data() + k * nt * n, out.db.data() + k * nt * nb,
                                        out.ds.data() + k * nt * nb, out.b16.data() + k * nt * (n / 16),
-                                       out.b32.data() + k * nt * nb);
+                                       out.b32.data() + k * nt * nb, span);
                     continue;
                 }
                 quantize_acts_tokens(x, k * nt, std::min(n_tokens, (k + 1) * nt), a);
@@ -2284,8 +2392,17 @@ void b32_tile_acts(DType type, const uint8_t *group, int64_t n_in, const TileAct
 
 // One group of a K type against the NT tokens of x.
 template <int NT, class Acts>
-void k_quant_tile(DType type, const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo)
+void k_quant_tile(DType type, const uint8_t *group, int64_t n_in, const Acts &x, float *out, int64_t ldo, int span)
 {
+    if (span == act_span_super) {
+        switch (type) {
+        case DType::Q4_K: packed_q4_k_span_vnni<NT, DType::Q4_K>(group, n_in, x, out, ldo); return;
+        case DType::Q5_K: packed_q4_k_span_vnni<NT, DType::Q5_K>(group, n_in, x, out, ldo); return;
+        case DType::Q3_K: packed_q6_k_vnni<NT, DType::Q3_K, Acts, true>(group, n_in, x, out, ldo); return;
+        case DType::Q2_K: packed_q6_k_vnni<NT, DType::Q2_K, Acts, true>(group, n_in, x, out, ldo); return;
+        default: packed_q6_k_vnni<NT, DType::Q6_K, Acts, true>(group, n_in, x, out, ldo); return;
+        }
+    }
     switch (type) {
     case DType::Q4_K: packed_q4_k_vnni<NT, DType::Q4_K>(group, n_in, x, out, ldo); return;
     case DType::Q5_K: packed_q4_k_vnni<NT, DType::Q5_K>(group, n_in, x, out, ldo); return;
@@ -2318,9 +2435,9 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
     // two tiles together.
     for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
         if (n_tiles == 2)
-            k_quant_tile<2 * nt>(type, group, n_in, TileActs8(a, tile), out, ldo);
+            k_quant_tile<2 * nt>(type, group, n_in, TileActs8(a, tile), out, ldo, a.span);
         else
-            k_quant_tile<nt>(type, group, n_in, TileActs(a, tile), out, ldo);
+            k_quant_tile<nt>(type, group, n_in, TileActs(a, tile), out, ldo, a.span);
     }
 }
 

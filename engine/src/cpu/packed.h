@@ -177,6 +177,7 @@ void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, con
 // values, word w (values 4 w .. 4 w + 3) of token t is at bytes 16 w + 4 t of the block's 128.
 constexpr int packed_act_tile = 4;
 struct PackedActs {
+    int span = act_span_block;  // QuantizedActs::span of the activations copied
     int64_t n = 0;              // values per token
     int64_t n_tiles = 0;
     ScratchVector<int8_t> q;    // [tile][n / 32][8][4 tokens][4]
@@ -197,7 +198,7 @@ void pack_acts(ThreadPool *pool, const QuantizedActs &a, PackedActs &out);
 // straight into `out`, for products that read whole tiles from it alone). The VNNI kernels'
 // CPUs (AVX-512) only.
 void quantize_pack_acts(ThreadPool &pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &a,
-                        PackedActs &out, bool rows_of_tiles = true);
+                        PackedActs &out, bool rows_of_tiles = true, int span = act_span_block);
 
 // packed_tile_with(QKernel::Vnni, ...) for the four tokens of tile `tile` of `a` (CPUs with
 // the VNNI kernel only): the same operations, so the same bits. One pointer walks the tile's

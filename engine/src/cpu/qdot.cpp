@@ -51,6 +51,25 @@ inline BlockScale block_scale(float amax, bool finite)
     return {amax / 127.0f, id};
 }
 
+// Activations quantized with one scale per 256 values (QuantizedActs::span): the span's
+// max|x| and whether all its values are finite, which every block of the span then uses in
+// place of its own (a span holding a NaN or an infinity gets d = NaN in every block).
+struct SpanMax {
+    float amax;
+    bool finite;
+};
+
+SpanMax span_max(const float *x, int64_t len)
+{
+    float amax = 0;
+    bool finite = true;
+    for (int64_t j = 0; j < len; ++j) {
+        finite = finite && std::isfinite(x[j]);
+        amax = std::max(amax, std::fabs(x[j]));
+    }
+    return {amax, finite};
+}
+
 // The outputs of a block that quantizes to zeros with scale d.
 inline void store_zero_block(float d, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
 {
@@ -62,15 +81,11 @@ inline void store_zero_block(float d, int8_t *q, float *dl, float *db, float *ds
     *ds = d * 0.0f;
 }
 
-void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
+void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16,
+                             const SpanMax *span)
 {
-    float amax = 0;
-    bool finite = true;
-    for (int j = 0; j < qk; ++j) {
-        finite = finite && std::isfinite(x[j]);
-        amax = std::max(amax, std::fabs(x[j]));
-    }
-    const BlockScale s = block_scale(amax, finite);
+    const SpanMax m = span ? *span : span_max(x, qk);
+    const BlockScale s = block_scale(m.amax, m.finite);
     if (s.id == 0.0f) {
         store_zero_block(s.d, q, dl, db, ds, s16);
         return;
@@ -94,14 +109,20 @@ void quantize_block_portable(const float *x, int8_t *q, float *dl, float *db, fl
 
 // The codes of one block by the rule above, as int32: q0 values 0-15, q1 values 16-31 (zeros
 // for a block that quantizes to zeros); returns the scale d.
-LS_AVX512Q inline float codes32_avx512(const float *x, __m512i &q0, __m512i &q1)
+LS_AVX512Q inline float codes32_avx512(const float *x, __m512i &q0, __m512i &q1, const SpanMax *span)
 {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-    // |x| <= the largest float is false for NaN and infinities alike.
-    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
-    const bool finite = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
-    const BlockScale s = block_scale(finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f, finite);
+    BlockScale s;
+    if (span) {
+        s = block_scale(span->finite ? span->amax : 0.0f, span->finite);
+    } else {
+        const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        // |x| <= the largest float is false for NaN and infinities alike.
+        const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+        const bool finite =
+            (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
+        s = block_scale(finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f, finite);
+    }
     if (s.id == 0.0f) {
         q0 = q1 = _mm512_setzero_si512();
         return s.d;
@@ -117,10 +138,11 @@ LS_AVX512Q inline float codes32_avx512(const float *x, __m512i &q0, __m512i &q1)
 // vpmovsdb's stores), they waited on the stores and took more of a 512-token prefill than the
 // quantization itself. |x| * 127 / max|x| rounds to at most 127: the int32 codes are the
 // bytes' values. A block of zeros stores d * 0 as store_zero_block does.
-LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
+LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16,
+                                      const SpanMax *span)
 {
     __m512i q0, q1;
-    const float d = codes32_avx512(x, q0, q1);
+    const float d = codes32_avx512(x, q0, q1, span);
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(q1));
     s16[0] = _mm512_reduce_add_epi32(q0);
@@ -132,7 +154,8 @@ LS_AVX512Q void quantize_block_avx512(const float *x, int8_t *q, float *dl, floa
 
 // The same values again, eight lanes at a time: conversions round to nearest even as
 // nearbyint does, and the two saturating packs saturate as one conversion to int8 would.
-LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16)
+LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *db, float *ds, int32_t *s16,
+                                  const SpanMax *span)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     __m256 v[4];
@@ -147,8 +170,9 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const bool finite = finite_lanes == 0xFF;
-    const BlockScale s = block_scale(finite ? _mm_cvtss_f32(h) : 0.0f, finite);
+    const bool finite = span ? span->finite : finite_lanes == 0xFF;
+    const float amax = span ? span->amax : _mm_cvtss_f32(h);
+    const BlockScale s = block_scale(finite ? amax : 0.0f, finite);
     if (s.id == 0.0f) {
         store_zero_block(s.d, q, dl, db, ds, s16);
         return;
@@ -178,20 +202,25 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
 
 void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)
 {
+    const int64_t per_span = a.span / qk;
+    SpanMax sm{0.0f, true};
     for (int64_t t = t0; t < t1; ++t)
         for (int64_t b = 0; b < n / qk; ++b) {
             const float *src = x + t * n + b * qk;
+            if (per_span > 1 && b % per_span == 0)
+                sm = span_max(src, a.span);
+            const SpanMax *span = per_span > 1 ? &sm : nullptr;
             int8_t *q = a.q.data() + t * n + b * qk;
             float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
             float *db = a.db.data() + t * (n / qk) + b;
             float *ds = a.ds.data() + t * (n / qk) + b;
             int32_t *s16 = a.s16.data() + t * (n / 16) + b * 2;
             if (level == VectorLevel::Avx512)
-                quantize_block_avx512(src, q, dl, db, ds, s16);
+                quantize_block_avx512(src, q, dl, db, ds, s16, span);
             else if (level == VectorLevel::Avx2)
-                quantize_block_avx2(src, q, dl, db, ds, s16);
+                quantize_block_avx2(src, q, dl, db, ds, s16, span);
             else
-                quantize_block_portable(src, q, dl, db, ds, s16);
+                quantize_block_portable(src, q, dl, db, ds, s16, span);
         }
 }
 
@@ -414,15 +443,16 @@ QTileFn tile_for(QKernel k, DType type, int R, int NT)
 
 } // namespace
 
-void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out)
+void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out, int span)
 {
-    quantize_acts_with(kernel_table().level, pool, x, n_tokens, n, out);
+    quantize_acts_with(kernel_table().level, pool, x, n_tokens, n, out, span);
 }
 
 VectorLevel quantize_acts_level() { return kernel_table().level; }
 
-void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n)
+void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n, int span)
 {
+    out.span = span;
     out.n = n;
     out.n_tokens = n_tokens;
     out.q.resize(static_cast<size_t>(n_tokens * n));
@@ -447,6 +477,9 @@ namespace {
 // as masks, and the scales and bias terms of the four stored together: the horizontal steps
 // one token at a time took more than the quantization itself. The four tokens' 32 bytes go into the tile's
 // 128 (word w of token t at 16 w + 4 t) by two two-source permutes.
+// With Span (one scale per 256 values, QuantizedActs::span) every block of a span takes the
+// span's maximum and finiteness, found once per span for the four tokens, in place of its own.
+template <bool Span>
 LS_AVX512Q void quantize_tile_avx512(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16,
                                      int32_t *b32)
 {
@@ -454,27 +487,61 @@ LS_AVX512Q void quantize_tile_avx512(const float *x, int64_t n, int8_t *q, float
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
     const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
     const __m512 c127 = _mm512_set1_ps(127.0f);
+    constexpr int64_t per_span = qk_k / qk;
+    __m512 span_amax = _mm512_setzero_ps();
+    bool span_finite[4] = {true, true, true, true};
     for (int64_t b = 0; b < n / qk; ++b) {
         __m512 v[4][2], m[4];
         bool finite[4];
+        if constexpr (Span) {
+            if (b % per_span == 0) {
+                alignas(16) float sm[4];
+                #pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t) {
+                    const float *s = x + t * n + b * qk;
+                    __m512 mx = _mm512_setzero_ps();
+                    __mmask16 ok = 0xFFFF;
+                    for (int k = 0; k < qk_k / 16; ++k) {
+                        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(s + 16 * k));
+                        ok &= _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ);
+                        mx = _mm512_max_ps(mx, a);
+                    }
+                    span_finite[t] = ok == 0xFFFF;
+                    sm[t] = span_finite[t] ? _mm512_reduce_max_ps(mx) : 0.0f;
+                }
+                // Quarter t: token t's span maximum in its four lanes.
+                span_amax = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                                  _mm512_castps128_ps512(_mm_load_ps(sm)));
+            }
+        }
         #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
             v[t][0] = _mm512_loadu_ps(x + t * n + b * qk);
             v[t][1] = _mm512_loadu_ps(x + t * n + b * qk + 16);
-            const __m512 a0 = _mm512_abs_ps(v[t][0]), a1 = _mm512_abs_ps(v[t][1]);
-            // |x| <= the largest float is false for NaN and infinities alike.
-            finite[t] = (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
-            m[t] = _mm512_max_ps(a0, a1);
+            if constexpr (Span) {
+                finite[t] = span_finite[t];
+            } else {
+                const __m512 a0 = _mm512_abs_ps(v[t][0]), a1 = _mm512_abs_ps(v[t][1]);
+                // |x| <= the largest float is false for NaN and infinities alike.
+                finite[t] =
+                    (_mm512_cmp_ps_mask(a0, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, big, _CMP_LE_OQ)) == 0xFFFF;
+                m[t] = _mm512_max_ps(a0, a1);
+            }
         }
-        // Quarter t of amax: token t's maximum in its four lanes.
-        const __m512 m01 = _mm512_max_ps(_mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                         _mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
-        const __m512 m23 = _mm512_max_ps(_mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                         _mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
-        __m512 amax = _mm512_max_ps(_mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                    _mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
-        amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(1, 0, 3, 2)));
-        amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(2, 3, 0, 1)));
+        __m512 amax;
+        if constexpr (Span) {
+            amax = span_amax;
+        } else {
+            // Quarter t of amax: token t's maximum in its four lanes.
+            const __m512 m01 = _mm512_max_ps(_mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                             _mm512_shuffle_f32x4(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
+            const __m512 m23 = _mm512_max_ps(_mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                             _mm512_shuffle_f32x4(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
+            amax = _mm512_max_ps(_mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
+            amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(1, 0, 3, 2)));
+            amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, _MM_SHUFFLE(2, 3, 0, 1)));
+        }
         // block_scale for the four at once: where a token's block is not finite (scale NaN), or
         // finite with 127 / max not finite or 0 (scale 0), its codes are 0.
         const __m512 idv = _mm512_div_ps(c127, amax), dv = _mm512_div_ps(amax, c127);
@@ -536,15 +603,19 @@ LS_AVX512Q void quantize_tile_avx512(const float *x, int64_t n, int8_t *q, float
 
 } // namespace
 
-void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32)
+void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32,
+                        int span)
 {
-    quantize_tile_avx512(x, n, q, db, ds, b16, b32);
+    if (span == qk_k)
+        quantize_tile_avx512<true>(x, n, q, db, ds, b16, b32);
+    else
+        quantize_tile_avx512<false>(x, n, q, db, ds, b16, b32);
 }
 
 void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
-                        QuantizedActs &out)
+                        QuantizedActs &out, int span)
 {
-    quantize_acts_shape(out, n_tokens, n);
+    quantize_acts_shape(out, n_tokens, n, span);
     if (pool && n_tokens > 1)
         pool->parallel_for(
             n_tokens, [&](int64_t begin, int64_t end) { quantize_tokens(x, begin, end, n, out, level); },

@@ -3,7 +3,9 @@
 // widened to floats; each block's integer products are summed exactly in int32 and scaled once.
 //
 // Activations: each block of 32 values x gets d = max|x| / 127 and q = round(x / d), so
-// |x - d q| <= d / 2. A weight block with values s * (u - bias) (u the stored unsigned code,
+// |x - d q| <= d / 2 (products whose matrices are all K types take the max over 256 values
+// instead under the VNNI kernels, whatever the number of tokens: QuantizedActs::span, as
+// llama.cpp's Q8_K). A weight block with values s * (u - bias) (u the stored unsigned code,
 // s its scale) contributes s * d * (sum(u q) - bias * sum(q)); Q4_K adds - dmin * m * d * sum(q)
 // per sub-block. Every integer sum is exact; the only error beyond float rounding is the
 // activations' rounding, bounded by sum_i |w_i| * d_block(i) / 2.
@@ -25,9 +27,18 @@ namespace longscope {
 
 class ThreadPool;
 
+// One scale per 32 values (the default), or per 256 (qk_k): the span a block's scale is found
+// over. With 256 every block of a span stores the span's d (d = max|x| over the 256 / 127), so
+// kernels that read a scale per block read the same layout; the packed Q4_K and Q5_K kernels
+// apply their sub-block scales to integer sums and convert once per super-block instead
+// (packed.cpp). llama.cpp's Q8_K activations take the same span.
+constexpr int act_span_block = 32;
+constexpr int act_span_super = 256;
+
 struct QuantizedActs {
-    int64_t n = 0;        // values per token (a multiple of 32)
+    int64_t n = 0;        // values per token (a multiple of 32; of 256 with span 256)
     int64_t n_tokens = 0;
+    int span = act_span_block; // values sharing one scale: 32 or 256
     ScratchVector<int8_t> q; // [n_tokens, n]
     ScratchVector<float> dl; // [n_tokens, n / 4]: the scale d of the block each group of 4 values is in
     ScratchVector<float> db; // [n_tokens, n / 32]: d per block
@@ -44,20 +55,23 @@ struct QuantizedActs {
 // Quantizes x [n_tokens, n] (n a multiple of 32) into `out`, reusing its storage. Splits the
 // tokens over `pool` when there are several. The kernel is the kernel table's level
 // (quantize_acts_level); every level gives the same bits.
-void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out);
+// `span`: act_span_block or act_span_super (n then a multiple of 256).
+void quantize_acts(ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n, QuantizedActs &out,
+                   int span = act_span_block);
 // The same with the kernel of `level` (one this CPU runs).
 void quantize_acts_with(VectorLevel level, ThreadPool *pool, const float *x, int64_t n_tokens, int64_t n,
-                        QuantizedActs &out);
+                        QuantizedActs &out, int span = act_span_block);
 // The level quantize_acts uses now.
 VectorLevel quantize_acts_level();
 // quantize_acts in parts: `out` sized for n_tokens tokens of n values (storage reused), then
 // tokens [t0, t1) of x [n_tokens, n] quantized into it at quantize_acts_level(), the same bits.
-void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n);
+void quantize_acts_shape(QuantizedActs &out, int64_t n_tokens, int64_t n, int span = act_span_block);
 void quantize_acts_tokens(const float *x, int64_t t0, int64_t t1, QuantizedActs &out);
 // Four tokens of x (rows n apart) quantized as quantize_acts does (the same bits), written only
 // in the tile layout the packed VNNI kernels read (PackedActs, packed.h: this tile's q, db, ds,
 // b16 and b32). CPUs with AVX-512 (those the VNNI kernels run on) only.
-void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32);
+void quantize_tile_vnni(const float *x, int64_t n, int8_t *q, float *db, float *ds, int32_t *b16, int32_t *b32,
+                        int span = act_span_block);
 
 // Whether the integer path handles weights of this type.
 bool has_integer_dot(DType type);

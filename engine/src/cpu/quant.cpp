@@ -1239,6 +1239,12 @@ bool is_quantized(DType type)
     return dtype_supported(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16;
 }
 
+bool is_k_quant(DType type)
+{
+    return type == DType::Q2_K || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
+           type == DType::Q6_K;
+}
+
 int64_t block_elems(DType type)
 {
     auto t = dtype_traits(static_cast<uint32_t>(type));

@@ -57,6 +57,9 @@ namespace longscope {
 
 // Whether `type` is one of the quantized formats this file implements.
 bool is_quantized(DType type);
+// Whether `type` is one of the K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): super-blocks of 256
+// values with a scale per 16 or 32.
+bool is_k_quant(DType type);
 
 // Elements per block (1 for plain types) and bytes per block, from dtype_traits.
 int64_t block_elems(DType type);
