@@ -20,6 +20,8 @@
 //   /tmp/bench-decode-matvec bandwidth f16 0 0 0 2 3        # measure_read_bandwidth, best of 3
 //   BENCH_SETTINGS="0 512:4096 1024:4096" /tmp/bench-decode-matvec layers q4_k 2048 5632 22 2 8
 //                                         # the prefetch settings in turn, each round
+//   BENCH_SETTINGS="LONGSCOPE_ACT_SPAN=32 LONGSCOPE_ACT_SPAN=256" /tmp/bench-decode-matvec layers q4_k 2048 5632 22 2 8
+//                                         # any other switch as NAME=VALUE
 #include "cpu/ops.h"
 #include "cpu/packed.h"
 #include "cpu/quant.h"
@@ -246,7 +248,8 @@ int main(int argc, char **argv)
             e = dist(rng);
         // BENCH_SETTINGS="0 512:4096 1024:8192": LONGSCOPE_PREFETCH values taken in turn each
         // round, so that every setting meets the machine's memory in the same state; the best
-        // and median of each are printed.
+        // and median of each are printed. Entries NAME=VALUE set another switch instead
+        // (BENCH_SETTINGS="LONGSCOPE_ACT_SPAN=32 LONGSCOPE_ACT_SPAN=256").
         const char *settings_env = std::getenv("BENCH_SETTINGS");
         std::vector<std::string> settings;
         for (std::string rest = settings_env ? settings_env : ""; !rest.empty();) {
@@ -259,8 +262,12 @@ int main(int argc, char **argv)
         for (int r = 0; r < rounds * int(std::max<size_t>(1, settings.size())); ++r) {
             if (!settings.empty()) {
                 const std::string &v = settings[size_t(r) % settings.size()];
+                // NAME=VALUE sets that switch; a bare value is LONGSCOPE_PREFETCH's.
+                const size_t eq = v.find('=');
+                const std::string sw = eq == std::string::npos ? "LONGSCOPE_PREFETCH" : v.substr(0, eq);
+                const std::string val = eq == std::string::npos ? v : v.substr(eq + 1);
                 set_cpu_options(cpu_options_from_switches([&](const char *name) -> const char * {
-                    return std::string_view(name) == "LONGSCOPE_PREFETCH" ? v.c_str() : std::getenv(name);
+                    return std::string_view(name) == sw ? val.c_str() : std::getenv(name);
                 }));
             }
             const double w0 = wall_seconds(), c0 = thread_cpu_seconds(), p0 = process_cpu_seconds();
@@ -282,7 +289,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < settings.size(); ++i) {
             std::vector<double> &t = per_setting[i];
             std::sort(t.begin(), t.end());
-            std::printf("LONGSCOPE_PREFETCH=%s: best %.1f GB/s, median %.1f GB/s\n", settings[i].c_str(),
+            const bool named = settings[i].find('=') != std::string::npos;
+            std::printf("%s%s: best %.1f GB/s, median %.1f GB/s\n", named ? "" : "LONGSCOPE_PREFETCH=", settings[i].c_str(),
                         double(bytes) / 1e9 / t.front(), double(bytes) / 1e9 / t[t.size() / 2]);
         }
     } else {

@@ -200,6 +200,20 @@ LS_AVX2Q void quantize_block_avx2(const float *x, int8_t *q, float *dl, float *d
     *ds = s.d * float(sum);
 }
 
+// span_max over a span of 256 with AVX-512: the same maximum and finiteness (max is exact).
+LS_AVX512Q SpanMax span_max_avx512(const float *x)
+{
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    __m512 m = _mm512_setzero_ps();
+    __mmask16 ok = 0xFFFF;
+    for (int k = 0; k < act_span_super / 16; ++k) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + 16 * k));
+        ok &= _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ); // false for NaN and infinities alike
+        m = _mm512_max_ps(m, a);
+    }
+    return {ok == 0xFFFF ? _mm512_reduce_max_ps(m) : 0.0f, ok == 0xFFFF};
+}
+
 void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, QuantizedActs &a, VectorLevel level)
 {
     const int64_t per_span = a.span / qk;
@@ -208,7 +222,8 @@ void quantize_tokens(const float *x, int64_t t0, int64_t t1, int64_t n, Quantize
         for (int64_t b = 0; b < n / qk; ++b) {
             const float *src = x + t * n + b * qk;
             if (per_span > 1 && b % per_span == 0)
-                sm = span_max(src, a.span);
+                sm = level == VectorLevel::Avx512 && a.span == act_span_super ? span_max_avx512(src)
+                                                                            : span_max(src, a.span);
             const SpanMax *span = per_span > 1 ? &sm : nullptr;
             int8_t *q = a.q.data() + t * n + b * qk;
             float *dl = a.dl.data() + t * (n / 4) + b * (qk / 4);
