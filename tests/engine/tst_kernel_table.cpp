@@ -52,6 +52,17 @@ std::vector<VectorLevel> available_levels()
 
 bool same_bits(const void *a, const void *b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 
+// Two quantizations of the same activations: the same codes, scales, sums and span, bit for bit.
+bool same_acts(const QuantizedActs &got, const QuantizedActs &want)
+{
+    return got.span == want.span && got.q.size() == want.q.size() && got.dl.size() == want.dl.size() &&
+           same_bits(got.q.data(), want.q.data(), want.q.size()) &&
+           same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4) &&
+           same_bits(got.db.data(), want.db.data(), want.db.size() * 4) &&
+           same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4) &&
+           same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4);
+}
+
 QString type_name(DType t) { return QString::fromStdString(std::string(dtype_name(t))); }
 
 const DType k_quant_types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,  DType::Q5_1,   DType::Q2_K,
@@ -357,11 +368,7 @@ private slots:
             QuantizedActs got;
             quantize_acts_with(level, &pool, x.data(), n_tokens, n, got);
             const char *name = vector_level_name(level);
-            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
-            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
-            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
-            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
-            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+            QVERIFY2(same_acts(got, want), name);
         }
     }
 
@@ -409,11 +416,7 @@ private slots:
             QuantizedActs got;
             quantize_acts_with(level, &pool, x.data(), n_tokens, n, got);
             const char *name = vector_level_name(level);
-            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
-            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
-            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
-            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
-            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+            QVERIFY2(same_acts(got, want), name);
             // The defined result, block by block.
             for (int64_t t = 0; t < n_tokens; ++t)
                 for (int64_t b = 0; b < n / 32; ++b) {
@@ -510,11 +513,7 @@ private slots:
             QuantizedActs got;
             quantize_acts_with(level, &pool, x.data(), n_tokens, n, got, act_span_super);
             const char *name = vector_level_name(level);
-            QVERIFY2(same_bits(got.q.data(), want.q.data(), want.q.size()), name);
-            QVERIFY2(same_bits(got.dl.data(), want.dl.data(), want.dl.size() * 4), name);
-            QVERIFY2(same_bits(got.db.data(), want.db.data(), want.db.size() * 4), name);
-            QVERIFY2(same_bits(got.ds.data(), want.ds.data(), want.ds.size() * 4), name);
-            QVERIFY2(same_bits(got.s16.data(), want.s16.data(), want.s16.size() * 4), name);
+            QVERIFY2(same_acts(got, want), name);
         }
         // The tile quantizer (four tokens straight into the packed layout) against the rows
         // interleaved by pack_acts.

@@ -1157,15 +1157,22 @@ LS_PACKED_VNNI inline __m512i fifth_bit(__m512i qh, int bit)
 // scale times d (one product per sub-block and row, shared by the tokens), times the activation
 // block's scale, added to the token's sum; then per sub-block the minimum's m dmin times (d_x
 // sum q)_j subtracted.
-// Pair `pair` of super-block sb of a Q4_K or Q5_K group (sub-blocks 2 pair, 2 pair + 1) added
-// to the NT tokens' sums (packed_q4_k_vnni).
+// The sixteen rows' 6-bit scales of sub-block j of a packed Q4_K or Q5_K super-block, as floats.
+LS_PACKED_VNNI inline __m512 sub_block_scale(const uint8_t *b, int j)
+{
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * j))));
+}
+
+// The exact int32 sums of pair `pair` of super-block sb of a Q4_K or Q5_K group (sub-blocks
+// 2 pair in ie, 2 pair + 1 in io) for the NT tokens: each word loaded once for both halves.
 template <int NT, DType T, class Acts>
-__attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair(const uint8_t *b, int64_t sb, int pair, const Acts &x,
-                                                                    __m512 d, __m512 (&acc)[NT], bool prefetch,
-                                                                    PrefetchDistance near)
+__attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair_sums(const uint8_t *b, int64_t sb, int pair,
+                                                                         const Acts &x, __m512i (&ie)[NT],
+                                                                         __m512i (&io)[NT], bool prefetch,
+                                                                         PrefetchDistance near)
 {
     const __m512i low = _mm512_set1_epi8(0x0F);
-    __m512i ie[NT], io[NT];
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
         ie[t] = _mm512_setzero_si512();
@@ -1189,12 +1196,37 @@ __attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair(const uint8_
             io[t] = dpbusd_bcast(io[t], hi, x.word(t, sb * 8 + 2 * pair + 1, w));
         }
     }
-    const __m512 sed = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair))))),
-        d);
-    const __m512 sod = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                         _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair + 1))))),
-                                     d);
+}
+
+// The minimums of super-block sb of a Q4_K or Q5_K group subtracted from the NT tokens' sums:
+// per sub-block m dmin (one product per row, shared) times the activations' d_x sum(q).
+template <int NT, class Acts>
+__attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_minimums(const uint8_t *b, int64_t sb, const Acts &x,
+                                                                        __m512 (&acc)[NT])
+{
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+        const __m512 mjd = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j)))),
+            dmin);
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fnmadd_ps(mjd, _mm512_set1_ps(x.ds(t, sb * 8 + j)), acc[t]);
+    }
+}
+
+// Pair `pair` of super-block sb of a Q4_K or Q5_K group (sub-blocks 2 pair, 2 pair + 1) added
+// to the NT tokens' sums (packed_q4_k_vnni).
+template <int NT, DType T, class Acts>
+__attribute__((always_inline)) LS_PACKED_VNNI inline void q4_k_pair(const uint8_t *b, int64_t sb, int pair, const Acts &x,
+                                                                    __m512 d, __m512 (&acc)[NT], bool prefetch,
+                                                                    PrefetchDistance near)
+{
+    __m512i ie[NT], io[NT];
+    q4_k_pair_sums<NT, T>(b, sb, pair, x, ie, io, prefetch, near);
+    const __m512 sed = _mm512_mul_ps(sub_block_scale(b, 2 * pair), d);
+    const __m512 sod = _mm512_mul_ps(sub_block_scale(b, 2 * pair + 1), d);
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
         const int64_t blk = sb * 8 + 2 * pair;
@@ -1228,28 +1260,11 @@ LS_PACKED_VNNI void packed_q4_k_vnni(const uint8_t *group, int64_t n_in, const A
             for (int pair = 0; pair < 4; ++pair)
                 q4_k_pair<NT, T>(b, sb, pair, x, d, acc, prefetch, near);
         }
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            const __m512 mjd = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(
-                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j)))),
-                dmin);
-            #pragma GCC unroll 8
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fnmadd_ps(mjd, _mm512_set1_ps(x.ds(t, sb * 8 + j)), acc[t]);
-        }
+        q4_k_minimums<NT>(b, sb, x, acc);
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
         _mm512_storeu_ps(out + t * ldo, acc[t]);
-}
-
-// The sixteen rows' 6-bit scales of sub-block j of a packed Q4_K or Q5_K super-block, as floats.
-LS_PACKED_VNNI inline __m512 sub_block_scale(const uint8_t *b, int j)
-{
-    return _mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_sc + 16 * j))));
 }
 
 // The same product against activations with one scale per 256 values (QuantizedActs::span
@@ -1284,29 +1299,7 @@ LS_PACKED_VNNI void packed_q4_k_span_vnni(const uint8_t *group, int64_t n_in, co
             #pragma GCC unroll 4
             for (int pair = 0; pair < 4; ++pair) {
                 __m512i ie[NT], io[NT];
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    ie[t] = _mm512_setzero_si512();
-                    io[t] = _mm512_setzero_si512();
-                }
-                #pragma GCC unroll 8
-                for (int w = 0; w < 8; ++w) {
-                    if (prefetch)
-                        prefetch_part(b, size_t(packed_k_block_bytes(T)), size_t(pair * 8 + w), 32, near);
-                    const __m512i v = _mm512_loadu_si512(b + off_qs + (pair * 8 + w) * 64);
-                    __m512i lo = _mm512_and_si512(v, low);
-                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                    if constexpr (T == DType::Q5_K) {
-                        const __m512i qh = _mm512_loadu_si512(b + off5_qh + w * 64);
-                        lo = _mm512_or_si512(lo, fifth_bit(qh, 2 * pair));
-                        hi = _mm512_or_si512(hi, fifth_bit(qh, 2 * pair + 1));
-                    }
-                    #pragma GCC unroll 4
-                    for (int t = 0; t < NT; ++t) {
-                        ie[t] = dpbusd_bcast(ie[t], lo, x.word(t, sb * 8 + 2 * pair, w));
-                        io[t] = dpbusd_bcast(io[t], hi, x.word(t, sb * 8 + 2 * pair + 1, w));
-                    }
-                }
+                q4_k_pair_sums<NT, T>(b, sb, pair, x, ie, io, prefetch, near);
                 const __m512 se = sub_block_scale(b, 2 * pair), so = sub_block_scale(b, 2 * pair + 1);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t)
@@ -1343,17 +1336,7 @@ LS_PACKED_VNNI void packed_q4_k_span_vnni(const uint8_t *group, int64_t n_in, co
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(af[t], d), _mm512_set1_ps(x.db(t, sb * 8)), acc[t]);
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + off_dmin)));
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            const __m512 mjd = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(
-                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_m + 16 * j)))),
-                dmin);
-            #pragma GCC unroll 8
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fnmadd_ps(mjd, _mm512_set1_ps(x.ds(t, sb * 8 + j)), acc[t]);
-        }
+        q4_k_minimums<NT>(b, sb, x, acc);
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
