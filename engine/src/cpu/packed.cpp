@@ -1294,8 +1294,8 @@ LS_PACKED_VNNI void packed_q4_k_span_vnni(const uint8_t *group, int64_t n_in, co
         for (int t = 0; t < NT; ++t)
             af[t] = _mm512_setzero_ps();
         if constexpr (NT <= 4) {
-            // Both halves of each word at once: two chains of vpdpbusd per token (one chain
-            // a token left decode waiting on its latency: 36 against 40 GB/s in cache).
+            // Both halves of each word at once, as packed_q4_k_vnni: each word loaded and
+            // unpacked once, two chains of vpdpbusd per token.
             #pragma GCC unroll 4
             for (int pair = 0; pair < 4; ++pair) {
                 __m512i ie[NT], io[NT];
