@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -58,10 +59,32 @@ void check_record(Record &rec, int64_t n, int64_t min_per_thread, int threads)
     }
     QCOMPARE(at, n);
     const int64_t count = int64_t(rec.pieces.size());
-    QVERIFY(count <= std::max<int64_t>(1, 4 * threads));
     if (count > 1)
         for (const auto &[b, e] : rec.pieces)
             QVERIFY(e - b >= min_per_thread);
+    // The documented sizes: with at least 16 minimum pieces per thread, 6 per thread that
+    // shrink (3 per thread of a quarter of a thread's share n / t, then 1 of an eighth, then
+    // 2 of a sixteenth), each within one index of its exact length; otherwise up to 4 per
+    // thread of equal length (within one index).
+    const int64_t max_pieces = n / min_per_thread;
+    const int64_t t = std::min<int64_t>(threads, std::max<int64_t>(1, max_pieces));
+    if (t > 1 && max_pieces >= 16 * t) {
+        QCOMPARE(count, 6 * t);
+        for (int64_t c = 0; c < count; ++c) {
+            const double share = double(n) / double(t);
+            const double exact = c < 3 * t ? share / 4 : c < 4 * t ? share / 8 : share / 16;
+            const double len = double(rec.pieces[size_t(c)].second - rec.pieces[size_t(c)].first);
+            QVERIFY2(std::abs(len - exact) <= 1.0, "a piece is not the documented length");
+        }
+    } else {
+        QVERIFY(count <= std::max<int64_t>(1, 4 * threads));
+        int64_t shortest = n, longest = 0;
+        for (const auto &[b, e] : rec.pieces) {
+            shortest = std::min(shortest, e - b);
+            longest = std::max(longest, e - b);
+        }
+        QVERIFY(longest - shortest <= 1);
+    }
 }
 
 } // namespace
@@ -96,7 +119,7 @@ private slots:
         Record first(1000);
         run_recorded(pool, 1000, 3, first);
         std::sort(first.pieces.begin(), first.pieces.end());
-        QCOMPARE(int64_t(first.pieces.size()), int64_t(16));
+        QCOMPARE(int64_t(first.pieces.size()), int64_t(24)); // 1000 / 3 >= 16 x 4: shrinking
         for (int rep = 0; rep < 200; ++rep) {
             Record rec(1000);
             run_recorded(pool, 1000, 3, rec);

@@ -13,6 +13,26 @@ constexpr int k_spin = 4000;
 // slowest (weight rows stream at different speeds on different cores), and a thread that is
 // descheduled before it claims anything leaves its share to the others.
 constexpr int64_t k_pieces_per_thread = 4;
+// Where a loop is long enough (at least 16 minimum pieces per thread) it is cut in 6 pieces
+// per thread that shrink towards its end: 3 per thread of 1/4 of a thread's share, 1 of 1/8,
+// 2 of 1/16. The threads that finish their large pieces first take the small ones, so the
+// last to finish waits for at most a 1/16 share, where equal quarters left up to a quarter
+// share to wait for.
+constexpr int64_t k_shrinking_pieces_per_thread = 6;
+constexpr int64_t k_shrinking_min_per_thread = 16;
+
+// The first index of piece c (of `pieces` over [0, n) for `chunks` threads); piece c is
+// [piece_begin(c), piece_begin(c + 1)).
+int64_t piece_begin(int64_t n, int64_t pieces, int64_t chunks, int64_t c)
+{
+    if (pieces != k_shrinking_pieces_per_thread * chunks)
+        return n * c / pieces;
+    // In sixteenths of a thread's share: 4 for each of the first 3 chunks pieces, then 2,
+    // then 1 each (16 chunks sixteenths in all).
+    const int64_t t = chunks;
+    const int64_t units = c <= 3 * t ? 4 * c : c <= 4 * t ? 12 * t + 2 * (c - 3 * t) : 14 * t + (c - 4 * t);
+    return n * units / (16 * t);
+}
 inline void cpu_relax() { _mm_pause(); }
 
 // The claim word: generation << 32 | pieces << 16 | next piece.
@@ -48,7 +68,9 @@ void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
         fn(0, n);
         return;
     }
-    const int64_t pieces = std::min<int64_t>({max_pieces, int64_t(chunks) * k_pieces_per_thread, 0xffff});
+    const int64_t pieces = max_pieces >= int64_t(chunks) * k_shrinking_min_per_thread
+                               ? std::min<int64_t>(int64_t(chunks) * k_shrinking_pieces_per_thread, 0xffff)
+                               : std::min<int64_t>({max_pieces, int64_t(chunks) * k_pieces_per_thread, 0xffff});
     m_job.store(&fn, std::memory_order_release);
     m_n.store(n, std::memory_order_release);
     m_chunks.store(chunks, std::memory_order_release);
@@ -78,13 +100,14 @@ void ThreadPool::run_pieces(uint64_t word)
     const int64_t n = m_n.load(std::memory_order_acquire);
     const uint64_t gen = gen_of(word);
     const int64_t pieces = pieces_of(word);
+    const int64_t chunks = m_chunks.load(std::memory_order_acquire);
     while (gen_of(word) == gen && next_of(word) < pieces) {
         if (!m_claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
             continue; // `word` now holds the current value
         // Claimed while the job was open: fn and n are this job's, and stay valid until this
         // piece is counted as finished.
         const int64_t c = next_of(word);
-        (*fn)(n * c / pieces, n * (c + 1) / pieces);
+        (*fn)(piece_begin(n, pieces, chunks, c), piece_begin(n, pieces, chunks, c + 1));
         if (m_finished.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
             std::lock_guard lock(m_mutex);
             m_done.notify_one();
