@@ -437,7 +437,17 @@ void TestMetricsPlots::badPlotHistoryIsRefused()
     QJsonObject shortStep = good;
     shortStep[QStringLiteral("steps")] = QJsonArray{QStringLiteral("1 p 64 64 0.5 100 1 10000 0")};
     QVERIFY(!PlotHistory::fromJson(shortStep, &error));
-    QCOMPARE(error, QStringLiteral("plots: step 1 has 9 fields, not 23"));
+    QCOMPARE(error, QStringLiteral("plots: step 1 has 9 fields, not 24"));
+
+    // A step saved before the thread count was recorded (23 fields) still loads, with none.
+    QJsonObject olderStep = good;
+    olderStep[QStringLiteral("steps")] =
+        QJsonArray{QStringLiteral("1 p 64 64 0.5 100 1 10000 0 1 2 3 4 5 6 7 8 9 10 11 0 0 0")};
+    const auto older = PlotHistory::fromJson(olderStep, &error);
+    QVERIFY2(older.has_value(), qPrintable(error));
+    QCOMPARE(older->steps.size(), qsizetype(1));
+    QCOMPARE(older->steps.first().threads, 0);
+    QCOMPARE(older->steps.first().memory.kv_bytes_copied, uint64_t(11));
 
     QJsonObject badSettings = good;
     badSettings[QStringLiteral("settings")] = QJsonArray{};

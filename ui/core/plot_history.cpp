@@ -13,7 +13,8 @@ namespace longscope::ui {
 
 namespace {
 
-constexpr int kStepFields = 23;
+// A step line's fields; lines saved before the thread count was recorded have one fewer.
+constexpr int kStepFields = 24;
 
 QString number(double v) { return QString::number(v, 'g', QLocale::FloatingPointShortest); }
 
@@ -29,7 +30,7 @@ QString stepLine(const StepMetrics &m, int settingsIndex)
                        l.peak_kv_resident, l.peak_scratch, l.peak_total, l.process_rss, l.kv_bytes_copied,
                        l.device_used, l.device_free})
         f << QString::number(v);
-    f << QString::number(settingsIndex);
+    f << QString::number(settingsIndex) << QString::number(m.threads);
     return f.join(QLatin1Char(' '));
 }
 
@@ -37,7 +38,7 @@ QString stepLine(const StepMetrics &m, int settingsIndex)
 QString parseStep(const QString &line, StepMetrics *m, int *settingsIndex)
 {
     const QStringList f = line.split(QLatin1Char(' '), Qt::SkipEmptyParts);
-    if (f.size() != kStepFields)
+    if (f.size() != kStepFields && f.size() != kStepFields - 1)
         return QStringLiteral("has %1 fields, not %2").arg(f.size()).arg(kStepFields);
     bool ok = true;
     auto integer = [&](int i) {
@@ -80,6 +81,7 @@ QString parseStep(const QString &line, StepMetrics *m, int *settingsIndex)
     for (int i = 0; i < 13; ++i)
         *ledger[i] = unsignedInt(9 + i);
     *settingsIndex = int(std::min<qlonglong>(integer(22), 1 << 30));
+    m->threads = f.size() == kStepFields ? int(std::min<qlonglong>(integer(23), 1 << 20)) : 0;
     return ok ? QString() : QStringLiteral("has a field that is not a valid number");
 }
 

@@ -4,7 +4,7 @@
 // The engine reads no environment variable: longscope-cli and the app read the switches
 // documented in docs/performance.md (LONGSCOPE_SIMD, LONGSCOPE_QUANT_MATMUL, LONGSCOPE_PACK,
 // LONGSCOPE_COPY_WEIGHTS, LONGSCOPE_AMX, LONGSCOPE_AMX_ATTENTION, LONGSCOPE_PREFETCH,
-// LONGSCOPE_ACT_SPAN) with cpu_options_from_switches and pass the result to set_cpu_options.
+// LONGSCOPE_ACT_SPAN, LONGSCOPE_THREAD_TUNING) with cpu_options_from_switches and pass the result to set_cpu_options.
 #pragma once
 
 #include <functional>
@@ -58,6 +58,10 @@ struct CpuOptions {
     // product keeps one per 32: the packed Q4_K and Q5_K kernels then apply their sub-block
     // scales in integers. Off (LONGSCOPE_ACT_SPAN=32) keeps one scale per 32 everywhere.
     bool k_act_span = true;
+    // Single-token steps (decode) choose how many of the threads they use from their own
+    // times (cpu/thread_tuner.h: all of them unless fewer are clearly faster, as beside a
+    // busy process); off (LONGSCOPE_THREAD_TUNING=0) keeps every step on all of them.
+    bool decode_thread_tuning = true;
 };
 
 // Makes `options` the CPU backend's choices for this process. Call it before models are
@@ -77,7 +81,8 @@ std::optional<QuantMatmulPath> parse_quant_matmul_path(std::string_view text);
 // LONGSCOPE_SIMD=avx512|avx2|portable, LONGSCOPE_QUANT_MATMUL=integer|bf16|dequantize|amx,
 // LONGSCOPE_PACK=0, LONGSCOPE_COPY_WEIGHTS=0, LONGSCOPE_AMX=0, LONGSCOPE_AMX_ATTENTION=0,
 // LONGSCOPE_PREFETCH=0, LONGSCOPE_PREFETCH=NEAR:FAR (the decode kernels' distances in bytes,
-// e.g. 512:4096, each 64 to 65536, or 0 for the default), LONGSCOPE_ACT_SPAN=32; any other
+// e.g. 512:4096, each 64 to 65536, or 0 for the default), LONGSCOPE_ACT_SPAN=32,
+// LONGSCOPE_THREAD_TUNING=0; any other
 // value leaves the default.
 CpuOptions cpu_options_from_switches(const std::function<const char *(const char *name)> &lookup);
 

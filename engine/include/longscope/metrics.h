@@ -41,6 +41,7 @@ struct StepMetrics {
     double rope_base = 0;      // RoPE base in effect (model base, dynamic scaling and NTK)
     Settings settings;         // the settings the step ran with
     int64_t attention_tiles_skipped = 0;
+    int threads = 0;           // CPU threads the step ran on (decode: as tuned, CpuOptions)
     MemoryLedger memory;
 };
 

@@ -50,6 +50,8 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         tokens.insert(tokens.end(), segs[s].tokens.begin(), segs[s].tokens.end());
     }
     const int64_t n = offset.back();
+    be.begin_step(n);
+    stats.threads = be.step_threads();
     const Activations a = be.activations(n);
     be.embed(w.tok_embd, tokens, a.x);
     if (hp.scale_embeddings)

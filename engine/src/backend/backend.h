@@ -42,6 +42,7 @@ struct ForwardParams {
 struct ForwardStats {
     uint64_t scratch_bytes = 0;    // peak activations + attention scratch of the call
     int64_t tiles_skipped = 0;
+    int threads = 0;               // CPU threads the step ran on (Backend::step_threads)
 };
 
 // One sequence's KV cache on a backend, in one of the modes concat, static or vmm
@@ -216,6 +217,12 @@ public:
     // The scratch a step held: activations plus the backend's own, and the attention
     // scratch of the step.
     virtual uint64_t step_scratch_bytes(uint64_t attention_scratch) = 0;
+    // A step over n_rows tokens begins (the CPU backend times single-token steps to choose
+    // how many threads they use: cpu/thread_tuner.h).
+    virtual void begin_step(int64_t n_rows) { (void)n_rows; }
+    // The threads the step begun last runs on (the CPU backend's tuned count for single-token
+    // steps; n_threads() otherwise).
+    virtual int step_threads() const { return n_threads(); }
     // The step is over: memory held only for it (a score matrix kept for its layers) goes.
     virtual void end_step() {}
 

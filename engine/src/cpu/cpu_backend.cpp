@@ -6,11 +6,13 @@
 #include "cpu/quant.h"
 #include "cpu/simd.h"
 #include "kv/kv_store.h"
+#include "longscope/cpu_options.h"
 #include "longscope/errors.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 
 namespace longscope {
 
@@ -23,7 +25,7 @@ std::vector<double> rope_inv_freq(double base, int n_rot)
 }
 
 CpuBackend::CpuBackend(const Model &model, int n_threads)
-    : m_model(model), m_hp(model.hparams()), m_pool(n_threads)
+    : m_model(model), m_hp(model.hparams()), m_pool(n_threads), m_tuner(m_pool.size())
 {
 }
 
@@ -297,6 +299,30 @@ std::span<const float> CpuBackend::read_logits(int64_t n_rows)
 uint64_t CpuBackend::step_scratch_bytes(uint64_t attention_scratch)
 {
     return scratch_bytes() + attention_scratch;
+}
+
+// A single-token step (decode) runs on the thread count the tuner asks for, and its time goes
+// back to the tuner; every other step uses the whole pool. Results do not depend on the count.
+void CpuBackend::begin_step(int64_t n_rows)
+{
+    m_timing = n_rows == 1 && m_pool.size() > 1 && cpu_options().decode_thread_tuning;
+    if (!m_timing)
+        return;
+    m_pool.set_active(m_tuner.next());
+    m_step_start = std::chrono::steady_clock::now();
+}
+
+void CpuBackend::end_step()
+{
+    m_attn_work.release();
+    if (!m_timing)
+        return;
+    m_timing = false;
+    m_pool.set_active(m_pool.size());
+    // A step cut short by an error says nothing of the count's speed (the tuner then asks
+    // for the same count again).
+    if (std::uncaught_exceptions() == 0)
+        m_tuner.record(std::chrono::duration<double>(std::chrono::steady_clock::now() - m_step_start).count());
 }
 
 // ---- memory ----------------------------------------------------------------------------------

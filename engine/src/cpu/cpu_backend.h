@@ -8,9 +8,11 @@
 #include "cpu/attention.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "cpu/thread_tuner.h"
 #include "longscope/model.h"
 #include "model/weights.h"
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -53,7 +55,11 @@ public:
     float *logits_buffer(int64_t n_rows) override;
     std::span<const float> read_logits(int64_t n_rows) override;
     uint64_t step_scratch_bytes(uint64_t attention_scratch) override;
-    void end_step() override { m_attn_work.release(); }
+    void begin_step(int64_t n_rows) override;
+    int step_threads() const override { return m_pool.active(); }
+    void end_step() override;
+    // The thread count single-token steps run on now (outside the tuner's trials).
+    int decode_threads() const { return m_tuner.current(); }
 
     uint64_t weight_bytes() const override;
     uint64_t scratch_bytes() const override;
@@ -68,6 +74,10 @@ private:
     const Model &m_model;
     const HParams &m_hp;
     ThreadPool m_pool;
+    // Single-token steps' thread count, from their times (CpuOptions::decode_thread_tuning).
+    ThreadTuner m_tuner;
+    bool m_timing = false;
+    std::chrono::steady_clock::time_point m_step_start;
 
     // Activations for the tokens of one call: [n, width].
     AlignedVector<float> m_x, m_xn, m_q, m_k, m_v, m_attn, m_proj, m_gate, m_up, m_logits;

@@ -44,6 +44,7 @@ CpuOptions cpu_options_from_switches(const std::function<const char *(const char
     o.amx = value("LONGSCOPE_AMX") != "0";
     o.amx_attention = value("LONGSCOPE_AMX_ATTENTION") != "0";
     o.k_act_span = value("LONGSCOPE_ACT_SPAN") != "32";
+    o.decode_thread_tuning = value("LONGSCOPE_THREAD_TUNING") != "0";
     const std::string_view prefetch = value("LONGSCOPE_PREFETCH");
     o.decode_prefetch = prefetch != "0";
     if (const auto colon = prefetch.find(':'); colon != std::string_view::npos) {

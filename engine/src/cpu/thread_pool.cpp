@@ -41,7 +41,7 @@ constexpr int64_t pieces_of(uint64_t word) { return int64_t((word >> 16) & 0xfff
 constexpr int64_t next_of(uint64_t word) { return int64_t(word & 0xffff); }
 } // namespace
 
-ThreadPool::ThreadPool(int n_threads) : m_n_threads(std::max(1, n_threads))
+ThreadPool::ThreadPool(int n_threads) : m_n_threads(std::max(1, n_threads)), m_active(m_n_threads)
 {
     for (int i = 1; i < m_n_threads; ++i)
         m_workers.emplace_back([this, i] { worker(i); });
@@ -63,7 +63,7 @@ void ThreadPool::parallel_for(int64_t n, const Fn &fn, int64_t min_per_thread)
     if (n <= 0)
         return;
     const int64_t max_pieces = n / std::max<int64_t>(1, min_per_thread);
-    const int chunks = int(std::min<int64_t>(m_n_threads, std::max<int64_t>(1, max_pieces)));
+    const int chunks = int(std::min<int64_t>(m_active, std::max<int64_t>(1, max_pieces)));
     if (chunks <= 1) {
         fn(0, n);
         return;

@@ -45,6 +45,12 @@ public:
 
     int size() const { return m_n_threads; }
 
+    // Loops from now on use at most n threads (clamped to 1..size()), the caller included;
+    // the other workers stay idle. Pieces then depend on n as they would on a pool of n.
+    // Only the thread that calls parallel_for may change it.
+    void set_active(int n) { m_active = n < 1 ? 1 : n > m_n_threads ? m_n_threads : n; }
+    int active() const { return m_active; }
+
     // Calls fn(begin, end) over [0, n) split in contiguous pieces, each at least
     // `min_per_thread` long, which the threads claim in turn; returns when all are done. A
     // loop of at least 16 minimum pieces per thread gets 6 pieces per thread that shrink
@@ -65,6 +71,7 @@ private:
     void run_pieces(uint64_t word);
 
     int m_n_threads;
+    int m_active; // read and written by the calling thread only
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake;

@@ -198,6 +198,7 @@ std::vector<GenerateResult> generate_batch(const Model &model, const SessionOpti
             m.settings = st;
             m.settings.context_limit = limit;
             m.attention_tiles_skipped = stats.tiles_skipped;
+            m.threads = stats.threads;
             MemoryLedger &l = m.memory;
             l.weights = model.info().weight_bytes;
             l.kv_reserved = kv_reserved;

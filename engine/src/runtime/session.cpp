@@ -481,6 +481,7 @@ std::span<const float> Session::Impl::eval_step(std::span<const int32_t> tokens,
     sm.settings = settings;
     sm.settings.context_limit = n_ctx;
     sm.attention_tiles_skipped = st.tiles_skipped;
+    sm.threads = st.threads;
     fill_ledger(sm.memory, st.scratch_bytes, kv_reserved, kv_resident);
     try {
         if (const auto d = backend->device_memory()) {
