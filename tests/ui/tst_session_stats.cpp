@@ -62,6 +62,36 @@ private slots:
         QCOMPARE(s.contextUsed(), 0);
         QCOMPARE(s.prefillRate(), 0.0);
     }
+
+    void decodeThreadsIsTheCountOfMostRecentSteps()
+    {
+        SessionStats s;
+        QCOMPARE(s.decodeThreads(), 0);
+        auto decodeOn = [&](int threads) {
+            StepMetrics m = step(StepPhase::Decode, 30, 20.0);
+            m.threads = threads;
+            s.addStep(m);
+        };
+        for (int i = 0; i < 8; ++i)
+            decodeOn(2);
+        QCOMPARE(s.decodeThreads(), 2);
+        // A trial's steps on one thread among them leave the shown count alone.
+        for (int i = 0; i < 3; ++i)
+            decodeOn(1);
+        QCOMPARE(s.decodeThreads(), 2);
+        // Once most of the window ran on one thread, that is the count.
+        for (int i = 0; i < 3; ++i)
+            decodeOn(1);
+        QCOMPARE(s.decodeThreads(), 1);
+        // Prefill steps do not count.
+        StepMetrics prefill = step(StepPhase::Prefill, 40, 500.0);
+        prefill.threads = 2;
+        for (int i = 0; i < 8; ++i)
+            s.addStep(prefill);
+        QCOMPARE(s.decodeThreads(), 1);
+        s.reset();
+        QCOMPARE(s.decodeThreads(), 0);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestSessionStats)

@@ -19,6 +19,11 @@ public:
     double ntkAlpha() const { return m_ntkAlpha; }
     double decodeRate() const { return m_decodeRate; } // tokens/s, smoothed; 0: none yet
     double prefillRate() const { return m_prefillRate; } // tokens/s of the last prefill step
+    // The CPU threads most of the last kDecodeWindow decode steps ran on (the engine picks
+    // the count from the steps' times: a short trial on another count now and then does not
+    // change it); 0: no decode step yet, or steps that did not say (a remote engine's).
+    int decodeThreads() const;
+    static constexpr int kDecodeWindow = 8;
 
     void addStep(const longscope::StepMetrics &metrics);
     // A reply ended: its own averages replace the running ones (when it has them).
@@ -36,6 +41,8 @@ private:
     double m_ntkAlpha = 1.0;
     double m_decodeRate = 0;
     double m_prefillRate = 0;
+    int m_threads[kDecodeWindow] = {};
+    int m_threadSteps = 0; // decode steps recorded in m_threads, the newest at (count - 1) % window
 };
 
 } // namespace longscope::ui

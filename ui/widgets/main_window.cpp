@@ -33,6 +33,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLocale>
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -691,6 +692,8 @@ void MainWindow::createStatusBar()
     statusBar()->addPermanentWidget(m_statusModel);
     statusBar()->addPermanentWidget(m_statusContext);
     statusBar()->addPermanentWidget(m_statusSpeed);
+    m_statusSpeed->setToolTip(tr("Decode picks how many of its threads to use from its own step times: fewer "
+                                 "when they are faster, as beside another busy program."));
     m_statusTimer = new QTimer(this);
     m_statusTimer->setInterval(kStatusRefreshMs);
     connect(m_statusTimer, &QTimer::timeout, this, [this] {
@@ -850,8 +853,13 @@ void MainWindow::refreshStatus()
     QStringList speed;
     const double decode = m_stats.decodeRate();
     const double prefill = m_stats.prefillRate();
-    if (decode > 0)
-        speed << tr("decode %L1 tok/s").arg(decode, 0, 'f', decode < 100 ? 1 : 0);
+    if (decode > 0) {
+        const int threads = m_stats.decodeThreads();
+        const QString rate = QLocale().toString(decode, 'f', decode < 100 ? 1 : 0);
+        speed << (threads == 1  ? tr("decode %1 tok/s on 1 thread").arg(rate)
+                  : threads > 1 ? tr("decode %1 tok/s on %2 threads").arg(rate).arg(threads)
+                                : tr("decode %1 tok/s").arg(rate));
+    }
     if (prefill > 0)
         speed << tr("prefill %L1 tok/s").arg(prefill, 0, 'f', prefill < 100 ? 1 : 0);
     m_statusSpeed->setText(speed.isEmpty() ? tr("— tok/s") : speed.join(QStringLiteral(" · ")));
