@@ -13,6 +13,8 @@ Usage:
         --prompt 512 --new 64 --threads 2 MODEL.gguf [MODEL.gguf ...]
     # long context: prefill of 8192 tokens, decode of 64 tokens at depth 8192
     scripts/bench-vs-llama-cpp.py --llama-bench ... --prompt 8192 --depth 8192 MODEL.gguf
+    # a shared machine: one busy-loop process beside both programs
+    scripts/bench-vs-llama-cpp.py --llama-bench ... --busy 1 --prompt 64 --new 128 MODEL.gguf
 
 For each model it runs, alternately and `--rounds` times, llama-bench (prompt processing of
 --prompt tokens and generation of --new tokens, flash attention on) and longscope-cli bench
@@ -97,12 +99,25 @@ def main():
                     "and the ratios this one / earlier are printed too (a refactor's no-regression check)")
     ap.add_argument("--paired-probe", action="store_true", help="longscope's decode against a read of the "
                     "bandwidth probe after every step (bench --paired-probe): one more column")
+    ap.add_argument("--busy", type=int, default=0, help="busy-loop processes running beside both programs the "
+                    "whole time (a desktop sharing its cores); with --new 128 or more longscope's decode has "
+                    "picked its thread count for most of its steps")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+    try:
+        compare(a)
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
 
+
+def compare(a):
     depth = f"at depth {a.depth}" if a.depth else "after an 8-token prompt"
+    beside = f", {a.busy} busy-loop process(es) beside them" if a.busy else ""
     print(f"prompt {a.prompt} tokens, {a.new} new tokens {depth}, {a.threads} threads, "
-          f"best of {a.rounds} alternating rounds")
+          f"best of {a.rounds} alternating rounds{beside}")
     print("Roofline: the highest read bandwidth longscope-cli's probe saw in any round; both programs' best")
     print("decode speeds are set against it with the same bytes per token (weights streamed + KV).")
     paired_head = " longscope paired roofline |" if a.paired_probe else ""
