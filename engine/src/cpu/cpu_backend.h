@@ -58,8 +58,6 @@ public:
     void begin_step(int64_t n_rows) override;
     int step_threads() const override { return m_pool.active(); }
     void end_step() override;
-    // The thread count single-token steps run on now (outside the tuner's trials).
-    int decode_threads() const { return m_tuner.current(); }
 
     uint64_t weight_bytes() const override;
     uint64_t scratch_bytes() const override;

@@ -31,8 +31,7 @@ int ThreadTuner::next()
     if (!m_in_trial && m_ladder.size() > 1 && m_since_trial >= m_interval)
         start_trial();
     // A trial interleaves the other count's steps with the current one's, the other first.
-    m_pending = m_in_trial && m_trial_step % 2 == 0 ? m_ladder[size_t(m_alt)] : m_ladder[size_t(m_cur)];
-    return m_pending;
+    return m_in_trial && m_trial_step % 2 == 0 ? m_ladder[size_t(m_alt)] : m_ladder[size_t(m_cur)];
 }
 
 void ThreadTuner::record(double seconds)

@@ -57,7 +57,6 @@ private:
     bool m_in_trial = false;
     bool m_try_up = false;     // in the middle of the ladder trials alternate up and down
     int m_trial_step = 0;      // steps of the current trial so far
-    int m_pending = 0;         // the count next() returned
     int64_t m_since_trial = 0; // steps since the last trial ended
     int64_t m_interval = 0;    // steps between trials now
     int64_t m_trials = 0;
