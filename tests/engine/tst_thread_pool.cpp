@@ -192,6 +192,33 @@ private slots:
         }
     }
 
+    void activeThreadsLimitTheLoop()
+    {
+        // set_active(n): loops run on at most n threads (the caller included), cut as for a
+        // pool of n; out-of-range counts are clamped; the whole pool again after.
+        ThreadPool pool(4);
+        for (int active : {2, 1, 3, 4}) {
+            pool.set_active(active);
+            QCOMPARE(pool.active(), active);
+            for (int job = 0; job < 200; ++job) {
+                std::mutex mutex;
+                std::vector<std::thread::id> ids;
+                Record rec(1000);
+                run_recorded(pool, 1000, 3, rec, [&](int64_t) {
+                    std::lock_guard lock(mutex);
+                    if (std::find(ids.begin(), ids.end(), std::this_thread::get_id()) == ids.end())
+                        ids.push_back(std::this_thread::get_id());
+                });
+                check_record(rec, 1000, 3, active);
+                QVERIFY2(int(ids.size()) <= active, "more threads ran pieces than the active count");
+            }
+        }
+        pool.set_active(0);
+        QCOMPARE(pool.active(), 1);
+        pool.set_active(99);
+        QCOMPARE(pool.active(), 4);
+    }
+
     void nestedPoolsAndDestruction()
     {
         // Pools made and destroyed repeatedly, some never used, some mid-spin.
