@@ -57,6 +57,8 @@ struct Row {
     // --paired-probe: the median over decode steps of the step's read rate over the probe's read
     // right after it, and the median of those reads.
     double paired_roofline_fraction = 0, paired_bandwidth = 0;
+    // The mean CPU thread count of the decode steps (the decode thread tuner's choice).
+    double decode_threads = 0;
     std::string kv, attn;
     bool causal_flash = false;
     double prefill_tok_s = 0, decode_tok_s = 0, throughput = 0;
@@ -240,6 +242,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         std::vector<GenerateResult> results;
                         std::vector<double> step_fractions, step_bandwidths;
                         double probe_seconds = 0; // the paired probe's reads, taken out of decode's time
+                        double decode_steps = 0, decode_thread_sum = 0;
                         if (backend == ComputeBackend::Cuda) {
                             // One sequence in a session on the device.
                             Session session(*model, so);
@@ -250,6 +253,10 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         } else {
                             results = generate_batch(*model, so, reqs, {}, [&](const StepMetrics &m) {
                                 last = m.memory;
+                                if (m.phase == StepPhase::Decode) {
+                                    decode_steps += 1;
+                                    decode_thread_sum += m.threads;
+                                }
                                 if (!paired || m.phase != StepPhase::Decode || m.seconds <= 0)
                                     return;
                                 const auto t0 = std::chrono::steady_clock::now();
@@ -304,6 +311,7 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.prefill_gflop_s = f.prefill_seconds > 0 ? flops / f.prefill_seconds / 1e9 : 0;
                         r.paired_roofline_fraction = median(step_fractions);
                         r.paired_bandwidth = median(step_bandwidths);
+                        r.decode_threads = decode_steps > 0 ? decode_thread_sum / decode_steps : 0;
                         rows.push_back(r);
                     }
 
@@ -350,7 +358,8 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                            {"prefill_roofline_fraction", r.prefill_roofline_fraction},
                            {"paired_roofline_fraction", r.paired_roofline_fraction},
                            {"paired_bandwidth_gb_s", r.paired_bandwidth / 1e9},
-                           {"threads", n_threads}, {"cpu_kernels", cpu_kernel_name()},
+                           {"threads", n_threads}, {"decode_threads", r.decode_threads},
+                           {"cpu_kernels", cpu_kernel_name()},
                            {"peak_kv_resident_bytes", r.peak_kv_resident}, {"peak_scratch_bytes", r.peak_scratch},
                            {"peak_total_bytes", r.peak_total}, {"kv_bytes_copied", r.kv_copied},
                            {"process_rss_bytes", r.rss}, {"backend", std::string(to_string(backend))},

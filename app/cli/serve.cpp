@@ -210,6 +210,7 @@ public:
             c.kv_tokens = m_kv_tokens;
             c.requests_running = m_busy ? 1 : 0;
             c.step_tokens_per_second = m_last_step ? m_last_step->tokens_per_second : 0;
+            c.step_threads = m_last_step ? m_last_step->threads : 0;
         }
         {
             std::lock_guard<std::mutex> lk(m_mutex);

@@ -829,6 +829,8 @@ std::string prometheus_metrics(const ServerCounters &c, const std::string &model
         c.generation_tokens_per_second);
     one("longscope:step_tokens_per_second", "gauge", "Throughput of the latest evaluation step",
         c.step_tokens_per_second);
+    one("longscope:step_threads", "gauge",
+        "CPU threads the latest evaluation step ran on (the decode thread tuner's choice)", c.step_threads);
     return w.text();
 }
 
@@ -856,6 +858,7 @@ json metrics_json(const std::optional<StepMetrics> &last, const MemoryLedger &no
                          {"position", last->position},
                          {"seconds", last->seconds},
                          {"tokens_per_second", last->tokens_per_second},
+                         {"threads", last->threads},
                          {"ntk_alpha", last->ntk_alpha},
                          {"rope_base", last->rope_base},
                          {"attention_tiles_skipped", last->attention_tiles_skipped},

@@ -189,6 +189,7 @@ struct ServerCounters {
     double prompt_tokens_per_second = 0;     // of the latest request
     double generation_tokens_per_second = 0; // of the latest request
     double step_tokens_per_second = 0;       // of the latest evaluation step
+    int step_threads = 0;                    // CPU threads the latest evaluation step ran on
 };
 // The Prometheus text exposition of `c`, every name prefixed "longscope:".
 std::string prometheus_metrics(const ServerCounters &c, const std::string &model);

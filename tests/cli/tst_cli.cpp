@@ -364,7 +364,15 @@ private slots:
         QVERIFY2(po["paired_roofline_fraction"].toDouble() > 0, paired.out.constData());
         Run unpaired = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--json",
                                 "--no-probe"});
-        QCOMPARE(QJsonDocument::fromJson(unpaired.out).array().first().toObject()["paired_roofline_fraction"].toDouble(), 0.0);
+        const QJsonObject uo = QJsonDocument::fromJson(unpaired.out).array().first().toObject();
+        QCOMPARE(uo["paired_roofline_fraction"].toDouble(), 0.0);
+        // The decode steps' mean thread count: within the pool (its first steps on all of it,
+        // before any trial of the decode thread tuner), and 1 on a one-thread pool.
+        QVERIFY2(uo["decode_threads"].toDouble() == uo["threads"].toDouble(), unpaired.out.constData());
+        Run one = run_cli({"bench", "--input", "16", "--new", "4", "--kv", "static", "--attn", "naive", "--json",
+                           "--no-probe", "--threads", "1"});
+        QCOMPARE(one.code, 0);
+        QCOMPARE(QJsonDocument::fromJson(one.out).array().first().toObject()["decode_threads"].toDouble(), 1.0);
         Run refused = run_cli({"bench", "--input", "16", "--new", "4", "--no-probe", "--paired-probe"});
         QCOMPARE(refused.code, 2);
         QVERIFY2(refused.err.contains("--paired-probe"), refused.err.constData());

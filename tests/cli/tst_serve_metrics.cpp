@@ -111,6 +111,10 @@ private slots:
         QVERIFY2(kv >= prompt + completion - 1 && kv <= prompt + completion, QByteArray::number(kv));
         QCOMPARE(metric(after, "longscope:kv_cache_usage_ratio"), kv / k_ctx);
         QVERIFY(metric(after, "longscope:generation_tokens_per_second") > 0);
+        // The latest step's thread count: the server's one thread (--threads 1), in both views.
+        QCOMPARE(after.types.at("longscope:step_threads"), std::string("gauge"));
+        QCOMPARE(metric(after, "longscope:step_threads"), 1.0);
+        QCOMPARE(http(m_server.url() + "/v1/metrics").json()["step"].toObject()["threads"].toInt(), 1);
 
         // The ledger: the same numbers /v1/metrics gives as JSON, total = weights + KV + scratch.
         const QJsonObject ledger = http(m_server.url() + "/v1/metrics").json()["memory"].toObject();

@@ -3,7 +3,8 @@
 // they are fastest at a small cost, moves to fewer where fewer are faster (as beside a busy
 // process) and back when that ends, walks a longer ladder to the best count, and never asks
 // a one-thread pool for more. On a real model, steps on a changing thread count give the
-// same logits, bit for bit, as steps on a fixed one.
+// same logits, bit for bit, as steps on a fixed one, and a batch of two sequences the same
+// tokens.
 #include "cpu/thread_tuner.h"
 #include "support/cpu_options_scope.h"
 #include "support/greedy_trace.h"
@@ -38,6 +39,24 @@ std::map<int, int64_t> simulate(ThreadTuner &tuner, int64_t steps, const std::fu
         tuner.record(time_of(n, s) * jitter(rng));
     }
     return used;
+}
+
+// A model whose decode products split across two threads (dim 512, FFN 1536), written to path.
+std::string split_model(const std::string &path)
+{
+    RandomModelSpec spec;
+    spec.n_embd = 512;
+    spec.n_layer = 2;
+    spec.n_head = 8;
+    spec.n_head_kv = 4;
+    spec.n_ff = 1536;
+    spec.n_vocab = 1000;
+    spec.n_ctx = 256;
+    spec.type = DType::Q8_0;
+    spec.stddev = 0.05f;
+    spec.seed = 11;
+    write_random_model_file(path, spec);
+    return path;
 }
 
 } // namespace
@@ -146,20 +165,7 @@ private slots:
         // are identical.
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
-        RandomModelSpec spec;
-        spec.n_embd = 512;
-        spec.n_layer = 2;
-        spec.n_head = 8;
-        spec.n_head_kv = 4;
-        spec.n_ff = 1536;
-        spec.n_vocab = 1000;
-        spec.n_ctx = 256;
-        spec.type = DType::Q8_0;
-        spec.stddev = 0.05f;
-        spec.seed = 11;
-        const std::string path = dir.path().toStdString() + "/split.gguf";
-        write_random_model_file(path, spec);
-        const auto model = Model::load(path);
+        const auto model = Model::load(split_model(dir.path().toStdString() + "/split.gguf"));
         const std::vector<int32_t> prompt = {1, 300, 301, 302, 303};
         CpuOptions off = cpu_options();
         off.decode_thread_tuning = false;
@@ -187,6 +193,47 @@ private slots:
         QCOMPARE(tuned.logits.size(), fixed.logits.size());
         for (size_t i = 0; i < fixed.logits.size(); ++i)
             QVERIFY2(tuned.logits[i] == fixed.logits[i], qPrintable(QString("step %1's logits differ").arg(i)));
+    }
+
+    void batchedStepsAreTunedToo()
+    {
+        // Two sequences decoded together (steps of two rows, tuned by their own tuner): past
+        // the first trial some steps run on one thread, and both sequences' tokens equal those
+        // of the same batch with every step on both threads.
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const auto model = Model::load(split_model(dir.path().toStdString() + "/split.gguf"));
+        std::vector<GenerateRequest> reqs(2);
+        reqs[0].prompt = {1, 300, 301, 302, 303};
+        reqs[1].prompt = {1, 410, 411};
+        for (auto &r : reqs) {
+            r.max_new_tokens = 56;
+            r.sampling.temperature = 0;
+            r.stop_at_eos = false;
+        }
+        SessionOptions so;
+        so.n_threads = 2;
+        so.n_ctx = 128;
+        auto run = [&](bool tuning, std::map<int, int> &decode_threads) {
+            CpuOptions o = cpu_options();
+            o.decode_thread_tuning = tuning;
+            CpuOptionsScope scope(o);
+            return generate_batch(*model, so, reqs, {}, [&](const StepMetrics &m) {
+                if (m.phase == StepPhase::Decode && m.n_tokens == 2)
+                    ++decode_threads[m.threads];
+            });
+        };
+        std::map<int, int> fixed_threads, tuned_threads;
+        const auto fixed = run(false, fixed_threads);
+        const auto tuned = run(true, tuned_threads);
+        QCOMPARE(fixed_threads.size(), size_t(1));
+        QCOMPARE(fixed_threads.begin()->first, 2);
+        QVERIFY2(tuned_threads[1] >= 1 && tuned_threads[2] >= 1, "the tuned batch did not use both counts");
+        QCOMPARE(tuned.size(), fixed.size());
+        for (size_t i = 0; i < fixed.size(); ++i) {
+            QCOMPARE(int(tuned[i].tokens.size()), 56);
+            QCOMPARE(tuned[i].tokens, fixed[i].tokens);
+        }
     }
 };
 

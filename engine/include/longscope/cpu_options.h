@@ -58,8 +58,8 @@ struct CpuOptions {
     // product keeps one per 32: the packed Q4_K and Q5_K kernels then apply their sub-block
     // scales in integers. Off (LONGSCOPE_ACT_SPAN=32) keeps one scale per 32 everywhere.
     bool k_act_span = true;
-    // Single-token steps (decode) choose how many of the threads they use from their own
-    // times (cpu/thread_tuner.h: all of them unless fewer are clearly faster, as beside a
+    // Decode steps (one token per sequence, batches of up to 16 sequences) choose how many of
+    // the threads they use from their own times (cpu/thread_tuner.h: all of them unless fewer are clearly faster, as beside a
     // busy process); off (LONGSCOPE_THREAD_TUNING=0) keeps every step on all of them.
     bool decode_thread_tuning = true;
 };

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 namespace longscope {
 
@@ -25,7 +26,8 @@ std::vector<double> rope_inv_freq(double base, int n_rot)
 }
 
 CpuBackend::CpuBackend(const Model &model, int n_threads)
-    : m_model(model), m_hp(model.hparams()), m_pool(n_threads), m_tuner(m_pool.size())
+    : m_model(model), m_hp(model.hparams()), m_pool(n_threads),
+      m_tuners(size_t(k_tuned_rows), ThreadTuner(m_pool.size()))
 {
 }
 
@@ -301,14 +303,16 @@ uint64_t CpuBackend::step_scratch_bytes(uint64_t attention_scratch)
     return scratch_bytes() + attention_scratch;
 }
 
-// A single-token step (decode) runs on the thread count the tuner asks for, and its time goes
-// back to the tuner; every other step uses the whole pool. Results do not depend on the count.
+// A step of up to k_tuned_rows rows (decode of one sequence or of a small batch) runs on the
+// thread count its row count's tuner asks for, and its time goes back to that tuner; larger
+// steps use the whole pool. Results do not depend on the count.
 void CpuBackend::begin_step(int64_t n_rows)
 {
-    m_timing = n_rows == 1 && m_pool.size() > 1 && cpu_options().decode_thread_tuning;
-    if (!m_timing)
+    m_timing = nullptr;
+    if (n_rows < 1 || n_rows > k_tuned_rows || m_pool.size() == 1 || !cpu_options().decode_thread_tuning)
         return;
-    m_pool.set_active(m_tuner.next());
+    m_timing = &m_tuners[size_t(n_rows - 1)];
+    m_pool.set_active(m_timing->next());
     m_step_start = std::chrono::steady_clock::now();
 }
 
@@ -317,12 +321,12 @@ void CpuBackend::end_step()
     m_attn_work.release();
     if (!m_timing)
         return;
-    m_timing = false;
+    ThreadTuner *tuner = std::exchange(m_timing, nullptr);
     m_pool.set_active(m_pool.size());
     // A step cut short by an error says nothing of the count's speed (the tuner then asks
     // for the same count again).
     if (std::uncaught_exceptions() == 0)
-        m_tuner.record(std::chrono::duration<double>(std::chrono::steady_clock::now() - m_step_start).count());
+        tuner->record(std::chrono::duration<double>(std::chrono::steady_clock::now() - m_step_start).count());
 }
 
 // ---- memory ----------------------------------------------------------------------------------

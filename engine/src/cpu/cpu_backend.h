@@ -72,9 +72,12 @@ private:
     const Model &m_model;
     const HParams &m_hp;
     ThreadPool m_pool;
-    // Single-token steps' thread count, from their times (CpuOptions::decode_thread_tuning).
-    ThreadTuner m_tuner;
-    bool m_timing = false;
+    // The thread count of steps of up to k_tuned_rows rows (decode, one sequence or a few),
+    // from their times (CpuOptions::decode_thread_tuning): one tuner per row count, since a
+    // step's time grows with its rows. Larger steps (prefill) use the whole pool.
+    static constexpr int64_t k_tuned_rows = 16;
+    std::vector<ThreadTuner> m_tuners; // [n_rows - 1]
+    ThreadTuner *m_timing = nullptr;   // the tuner timing the current step
     std::chrono::steady_clock::time_point m_step_start;
 
     // Activations for the tokens of one call: [n, width].
