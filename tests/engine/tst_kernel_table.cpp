@@ -127,11 +127,12 @@ private slots:
         CpuFeatures amx_no_bf16 = amx;
         amx_no_bf16.avx512_bf16 = false;
         QVERIFY(!make_kernel_table(amx_no_bf16, {}).amx);
-        // F16 matrices are packed at the AVX-512 level only, and not where the AMX tiles (which read
-        // their rows in place) are in use, nor with packing turned off.
+        // F16 matrices are packed at the AVX-512 and AVX2 levels, not at the portable one, not where
+        // the AMX tiles (which read their rows in place) are in use, nor with packing turned off.
         QVERIFY(make_kernel_table(all, {}).pack_half);
         QVERIFY(!make_kernel_table(amx, {}).pack_half && make_kernel_table(amx, no_amx).pack_half);
-        QVERIFY(!make_kernel_table(all, with_kernels(SimdLevel::Avx2)).pack_half);
+        QVERIFY(make_kernel_table(all, with_kernels(SimdLevel::Avx2)).pack_half);
+        QVERIFY(!make_kernel_table(all, with_kernels(SimdLevel::Portable)).pack_half);
         CpuOptions no_pack;
         no_pack.pack_weights = false;
         QVERIFY(!make_kernel_table(all, no_pack).pack_half);

@@ -241,12 +241,13 @@ private slots:
         }
     }
 
-    // F16 and BF16 matrices packed sixteen rows to a vector (packed.h; at load at the AVX-512 level
-    // without AMX, here by hand on any machine): the packed copy gives back every row exactly,
+    // F16 and BF16 matrices packed sixteen rows to a vector (packed.h; at load at the AVX-512 and
+    // AVX2 levels without AMX, here by hand on any machine): the packed copy gives back every row exactly,
     // and every product is, bit for bit, the layout's documented order: one fused multiply-add
     // chain per (row, token) over the inputs in turn, from zero (computed here with std::fma),
-    // whatever the token count (decode's four groups, prefill's 4 x 6 tiles and their edges)
-    // and the threads. The chain is also checked against the exact sum.
+    // whatever the token count (decode's four groups, prefill's 4 x 6 tiles at the AVX-512
+    // level and 1 x 6 at AVX2, and their edges) and the threads. The chain is also checked
+    // against the exact sum.
     void packed_half_is_one_fma_chain_data()
     {
         QTest::addColumn<int>("type");
@@ -272,6 +273,16 @@ private slots:
         const int64_t groups = n_out / packed_group_rows;
         pack_rows(dt, w.bytes.data(), n_in, packed.data(), 0, groups / 2); // in two parts, as threads split it
         pack_rows(dt, w.bytes.data(), n_in, packed.data(), groups / 2, groups);
+        {
+            // Packed at the AVX2 level (eight-by-eight transposes where AVX-512 gathers): the
+            // same bytes.
+            CpuOptions opts;
+            opts.kernels = SimdLevel::Avx2;
+            test::CpuOptionsScope scope(opts);
+            std::vector<uint8_t> again(packed.size(), 0xCD);
+            pack_rows(dt, w.bytes.data(), n_in, again.data(), 0, groups);
+            QVERIFY(again == packed);
+        }
         std::vector<float> row(static_cast<size_t>(n_in));
         for (int r = 0; r < n_out; ++r) {
             dequantize_packed_row(dt, packed.data(), n_in, r, row.data());
@@ -295,9 +306,10 @@ private slots:
                 QVERIFY(std::fabs(double(acc) - ref) <= 1e-6 * n_in * mag + 1e-6);
                 want[size_t(t * n_out + o)] = acc;
             }
-        // Where the kernel level is lowered after a matrix was packed (LONGSCOPE_SIMD set by a
-        // test, say), the portable loop runs the same chains: the same bits.
-        for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2})
+        // The AVX2 kernel runs the same chains, and so does the portable loop where the kernel
+        // level is lowered after a matrix was packed (LONGSCOPE_SIMD set by a test, say): the
+        // same bits.
+        for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2, SimdLevel::Portable})
         for (int threads : {1, 2, 3}) {
             CpuOptions opts;
             opts.kernels = level;
@@ -362,7 +374,11 @@ private slots:
                 for (int o = 0; o < parts[k].n_out; ++o)
                     QVERIFY(bits_of(y[size_t(t * parts[k].n_out + o)]) == bits_of(chain(k, t, o)));
         }
+        for (SimdLevel level : {SimdLevel::Auto, SimdLevel::Avx2})
         for (int threads : {1, 2, 3}) {
+            CpuOptions opts;
+            opts.kernels = level;
+            test::CpuOptionsScope scope(opts);
             ThreadPool pool(threads);
             std::vector<std::vector<float>> ys;
             std::vector<WeightView> views;

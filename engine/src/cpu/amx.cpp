@@ -423,7 +423,7 @@ LS_AMX void small_product(const AmxMatrix &a, const AmxMatrix &b, float *c, int6
 }
 
 // Four independent accumulators cover the instruction's latency (one core of the Xeon in
-// docs/performance.md: 3.1 TFLOP/s).
+// docs/cpu-kernels.md: 3.1 TFLOP/s).
 LS_AMX float probe_loop(int64_t iterations)
 {
     alignas(64) uint16_t ones[k_block];

@@ -1,7 +1,7 @@
 // Matrix products over many tokens on Intel AMX tiles (Advanced Matrix Extensions): tdpbf16ps
 // multiplies a 16 x 32 BF16 tile of weights by a 32 x 16 BF16 tile of activations into a
 // 16 x 16 float tile, 8192 multiply-adds per instruction (a one-core loop of it on the Xeon in
-// docs/performance.md: 3.1-3.3 TFLOP/s, about four times its vpdpbusd loop's 8-bit rate).
+// docs/cpu-kernels.md: 3.1-3.3 TFLOP/s, about four times its vpdpbusd loop's 8-bit rate).
 //
 // Each call rounds the activations to BF16 once into the tile layout (pairs of inputs
 // interleaved per token), then every thread takes panels of up to 256 weight rows (about

@@ -636,7 +636,7 @@ using PackedHalfFn = void (*)(const uint16_t *, const float *, int64_t, float *,
 // core of an AMD EPYC family 25, F16 by 512 tokens, GFLOP/s, two groups by twelve tokens ->
 // four by six (both with the activations interleaved): 2048 x 5632 104 -> 113-114, 5632 x
 // 2048 103-104 -> 113-114, 2048 x 2048 103-104 -> 114, 2048 x 256 96-97 -> 102-107 (the FMA
-// peak 118). On Zen 5 the shapes had measured alike (docs/performance.md).
+// peak 118). On Zen 5 the shapes had measured alike (docs/cpu-kernels.md).
 constexpr int k_packed_half_groups = 4;
 static_assert(k_packed_half_groups == 2 * packed_half_panel_groups, "prefill's tile is two panels");
 static_assert(packed_half_token_block == 6, "24 accumulators");
@@ -729,6 +729,91 @@ void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g
             }
         }
         b0 = b1;
+    }
+}
+
+// The AVX2 level's tile: G groups (16 G rows, two vectors of eight each) by NT tokens, group
+// g's value i at p + (g / 2) pstride + 16 (g % 2) + 32 i as in packed_half_tile, the same chain
+// per (row, token): the same bits. With 16 vector registers, prefill takes one group by six
+// tokens: 12 accumulators, two widened weight vectors and one broadcast; decode takes two
+// panels (four groups, eight independent chains) at a time.
+template <DType T, int G, int NT>
+LS_AVX2 void packed_half_tile_avx2(const uint16_t *p, const float *x, int64_t n, float *out, int64_t ldo,
+                                   int64_t pstride = 0)
+{
+    constexpr int64_t PG = packed_half_panel_groups;
+    constexpr int V = 2 * G; // vectors of eight rows
+    __m256 acc[V][NT];
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+        #pragma GCC unroll 6
+        for (int t = 0; t < NT; ++t)
+            acc[v][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+        __m256 w[V];
+        #pragma GCC unroll 8
+        for (int v = 0; v < V; ++v)
+            w[v] = load8<T>(p + (v / 2 / PG) * pstride + 16 * (v / 2 % PG) + 8 * (v % 2) + k_half_input_stride * i, 0);
+        if constexpr (NT > 1) // the activations' one stream, 1 KiB ahead
+            _mm_prefetch(reinterpret_cast<const char *>(x + NT * i) + 1024, _MM_HINT_T0);
+        #pragma GCC unroll 6
+        for (int t = 0; t < NT; ++t) {
+            const __m256 xv = _mm256_broadcast_ss(x + NT * i + t);
+            #pragma GCC unroll 8
+            for (int v = 0; v < V; ++v)
+                acc[v][t] = _mm256_fmadd_ps(w[v], xv, acc[v][t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+        #pragma GCC unroll 6
+        for (int t = 0; t < NT; ++t)
+            _mm256_storeu_ps(out + t * ldo + 8 * v, acc[v][t]);
+}
+
+template <DType T, size_t... I>
+constexpr std::array<PackedHalfFn, sizeof...(I)> packed_half_row_avx2(std::index_sequence<I...>)
+{
+    return {packed_half_tile_avx2<T, 1, int(I) + 1>...};
+}
+
+template <DType T>
+void packed_half_avx2(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
+                      float *y, int64_t ldy, const float *xi)
+{
+    constexpr int64_t PG = packed_half_panel_groups;
+    if (n_tokens == 1) { // decode: two whole panels at a time where the range has them
+        const int64_t pstride = packed_half_at(n, PG, 0);
+        for (int64_t g = g0; g < g1;) {
+            const uint16_t *p = packed + packed_half_at(n, g, 0);
+            if (g % PG == 0 && g + 2 * PG <= g1) {
+                packed_half_tile_avx2<T, 2 * PG, 1>(p, x, n, y + 16 * g, ldy, pstride);
+                g += 2 * PG;
+            } else {
+                packed_half_tile_avx2<T, 1, 1>(p, x, n, y + 16 * g, ldy);
+                ++g;
+            }
+        }
+        return;
+    }
+    if (!xi) {
+        t_half_acts.resize(static_cast<size_t>(n_tokens * n));
+        interleave_half_acts(x, n, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
+                             t_half_acts.data());
+        xi = t_half_acts.data();
+    }
+    // Groups in blocks of up to 256 KiB (half of the 512 KiB L2 of many AVX2 processors), each
+    // block against all the tokens six at a time, a group at a time.
+    static constexpr auto tiles = packed_half_row_avx2<T>(std::make_index_sequence<packed_half_token_block>());
+    constexpr int TB = packed_half_token_block;
+    const int64_t block = std::max<int64_t>(1, (int64_t(256) << 10) / (32 * n));
+    for (int64_t b0 = g0; b0 < g1; b0 += block) {
+        const int64_t b1 = std::min(g1, b0 + block);
+        for (int64_t t = 0; t < n_tokens; t += TB) {
+            const int nt = int(std::min<int64_t>(TB, n_tokens - t));
+            for (int64_t g = b0; g < b1; ++g)
+                tiles[size_t(nt - 1)](packed + packed_half_at(n, g, 0), xi + t * n, n, y + t * ldy + 16 * g, ldy, 0);
+        }
     }
 }
 
@@ -844,7 +929,11 @@ void interleave_half_acts(const float *x, int64_t n, int64_t n_tokens, int64_t b
 void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,
                       int64_t n_tokens, float *y, int64_t ldy, const float *xi)
 {
-    if (kernel_table().level != VectorLevel::Avx512)
+    if (kernel_table().level == VectorLevel::Avx2 && type == DType::F16)
+        packed_half_avx2<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy, xi);
+    else if (kernel_table().level == VectorLevel::Avx2)
+        packed_half_avx2<DType::BF16>(packed, n, g0, g1, x, n_tokens, y, ldy, xi);
+    else if (kernel_table().level != VectorLevel::Avx512)
         packed_half_portable(type, packed, n, g0, g1, x, n_tokens, y, ldy);
     else if (type == DType::F16)
         packed_half_avx512<DType::F16>(packed, n, g0, g1, x, n_tokens, y, ldy, xi);

@@ -35,7 +35,7 @@ void gemm_rows(DType type, const void *base, size_t row_stride, int64_t n_rows, 
 // horizontal sums, and every (row, token) sum is one chain of multiply-adds over the inputs in
 // order, from zero, whatever the tile: any token count and any split of the groups give the
 // same bits.
-// Over several tokens at the AVX-512 level the kernel reads the activations interleaved
+// Over several tokens at the AVX-512 and AVX2 levels the kernel reads the activations interleaved
 // (interleave_half_acts): xi, where the caller made that copy once for several calls (the
 // threads' ranges of one product, or Q, K and V), or else a copy the call makes itself.
 void gemm_packed_half(DType type, const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x,

@@ -105,7 +105,7 @@ CpuKernelTable make_kernel_table(const CpuFeatures &f, const CpuOptions &options
     t.copy_weights = options.copy_weights;
     t.amx = options.amx && t.bf16_dot && f.amx_bf16;
     t.amx_attention = t.amx && options.amx_attention;
-    t.pack_half = options.pack_weights && t.level == VectorLevel::Avx512 && !t.amx;
+    t.pack_half = options.pack_weights && t.level != VectorLevel::Portable && !t.amx;
     t.decode_prefetch = options.decode_prefetch;
     const auto distance = [](int asked, int otherwise) { return asked > 0 ? asked / 64 * 64 : otherwise; };
     const bool zen4 = f.amd && f.family == 25;

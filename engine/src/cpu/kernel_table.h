@@ -38,8 +38,8 @@ struct CpuKernelTable {
     bool pack_weights = false; // Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS packed at load: asked for and a packed kernel for `integer`
     bool copy_weights = true;  // matrices copied out of the file mapping at load
     // F16 and BF16 matrices packed at load as well (sixteen rows to a vector, packed.h; their
-    // kernel is gemm_packed_half): asked for (pack_weights' option), the AVX-512 level, and no
-    // AMX tiles (which read their rows in place).
+    // kernel is gemm_packed_half): asked for (pack_weights' option), the AVX-512 or AVX2 level,
+    // and no AMX tiles (which read their rows in place).
     bool pack_half = false;
     // AMX BF16 tiles for products over many tokens (cpu/amx.h): the CPU has them, the level is
     // AVX-512 (the tiles' operands are prepared with AVX-512 BF16) and the options allow them.

@@ -414,7 +414,7 @@ void matmul_group(ThreadPool &pool, std::span<const MatmulOut> outs, const float
     // Packed F16 and BF16 matrices over several tokens read the activations interleaved: one
     // copy, made in parallel, for every thread's range of every matrix of the group.
     const float *xi = nullptr;
-    if (!acts && n_tokens > 1 && kernel_table().level == VectorLevel::Avx512 &&
+    if (!acts && n_tokens > 1 && kernel_table().level != VectorLevel::Portable &&
         std::any_of(outs.begin(), outs.end(), [](const MatmulOut &o) { return is_packed_half(*o.w); })) {
         t_xi.resize(static_cast<size_t>(n_tokens * n_in));
         float *const dst = t_xi.data();

@@ -413,19 +413,49 @@ __attribute__((target("avx512f,avx512bw"))) void pack_half_avx512(const uint8_t 
     }
 }
 
+// Without AVX-512 (SSE2, every x86-64): eight inputs of eight rows at a time, one 8 x 8
+// transpose of 16-bit values (three rounds of unpacks), twice per group.
+void pack_half_sse2(const uint8_t *src, int64_t n_in, uint16_t *dst, int64_t g0, int64_t g1)
+{
+    const size_t row_bytes = size_t(2 * n_in);
+    for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t *first = src + size_t(g * packed_group_rows) * row_bytes;
+        int64_t i = 0;
+        for (; i + 8 <= n_in; i += 8)
+            for (int half = 0; half < 2; ++half) {
+                __m128i r[8], t[8], u[8];
+                for (int k = 0; k < 8; ++k)
+                    r[k] = _mm_loadu_si128(
+                        reinterpret_cast<const __m128i *>(first + size_t(8 * half + k) * row_bytes + 2 * size_t(i)));
+                for (int k = 0; k < 4; ++k) { // pairs of rows, values 0-3 and 4-7
+                    t[2 * k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+                    t[2 * k + 1] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+                }
+                for (int k = 0; k < 2; ++k) // fours of rows: values (0, 1), (2, 3), (4, 5), (6, 7)
+                    for (int q = 0; q < 2; ++q) {
+                        u[4 * k + 2 * q] = _mm_unpacklo_epi32(t[4 * k + q], t[4 * k + 2 + q]);
+                        u[4 * k + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * k + q], t[4 * k + 2 + q]);
+                    }
+                for (int k = 0; k < 4; ++k) { // all eight rows: value 2 k, then 2 k + 1
+                    _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + packed_half_at(n_in, g, i + 2 * k) + 8 * half),
+                                     _mm_unpacklo_epi64(u[k], u[4 + k]));
+                    _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + packed_half_at(n_in, g, i + 2 * k + 1) + 8 * half),
+                                     _mm_unpackhi_epi64(u[k], u[4 + k]));
+                }
+            }
+        for (; i < n_in; ++i)
+            for (int r = 0; r < packed_group_rows; ++r)
+                std::memcpy(dst + packed_half_at(n_in, g, i) + r, first + size_t(r) * row_bytes + 2 * i, 2);
+    }
+}
+
 void pack_half(const uint8_t *src, int64_t n_in, uint16_t *dst, int64_t g0, int64_t g1)
 {
     // Row offsets of the gather are 32-bit: 15 rows of 2 n_in bytes.
-    if (cpu_features().avx512 && 15 * 2 * n_in < int64_t(INT32_MAX)) {
+    if (kernel_table().level == VectorLevel::Avx512 && 15 * 2 * n_in < int64_t(INT32_MAX))
         pack_half_avx512(src, n_in, dst, g0, g1);
-        return;
-    }
-    for (int64_t g = g0; g < g1; ++g)
-        for (int r = 0; r < packed_group_rows; ++r) {
-            const uint8_t *row = src + size_t(g * packed_group_rows + r) * size_t(2 * n_in);
-            for (int64_t i = 0; i < n_in; ++i)
-                std::memcpy(dst + packed_half_at(n_in, g, i) + r, row + 2 * i, 2);
-        }
+    else
+        pack_half_sse2(src, n_in, dst, g0, g1);
 }
 
 } // namespace
@@ -2458,7 +2488,7 @@ void packed_tile_acts(DType type, const uint8_t *packed, int64_t n_in, int64_t g
         }
         return;
     }
-    // The K types a group at a time (side by side measured slower for them: docs/performance.md),
+    // The K types a group at a time (side by side measured slower for them: docs/cpu-kernels.md),
     // two tiles together.
     for (int k = 0; k < n_groups; ++k, group += group_bytes(type, n_in), out += packed_group_rows) {
         if (n_tiles == 2)

@@ -78,7 +78,7 @@
 // scales take two lines, block 2k's sixteen f32 then block 2k + 1's (128 + 2 x 256 = 640 bytes
 // a pair).
 //
-// F16 and BF16 (at the AVX-512 level without AMX tiles; the float kernel gemm_packed_half,
+// F16 and BF16 (at the AVX-512 and AVX2 levels without AMX tiles; the float kernel gemm_packed_half,
 // gemm.h) go in panels of two groups, 32 rows: for each input in turn, the two groups'
 // sixteen values, one 64-byte line, so that a prefill tile of 32 rows reads whole lines and
 // decode reads a panel as one sequential stream (panel p at 32 p n_in values):

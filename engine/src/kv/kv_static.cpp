@@ -14,7 +14,7 @@ namespace {
 // becomes resident): attention reads a kv head's slice of every row, and where heads are many
 // (multi-head attention) each slice sits in a 4 KiB page of its own, a TLB miss per row. One
 // thread, decode at depth 2048 over LLaMA-2-7B-shaped layers (32 heads of 128, F32 rows of 16
-// KiB): 3.86 -> 2.73 ms a layer (docs/performance.md). Null when refused.
+// KiB): 3.86 -> 2.73 ms a layer (docs/cpu-kernels.md). Null when refused.
 uint8_t *allocate_rows(size_t bytes)
 {
     constexpr size_t huge = size_t(2) << 20;
