@@ -59,8 +59,9 @@ struct CpuOptions {
     // scales in integers. Off (LONGSCOPE_ACT_SPAN=32) keeps one scale per 32 everywhere.
     bool k_act_span = true;
     // Decode steps (one token per sequence, batches of up to 16 sequences) choose how many of
-    // the threads they use from their own times (cpu/thread_tuner.h: all of them unless fewer are clearly faster, as beside a
-    // busy process); off (LONGSCOPE_THREAD_TUNING=0) keeps every step on all of them.
+    // the threads they use from their own times (cpu/thread_tuner.h: all of them unless fewer
+    // are clearly faster, as beside a busy process); off (LONGSCOPE_THREAD_TUNING=0) keeps
+    // every step on all of them.
     bool decode_thread_tuning = true;
 };
 
