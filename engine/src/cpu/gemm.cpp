@@ -666,34 +666,47 @@ void packed_half_portable(DType type, const uint16_t *packed, int64_t n, int64_t
 
 thread_local AlignedVector<float> t_half_acts; // interleaved activations where the caller gave none
 
+// Decode (one token) over groups [g0, g1): two whole panels at a time with `panels` (each one
+// sequential stream of 64 bytes per input, independent chains: one chain waits four cycles per
+// input on the multiply-add before it), a group at a time with `group` where a panel is split
+// between two threads' ranges.
+void packed_half_decode(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, float *y,
+                        int64_t ldy, PackedHalfFn panels, PackedHalfFn group)
+{
+    constexpr int64_t PG = packed_half_panel_groups;
+    const int64_t pstride = packed_half_at(n, PG, 0);
+    for (int64_t g = g0; g < g1;) {
+        const uint16_t *p = packed + packed_half_at(n, g, 0);
+        if (g % PG == 0 && g + 2 * PG <= g1) {
+            panels(p, x, n, y + 16 * g, ldy, pstride);
+            g += 2 * PG;
+        } else {
+            group(p, x, n, y + 16 * g, ldy, 0);
+            ++g;
+        }
+    }
+}
+
+// The interleaved activations the caller made (xi), or this thread's own copy of them.
+const float *interleaved_acts(const float *x, int64_t n, int64_t n_tokens, const float *xi)
+{
+    if (xi)
+        return xi;
+    t_half_acts.resize(static_cast<size_t>(n_tokens * n));
+    interleave_half_acts(x, n, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
+                         t_half_acts.data());
+    return t_half_acts.data();
+}
+
 template <DType T>
 void packed_half_avx512(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1, const float *x, int64_t n_tokens,
                         float *y, int64_t ldy, const float *xi)
 {
     constexpr int64_t PG = packed_half_panel_groups;
-    if (n_tokens == 1) {
-        // Decode: two whole panels at a time, each one sequential stream of 64 bytes per input,
-        // four independent chains (one chain waits four cycles per input on the multiply-add
-        // before it); a panel split between two threads' ranges a group at a time.
-        const int64_t pstride = packed_half_at(n, PG, 0);
-        for (int64_t g = g0; g < g1;) {
-            const uint16_t *p = packed + packed_half_at(n, g, 0);
-            if (g % PG == 0 && g + 2 * PG <= g1) {
-                packed_half_tile<T, 2 * PG, 1>(p, x, n, y + 16 * g, ldy, pstride);
-                g += 2 * PG;
-            } else {
-                packed_half_tile<T, 1, 1>(p, x, n, y + 16 * g, ldy);
-                ++g;
-            }
-        }
-        return;
-    }
-    if (!xi) {
-        t_half_acts.resize(static_cast<size_t>(n_tokens * n));
-        interleave_half_acts(x, n, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
-                             t_half_acts.data());
-        xi = t_half_acts.data();
-    }
+    if (n_tokens == 1) // four chains of sixteen rows
+        return packed_half_decode(packed, n, g0, g1, x, y, ldy, packed_half_tile<T, 2 * PG, 1>,
+                                  packed_half_tile<T, 1, 1>);
+    xi = interleaved_acts(x, n, n_tokens, xi);
     // Groups in blocks of up to 512 KiB (half a 1 MiB L2) but at least two panels (a tile), each
     // block against all the tokens, six at a time: the block streams from memory once and is
     // then read from L2. The six tokens' activations come interleaved, one stream asked for 1
@@ -782,26 +795,10 @@ void packed_half_avx2(const uint16_t *packed, int64_t n, int64_t g0, int64_t g1,
                       float *y, int64_t ldy, const float *xi)
 {
     constexpr int64_t PG = packed_half_panel_groups;
-    if (n_tokens == 1) { // decode: two whole panels at a time where the range has them
-        const int64_t pstride = packed_half_at(n, PG, 0);
-        for (int64_t g = g0; g < g1;) {
-            const uint16_t *p = packed + packed_half_at(n, g, 0);
-            if (g % PG == 0 && g + 2 * PG <= g1) {
-                packed_half_tile_avx2<T, 2 * PG, 1>(p, x, n, y + 16 * g, ldy, pstride);
-                g += 2 * PG;
-            } else {
-                packed_half_tile_avx2<T, 1, 1>(p, x, n, y + 16 * g, ldy);
-                ++g;
-            }
-        }
-        return;
-    }
-    if (!xi) {
-        t_half_acts.resize(static_cast<size_t>(n_tokens * n));
-        interleave_half_acts(x, n, n_tokens, 0, (n_tokens + packed_half_token_block - 1) / packed_half_token_block,
-                             t_half_acts.data());
-        xi = t_half_acts.data();
-    }
+    if (n_tokens == 1) // eight chains of eight rows
+        return packed_half_decode(packed, n, g0, g1, x, y, ldy, packed_half_tile_avx2<T, 2 * PG, 1>,
+                                  packed_half_tile_avx2<T, 1, 1>);
+    xi = interleaved_acts(x, n, n_tokens, xi);
     // Groups in blocks of up to 256 KiB (half of the 512 KiB L2 of many AVX2 processors), each
     // block against all the tokens six at a time, a group at a time.
     static constexpr auto tiles = packed_half_row_avx2<T>(std::make_index_sequence<packed_half_token_block>());
