@@ -412,8 +412,10 @@ private slots:
         // either way).
         const int64_t prefill = longscope::test::sized(150, 100);
         // {6, 3, 12}: a head size that is no whole number of blocks (F16 and F32 only) and rows
-        // whose length leaves a remainder for the vector decoders.
-        for (const Shape sh : {Shape{16, 2, 64}, Shape{4, 4, 32}, Shape{6, 2, 96}, Shape{6, 3, 12}})
+        // whose length leaves a remainder for the vector decoders. {14, 2, 64}: seven query
+        // heads per kv head, which decode scores from F16 keys in blocks of four, two and one
+        // rows (as {4, 4, 32} and {6, 2, 96} take blocks of one and of two and one).
+        for (const Shape sh : {Shape{16, 2, 64}, Shape{4, 4, 32}, Shape{6, 2, 96}, Shape{6, 3, 12}, Shape{14, 2, 64}})
             for (const Span sp : {Span{prefill, 0, prefill}, Span{1, 299, 300}, Span{3, 197, 200}, Span{70, 60, 130}}) {
                 if (sh.head_dim % block_elems(kv_dtype(tk)) != 0 || sh.head_dim % block_elems(kv_dtype(tv)) != 0)
                     continue;

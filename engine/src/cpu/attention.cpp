@@ -1106,6 +1106,77 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
     }
 }
 
+// scores_from_rows over the keys of an F16 cache (key c's hd halves at k + c * rb bytes) for
+// n_rows query rows at once (row g at q + g * q_stride, its scores at s + g * s_stride), at the
+// AVX-512 level: each sixteen-dim piece of a key is converted once for every row, instead of
+// the tile's keys being decoded into floats first and then read back once per row. Blocks of
+// R rows by 16 / R keys fill the sixteen sums that one sum_lanes16 adds up; every score sums
+// its pieces in order and its lanes as scores_from_rows does (the lanes one by one for the
+// keys after the last whole sixteen), so the bits are the same (a half converts exactly).
+#if !defined(__clang__)
+template <int R>
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void
+scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t rb, int64_t w, int hd, float scale,
+                    float *s, int64_t s_stride)
+{
+    constexpr int KN = 16 / R; // keys per block
+    const int64_t whole = w / 16 * 16;
+    int64_t c0 = 0;
+    for (; c0 < whole; c0 += KN) {
+        V16 acc[16];
+        #pragma GCC unroll 16
+        for (int j = 0; j < KN; ++j) {
+            const V16 kv = encoded16_v4<DType::F16>(k + size_t(c0 + j) * rb, 0);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r)
+                acc[r * KN + j] = load16(q + r * q_stride) * kv;
+        }
+        for (int d = 16; d < hd; d += 16) {
+            V16 kv[KN];
+            #pragma GCC unroll 16
+            for (int j = 0; j < KN; ++j)
+                kv[j] = encoded16_v4<DType::F16>(k + size_t(c0 + j) * rb, d);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const V16 qv = load16(q + r * q_stride + d);
+                #pragma GCC unroll 16
+                for (int j = 0; j < KN; ++j)
+                    acc[r * KN + j] += qv * kv[j];
+            }
+        }
+        const V16 sums = sum_lanes16(acc) * scale;
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            #pragma GCC unroll 16
+            for (int j = 0; j < KN; ++j)
+                s[r * s_stride + c0 + j] = sums[r * KN + j];
+    }
+    for (int64_t c = c0; c < w; ++c)
+        for (int r = 0; r < R; ++r) {
+            V16 x = load16(q + r * q_stride) * encoded16_v4<DType::F16>(k + size_t(c) * rb, 0);
+            for (int d = 16; d < hd; d += 16)
+                x += load16(q + r * q_stride + d) * encoded16_v4<DType::F16>(k + size_t(c) * rb, d);
+            float sum = 0.0f;
+            for (int i = 0; i < 16; ++i)
+                sum += x[i];
+            s[r * s_stride + c] = sum * scale;
+        }
+}
+
+__attribute__((target("arch=x86-64-v4"), flatten)) void scores_f16_rows_v4(int n_rows, const float *q, int64_t q_stride,
+                                                                          const uint8_t *k, size_t rb, int64_t w, int hd,
+                                                                          float scale, float *s, int64_t s_stride)
+{
+    int g = 0;
+    for (; g + 4 <= n_rows; g += 4)
+        scores_f16_block_v4<4>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+    for (; g + 2 <= n_rows; g += 2)
+        scores_f16_block_v4<2>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+    for (; g < n_rows; ++g)
+        scores_f16_block_v4<1>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+}
+#endif
+
 // Plain attention's softmax of one row of n scores in place: the maximum; e^(s - max) by the
 // vector exp (cpu/vec16.h, as the tiled path's), the last values through a copy padded with
 // -inf so that every value takes the same exp; the sum in double in sixteen parts by lane,
@@ -1193,29 +1264,41 @@ LS_ATTENTION_BUILDS_AS(softmax_row, softmax_row_body<V16>, softmax_row_body<V8>,
 // tile of 64 keys), they held the core until most of them had been served: the decode of
 // keys at depth 8192 ran at the sum of its arithmetic and its memory time instead of the
 // larger of the two.
+//
+// Two named ranges, not an array of two: picked by a computed index, the pointers stayed in
+// memory, and each step's store and the next step's load of the same pointer made a chain
+// through the value loop (Llama-3-shaped heads of 128 in decode: the loop waited on it).
 struct LinePrefetch {
-    const char *p[2] = {nullptr, nullptr}, *end[2] = {nullptr, nullptr};
+    const char *p0 = nullptr, *end0 = nullptr, *p1 = nullptr, *end1 = nullptr;
+    int per_step = 1; // lines asked for per step
     LinePrefetch() = default;
-    LinePrefetch(const void *a, size_t na, const void *b, size_t nb)
-        : p{static_cast<const char *>(a), static_cast<const char *>(b)},
-          end{static_cast<const char *>(a) + na, static_cast<const char *>(b) + nb}
+    LinePrefetch(const void *a, size_t na, const void *b, size_t nb, int per = 1)
+        : p0(static_cast<const char *>(a)), end0(static_cast<const char *>(a) + na), p1(static_cast<const char *>(b)),
+          end1(static_cast<const char *>(b) + nb), per_step(per)
     {
     }
-    __attribute__((always_inline)) void step()
+    // N lines (the loops are built for per_step, 1 or 2: no count to test at each step).
+    template <int N> __attribute__((always_inline)) void step()
     {
-        const int i = p[0] < end[0] ? 0 : 1;
-        if (p[i] < end[i]) {
-            __builtin_prefetch(p[i], 0, 2);
-            p[i] += 64;
+        #pragma GCC unroll 2
+        for (int i = 0; i < N; ++i) {
+            if (p0 < end0) {
+                __builtin_prefetch(p0, 0, 2);
+                p0 += 64;
+            } else if (p1 < end1) {
+                __builtin_prefetch(p1, 0, 2);
+                p1 += 64;
+            }
         }
     }
-    bool active() const { return p[0] < end[0] || p[1] < end[1]; }
+    bool active() const { return p0 < end0 || p1 < end1; }
     // Whatever the loops did not reach.
     void rest()
     {
-        for (int i = 0; i < 2; ++i)
-            for (; p[i] < end[i]; p[i] += 64)
-                __builtin_prefetch(p[i], 0, 2);
+        for (; p0 < end0; p0 += 64)
+            __builtin_prefetch(p0, 0, 2);
+        for (; p1 < end1; p1 += 64)
+            __builtin_prefetch(p1, 0, 2);
     }
 };
 
@@ -1233,7 +1316,7 @@ struct LinePrefetch {
 // g's at s + g * s_stride: from the transposed tile kt ([head_dim, T]) summed over dims in
 // order, KB keys (KB / L vectors) by GB rows in registers per pass over the dims; or, with the
 // keys in rows (kr), as scores_from_rows sums them; with neither, s holds them already.
-template <int GB, int KB, class VT, bool PF>
+template <int GB, int KB, class VT, int PF>
 __attribute__((always_inline)) inline void tile_scores_body(const float *q, int64_t q_stride, const float *kt,
                                                             const float *kr, int64_t kr_stride, int64_t T, int64_t w,
                                                             int hd, float scale, float *s, int64_t s_stride,
@@ -1247,8 +1330,8 @@ __attribute__((always_inline)) inline void tile_scores_body(const float *q, int6
     for (; c0 + KB <= w; c0 += KB) {
         VT acc[GB][KB / L] = {};
         for (int d = 0; d < hd; ++d) {
-            if constexpr (PF)
-                pf.step();
+            if constexpr (PF > 0)
+                pf.template step<PF>();
             VT k[KB / L];
             #pragma GCC unroll 4
             for (int j = 0; j < KB / L; ++j)
@@ -1284,7 +1367,7 @@ __attribute__((always_inline)) inline void tile_scores_body(const float *q, int6
         }
 }
 
-template <int GB, int KB, int VD, class VT, bool PF, class Values>
+template <int GB, int KB, int VD, class VT, int PF, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
                                                           const Values &vt, int hd, float scale,
@@ -1324,8 +1407,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             for (int j = 0; j < NV; ++j)
                 acc[g][j] = loadv<VT>(a + g * a_stride + d0 + L * j) * alpha[g];
         for (int64_t cc = 0; cc < wv; ++cc) {
-            if constexpr (PF)
-                pf.step();
+            if constexpr (PF > 0)
+                pf.template step<PF>();
             VT v[NV];
             #pragma GCC unroll 2
             for (int j = 0; j < NV; ++j)
@@ -1361,7 +1444,7 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // accumulator sums its terms in the same order whatever the blocks, so both give the same bits.
 // The keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither,
 // the rows' scores are given, row g's at s + g * T.
-template <int VR, bool PF, class Values>
+template <int VR, int PF, class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks_with(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
                  int64_t T, int64_t w, const Values &vt, int hd, float scale, const TileMask &tm, float *s, float *a,
@@ -1409,12 +1492,16 @@ tile_rows_blocks(int n_rows, const float *q, int64_t q_stride, const float *kt, 
         // reference, the pointers went to memory and back at every step (5% of a decode's
         // attention at depth 8192 with the cache in L3).
         LinePrefetch local = pf;
-        tile_rows_blocks_with<VR, true>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride,
-                                        m, l, ml_stride, local);
+        if (pf.per_step >= 2)
+            tile_rows_blocks_with<VR, 2>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride,
+                                         m, l, ml_stride, local);
+        else
+            tile_rows_blocks_with<VR, 1>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride,
+                                         m, l, ml_stride, local);
         pf = local;
     } else
-        tile_rows_blocks_with<VR, false>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a,
-                                         a_stride, m, l, ml_stride, pf);
+        tile_rows_blocks_with<VR, 0>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a,
+                                     a_stride, m, l, ml_stride, pf);
 }
 
 // Values as floats, row c at v + c * ekv.
@@ -1462,7 +1549,7 @@ __attribute__((always_inline)) inline void scores_of_chunk_body(int n_rows, cons
     LinePrefetch none;
     int g = 0;
 #define LS_SCORES_BLOCK(GB, KB)                                                                               \
-    tile_scores_body<GB, KB, VT, false>(q + g * q_stride, q_stride, kt, nullptr, 0, T, w, hd, scale, s + g * s_stride, \
+    tile_scores_body<GB, KB, VT, 0>(q + g * q_stride, q_stride, kt, nullptr, 0, T, w, hd, scale, s + g * s_stride, \
                                         s_stride, none)
     if constexpr (VR >= 32) {
         for (; g + 8 <= n_rows; g += 8)
@@ -1602,6 +1689,15 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const QkKernel qk = qk_kernel();
     const int nb = hd / 32;
     const bool keys_in_rows = !int_keys && group * n_q < 8 && hd % 16 == 0;
+    // Such keys in an F16 cache, stored rotated, are scored from the cache itself at the
+    // AVX-512 level (scores_f16_rows_v4), all the group's rows at once, not decoded into a
+    // float tile of every kv head first (for 32 heads of 128, 1 MiB a tile: written to L2 and
+    // read back once per row) - the same bits.
+#if defined(__clang__)
+    const bool keys_f16_rows = false; // not built (as the values read in place)
+#else
+    const bool keys_f16_rows = keys_in_rows && p.k_type == DType::F16 && !p.rotate_keys && kernel_table().attention_v4;
+#endif
     // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
     const bool keys_direct = !int_keys && !keys_in_rows && keys_transposed_from_cache(p);
     // F16 and Q8_0 values are decoded as they are summed.
@@ -1634,7 +1730,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const size_t ktile_n = int_keys ? 0 : size_t(T * hd),
                  scores_n = size_t(std::max(8, int_keys ? group : 0) * T),
                  mask_n = causal_flash ? 0 : size_t(n_q * T);
-    const size_t kbuf_n = keys_direct || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
+    const size_t kbuf_n = keys_direct || keys_f16_rows || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
                  vbuf_n = values_direct ? 0 : decode_floats(p.v_type, T, ekv);
     const size_t packed_n = int_keys ? qk_packed_bytes(T, hd) : 0;
     std::vector<QkQueryBlock> qq(int_keys ? size_t(rows * nb) : 0);
@@ -1668,7 +1764,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
                     // The tile's rows as floats: the cache itself, or decoded once for every kv head
                     // (keys not at all where they go straight into the transposed tile).
-                    const FloatRows krows = keys_direct || int_keys
+                    const FloatRows krows = keys_direct || keys_f16_rows || int_keys
                                                 ? FloatRows{nullptr, 0}
                                                 : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
                     const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
@@ -1683,6 +1779,8 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         if (int_keys) {
                             pack_cached_keys(p, qk, kvh, j0, w, packed.data());
                             kt = nullptr;
+                        } else if (keys_f16_rows) {
+                            kt = nullptr; // scored below, into `scores`
                         } else if (keys_direct) {
                             transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
                         } else if (!keys_in_rows) {
@@ -1697,8 +1795,17 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         }
                         const float *vt = vrows.p ? vrows.p + int64_t(kvh) * hd : nullptr;
                         const int64_t n0 = j0 + T + wn * kvh / p.n_head_kv, n1 = j0 + T + wn * (kvh + 1) / p.n_head_kv;
+                        // Spread over the steps the loops take: one per key and 32 dims of the
+                        // value loop per block of rows, and (transposed keys) one per dim and
+                        // block of keys of the score loop.
+                        const int64_t lines = int64_t(n1 - n0) * int64_t(k_row + v_row) / 64;
+                        const int row_blocks = group >= 8 ? group / 8 + __builtin_popcount(group % 8)
+                                                          : __builtin_popcount(group);
+                        const int64_t steps = std::max<int64_t>(1, row_blocks * w * std::max(1, hd / 32) +
+                                                                       (kt && !kr ? row_blocks * hd * ((w + 31) / 32) : 0));
                         LinePrefetch pf(static_cast<const uint8_t *>(p.k) + size_t(n0) * k_row, size_t(n1 - n0) * k_row,
-                                        static_cast<const uint8_t *>(p.v) + size_t(n0) * v_row, size_t(n1 - n0) * v_row);
+                                        static_cast<const uint8_t *>(p.v) + size_t(n0) * v_row, size_t(n1 - n0) * v_row,
+                                        int(std::clamp<int64_t>((lines + steps - 1) / steps, 1, 2)));
                         // The group's query heads at each position together (rows h * n_q + qi).
                         const int h0 = kvh * group;
                         for (int64_t qi = 0; qi < n_q; ++qi) {
@@ -1708,6 +1815,13 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                             if (int_keys)
                                 qk_scores(qk, qq.data() + (qi * n_head + h0) * nb, nb, group, packed.data(), w, hd,
                                           scores.data(), T);
+#if !defined(__clang__)
+                            else if (keys_f16_rows)
+                                scores_f16_rows_v4(group, p.q + (qi * n_head + h0) * hd, hd,
+                                                   static_cast<const uint8_t *>(p.k) + size_t(j0) * k_row +
+                                                       row_bytes(p.k_type, int64_t(kvh) * hd),
+                                                   k_row, w, hd, scale, scores.data(), T);
+#endif
                             if (values_direct)
                                 tile_rows_cached_values(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T,
                                                         w, cached_values(p, kvh, j0), hd, scale, tm, scores.data(),
