@@ -1106,18 +1106,27 @@ __attribute__((always_inline)) inline void scores_from_rows(const float *q, cons
     }
 }
 
-// scores_from_rows over the keys of an F16 cache (key c's hd halves at k + c * rb bytes) for
-// n_rows query rows at once (row g at q + g * q_stride, its scores at s + g * s_stride), at the
-// AVX-512 level: each sixteen-dim piece of a key is converted once for every row, instead of
-// the tile's keys being decoded into floats first and then read back once per row. Blocks of
-// R rows by 16 / R keys fill the sixteen sums that one sum_lanes16 adds up; every score sums
-// its pieces in order and its lanes as scores_from_rows does (the lanes one by one for the
-// keys after the last whole sixteen), so the bits are the same (a half converts exactly).
+// scores_from_rows over the keys of an F16 or F32 cache (key c's hd values at k + c * rb bytes)
+// for n_rows query rows at once (row g at q + g * q_stride, its scores at s + g * s_stride), at
+// the AVX-512 level: each sixteen-dim piece of a key is loaded (and converted) once for every
+// row, instead of once per row, and an F16 tile is not decoded into floats first. Blocks of R
+// rows by 16 / R keys fill the sixteen sums that one sum_lanes16 adds up; every score sums its
+// pieces in order and its lanes as scores_from_rows does (the lanes one by one for the keys
+// after the last whole sixteen), so the bits are the same (a half converts exactly).
 #if !defined(__clang__)
-template <int R>
+template <DType KT>
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline V16 key16_v4(const uint8_t *row, int d)
+{
+    if constexpr (KT == DType::F16)
+        return encoded16_v4<DType::F16>(row, d);
+    else
+        return load16(reinterpret_cast<const float *>(row) + d);
+}
+
+template <DType KT, int R>
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline void
-scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t rb, int64_t w, int hd, float scale,
-                    float *s, int64_t s_stride)
+scores_cached_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t rb, int64_t w, int hd, float scale,
+                       float *s, int64_t s_stride)
 {
     constexpr int KN = 16 / R; // keys per block
     const int64_t whole = w / 16 * 16;
@@ -1126,7 +1135,7 @@ scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t r
         V16 acc[16];
         #pragma GCC unroll 16
         for (int j = 0; j < KN; ++j) {
-            const V16 kv = encoded16_v4<DType::F16>(k + size_t(c0 + j) * rb, 0);
+            const V16 kv = key16_v4<KT>(k + size_t(c0 + j) * rb, 0);
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r)
                 acc[r * KN + j] = load16(q + r * q_stride) * kv;
@@ -1135,7 +1144,7 @@ scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t r
             V16 kv[KN];
             #pragma GCC unroll 16
             for (int j = 0; j < KN; ++j)
-                kv[j] = encoded16_v4<DType::F16>(k + size_t(c0 + j) * rb, d);
+                kv[j] = key16_v4<KT>(k + size_t(c0 + j) * rb, d);
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const V16 qv = load16(q + r * q_stride + d);
@@ -1153,9 +1162,9 @@ scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t r
     }
     for (int64_t c = c0; c < w; ++c)
         for (int r = 0; r < R; ++r) {
-            V16 x = load16(q + r * q_stride) * encoded16_v4<DType::F16>(k + size_t(c) * rb, 0);
+            V16 x = load16(q + r * q_stride) * key16_v4<KT>(k + size_t(c) * rb, 0);
             for (int d = 16; d < hd; d += 16)
-                x += load16(q + r * q_stride + d) * encoded16_v4<DType::F16>(k + size_t(c) * rb, d);
+                x += load16(q + r * q_stride + d) * key16_v4<KT>(k + size_t(c) * rb, d);
             float sum = 0.0f;
             for (int i = 0; i < 16; ++i)
                 sum += x[i];
@@ -1163,17 +1172,19 @@ scores_f16_block_v4(const float *q, int64_t q_stride, const uint8_t *k, size_t r
         }
 }
 
-__attribute__((target("arch=x86-64-v4"), flatten)) void scores_f16_rows_v4(int n_rows, const float *q, int64_t q_stride,
-                                                                          const uint8_t *k, size_t rb, int64_t w, int hd,
-                                                                          float scale, float *s, int64_t s_stride)
+template <DType KT>
+__attribute__((target("arch=x86-64-v4"), flatten)) void scores_cached_rows_v4(int n_rows, const float *q,
+                                                                             int64_t q_stride, const uint8_t *k,
+                                                                             size_t rb, int64_t w, int hd, float scale,
+                                                                             float *s, int64_t s_stride)
 {
     int g = 0;
     for (; g + 4 <= n_rows; g += 4)
-        scores_f16_block_v4<4>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+        scores_cached_block_v4<KT, 4>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
     for (; g + 2 <= n_rows; g += 2)
-        scores_f16_block_v4<2>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+        scores_cached_block_v4<KT, 2>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
     for (; g < n_rows; ++g)
-        scores_f16_block_v4<1>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+        scores_cached_block_v4<KT, 1>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
 }
 #endif
 
@@ -1689,14 +1700,15 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const QkKernel qk = qk_kernel();
     const int nb = hd / 32;
     const bool keys_in_rows = !int_keys && group * n_q < 8 && hd % 16 == 0;
-    // Such keys in an F16 cache, stored rotated, are scored from the cache itself at the
-    // AVX-512 level (scores_f16_rows_v4), all the group's rows at once, not decoded into a
-    // float tile of every kv head first (for 32 heads of 128, 1 MiB a tile: written to L2 and
-    // read back once per row) - the same bits.
+    // Such keys in an F16 or F32 cache, stored rotated, are scored from the cache itself at
+    // the AVX-512 level (scores_cached_rows_v4), all the group's rows at once: each key read
+    // once for them, and F16 keys not decoded into a float tile of every kv head first (for
+    // 32 heads of 128, 1 MiB a tile: written to L2 and read back once per row) - the same bits.
 #if defined(__clang__)
-    const bool keys_f16_rows = false; // not built (as the values read in place)
+    const bool keys_cached_rows = false; // not built (as the values read in place)
 #else
-    const bool keys_f16_rows = keys_in_rows && p.k_type == DType::F16 && !p.rotate_keys && kernel_table().attention_v4;
+    const bool keys_cached_rows = keys_in_rows && (p.k_type == DType::F16 || p.k_type == DType::F32) && !p.rotate_keys &&
+                               kernel_table().attention_v4;
 #endif
     // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
     const bool keys_direct = !int_keys && !keys_in_rows && keys_transposed_from_cache(p);
@@ -1730,7 +1742,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const size_t ktile_n = int_keys ? 0 : size_t(T * hd),
                  scores_n = size_t(std::max(8, int_keys ? group : 0) * T),
                  mask_n = causal_flash ? 0 : size_t(n_q * T);
-    const size_t kbuf_n = keys_direct || keys_f16_rows || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
+    const size_t kbuf_n = keys_direct || keys_cached_rows || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
                  vbuf_n = values_direct ? 0 : decode_floats(p.v_type, T, ekv);
     const size_t packed_n = int_keys ? qk_packed_bytes(T, hd) : 0;
     std::vector<QkQueryBlock> qq(int_keys ? size_t(rows * nb) : 0);
@@ -1764,7 +1776,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         fill_mask_tile(mask.data(), T, n_q, first_pos, j0, w, p.window);
                     // The tile's rows as floats: the cache itself, or decoded once for every kv head
                     // (keys not at all where they go straight into the transposed tile).
-                    const FloatRows krows = keys_direct || keys_f16_rows || int_keys
+                    const FloatRows krows = keys_direct || keys_cached_rows || int_keys
                                                 ? FloatRows{nullptr, 0}
                                                 : cache_rows(p.k, p.k_type, ekv, j0, w, 0, ekv, kbuf.data());
                     const FloatRows vrows = values_direct ? FloatRows{nullptr, 0}
@@ -1779,7 +1791,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                         if (int_keys) {
                             pack_cached_keys(p, qk, kvh, j0, w, packed.data());
                             kt = nullptr;
-                        } else if (keys_f16_rows) {
+                        } else if (keys_cached_rows) {
                             kt = nullptr; // scored below, into `scores`
                         } else if (keys_direct) {
                             transpose_encoded_keys(p, kvh, j0, w, ktile.data(), T);
@@ -1816,11 +1828,13 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                                 qk_scores(qk, qq.data() + (qi * n_head + h0) * nb, nb, group, packed.data(), w, hd,
                                           scores.data(), T);
 #if !defined(__clang__)
-                            else if (keys_f16_rows)
-                                scores_f16_rows_v4(group, p.q + (qi * n_head + h0) * hd, hd,
-                                                   static_cast<const uint8_t *>(p.k) + size_t(j0) * k_row +
-                                                       row_bytes(p.k_type, int64_t(kvh) * hd),
-                                                   k_row, w, hd, scale, scores.data(), T);
+                            else if (keys_cached_rows)
+                                (p.k_type == DType::F16 ? scores_cached_rows_v4<DType::F16>
+                                                        : scores_cached_rows_v4<DType::F32>)(
+                                    group, p.q + (qi * n_head + h0) * hd, hd,
+                                    static_cast<const uint8_t *>(p.k) + size_t(j0) * k_row +
+                                        row_bytes(p.k_type, int64_t(kvh) * hd),
+                                    k_row, w, hd, scale, scores.data(), T);
 #endif
                             if (values_direct)
                                 tile_rows_cached_values(group, p.q + (qi * n_head + h0) * hd, hd, kt, kr, kr_stride, T,
