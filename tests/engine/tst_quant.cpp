@@ -325,6 +325,8 @@ void check_packed_products(DType type, int n_in, int n_out, const OwnedQuantWeig
     y4 = first;
     if (!packed_kernel_available(qkernel()))
         return; // matmul never packs here
+    if (span == 256 && qkernel() != QKernel::Vnni)
+        return; // matmul quantizes per 256 values only under the VNNI kernels (expected_span)
     // matmul picks the span by the option (expected_span): ask for this one.
     CpuOptions options = cpu_options();
     options.k_act_span = span == 256;
