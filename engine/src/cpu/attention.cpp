@@ -402,6 +402,16 @@ __attribute__((target("arch=x86-64-v4"))) inline V16 encoded16_v4(const uint8_t 
     return v;
 }
 
+// Eight values [e0, e0 + 8) of an F16 row as floats at the AVX2 level (F16C): exact, the bits
+// encoded16_v4 and dequantize_row give.
+__attribute__((target("arch=x86-64-v3"))) inline V8 f16x8_v3(const uint8_t *row, int64_t e0)
+{
+    const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(row + 2 * e0)));
+    V8 v;
+    std::memcpy(&v, &r, sizeof v);
+    return v;
+}
+
 // Keys [0, count) of one kv head straight from an encoded cache (key c's slice at
 // src + c * rb, hd values), decoded and transposed into dst[e * ld + c]: sixteen keys by
 // sixteen dims in registers, without a decoded copy of the rows in between; the last keys
@@ -438,7 +448,8 @@ __attribute__((target("arch=x86-64-v4"))) void transpose_encoded_keys_v4(const u
 
 // Whether a tile's keys of one kv head go from the encoded cache straight into the transposed
 // tile (transpose_encoded_keys): F16 or Q8_0 keys, stored rotated, at the AVX-512 level, in
-// whole vectors of sixteen dims.
+// whole vectors of sixteen dims. (At the AVX2 level the same in eight-by-eight blocks was no
+// faster than decoding the tile's rows first: docs/cpu-kernels.md.)
 bool keys_transposed_from_cache(const AttentionProblem &p)
 {
     return kernel_table().attention_v4 && !p.rotate_keys && p.head_dim % 16 == 0 &&
@@ -1188,6 +1199,115 @@ __attribute__((target("arch=x86-64-v4"), flatten)) void scores_cached_rows_v4(in
 }
 #endif
 
+// scores_cached_rows_v4 at the AVX2 level (F16C converts the halves): blocks of R rows by
+// 4 / R keys, each key's sixteen-dim pieces in two eight-lane halves (eight accumulators), each
+// piece loaded (and converted) once for the block's rows. A key's halves are added and eight
+// keys' lanes summed as sum_lanes16 sums them (lane j with j + 8, then with j + 4, j + 2 and
+// j + 1); the keys after the last whole sixteen add their lanes one by one, as
+// scores_from_rows does. The same bits as scores_from_rows in every build.
+#if !defined(__clang__)
+template <DType KT>
+__attribute__((target("arch=x86-64-v3"), always_inline)) inline V8 key8_v3(const uint8_t *row, int d)
+{
+    if constexpr (KT == DType::F16)
+        return f16x8_v3(row, d);
+    else
+        return loadv<V8>(reinterpret_cast<const float *>(row) + d);
+}
+
+// Lane c of the result: the lanes of t[c] added in sum_lanes16's order after its first round.
+__attribute__((always_inline)) inline V8 sum_lanes8(const V8 t[8])
+{
+    V8 u[4], v[2];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+        u[i] = __builtin_shufflevector(t[i], t[i + 4], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(t[i], t[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+        v[i] = __builtin_shufflevector(u[i], u[i + 2], 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(u[i], u[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(v[0], v[1], 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(v[0], v[1], 1, 9, 3, 11, 5, 13, 7, 15);
+}
+
+template <DType KT, int R>
+__attribute__((target("arch=x86-64-v3"), always_inline)) inline void
+scores_cached_block_v3(const float *q, int64_t q_stride, const uint8_t *k, size_t rb, int64_t w, int hd, float scale,
+                       float *s, int64_t s_stride)
+{
+    constexpr int KN = 4 / R; // keys per pass over the dims
+    const int64_t whole = w / 16 * 16;
+    for (int64_t c0 = 0; c0 < whole; c0 += 8) {
+        V8 t[R][8];
+        for (int j0 = 0; j0 < 8; j0 += KN) {
+            V8 lo[R][KN], hi[R][KN];
+            #pragma GCC unroll 4
+            for (int j = 0; j < KN; ++j) {
+                const uint8_t *row = k + size_t(c0 + j0 + j) * rb;
+                const V8 klo = key8_v3<KT>(row, 0), khi = key8_v3<KT>(row, 8);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    lo[r][j] = loadv<V8>(q + r * q_stride) * klo;
+                    hi[r][j] = loadv<V8>(q + r * q_stride + 8) * khi;
+                }
+            }
+            for (int d = 16; d < hd; d += 16) {
+                #pragma GCC unroll 4
+                for (int j = 0; j < KN; ++j) {
+                    const uint8_t *row = k + size_t(c0 + j0 + j) * rb;
+                    const V8 klo = key8_v3<KT>(row, d), khi = key8_v3<KT>(row, d + 8);
+                    #pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) {
+                        lo[r][j] += loadv<V8>(q + r * q_stride + d) * klo;
+                        hi[r][j] += loadv<V8>(q + r * q_stride + d + 8) * khi;
+                    }
+                }
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r)
+                #pragma GCC unroll 4
+                for (int j = 0; j < KN; ++j)
+                    t[r][j0 + j] = lo[r][j] + hi[r][j];
+        }
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+            storev(s + r * s_stride + c0, sum_lanes8(t[r]) * scale);
+    }
+    for (int64_t c = whole; c < w; ++c)
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *row = k + size_t(c) * rb;
+            V8 lo = loadv<V8>(q + r * q_stride) * key8_v3<KT>(row, 0);
+            V8 hi = loadv<V8>(q + r * q_stride + 8) * key8_v3<KT>(row, 8);
+            for (int d = 16; d < hd; d += 16) {
+                lo += loadv<V8>(q + r * q_stride + d) * key8_v3<KT>(row, d);
+                hi += loadv<V8>(q + r * q_stride + d + 8) * key8_v3<KT>(row, d + 8);
+            }
+            float sum = 0.0f;
+            for (int i = 0; i < 8; ++i)
+                sum += lo[i];
+            for (int i = 0; i < 8; ++i)
+                sum += hi[i];
+            s[r * s_stride + c] = sum * scale;
+        }
+}
+
+template <DType KT>
+__attribute__((target("arch=x86-64-v3"), flatten)) void scores_cached_rows_v3(int n_rows, const float *q,
+                                                                             int64_t q_stride, const uint8_t *k,
+                                                                             size_t rb, int64_t w, int hd, float scale,
+                                                                             float *s, int64_t s_stride)
+{
+    int g = 0;
+    for (; g + 4 <= n_rows; g += 4)
+        scores_cached_block_v3<KT, 4>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+    for (; g + 2 <= n_rows; g += 2)
+        scores_cached_block_v3<KT, 2>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+    for (; g < n_rows; ++g)
+        scores_cached_block_v3<KT, 1>(q + g * q_stride, q_stride, k, rb, w, hd, scale, s + g * s_stride, s_stride);
+}
+#endif
+
 // Plain attention's softmax of one row of n scores in place: the maximum; e^(s - max) by the
 // vector exp (cpu/vec16.h, as the tiled path's), the last values through a copy padded with
 // -inf so that every value takes the same exp; the sum in double in sixteen parts by lane,
@@ -1603,6 +1723,18 @@ template <DType Type> struct EncodedValues {
     float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 32
 };
 
+// F16 values in place for the AVX2 build's blocks (eight lanes to a vector).
+struct F16Values8 {
+    const uint8_t *v;
+    size_t rb;
+    template <class VT> VT load(int64_t c, int d) const
+    {
+        static_assert(sizeof(VT) == 32, "the decoder gives eight values");
+        return f16x8_v3(v + size_t(c) * rb, d);
+    }
+    float at(int64_t, int) const { return 0.0f; } // never called: no dims after the last 16
+};
+
 // tile_rows over an encoded cache's values, AVX-512 only (flatten: the decoder's intrinsics are
 // inlined into the build's body).
 template <DType Type>
@@ -1613,6 +1745,17 @@ tile_rows_encoded_values(int n_rows, const float *q, int64_t q_stride, const flo
                          int64_t ml_stride, LinePrefetch &pf)
 {
     tile_rows_blocks<32>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride,
+                         pf);
+}
+
+// F16 values at the AVX2 level, in the 16-register blocks.
+__attribute__((target("arch=x86-64-v3"), flatten)) void
+tile_rows_f16_values_v3(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr,
+                        int64_t kr_stride, int64_t T, int64_t w, const F16Values8 &vt, int hd, float scale,
+                        const TileMask &tm, float *s, float *a, int64_t a_stride, float *m, float *l,
+                        int64_t ml_stride, LinePrefetch &pf)
+{
+    tile_rows_blocks<16>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, vt, hd, scale, tm, s, a, a_stride, m, l, ml_stride,
                          pf);
 }
 #endif
@@ -1641,7 +1784,10 @@ void tile_rows_cached_values(int n_rows, const float *q, int64_t q_stride, const
         (void)scale, (void)tm, (void)s, (void)a, (void)a_stride, (void)m, (void)l, (void)ml_stride, (void)pf;
     throw std::logic_error("tile_rows_cached_values: not built");
 #else
-    if (vt.type == DType::F16)
+    if (!kernel_table().attention_v4) // F16 only (values_from_cache)
+        tile_rows_f16_values_v3(n_rows, q, q_stride, kt, kr, kr_stride, T, w, {vt.v, vt.rb}, hd, scale, tm, s, a,
+                                a_stride, m, l, ml_stride, pf);
+    else if (vt.type == DType::F16)
         tile_rows_encoded_values<DType::F16>(n_rows, q, q_stride, kt, kr, kr_stride, T, w, {vt.v, vt.rb}, hd, scale,
                                              tm, s, a, a_stride, m, l, ml_stride, pf);
     else
@@ -1653,16 +1799,18 @@ void tile_rows_cached_values(int n_rows, const float *q, int64_t q_stride, const
 // Whether the values are read in place from the cache (tile_rows_cached_values) rather than
 // decoded into a float tile first: Q8_0 values always at the AVX-512 level; F16 values where
 // `few_rows` (decode: eight query rows per kv head and position read each value once, and the
-// float tile's writes and reads cost more than the conversions in the sums), not in prefill,
-// where a decoded tile serves every query position of the block.
+// float tile's writes and reads cost more than the conversions in the sums), at the AVX-512
+// and AVX2 levels, not in prefill, where a decoded tile serves every query position of the
+// block. (Q8_0 values in place at the AVX2 level were no faster: docs/cpu-kernels.md.)
 bool values_from_cache(const AttentionProblem &p, bool few_rows)
 {
 #if defined(__clang__)
     (void)p, (void)few_rows;
     return false;
 #else
-    return kernel_table().attention_v4 && p.head_dim % 32 == 0 &&
-           (p.v_type == DType::Q8_0 || (few_rows && p.v_type == DType::F16));
+    const CpuKernelTable &t = kernel_table();
+    return p.head_dim % 32 == 0 && ((t.attention_v4 && (p.v_type == DType::Q8_0 || (few_rows && p.v_type == DType::F16))) ||
+                                    (t.attention_v3 && few_rows && p.v_type == DType::F16));
 #endif
 }
 
@@ -1701,14 +1849,15 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     const int nb = hd / 32;
     const bool keys_in_rows = !int_keys && group * n_q < 8 && hd % 16 == 0;
     // Such keys in an F16 or F32 cache, stored rotated, are scored from the cache itself at
-    // the AVX-512 level (scores_cached_rows_v4), all the group's rows at once: each key read
-    // once for them, and F16 keys not decoded into a float tile of every kv head first (for
-    // 32 heads of 128, 1 MiB a tile: written to L2 and read back once per row) - the same bits.
+    // the AVX-512 and AVX2 levels (scores_cached_rows_v4 / _v3), all the group's rows at once:
+    // each key read once for them, and F16 keys not decoded into a float tile of every kv head
+    // first (for 32 heads of 128, 1 MiB a tile: written to L2 and read back once per row) - the
+    // same bits.
 #if defined(__clang__)
     const bool keys_cached_rows = false; // not built (as the values read in place)
 #else
     const bool keys_cached_rows = keys_in_rows && (p.k_type == DType::F16 || p.k_type == DType::F32) && !p.rotate_keys &&
-                               kernel_table().attention_v4;
+                               (kernel_table().attention_v4 || kernel_table().attention_v3);
 #endif
     // Transposed keys from an F16 or Q8_0 cache are decoded straight into the tile.
     const bool keys_direct = !int_keys && !keys_in_rows && keys_transposed_from_cache(p);
@@ -1739,7 +1888,7 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
     // kbuf / vbuf [T, n_head_kv * head_dim]: the tile's rows decoded, for an encoded cache.
     // With integer scores: packed [the tile's keys of one kv head] instead of ktile and kbuf,
     // scores [group, T], and the quantized query rows qq [n_q, n_head, head_dim / 32] (shared).
-    const size_t ktile_n = int_keys ? 0 : size_t(T * hd),
+    const size_t ktile_n = int_keys || keys_cached_rows ? 0 : size_t(T * hd),
                  scores_n = size_t(std::max(8, int_keys ? group : 0) * T),
                  mask_n = causal_flash ? 0 : size_t(n_q * T);
     const size_t kbuf_n = keys_direct || keys_cached_rows || int_keys ? 0 : decode_floats(p.k_type, T, ekv),
@@ -1829,8 +1978,11 @@ AttentionStats attention_tiled_split_keys(ThreadPool &pool, const AttentionProbl
                                           scores.data(), T);
 #if !defined(__clang__)
                             else if (keys_cached_rows)
-                                (p.k_type == DType::F16 ? scores_cached_rows_v4<DType::F16>
-                                                        : scores_cached_rows_v4<DType::F32>)(
+                                (!kernel_table().attention_v4
+                                     ? (p.k_type == DType::F16 ? scores_cached_rows_v3<DType::F16>
+                                                               : scores_cached_rows_v3<DType::F32>)
+                                     : (p.k_type == DType::F16 ? scores_cached_rows_v4<DType::F16>
+                                                               : scores_cached_rows_v4<DType::F32>))(
                                     group, p.q + (qi * n_head + h0) * hd, hd,
                                     static_cast<const uint8_t *>(p.k) + size_t(j0) * k_row +
                                         row_bytes(p.k_type, int64_t(kvh) * hd),
