@@ -221,6 +221,20 @@ void check_packed_products(DType type, int n_in, int n_out, const OwnedQuantWeig
             for (int t = 0; t < n_tokens; ++t)
                 packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
         }
+        // One token over every run of consecutive groups (the AVX2 Q8_0 kernel reads up to
+        // four side by side, then three, two or one): the bits of one group at a time.
+        for (int64_t g0 = 0; g0 < groups; ++g0)
+            for (int64_t ng = 1; g0 + ng <= groups; ++ng) {
+                std::vector<float> yg(size_t(16 * ng), NAN);
+                for (int t = 0; t < n_tokens; ++t) {
+                    packed_tiles_with(k, type, pk, n_in, g0, ng, acts, t, 1, yg.data(), n_out);
+                    for (int64_t r = 0; r < 16 * ng; ++r)
+                        QVERIFY2(bits_of(yg[size_t(r)]) == bits_of(y1[size_t(t * n_out + g0 * 16 + r)]),
+                                 qPrintable(QString("%1, groups %2 + %3, t %4 row %5: %6 vs %7").arg(qkernel_name(k))
+                                                .arg(g0).arg(ng).arg(t).arg(r).arg(yg[size_t(r)], 0, 'g', 9)
+                                                .arg(y1[size_t(t * n_out + g0 * 16 + r)], 0, 'g', 9)));
+                }
+            }
         // One token without the requests for the bytes ahead (LONGSCOPE_PREFETCH=0): the
         // same bits.
         {

@@ -23,8 +23,9 @@ std::string cpu_kernel_name();
 std::string cpu_kernel_warning();
 
 // Reads a buffer of `bytes` (larger than the caches, in 2 MiB pages as the weights' copy) with
-// `n_threads` threads, several times, and returns the best rate in bytes per second. Throws
-// OutOfMemory if the buffer cannot be had.
+// `n_threads` threads, several times, each thread its chunk as one stream and as several side
+// by side (many cores read nearby streams faster than one), and returns the best rate in bytes
+// per second. Throws OutOfMemory if the buffer cannot be had.
 double measure_read_bandwidth(int n_threads, uint64_t bytes = 512ull << 20);
 
 // The same buffer and threads kept, to read again and again: `bench --paired-probe` reads it
@@ -36,11 +37,15 @@ public:
     ~ReadBandwidthProbe();
     ReadBandwidthProbe(const ReadBandwidthProbe &) = delete;
     ReadBandwidthProbe &operator=(const ReadBandwidthProbe &) = delete;
-    // One pass over the buffer: bytes per second.
+    // One pass over the buffer in the pattern the faster here (one stream per thread or
+    // several; the constructor compares them): bytes per second.
     double read();
+    // One pass in each pattern, the better rate; read() then takes that pattern.
+    double read_both();
+
+    struct State;
 
 private:
-    struct State;
     std::unique_ptr<State> m_state;
 };
 

@@ -139,10 +139,12 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
             // Up to three groups side by side (the blocks-of-32 types; packed_tile_acts takes
             // other types a group at a time): each broadcast of a tile's activations serves
             // them all. TinyLlama Q8_0's products, 64 tokens, one thread on an AMD EPYC: 640,
-            // 757 and 789 GOP/s for one, two and three groups.
-            constexpr int side = 3;
-            for (int64_t gi = (begin + gr - 1) / gr; gi < g_last; gi += side) {
-                const int ng = int(std::min<int64_t>(side, g_last - gi));
+            // 757 and 789 GOP/s for one, two and three groups. A single token takes the
+            // range's groups in one call (packed_tiles reads several side by side).
+            const int64_t first = (begin + gr - 1) / gr;
+            const int64_t side = n_tokens == 1 ? std::max<int64_t>(1, g_last - first) : 3;
+            for (int64_t gi = first; gi < g_last; gi += side) {
+                const int64_t ng = std::min<int64_t>(side, g_last - gi);
                 for (int64_t t = g0; t < g_end;) {
                     const int nt = int(std::min<int64_t>(4, g_end - t));
                     const int64_t tile = t / packed_act_tile;
@@ -150,14 +152,12 @@ void integer_rows(const WeightView &w, const QuantizedActs &a, const PackedActs 
                         // Two tiles at once where both are whole (the K types unpack each
                         // group's codes once for their eight tokens).
                         const int n_tiles = t + 2 * packed_act_tile <= g_end && tile + 1 < pa->n_tiles ? 2 : 1;
-                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, ng, *pa, tile, y + t * n_out + gi * gr,
-                                         n_out, n_tiles);
+                        packed_tile_acts(w.type, w.cpu_packed, w.ne(0), gi, int(ng), *pa, tile,
+                                         y + t * n_out + gi * gr, n_out, n_tiles);
                         t += n_tiles * packed_act_tile;
                         continue;
                     }
-                    for (int k = 0; k < ng; ++k)
-                        packed_tile(w.type, w.cpu_packed, w.ne(0), gi + k, a, t, nt, y + t * n_out + (gi + k) * gr,
-                                    n_out);
+                    packed_tiles(w.type, w.cpu_packed, w.ne(0), gi, ng, a, t, nt, y + t * n_out + gi * gr, n_out);
                     t += 4;
                 }
             }

@@ -1779,76 +1779,96 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
 }
 
 // One token (decode): both halves in one pass, so each word's 64 bytes and the activation
-// words are loaded once. The same per-lane operations as packed_q4_k_avx2.
-template <DType T = DType::Q4_K>
-LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
+// words are loaded once. The same per-lane operations as packed_q4_k_avx2. G groups (1 to 4)
+// side by side, each gstride bytes after the one before, group k's rows at out + 16 k: a pair
+// of sub-blocks of each in turn (512 bytes of codes), so that the core reads G streams at once
+// (packed_q8_0_avx2_groups); one group alone asks for its bytes ahead where the options allow.
+template <DType T, int G>
+LS_PACKED_AVX2 void packed_q4_k_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in,
+                                            const QuantizedActs &a, int64_t t0, float *out)
 {
-    const bool prefetch = kernel_table().decode_prefetch;
+    const bool prefetch = G == 1 && kernel_table().decode_prefetch;
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0), *xs = a.ds_row(t0);
     const __m256i ones = _mm256_set1_epi16(1);
     constexpr int span = words_in_16_bits<T>;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[G][2];
+    for (int k = 0; k < G; ++k)
+        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         if (prefetch)
-            prefetch_ahead(b, packed_k_block_bytes(T), decode_prefetch_distance_avx2);
-        const __m256 dh[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d))),
-                              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16)))};
+            prefetch_ahead(group + size_t(sb) * packed_k_block_bytes(T), packed_k_block_bytes(T),
+                           decode_prefetch_distance_avx2);
         #pragma GCC unroll 4
         for (int pair = 0; pair < 4; ++pair) {
-            __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
-            #pragma GCC unroll 2
-            for (int w0 = 0; w0 < 8; w0 += span) {
-                __m256i ie16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io16[2] = {ie16[0], ie16[0]};
-                #pragma GCC unroll 8
-                for (int w = w0; w < w0 + span; ++w) {
-                    const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
-                    const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+            const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
+            #pragma GCC unroll 1
+            for (int k = 0; k < G; ++k) {
+                const uint8_t *b = group + k * gstride + size_t(sb) * packed_k_block_bytes(T);
+                __m256i ie[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io[2] = {ie[0], ie[0]}; // int32 sums
+                #pragma GCC unroll 2
+                for (int w0 = 0; w0 < 8; w0 += span) {
+                    __m256i ie16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, io16[2] = {ie16[0], ie16[0]};
+                    #pragma GCC unroll 8
+                    for (int w = w0; w < w0 + span; ++w) {
+                        const int8_t *x = xq + sb * qk_k + 64 * pair + 4 * w;
+                        const __m256i xe = _mm256_set1_epi32(load_i32(x)), xo = _mm256_set1_epi32(load_i32(x + 32));
+                        #pragma GCC unroll 2
+                        for (int h = 0; h < 2; ++h) {
+                            __m256i lo, hi;
+                            q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
+                            ie16[h] = _mm256_add_epi16(ie16[h], _mm256_maddubs_epi16(lo, xe));
+                            io16[h] = _mm256_add_epi16(io16[h], _mm256_maddubs_epi16(hi, xo));
+                            __asm__("" : "+x"(ie16[h]), "+x"(io16[h])); // the sums in order, as in the tile
+                        }
+                    }
                     #pragma GCC unroll 2
                     for (int h = 0; h < 2; ++h) {
-                        __m256i lo, hi;
-                        q4_k_like_codes_avx2<T>(b, pair, w, h, lo, hi);
-                        ie16[h] = _mm256_add_epi16(ie16[h], _mm256_maddubs_epi16(lo, xe));
-                        io16[h] = _mm256_add_epi16(io16[h], _mm256_maddubs_epi16(hi, xo));
-                        __asm__("" : "+x"(ie16[h]), "+x"(io16[h])); // the sums in order, as in the tile
+                        ie[h] = _mm256_add_epi32(ie[h], _mm256_madd_epi16(ie16[h], ones));
+                        io[h] = _mm256_add_epi32(io[h], _mm256_madd_epi16(io16[h], ones));
                     }
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    ie[h] = _mm256_add_epi32(ie[h], _mm256_madd_epi16(ie16[h], ones));
-                    io[h] = _mm256_add_epi32(io[h], _mm256_madd_epi16(io16[h], ones));
+                    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
+                    const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                          reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
+                                                      d);
+                    const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
+                                                          const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
+                                                      d);
+                    acc[k][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), sed), d0, acc[k][h]);
+                    acc[k][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), sod), d1, acc[k][h]);
                 }
             }
-            const __m256 d0 = _mm256_set1_ps(xd[sb * 8 + 2 * pair]), d1 = _mm256_set1_ps(xd[sb * 8 + 2 * pair + 1]);
+        }
+        #pragma GCC unroll 1
+        for (int k = 0; k < G; ++k) {
+            const uint8_t *b = group + k * gstride + size_t(sb) * packed_k_block_bytes(T);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const __m256 d = dh[h];
-                const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                      reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
-                                                  d);
-                const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
-                                                      const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
-                                                  d);
-                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), sed), d0, acc[h]);
-                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), sod), d1, acc[h]);
+                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
+                #pragma GCC unroll 8
+                for (int j = 0; j < 8; ++j)
+                    acc[k][h] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                                   reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
+                                                               dmin),
+                                                 _mm256_set1_ps(xs[sb * 8 + j]), acc[k][h]);
             }
         }
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_dmin + 16 * h)));
-            #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j)
-                acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                            reinterpret_cast<const __m128i *>(b + off_m + 16 * j + 8 * h)))),
-                                                        dmin),
-                                          _mm256_set1_ps(xs[sb * 8 + j]), acc[h]);
-        }
     }
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
+    for (int k = 0; k < G; ++k) {
+        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
+        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
+    }
+}
+
+template <DType T = DType::Q4_K>
+LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                         float *out)
+{
+    packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
 }
 
 // q6_k_like_codes for rows 8 h .. 8 h + 7 (bytes 32 h .. 32 h + 31 of each vector), group g.
@@ -1974,55 +1994,72 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
     }
 }
 
-// One token (decode): both halves in one pass, as packed_q4_k_avx2_one.
-template <DType T = DType::Q6_K>
-LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
+// One token (decode): both halves in one pass, as packed_q4_k_avx2_one; G groups side by
+// side as packed_q4_k_avx2_groups, a block of 32 values of each in turn.
+template <DType T, int G>
+LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in,
+                                            const QuantizedActs &a, int64_t t0, float *out)
 {
-    const bool prefetch = kernel_table().decode_prefetch;
+    const bool prefetch = G == 1 && kernel_table().decode_prefetch;
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0);
     const int32_t *xs = a.s16_row(t0);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[G][2];
+    for (int i = 0; i < G; ++i)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
         if (prefetch)
-            prefetch_ahead(b, size_t(packed_k_block_bytes(T)), decode_prefetch_distance_avx2);
+            prefetch_ahead(group + size_t(sb) * packed_k_block_bytes(T), size_t(packed_k_block_bytes(T)),
+                           decode_prefetch_distance_avx2);
         for (int k = 0; k < 8; ++k) {
             // Block k of 32: groups 2 k and 2 k + 1, in the VNNI kernel's order.
             const __m256 dx = _mm256_set1_ps(xd[sb * 8 + k]);
-            #pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) {
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
-                __m256 f[2], scd[2];
+            #pragma GCC unroll 1
+            for (int i = 0; i < G; ++i) {
+                const uint8_t *b = group + i * gstride + size_t(sb) * packed_k_block_bytes(T);
                 #pragma GCC unroll 2
-                for (int e = 0; e < 2; ++e) {
-                    const int g = 2 * k + e;
-                    const int8_t *x = xq + sb * qk_k + 16 * g;
-                    __m256i u[4];
-                    q6_k_like_codes_avx2<T>(b, g, h, u);
-                    scd[e] = q6_k_like_scale_avx2<T>(b, g, h, d);
-                    if constexpr (T == DType::Q2_K) {
-                        const __m256 mgd = q2_k_min_avx2(b, g, h);
-                        acc[h] = _mm256_fnmadd_ps(mgd, _mm256_set1_ps(xd[sb * 8 + k] * float(xs[sb * 16 + g])), acc[h]);
+                for (int h = 0; h < 2; ++h) {
+                    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
+                    __m256 f[2], scd[2];
+                    #pragma GCC unroll 2
+                    for (int e = 0; e < 2; ++e) {
+                        const int g = 2 * k + e;
+                        const int8_t *x = xq + sb * qk_k + 16 * g;
+                        __m256i u[4];
+                        q6_k_like_codes_avx2<T>(b, g, h, u);
+                        scd[e] = q6_k_like_scale_avx2<T>(b, g, h, d);
+                        if constexpr (T == DType::Q2_K) {
+                            const __m256 mgd = q2_k_min_avx2(b, g, h);
+                            acc[i][h] = _mm256_fnmadd_ps(mgd, _mm256_set1_ps(xd[sb * 8 + k] * float(xs[sb * 16 + g])),
+                                                         acc[i][h]);
+                        }
+                        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_set1_epi32(load_i32(x))),
+                                                             _mm256_maddubs_epi16(u[1], _mm256_set1_epi32(load_i32(x + 4))));
+                        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_set1_epi32(load_i32(x + 8))),
+                                                             _mm256_maddubs_epi16(u[3], _mm256_set1_epi32(load_i32(x + 12))));
+                        const __m256i bias =
+                            T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[sb * 16 + g]);
+                        f[e] = _mm256_cvtepi32_ps(_mm256_add_epi32(
+                            bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones))));
                     }
-                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_set1_epi32(load_i32(x))),
-                                                         _mm256_maddubs_epi16(u[1], _mm256_set1_epi32(load_i32(x + 4))));
-                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_set1_epi32(load_i32(x + 8))),
-                                                         _mm256_maddubs_epi16(u[3], _mm256_set1_epi32(load_i32(x + 12))));
-                    const __m256i bias =
-                        T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[sb * 16 + g]);
-                    f[e] = _mm256_cvtepi32_ps(
-                        _mm256_add_epi32(bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones))));
+                    acc[i][h] = _mm256_fmadd_ps(_mm256_fmadd_ps(f[1], scd[1], _mm256_mul_ps(f[0], scd[0])), dx, acc[i][h]);
                 }
-                acc[h] = _mm256_fmadd_ps(_mm256_fmadd_ps(f[1], scd[1], _mm256_mul_ps(f[0], scd[0])), dx, acc[h]);
             }
         }
     }
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
+    for (int i = 0; i < G; ++i) {
+        _mm256_storeu_ps(out + 16 * i, acc[i][0]);
+        _mm256_storeu_ps(out + 16 * i + 8, acc[i][1]);
+    }
+}
+
+template <DType T = DType::Q6_K>
+LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                         float *out)
+{
+    packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
 }
 
 // Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
@@ -2127,45 +2164,69 @@ LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const Qu
     }
 }
 
-// One Q8_0 token (decode): both halves of the group in one pass, so the weights stream through
+// One Q8_0 token (decode): both halves of a group in one pass, so the weights stream through
 // once in address order (two passes, one per half, read each 64-byte line twice, the second
-// time from L2). The same integer sums and float operations as packed_b32_avx2.
-LS_PACKED_AVX2 void packed_q8_0_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
+// time from L2). The same integer sums and float operations as packed_b32_avx2. G groups
+// (1 to 4) side by side, each gstride bytes after the one before, group k's rows at
+// out + 16 k; a block of each in turn, so that the core reads G streams at once. One stream
+// is read more slowly than several on the AMD EPYC without AVX-512 (family 25 model 1): one
+// core reading 98 MB, GB/s, in 64-byte steps from one / two / four streams 34 KiB apart (a
+// TinyLlama row group's bytes) 19.4-20.3 / 23.9-25.4 / 27.3-28.5, four streams in 512-byte
+// steps (a block) 27.6-28.3 and in 2 KiB steps 23.1-23.7, one stream with requests 4 KiB
+// ahead 18.6-18.8 and four with them 20.7. So a single group (the last of a thread's range)
+// asks for its bytes ahead where the options allow (prefetch) and several groups do not.
+template <int G>
+LS_PACKED_AVX2 void packed_q8_0_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in, const QuantizedActs &a,
+                                            int64_t t0, float *out)
 {
-    const bool prefetch = kernel_table().decode_prefetch;
+    const bool prefetch = G == 1 && kernel_table().decode_prefetch;
     const int64_t nb = n_in / qk;
     const int8_t *xq = a.q_row(t0);
     const float *xd = a.db_row(t0);
     const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[G][2];
+    #pragma GCC unroll 4
+    for (int k = 0; k < G; ++k)
+        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *c = group + codes32_offset(DType::Q8_0, b);
         if (prefetch && b % 2 == 0) // a pair's scales and codes
             prefetch_ahead(group + scales32_offset(DType::Q8_0, b), size_t(64 + 2 * packed_q8_0_block_bytes),
                            decode_prefetch_distance_avx2);
-        __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        #pragma GCC unroll 8
-        for (int w = 0; w < 8; ++w) {
-            const __m256i x = _mm256_set1_epi32(load_i32(xq + b * qk + 4 * w));
+        const __m256 db = _mm256_set1_ps(xd[b]);
+        #pragma GCC unroll 4
+        for (int k = 0; k < G; ++k) {
+            const uint8_t *c = group + k * gstride + codes32_offset(DType::Q8_0, b);
+            __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            #pragma GCC unroll 8
+            for (int w = 0; w < 8; ++w) {
+                const __m256i x = _mm256_set1_epi32(load_i32(xq + b * qk + 4 * w));
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i q = _mm256_xor_si256(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w + 32 * h)), flip);
+                    is[h] = _mm256_add_epi32(
+                        is[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)), ones));
+                }
+            }
+            const uint8_t *sc = group + k * gstride + scales32_offset(DType::Q8_0, b);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const __m256i q =
-                    _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w + 32 * h)), flip);
-                is[h] = _mm256_add_epi32(
-                    is[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)), ones));
+                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc + 16 * h)));
+                acc[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, db), acc[k][h]);
             }
         }
-        const __m256 db = _mm256_set1_ps(xd[b]);
-        const uint8_t *sc = group + scales32_offset(DType::Q8_0, b);
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc + 16 * h)));
-            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, db), acc[h]);
-        }
     }
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
+    #pragma GCC unroll 4
+    for (int k = 0; k < G; ++k) {
+        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
+        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
+    }
+}
+
+LS_PACKED_AVX2 void packed_q8_0_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                         float *out)
+{
+    packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
 }
 
 // packed_b32_vnni for n_tokens (1..4) tokens.
@@ -2312,6 +2373,68 @@ void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, con
                  int n_tokens, float *out, int64_t ldo)
 {
     packed_tile_with(qkernel(), type, packed, n_in, g, a, t0, n_tokens, out, ldo);
+}
+
+namespace {
+
+// run(G, i) for groups i .. i + G - 1 of n_groups: four at a time, then the rest together.
+template <class Run> void side_by_side(int64_t n_groups, const Run &run)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n_groups; i += 4)
+        run(std::integral_constant<int, 4>{}, i);
+    switch (n_groups - i) {
+    case 3: run(std::integral_constant<int, 3>{}, i); return;
+    case 2: run(std::integral_constant<int, 2>{}, i); return;
+    case 1: run(std::integral_constant<int, 1>{}, i); return;
+    default: return;
+    }
+}
+
+} // namespace
+
+void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, int64_t n_groups,
+                       const QuantizedActs &a, int64_t t0, int n_tokens, float *out, int64_t ldo)
+{
+    if (k == QKernel::Avx2 && n_tokens == 1) {
+        const size_t gb = group_bytes(type, n_in);
+        const auto at = [&](int64_t i) { return packed + size_t(g + i) * gb; };
+        switch (type) {
+        case DType::Q8_0:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q8_0_avx2_groups<G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        case DType::Q4_K:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q4_k_avx2_groups<DType::Q4_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        case DType::Q5_K:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q4_k_avx2_groups<DType::Q5_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        case DType::Q6_K:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q6_k_avx2_groups<DType::Q6_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        case DType::Q3_K:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q6_k_avx2_groups<DType::Q3_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        case DType::Q2_K:
+            return side_by_side(n_groups, [&](auto G, int64_t i) {
+                packed_q6_k_avx2_groups<DType::Q2_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
+            });
+        default: break;
+        }
+    }
+    for (int64_t i = 0; i < n_groups; ++i)
+        packed_tile_with(k, type, packed, n_in, g + i, a, t0, n_tokens, out + 16 * i, ldo);
+}
+
+void packed_tiles(DType type, const uint8_t *packed, int64_t n_in, int64_t g, int64_t n_groups, const QuantizedActs &a,
+                  int64_t t0, int n_tokens, float *out, int64_t ldo)
+{
+    packed_tiles_with(qkernel(), type, packed, n_in, g, n_groups, a, t0, n_tokens, out, ldo);
 }
 
 namespace {
