@@ -6,8 +6,9 @@
 // CPU time together, spinning included, times the threads). `layers` runs a decode step's
 // products in llama_forward's order for COUNT layers of dim N_IN and FFN N_OUT (q, k, v
 // grouped; o; gate, up grouped; down) without the work between them. `probe` reads a block
-// of the matrices' size in 2 MiB pages the way measure_read_bandwidth reads its buffer (a dot
-// product of each thread's part with itself, one part per thread); `bandwidth` runs
+// of the matrices' size in 2 MiB pages the first of the two ways measure_read_bandwidth reads
+// its buffer (a dot product of each thread's part with itself, one stream per thread; the
+// other reads five streams side by side and is often faster); `bandwidth` runs
 // measure_read_bandwidth itself, as `bench` does. Not part of the build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-decode-matvec.cpp
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
     std::vector<double> wall, cpu, pcpu;
     size_t bytes = 0;
     if (mode == "probe") {
-        // measure_read_bandwidth's loop over a block of the matrices' size in 2 MiB pages.
+        // measure_read_bandwidth's one-stream loop over a block of the matrices' size in 2 MiB pages.
         bytes = matrix_bytes(type, n_in, n_out) * size_t(count);
         const size_t n = bytes / sizeof(float);
         std::shared_ptr<uint8_t> block = huge_block(n * sizeof(float));

@@ -2067,100 +2067,131 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, con
 // at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits);
 // Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15).
 // The sums are sum(q x) as in the VNNI kernel, and the same float operations follow.
+// Block b's rows 8 h .. 8 h + 7 of a group against NT tokens, added to acc[t].
+template <DType T, int NT>
+LS_PACKED_AVX2 inline __attribute__((always_inline)) void
+b32_block_avx2(const uint8_t *group, int64_t b, int h, const QuantizedActs &a, int64_t t0, __m256 *acc)
+{
+    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+    (void)flip, (void)low;
+    const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
+    __m256i is[NT];
+    if constexpr (T == DType::Q8_0) {
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            is[t] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int w = 0; w < 8; ++w) {
+            const __m256i q =
+                _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w)), flip);
+            const __m256i aq = _mm256_sign_epi8(q, q);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m256i x =
+                    _mm256_sign_epi8(_mm256_set1_epi32(load_i32(a.q_row(t0 + t) + b * qk + 4 * w)), q);
+                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), ones));
+                __asm__("" : "+x"(is[t])); // the sums in order (a tree of them spills)
+            }
+        }
+    } else {
+        constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const int32_t *s16 = a.s16_row(t0 + t);
+            is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
+        }
+        #pragma GCC unroll 4
+        for (int w = 0; w < 4; ++w) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
+            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            if constexpr (b32_fifth(T)) {
+                const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
+                lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
+                hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
+            }
+            if constexpr (b32_table(T)) {
+                // The signed values from the table, through the sign trick (|v| and x with
+                // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
+                // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
+                const __m256i table = _mm256_broadcastsi128_si256(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
+                const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+                    const __m256i pl = _mm256_maddubs_epi16(
+                        _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
+                    const __m256i ph = _mm256_maddubs_epi16(
+                        _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
+                                                                     _mm256_madd_epi16(ph, ones)));
+                }
+                continue;
+            }
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
+                                                   _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
+                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
+            }
+        }
+    }
+    const __m256 dw =
+        b32_f32_scales(T)
+            ? _mm256_loadu_ps(reinterpret_cast<const float *>(group + scales32_offset(T, b) + 32 * h))
+            : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
+                                 acc[t]);
+    if constexpr (b32_min(T)) {
+        const __m256 mw = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+    }
+}
+
 template <DType T, int NT>
 LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
                                     float *out, int64_t ldo)
 {
     const int64_t nb = n_in / qk;
-    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT];
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
-            __m256i is[NT];
-            if constexpr (T == DType::Q8_0) {
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t)
-                    is[t] = _mm256_setzero_si256();
-                #pragma GCC unroll 8
-                for (int w = 0; w < 8; ++w) {
-                    const __m256i q =
-                        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w)), flip);
-                    const __m256i aq = _mm256_sign_epi8(q, q);
-                    #pragma GCC unroll 4
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i x =
-                            _mm256_sign_epi8(_mm256_set1_epi32(load_i32(a.q_row(t0 + t) + b * qk + 4 * w)), q);
-                        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), ones));
-                        __asm__("" : "+x"(is[t])); // the sums in order (a tree of them spills)
-                    }
-                }
-            } else {
-                constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    const int32_t *s16 = a.s16_row(t0 + t);
-                    is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
-                }
-                #pragma GCC unroll 4
-                for (int w = 0; w < 4; ++w) {
-                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
-                    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-                    if constexpr (b32_fifth(T)) {
-                        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
-                        lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
-                        hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
-                    }
-                    if constexpr (b32_table(T)) {
-                        // The signed values from the table, through the sign trick (|v| and x with
-                        // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
-                        // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
-                        const __m256i table = _mm256_broadcastsi128_si256(
-                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
-                        const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
-                        #pragma GCC unroll 4
-                        for (int t = 0; t < NT; ++t) {
-                            const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-                            const __m256i pl = _mm256_maddubs_epi16(
-                                _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
-                            const __m256i ph = _mm256_maddubs_epi16(
-                                _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
-                            is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
-                                                                             _mm256_madd_epi16(ph, ones)));
-                        }
-                        continue;
-                    }
-                    #pragma GCC unroll 4
-                    for (int t = 0; t < NT; ++t) {
-                        const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
-                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
-                        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
-                    }
-                }
-            }
-            const __m256 dw =
-                b32_f32_scales(T)
-                    ? _mm256_loadu_ps(reinterpret_cast<const float *>(group + scales32_offset(T, b) + 32 * h))
-                    : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
-                                         acc[t]);
-            if constexpr (b32_min(T)) {
-                const __m256 mw = _mm256_cvtph_ps(
-                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t)
-                    acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
-            }
-        }
+        for (int64_t b = 0; b < nb; ++b)
+            b32_block_avx2<T, NT>(group, b, h, a, t0, acc);
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
             _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+}
+
+// One token of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS: G groups (1 to 4) side by side as
+// packed_q8_0_avx2_groups, a block (both halves) of each in turn, the operations of
+// packed_b32_avx2 per row (so the same bits), each line read once.
+template <DType T, int G>
+LS_PACKED_AVX2 void packed_b32_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in, const QuantizedActs &a,
+                                           int64_t t0, float *out)
+{
+    const int64_t nb = n_in / qk;
+    __m256 acc[G][2];
+    for (int k = 0; k < G; ++k)
+        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b)
+        #pragma GCC unroll 1
+        for (int k = 0; k < G; ++k)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h)
+                b32_block_avx2<T, 1>(group + k * gstride, b, h, a, t0, &acc[k][h]);
+    for (int k = 0; k < G; ++k) {
+        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
+        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
     }
 }
 
@@ -2391,6 +2422,15 @@ template <class Run> void side_by_side(int64_t n_groups, const Run &run)
     }
 }
 
+template <DType T>
+void b32_side_by_side(const uint8_t *first, size_t gb, int64_t n_in, int64_t n_groups, const QuantizedActs &a,
+                      int64_t t0, float *out)
+{
+    side_by_side(n_groups, [&](auto G, int64_t i) {
+        packed_b32_avx2_groups<T, G.value>(first + size_t(i) * gb, gb, n_in, a, t0, out + 16 * i);
+    });
+}
+
 } // namespace
 
 void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, int64_t n_groups,
@@ -2404,6 +2444,12 @@ void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_i
             return side_by_side(n_groups, [&](auto G, int64_t i) {
                 packed_q8_0_avx2_groups<G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
             });
+        case DType::Q4_0: return b32_side_by_side<DType::Q4_0>(at(0), gb, n_in, n_groups, a, t0, out);
+        case DType::Q4_1: return b32_side_by_side<DType::Q4_1>(at(0), gb, n_in, n_groups, a, t0, out);
+        case DType::Q5_0: return b32_side_by_side<DType::Q5_0>(at(0), gb, n_in, n_groups, a, t0, out);
+        case DType::Q5_1: return b32_side_by_side<DType::Q5_1>(at(0), gb, n_in, n_groups, a, t0, out);
+        case DType::IQ4_NL: return b32_side_by_side<DType::IQ4_NL>(at(0), gb, n_in, n_groups, a, t0, out);
+        case DType::IQ4_XS: return b32_side_by_side<DType::IQ4_XS>(at(0), gb, n_in, n_groups, a, t0, out);
         case DType::Q4_K:
             return side_by_side(n_groups, [&](auto G, int64_t i) {
                 packed_q4_k_avx2_groups<DType::Q4_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);

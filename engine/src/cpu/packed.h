@@ -171,8 +171,8 @@ void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
                  int n_tokens, float *out, int64_t ldo);
 // packed_tile_with for the n_groups groups from g on, group g + i's rows at out + 16 i: the
-// same bits. One token under the AVX2 kernels reads up to four Q8_0 groups side by side (a
-// core reads several streams faster than one).
+// same bits. One token under the AVX2 kernels reads up to four groups side by side (a core
+// reads several nearby streams faster than one).
 void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, int64_t n_groups,
                        const QuantizedActs &a, int64_t t0, int n_tokens, float *out, int64_t ldo);
 // The same with the kernel set in use (qkernel()).
