@@ -1778,6 +1778,23 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
     }
 }
 
+// The one-token kernels' sums of G groups side by side: group k's rows 0-7 in acc[k][0], 8-15
+// in acc[k][1].
+template <int G> LS_PACKED_AVX2 inline void zero_group_sums(__m256 (&acc)[G][2])
+{
+    #pragma GCC unroll 4
+    for (int k = 0; k < G; ++k)
+        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+}
+template <int G> LS_PACKED_AVX2 inline void store_group_sums(const __m256 (&acc)[G][2], float *out)
+{
+    #pragma GCC unroll 4
+    for (int k = 0; k < G; ++k) {
+        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
+        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
+    }
+}
+
 // One token (decode): both halves in one pass, so each word's 64 bytes and the activation
 // words are loaded once. The same per-lane operations as packed_q4_k_avx2. G groups (1 to 4)
 // side by side, each gstride bytes after the one before, group k's rows at out + 16 k: a pair
@@ -1794,8 +1811,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_groups(const uint8_t *group, size_t gstride
     const __m256i ones = _mm256_set1_epi16(1);
     constexpr int span = words_in_16_bits<T>;
     __m256 acc[G][2];
-    for (int k = 0; k < G; ++k)
-        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    zero_group_sums(acc);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         if (prefetch)
             prefetch_ahead(group + size_t(sb) * packed_k_block_bytes(T), packed_k_block_bytes(T),
@@ -1858,17 +1874,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_groups(const uint8_t *group, size_t gstride
             }
         }
     }
-    for (int k = 0; k < G; ++k) {
-        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
-        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
-    }
-}
-
-template <DType T = DType::Q4_K>
-LS_PACKED_AVX2 void packed_q4_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
-{
-    packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
+    store_group_sums(acc, out);
 }
 
 // q6_k_like_codes for rows 8 h .. 8 h + 7 (bytes 32 h .. 32 h + 31 of each vector), group g.
@@ -1994,7 +2000,7 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
     }
 }
 
-// One token (decode): both halves in one pass, as packed_q4_k_avx2_one; G groups side by
+// One token (decode): both halves in one pass, as packed_q4_k_avx2_groups; G groups side by
 // side as packed_q4_k_avx2_groups, a block of 32 values of each in turn.
 template <DType T, int G>
 LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in,
@@ -2007,8 +2013,7 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride
     const int32_t *xs = a.s16_row(t0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[G][2];
-    for (int i = 0; i < G; ++i)
-        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    zero_group_sums(acc);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         if (prefetch)
             prefetch_ahead(group + size_t(sb) * packed_k_block_bytes(T), size_t(packed_k_block_bytes(T)),
@@ -2049,17 +2054,7 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride
             }
         }
     }
-    for (int i = 0; i < G; ++i) {
-        _mm256_storeu_ps(out + 16 * i, acc[i][0]);
-        _mm256_storeu_ps(out + 16 * i + 8, acc[i][1]);
-    }
-}
-
-template <DType T = DType::Q6_K>
-LS_PACKED_AVX2 void packed_q6_k_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
-{
-    packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
+    store_group_sums(acc, out);
 }
 
 // Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
@@ -2181,18 +2176,14 @@ LS_PACKED_AVX2 void packed_b32_avx2_groups(const uint8_t *group, size_t gstride,
 {
     const int64_t nb = n_in / qk;
     __m256 acc[G][2];
-    for (int k = 0; k < G; ++k)
-        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    zero_group_sums(acc);
     for (int64_t b = 0; b < nb; ++b)
         #pragma GCC unroll 1
         for (int k = 0; k < G; ++k)
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h)
                 b32_block_avx2<T, 1>(group + k * gstride, b, h, a, t0, &acc[k][h]);
-    for (int k = 0; k < G; ++k) {
-        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
-        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
-    }
+    store_group_sums(acc, out);
 }
 
 // One Q8_0 token (decode): both halves of a group in one pass, so the weights stream through
@@ -2216,9 +2207,7 @@ LS_PACKED_AVX2 void packed_q8_0_avx2_groups(const uint8_t *group, size_t gstride
     const float *xd = a.db_row(t0);
     const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
     __m256 acc[G][2];
-    #pragma GCC unroll 4
-    for (int k = 0; k < G; ++k)
-        acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    zero_group_sums(acc);
     for (int64_t b = 0; b < nb; ++b) {
         if (prefetch && b % 2 == 0) // a pair's scales and codes
             prefetch_ahead(group + scales32_offset(DType::Q8_0, b), size_t(64 + 2 * packed_q8_0_block_bytes),
@@ -2247,17 +2236,7 @@ LS_PACKED_AVX2 void packed_q8_0_avx2_groups(const uint8_t *group, size_t gstride
             }
         }
     }
-    #pragma GCC unroll 4
-    for (int k = 0; k < G; ++k) {
-        _mm256_storeu_ps(out + 16 * k, acc[k][0]);
-        _mm256_storeu_ps(out + 16 * k + 8, acc[k][1]);
-    }
-}
-
-LS_PACKED_AVX2 void packed_q8_0_avx2_one(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                         float *out)
-{
-    packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
+    store_group_sums(acc, out);
 }
 
 // packed_b32_vnni for n_tokens (1..4) tokens.
@@ -2352,13 +2331,13 @@ void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs 
             else
                 packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
         } else if constexpr (T == DType::Q8_0) {
-            packed_q8_0_avx2_one(group, n_in, a, t0 + t, o);
+            packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0 + t, o);
         } else if constexpr (b32) {
             packed_b32_avx2<T, 1>(group, n_in, a, t0 + t, o, ldo);
         } else if constexpr (k16) {
-            packed_q6_k_avx2_one<T>(group, n_in, a, t0 + t, o);
+            packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
         } else {
-            packed_q4_k_avx2_one<T>(group, n_in, a, t0 + t, o);
+            packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
         }
     }
 }
