@@ -1662,6 +1662,15 @@ LS_PACKED_VNNI void packed_b32_vnni(const uint8_t *group, int64_t n_in, const Ac
 // operations in the same order), so the two give the same bits. Q4_K: the 16-bit pair sums of
 // vpmaddubsw of the eight words of a pair stay below 2^15 (8 x 2 x 15 x 128), so they add in
 // 16 bits and widen once per pair; Q5_K's (31 for 15) widen every four words.
+// Sub-block `sub`'s scales of rows 8 h .. 8 h + 7 of a packed Q4_K or Q5_K super-block b, times
+// the rows' super-block scales d.
+LS_PACKED_AVX2 inline __m256 q4_k_sub_scale_avx2(const uint8_t *b, int sub, int h, __m256 d)
+{
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + off_sc + 16 * sub + 8 * h)))),
+                         d);
+}
+
 template <DType T> constexpr int words_in_16_bits = T == DType::Q5_K ? 4 : 8;
 
 // Bit `bit` of every byte of qh moved to bit 4, the other bits 0 (fifth_bit in 256 bits).
@@ -1748,12 +1757,7 @@ LS_PACKED_AVX2 void packed_q4_k_avx2(const uint8_t *group, int64_t n_in, const Q
                         io[t] = _mm256_add_epi32(io[t], _mm256_madd_epi16(io16[t], ones));
                     }
                 }
-                const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                      reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
-                                                  d);
-                const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
-                                                      const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
-                                                  d);
+                const __m256 sed = q4_k_sub_scale_avx2(b, 2 * pair, h, d), sod = q4_k_sub_scale_avx2(b, 2 * pair + 1, h, d);
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
                     const float *dx = xd[t] + sb * 8 + 2 * pair;
@@ -1848,12 +1852,8 @@ LS_PACKED_AVX2 void packed_q4_k_avx2_groups(const uint8_t *group, size_t gstride
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
                     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off_d + 16 * h)));
-                    const __m256 sed = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                                          reinterpret_cast<const __m128i *>(b + off_sc + 16 * (2 * pair) + 8 * h)))),
-                                                      d);
-                    const __m256 sod = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<
-                                                          const __m128i *>(b + off_sc + 16 * (2 * pair + 1) + 8 * h)))),
-                                                      d);
+                    const __m256 sed = q4_k_sub_scale_avx2(b, 2 * pair, h, d),
+                                 sod = q4_k_sub_scale_avx2(b, 2 * pair + 1, h, d);
                     acc[k][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ie[h]), sed), d0, acc[k][h]);
                     acc[k][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(io[h]), sod), d1, acc[k][h]);
                 }
@@ -2401,12 +2401,22 @@ template <class Run> void side_by_side(int64_t n_groups, const Run &run)
     }
 }
 
+// One token against the n_groups groups of type T from `first` on (gb bytes apart), G at a
+// time (side_by_side), group i's rows at out + 16 i.
 template <DType T>
-void b32_side_by_side(const uint8_t *first, size_t gb, int64_t n_in, int64_t n_groups, const QuantizedActs &a,
+void one_token_groups(const uint8_t *first, size_t gb, int64_t n_in, int64_t n_groups, const QuantizedActs &a,
                       int64_t t0, float *out)
 {
     side_by_side(n_groups, [&](auto G, int64_t i) {
-        packed_b32_avx2_groups<T, G.value>(first + size_t(i) * gb, gb, n_in, a, t0, out + 16 * i);
+        const uint8_t *p = first + size_t(i) * gb;
+        if constexpr (T == DType::Q8_0)
+            packed_q8_0_avx2_groups<G.value>(p, gb, n_in, a, t0, out + 16 * i);
+        else if constexpr (T == DType::Q4_K || T == DType::Q5_K)
+            packed_q4_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
+        else if constexpr (T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K)
+            packed_q6_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
+        else
+            packed_b32_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
     });
 }
 
@@ -2417,38 +2427,20 @@ void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_i
 {
     if (k == QKernel::Avx2 && n_tokens == 1) {
         const size_t gb = group_bytes(type, n_in);
-        const auto at = [&](int64_t i) { return packed + size_t(g + i) * gb; };
+        const uint8_t *first = packed + size_t(g) * gb;
         switch (type) {
-        case DType::Q8_0:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q8_0_avx2_groups<G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
-        case DType::Q4_0: return b32_side_by_side<DType::Q4_0>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::Q4_1: return b32_side_by_side<DType::Q4_1>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::Q5_0: return b32_side_by_side<DType::Q5_0>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::Q5_1: return b32_side_by_side<DType::Q5_1>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::IQ4_NL: return b32_side_by_side<DType::IQ4_NL>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::IQ4_XS: return b32_side_by_side<DType::IQ4_XS>(at(0), gb, n_in, n_groups, a, t0, out);
-        case DType::Q4_K:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q4_k_avx2_groups<DType::Q4_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
-        case DType::Q5_K:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q4_k_avx2_groups<DType::Q5_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
-        case DType::Q6_K:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q6_k_avx2_groups<DType::Q6_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
-        case DType::Q3_K:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q6_k_avx2_groups<DType::Q3_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
-        case DType::Q2_K:
-            return side_by_side(n_groups, [&](auto G, int64_t i) {
-                packed_q6_k_avx2_groups<DType::Q2_K, G.value>(at(i), gb, n_in, a, t0, out + 16 * i);
-            });
+        case DType::Q8_0: return one_token_groups<DType::Q8_0>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q4_0: return one_token_groups<DType::Q4_0>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q4_1: return one_token_groups<DType::Q4_1>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q5_0: return one_token_groups<DType::Q5_0>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q5_1: return one_token_groups<DType::Q5_1>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::IQ4_NL: return one_token_groups<DType::IQ4_NL>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::IQ4_XS: return one_token_groups<DType::IQ4_XS>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q2_K: return one_token_groups<DType::Q2_K>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q3_K: return one_token_groups<DType::Q3_K>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q4_K: return one_token_groups<DType::Q4_K>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q5_K: return one_token_groups<DType::Q5_K>(first, gb, n_in, n_groups, a, t0, out);
+        case DType::Q6_K: return one_token_groups<DType::Q6_K>(first, gb, n_in, n_groups, a, t0, out);
         default: break;
         }
     }
