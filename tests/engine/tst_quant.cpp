@@ -211,16 +211,24 @@ void check_packed_products(DType type, int n_in, int n_out, const OwnedQuantWeig
     std::vector<float> y4, first;
     std::vector<std::vector<float>> of_kernel; // each kernel's products, kernels' order
     for (QKernel k : kernels) {
-        // Tiles of 4 tokens (4 + 4 + 3) and of 1 token: the same bits.
+        // Tiles of 4 tokens (4 + 4 + 3), of 2 (2 + 2 + 2 + 2 + 2 + 1) and of 1 token: the same
+        // bits.
         y4.assign(size_t(n_tokens * n_out), NAN);
-        std::vector<float> y1(size_t(n_tokens * n_out), NAN);
+        std::vector<float> y1(size_t(n_tokens * n_out), NAN), y2(size_t(n_tokens * n_out), NAN);
         for (int64_t g = 0; g < groups; ++g) {
             for (int t = 0; t < n_tokens; t += 4)
                 packed_tile_with(k, type, pk, n_in, g, acts, t, std::min(4, n_tokens - t),
                                  y4.data() + t * n_out + g * 16, n_out);
+            for (int t = 0; t < n_tokens; t += 2)
+                packed_tile_with(k, type, pk, n_in, g, acts, t, std::min(2, n_tokens - t),
+                                 y2.data() + t * n_out + g * 16, n_out);
             for (int t = 0; t < n_tokens; ++t)
                 packed_tile_with(k, type, pk, n_in, g, acts, t, 1, y1.data() + t * n_out + g * 16, n_out);
         }
+        for (size_t i = 0; i < y1.size(); ++i)
+            QVERIFY2(bits_of(y2[i]) == bits_of(y1[i]),
+                     qPrintable(QString("%1 tiles of 2, %2: %3 vs %4").arg(qkernel_name(k)).arg(i)
+                                    .arg(y2[i], 0, 'g', 9).arg(y1[i], 0, 'g', 9)));
         // One token over every run of consecutive groups (the AVX2 Q8_0 kernel reads up to
         // four side by side, then three, two or one): the bits of one group at a time.
         for (int64_t g0 = 0; g0 < groups; ++g0)

@@ -2057,79 +2057,59 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride
     store_group_sums(acc, out);
 }
 
-// Q8_0: the codes q (stored q + 128) through the sign trick, |q| as the unsigned operand and x
-// with q's sign (pair sums at most 2 x 128 x 127 < 2^15); Q4_0: the nibbles, the sum started
-// at -8 times the activations' (pair sums at most 2 x 15 x 127, two words' add in 16 bits);
-// Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15).
-// The sums are sum(q x) as in the VNNI kernel, and the same float operations follow.
-// Block b's rows 8 h .. 8 h + 7 of a group against NT tokens, added to acc[t].
+// Q4_0: the nibbles, the sum started at -8 times the activations' (pair sums at most 2 x 15 x
+// 127, two words' add in 16 bits); Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15);
+// IQ4_NL and IQ4_XS: the table's signed values through the sign trick (packed_q8_0_avx2_tokens). The sums are
+// sum(q x) as in the VNNI kernel, and the same float operations follow. Block b's rows 8 h ..
+// 8 h + 7 of a group against NT tokens, added to acc[t].
 template <DType T, int NT>
 LS_PACKED_AVX2 inline __attribute__((always_inline)) void
 b32_block_avx2(const uint8_t *group, int64_t b, int h, const QuantizedActs &a, int64_t t0, __m256 *acc)
 {
-    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
-    (void)flip, (void)low;
+    static_assert(T != DType::Q8_0, "Q8_0 has its own kernels (packed_q8_0_avx2_tokens)");
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
     __m256i is[NT];
-    if constexpr (T == DType::Q8_0) {
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            is[t] = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int w = 0; w < 8; ++w) {
-            const __m256i q =
-                _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w)), flip);
-            const __m256i aq = _mm256_sign_epi8(q, q);
-            #pragma GCC unroll 4
-            for (int t = 0; t < NT; ++t) {
-                const __m256i x =
-                    _mm256_sign_epi8(_mm256_set1_epi32(load_i32(a.q_row(t0 + t) + b * qk + 4 * w)), q);
-                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), ones));
-                __asm__("" : "+x"(is[t])); // the sums in order (a tree of them spills)
-            }
+    constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        const int32_t *s16 = a.s16_row(t0 + t);
+        is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
+    }
+    #pragma GCC unroll 4
+    for (int w = 0; w < 4; ++w) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
+        __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        if constexpr (b32_fifth(T)) {
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
+            lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
+            hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
         }
-    } else {
-        constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-            const int32_t *s16 = a.s16_row(t0 + t);
-            is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
-        }
-        #pragma GCC unroll 4
-        for (int w = 0; w < 4; ++w) {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
-            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-            if constexpr (b32_fifth(T)) {
-                const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
-                lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
-                hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
-            }
-            if constexpr (b32_table(T)) {
-                // The signed values from the table, through the sign trick (|v| and x with
-                // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
-                // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
-                const __m256i table = _mm256_broadcastsi128_si256(
-                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
-                const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
-                #pragma GCC unroll 4
-                for (int t = 0; t < NT; ++t) {
-                    const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-                    const __m256i pl = _mm256_maddubs_epi16(
-                        _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
-                    const __m256i ph = _mm256_maddubs_epi16(
-                        _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
-                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
-                                                                     _mm256_madd_epi16(ph, ones)));
-                }
-                continue;
-            }
+        if constexpr (b32_table(T)) {
+            // The signed values from the table, through the sign trick (|v| and x with
+            // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
+            // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
+            const __m256i table = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
+            const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
                 const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
-                                                   _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
-                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
+                const __m256i pl = _mm256_maddubs_epi16(
+                    _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
+                const __m256i ph = _mm256_maddubs_epi16(
+                    _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
+                                                                 _mm256_madd_epi16(ph, ones)));
             }
+            continue;
+        }
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
+                                               _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
+            is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
         }
     }
     const __m256 dw =
@@ -2188,7 +2168,7 @@ LS_PACKED_AVX2 void packed_b32_avx2_groups(const uint8_t *group, size_t gstride,
 
 // One Q8_0 token (decode): both halves of a group in one pass, so the weights stream through
 // once in address order (two passes, one per half, read each 64-byte line twice, the second
-// time from L2). The same integer sums and float operations as packed_b32_avx2. G groups
+// time from L2). The same integer sums and float operations as packed_q8_0_avx2_tokens. G groups
 // (1 to 4) side by side, each gstride bytes after the one before, group k's rows at
 // out + 16 k; a block of each in turn, so that the core reads G streams at once. One stream
 // is read more slowly than several on the AMD EPYC without AVX-512 (family 25 model 1): one
@@ -2237,6 +2217,74 @@ LS_PACKED_AVX2 void packed_q8_0_avx2_groups(const uint8_t *group, size_t gstride
         }
     }
     store_group_sums(acc, out);
+}
+
+// Q8_0 against NT tokens (2 to 4: prefill), both halves of a group in one pass. The codes q
+// (stored q + 128) go through the sign trick: |q| as vpmaddubsw's unsigned operand and x with
+// q's sign as the signed one (pair sums at most 2 x 128 x 127 < 2^15, so exact), then vpmaddwd
+// into int32; per block and (row, token) acc += float(sum) * (d_w d_x), as the VNNI kernel, so
+// the same bits. Each 64-byte line of codes is read once (two passes, one per half, read it
+// twice) and each activation word is broadcast once for the sixteen rows; a word's |q| serves
+// the NT tokens. vpsignb, vpmaddubsw and vpmaddwd share two of the four vector pipes on the AMD
+// EPYC without AVX-512 (family 25 model 1: each alone 2 per cycle, any two mixed 2 to 3), so the
+// kernel is bound by them, four of its five operations per vpmaddubsw; what the one pass saves is
+// the second pass's |q| and loads. One core, 64 tokens, TinyLlama's gate (2048 x 5632): 110.7-113.0
+// GOP/s with the two passes, 122.4-125.3 with one; two threads 219.5-226.6 against 242.6-253.5
+// (scripts/bench-decode-matvec.cpp). The float sums stay in memory (the 2 NT integer sums, the
+// four registers of codes and the temporaries take AVX2's 16 vector registers); they are touched
+// once per block.
+template <int NT>
+LS_PACKED_AVX2 void packed_q8_0_avx2_tokens(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                            float *out, int64_t ldo)
+{
+    const int64_t nb = n_in / qk;
+    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+    const int8_t *xq[NT];
+    const float *xd[NT];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        xq[t] = a.q_row(t0 + t);
+        xd[t] = a.db_row(t0 + t);
+    }
+    __m256 acc[NT][2];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *c = group + codes32_offset(DType::Q8_0, b);
+        __m256i is[NT][2];
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t)
+            is[t][0] = is[t][1] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int w = 0; w < 8; ++w) {
+            const __m256i q0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w)), flip),
+                          q1 = _mm256_xor_si256(
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w + 32)), flip);
+            const __m256i aq0 = _mm256_sign_epi8(q0, q0), aq1 = _mm256_sign_epi8(q1, q1);
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t) {
+                const __m256i x = _mm256_set1_epi32(load_i32(xq[t] + b * qk + 4 * w));
+                is[t][0] = _mm256_add_epi32(is[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aq0, _mm256_sign_epi8(x, q0)), ones));
+                is[t][1] = _mm256_add_epi32(is[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aq1, _mm256_sign_epi8(x, q1)), ones));
+                __asm__("" : "+x"(is[t][0]), "+x"(is[t][1])); // the sums in order (a tree of them spills)
+            }
+        }
+        const uint8_t *sc = group + scales32_offset(DType::Q8_0, b);
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc))),
+                     dw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc + 16)));
+        #pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const __m256 db = _mm256_set1_ps(xd[t][b]);
+            acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][0]), _mm256_mul_ps(dw0, db), acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][1]), _mm256_mul_ps(dw1, db), acc[t][1]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        _mm256_storeu_ps(out + t * ldo, acc[t][0]);
+        _mm256_storeu_ps(out + t * ldo + 8, acc[t][1]);
+    }
 }
 
 // packed_b32_vnni for n_tokens (1..4) tokens.
@@ -2298,46 +2346,51 @@ void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
 
 namespace {
 
-// The AVX2 kernels of type T for n_tokens (1..4) tokens. Four tokens in one pass where a tile has
-// four (prefill) and the type has a four-token kernel: each weight vector is loaded and unpacked
-// once for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
-// registers), and it is still faster: one core, 64 tokens, 2048 x 5632, Q8_0 86-90 -> 104-109
-// GOP/s, Q4_K 131-137 -> 147-156, Q5_K 94 -> 111-112, Q6_K 74-76 -> 92-93
-// (scripts/bench-decode-matvec.cpp). Otherwise two tokens at a time, then one. The same
-// operations per (row, token) pair whatever the count, so the same bits.
+// The AVX2 kernels of type T for n_tokens (1..4) tokens. Q8_0: its own kernels for one token and
+// for several (packed_q8_0_avx2_groups, packed_q8_0_avx2_tokens). The K types: four tokens in one
+// pass where a tile has four (prefill), so that each weight vector is loaded and unpacked once
+// for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
+// registers), and it is still faster: one core, 64 tokens, 2048 x 5632, Q4_K 131-137 -> 147-156
+// GOP/s, Q5_K 94 -> 111-112, Q6_K 74-76 -> 92-93 (scripts/bench-decode-matvec.cpp). Otherwise
+// two tokens at a time, then one. The same operations per (row, token) pair whatever the count,
+// so the same bits.
 template <DType T>
 void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
                         float *out, int64_t ldo)
 {
-    constexpr bool b32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
-                         T == DType::Q5_1 || b32_table(T);
+    constexpr bool b32 = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 || b32_table(T);
     constexpr bool k16 = T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K;
-    if constexpr (!b32 || T == DType::Q8_0)
-        if (n_tokens == 4) {
-            if constexpr (b32)
-                return packed_b32_avx2<T, 4>(group, n_in, a, t0, out, ldo);
-            else if constexpr (k16)
-                return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
-            else
-                return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+    if constexpr (T == DType::Q8_0) {
+        switch (n_tokens) {
+        case 4: return packed_q8_0_avx2_tokens<4>(group, n_in, a, t0, out, ldo);
+        case 3: return packed_q8_0_avx2_tokens<3>(group, n_in, a, t0, out, ldo);
+        case 2: return packed_q8_0_avx2_tokens<2>(group, n_in, a, t0, out, ldo);
+        default: return packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
         }
-    for (int t = 0; t < n_tokens; t += 2) {
-        float *o = out + t * ldo;
-        if (t + 1 < n_tokens) {
-            if constexpr (b32)
-                packed_b32_avx2<T, 2>(group, n_in, a, t0 + t, o, ldo);
-            else if constexpr (k16)
-                packed_q6_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
-            else
-                packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
-        } else if constexpr (T == DType::Q8_0) {
-            packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0 + t, o);
-        } else if constexpr (b32) {
-            packed_b32_avx2<T, 1>(group, n_in, a, t0 + t, o, ldo);
-        } else if constexpr (k16) {
-            packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
-        } else {
-            packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
+    } else {
+        if constexpr (!b32)
+            if (n_tokens == 4) {
+                if constexpr (k16)
+                    return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+                else
+                    return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+            }
+        for (int t = 0; t < n_tokens; t += 2) {
+            float *o = out + t * ldo;
+            if (t + 1 < n_tokens) {
+                if constexpr (b32)
+                    packed_b32_avx2<T, 2>(group, n_in, a, t0 + t, o, ldo);
+                else if constexpr (k16)
+                    packed_q6_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
+                else
+                    packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
+            } else if constexpr (b32) {
+                packed_b32_avx2<T, 1>(group, n_in, a, t0 + t, o, ldo);
+            } else if constexpr (k16) {
+                packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
+            } else {
+                packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
+            }
         }
     }
 }
