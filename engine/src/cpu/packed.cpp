@@ -2059,97 +2059,113 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_groups(const uint8_t *group, size_t gstride
 
 // Q4_0: the nibbles, the sum started at -8 times the activations' (pair sums at most 2 x 15 x
 // 127, two words' add in 16 bits); Q5_1: the 5-bit codes, no bias (2 x 2 x 31 x 127 < 2^15);
-// IQ4_NL and IQ4_XS: the table's signed values through the sign trick (packed_q8_0_avx2_tokens). The sums are
-// sum(q x) as in the VNNI kernel, and the same float operations follow. Block b's rows 8 h ..
-// 8 h + 7 of a group against NT tokens, added to acc[t].
-template <DType T, int NT>
+// IQ4_NL and IQ4_XS: the table's signed values through the sign trick (packed_q8_0_avx2_tokens).
+// The sums are sum(q x) as in the VNNI kernel, and the same float operations follow. Block b's
+// rows 8 h .. 8 h + 7 for the NH halves h = h0 .. h0 + NH - 1 (one, or both) of a group against
+// NT tokens, added to acc[NH t + h - h0]; both halves take each 64-byte line of codes whole.
+template <DType T, int NT, int NH = 1>
 LS_PACKED_AVX2 inline __attribute__((always_inline)) void
-b32_block_avx2(const uint8_t *group, int64_t b, int h, const QuantizedActs &a, int64_t t0, __m256 *acc)
+b32_block_avx2(const uint8_t *group, int64_t b, int h0, const QuantizedActs &a, int64_t t0, __m256 *acc)
 {
     static_assert(T != DType::Q8_0, "Q8_0 has its own kernels (packed_q8_0_avx2_tokens)");
     const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
-    const uint8_t *c = group + codes32_offset(T, b) + 32 * h;
-    __m256i is[NT];
+    const uint8_t *c = group + codes32_offset(T, b) + 32 * h0;
+    __m256i is[NT][NH];
     constexpr int bias = b32_table(T) ? 0 : b32_offset(T); // Q4_1, Q5_1, IQ4_NL, IQ4_XS: none
     #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
         const int32_t *s16 = a.s16_row(t0 + t);
-        is[t] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
+        #pragma GCC unroll 2
+        for (int k = 0; k < NH; ++k)
+            is[t][k] = _mm256_set1_epi32(-bias * (s16[2 * b] + s16[2 * b + 1]));
     }
     #pragma GCC unroll 4
-    for (int w = 0; w < 4; ++w) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w));
-        __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        if constexpr (b32_fifth(T)) {
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + packed_q4_0_block_bytes));
-            lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
-            hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
-        }
-        if constexpr (b32_table(T)) {
-            // The signed values from the table, through the sign trick (|v| and x with
-            // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
-            // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
-            const __m256i table = _mm256_broadcastsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
-            const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
+    for (int w = 0; w < 4; ++w)
+        #pragma GCC unroll 2
+        for (int k = 0; k < NH; ++k) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 64 * w + 32 * k));
+            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            if constexpr (b32_fifth(T)) {
+                const __m256i qh =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(c + 32 * k + packed_q4_0_block_bytes));
+                lo = _mm256_or_si256(lo, fifth_bit_avx2(qh, 2 * w));
+                hi = _mm256_or_si256(hi, fifth_bit_avx2(qh, 2 * w + 1));
+            }
+            if constexpr (b32_table(T)) {
+                // The signed values from the table, through the sign trick (|v| and x with
+                // v's sign; pair sums at most 2 x 127 x 128 < 2^15): sum(v x) exactly, as
+                // the VNNI kernel's sum((v + 128) x) - 128 sum(x).
+                const __m256i table = _mm256_broadcastsi128_si256(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(iq4_nl_values)));
+                const __m256i vl = _mm256_shuffle_epi8(table, lo), vh = _mm256_shuffle_epi8(table, hi);
+                #pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
+                    const __m256i pl = _mm256_maddubs_epi16(
+                        _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
+                    const __m256i ph = _mm256_maddubs_epi16(
+                        _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
+                    is[t][k] = _mm256_add_epi32(is[t][k], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
+                                                                           _mm256_madd_epi16(ph, ones)));
+                }
+                continue;
+            }
             #pragma GCC unroll 4
             for (int t = 0; t < NT; ++t) {
                 const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-                const __m256i pl = _mm256_maddubs_epi16(
-                    _mm256_sign_epi8(vl, vl), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x)), vl));
-                const __m256i ph = _mm256_maddubs_epi16(
-                    _mm256_sign_epi8(vh, vh), _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x + 16)), vh));
-                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
-                                                                 _mm256_madd_epi16(ph, ones)));
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
+                                                   _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
+                is[t][k] = _mm256_add_epi32(is[t][k], _mm256_madd_epi16(p, ones));
             }
-            continue;
         }
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-            const int8_t *x = a.q_row(t0 + t) + b * qk + 4 * w;
-            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x))),
-                                               _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16))));
-            is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
-        }
-    }
-    const __m256 dw =
-        b32_f32_scales(T)
-            ? _mm256_loadu_ps(reinterpret_cast<const float *>(group + scales32_offset(T, b) + 32 * h))
-            : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 16 * h)));
-    #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])),
-                                 acc[t]);
-    if constexpr (b32_min(T)) {
-        const __m256 mw = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
+    #pragma GCC unroll 2
+    for (int k = 0; k < NH; ++k) {
+        const int h = h0 + k;
+        const __m256 dw = b32_f32_scales(T) ? _mm256_loadu_ps(reinterpret_cast<const float *>(
+                                                  group + scales32_offset(T, b) + 32 * h))
+                                            : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(
+                                                  group + scales32_offset(T, b) + 16 * h)));
         #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t)
-            acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[t]);
+            acc[NH * t + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][k]),
+                                              _mm256_mul_ps(dw, _mm256_set1_ps(a.db_row(t0 + t)[b])), acc[NH * t + k]);
+        if constexpr (b32_min(T)) {
+            const __m256 mw = _mm256_cvtph_ps(
+                _mm_loadu_si128(reinterpret_cast<const __m128i *>(group + scales32_offset(T, b) + 64 + 16 * h)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                acc[NH * t + k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.ds_row(t0 + t)[b]), acc[NH * t + k]);
+        }
     }
 }
 
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS against NT tokens (2 to 4: prefill), both halves of a
+// block in one pass: each 64-byte line read once and its codes unpacked once for the NT tokens.
+// Against two passes of two tokens (one per half), one core, 64 tokens, TinyLlama's gate (2048 x
+// 5632), GOP/s: Q4_0 126 -> 165-170, Q4_1 128 -> 170, Q5_0 103 -> 140, Q5_1 103 -> 147, IQ4_NL 85
+// -> 109 (two passes of four tokens: 146, 146, 124, 124, 106). The float sums stay in memory,
+// as packed_q8_0_avx2_tokens's.
 template <DType T, int NT>
-LS_PACKED_AVX2 void packed_b32_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                    float *out, int64_t ldo)
+LS_PACKED_AVX2 void packed_b32_avx2_tokens(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                           float *out, int64_t ldo)
 {
     const int64_t nb = n_in / qk;
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[NT];
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            acc[t] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b)
-            b32_block_avx2<T, NT>(group, b, h, a, t0, acc);
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    __m256 acc[2 * NT];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 2 * NT; ++i)
+        acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b)
+        b32_block_avx2<T, NT, 2>(group, b, 0, a, t0, acc);
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        _mm256_storeu_ps(out + t * ldo, acc[2 * t]);
+        _mm256_storeu_ps(out + t * ldo + 8, acc[2 * t + 1]);
     }
 }
 
 // One token of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS: G groups (1 to 4) side by side as
 // packed_q8_0_avx2_groups, a block (both halves) of each in turn, the operations of
-// packed_b32_avx2 per row (so the same bits), each line read once.
+// packed_b32_avx2_tokens per row (so the same bits), each line read once.
 template <DType T, int G>
 LS_PACKED_AVX2 void packed_b32_avx2_groups(const uint8_t *group, size_t gstride, int64_t n_in, const QuantizedActs &a,
                                            int64_t t0, float *out)
@@ -2346,10 +2362,10 @@ void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
 
 namespace {
 
-// The AVX2 kernels of type T for n_tokens (1..4) tokens. Q8_0: its own kernels for one token and
-// for several (packed_q8_0_avx2_groups, packed_q8_0_avx2_tokens). The K types: four tokens in one
-// pass where a tile has four (prefill), so that each weight vector is loaded and unpacked once
-// for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
+// The AVX2 kernels of type T for n_tokens (1..4) tokens. The blocks-of-32 types: their kernels
+// for one token and for several (both halves of a group in one pass). The K types: four tokens
+// in one pass where a tile has four (prefill), so that each weight vector is loaded and unpacked
+// once for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
 // registers), and it is still faster: one core, 64 tokens, 2048 x 5632, Q4_K 131-137 -> 147-156
 // GOP/s, Q5_K 94 -> 111-112, Q6_K 74-76 -> 92-93 (scripts/bench-decode-matvec.cpp). Otherwise
 // two tokens at a time, then one. The same operations per (row, token) pair whatever the count,
@@ -2358,34 +2374,40 @@ template <DType T>
 void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
                         float *out, int64_t ldo)
 {
-    constexpr bool b32 = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 || b32_table(T);
+    constexpr bool b32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
+                         T == DType::Q5_1 || b32_table(T);
     constexpr bool k16 = T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K;
-    if constexpr (T == DType::Q8_0) {
+    if constexpr (b32) {
+        const auto tokens = [&](auto nt) {
+            if constexpr (T == DType::Q8_0)
+                packed_q8_0_avx2_tokens<nt.value>(group, n_in, a, t0, out, ldo);
+            else
+                packed_b32_avx2_tokens<T, nt.value>(group, n_in, a, t0, out, ldo);
+        };
         switch (n_tokens) {
-        case 4: return packed_q8_0_avx2_tokens<4>(group, n_in, a, t0, out, ldo);
-        case 3: return packed_q8_0_avx2_tokens<3>(group, n_in, a, t0, out, ldo);
-        case 2: return packed_q8_0_avx2_tokens<2>(group, n_in, a, t0, out, ldo);
-        default: return packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
+        case 4: return tokens(std::integral_constant<int, 4>{});
+        case 3: return tokens(std::integral_constant<int, 3>{});
+        case 2: return tokens(std::integral_constant<int, 2>{});
+        default:
+            if constexpr (T == DType::Q8_0)
+                return packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
+            else
+                return packed_b32_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
         }
     } else {
-        if constexpr (!b32)
-            if (n_tokens == 4) {
-                if constexpr (k16)
-                    return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
-                else
-                    return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
-            }
+        if (n_tokens == 4) {
+            if constexpr (k16)
+                return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+            else
+                return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
+        }
         for (int t = 0; t < n_tokens; t += 2) {
             float *o = out + t * ldo;
             if (t + 1 < n_tokens) {
-                if constexpr (b32)
-                    packed_b32_avx2<T, 2>(group, n_in, a, t0 + t, o, ldo);
-                else if constexpr (k16)
+                if constexpr (k16)
                     packed_q6_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
                 else
                     packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
-            } else if constexpr (b32) {
-                packed_b32_avx2<T, 1>(group, n_in, a, t0 + t, o, ldo);
             } else if constexpr (k16) {
                 packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
             } else {
