@@ -1498,6 +1498,48 @@ __attribute__((always_inline)) inline void tile_scores_body(const float *q, int6
         }
 }
 
+// acc = acc * alpha + sum_c p_c v_c for GB query rows, W dims at a time in registers across the
+// tile's wv keys, from dim d0 on while W more fit (d0 is left past them). Each pass reads a W-dim
+// slice of every value row of the tile, so one row block's values take hd / W passes over the
+// tile's rows: wider passes, where few rows leave the registers free, read fewer and larger
+// pieces of each row.
+template <int W, int GB, class VT, int PF, class Values>
+__attribute__((always_inline)) inline void values_pass(int &d0, int hd, const Values &vt, int64_t wv, const float *s,
+                                                       int64_t T, float *a, int64_t a_stride, const float *alpha,
+                                                       LinePrefetch &pf)
+{
+    constexpr int L = int(sizeof(VT) / sizeof(float));
+    constexpr int NV = W / L;
+    for (; d0 + W <= hd; d0 += W) {
+        VT acc[GB][NV];
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g)
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; ++j)
+                acc[g][j] = loadv<VT>(a + g * a_stride + d0 + L * j) * alpha[g];
+        for (int64_t cc = 0; cc < wv; ++cc) {
+            if constexpr (PF > 0)
+                pf.template step<PF>();
+            VT v[NV];
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; ++j)
+                v[j] = vt.template load<VT>(cc, d0 + L * j);
+            #pragma GCC unroll 8
+            for (int g = 0; g < GB; ++g) {
+                const float pw = s[g * T + cc];
+                #pragma GCC unroll 4
+                for (int j = 0; j < NV; ++j)
+                    acc[g][j] += pw * v[j];
+            }
+        }
+        #pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g)
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; ++j)
+                storev(a + g * a_stride + d0 + L * j, acc[g][j]);
+    }
+}
+
 template <int GB, int KB, int VD, class VT, int PF, class Values>
 __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_t q_stride, const float *kt,
                                                           const float *kr, int64_t kr_stride, int64_t T, int64_t w,
@@ -1527,37 +1569,12 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
             std::fill(s + g * T, s + g * T + w, 0.0f);
         }
 
-    // acc = acc * alpha + sum_c p_c v_c, VD dims by GB rows in registers across the tile.
-    constexpr int NV = VD / L;
+    // acc = acc * alpha + sum_c p_c v_c, VD dims by GB rows in registers across the tile, then
+    // what is left 2 L dims at a time (values_pass).
     int d0 = 0;
-    for (; d0 + VD <= hd; d0 += VD) {
-        VT acc[GB][NV];
-        #pragma GCC unroll 8
-        for (int g = 0; g < GB; ++g)
-            #pragma GCC unroll 2
-            for (int j = 0; j < NV; ++j)
-                acc[g][j] = loadv<VT>(a + g * a_stride + d0 + L * j) * alpha[g];
-        for (int64_t cc = 0; cc < wv; ++cc) {
-            if constexpr (PF > 0)
-                pf.template step<PF>();
-            VT v[NV];
-            #pragma GCC unroll 2
-            for (int j = 0; j < NV; ++j)
-                v[j] = vt.template load<VT>(cc, d0 + L * j);
-            #pragma GCC unroll 8
-            for (int g = 0; g < GB; ++g) {
-                const float pw = s[g * T + cc];
-                #pragma GCC unroll 2
-                for (int j = 0; j < NV; ++j)
-                    acc[g][j] += pw * v[j];
-            }
-        }
-        #pragma GCC unroll 8
-        for (int g = 0; g < GB; ++g)
-            #pragma GCC unroll 2
-            for (int j = 0; j < NV; ++j)
-                storev(a + g * a_stride + d0 + L * j, acc[g][j]);
-    }
+    values_pass<VD, GB, VT, PF>(d0, hd, vt, wv, s, T, a, a_stride, alpha, pf);
+    if constexpr (VD > 2 * L)
+        values_pass<2 * L, GB, VT, PF>(d0, hd, vt, wv, s, T, a, a_stride, alpha, pf);
     for (int g = 0; g < GB; ++g)
         for (int d = d0; d < hd; ++d) {
             float ad = a[g * a_stride + d] * alpha[g];
@@ -1575,6 +1592,8 @@ __attribute__((always_inline)) inline void tile_rows_body(const float *q, int64_
 // accumulator sums its terms in the same order whatever the blocks, so both give the same bits.
 // The keys come transposed (kt) or, where kr is given, in rows kr_stride apart; with neither,
 // the rows' scores are given, row g's at s + g * T.
+struct F16Values8; // below: F16 values read in place at the AVX2 level
+
 template <int VR, int PF, class Values>
 __attribute__((always_inline)) inline void
 tile_rows_blocks_with(int n_rows, const float *q, int64_t q_stride, const float *kt, const float *kr, int64_t kr_stride,
@@ -1602,10 +1621,17 @@ tile_rows_blocks_with(int n_rows, const float *q, int64_t q_stride, const float 
     } else {
         for (; g + 4 <= n_rows; g += 4)
             LS_TILE_ROWS_BLOCK(4, 16, 16);
+        // Values read in place from an F16 cache (F16Values8, decode): one or two rows take 32
+        // dims a pass, so each key's row is read in 64-byte pieces. Llama-2-7B's heads (32 of
+        // 128, one query row each) at depth 8192, one thread (scripts/bench-attention.cpp f16
+        // f16 8192 32 32 128 5 1 4 tiled 2m): 13.6-14.5 ms a layer -> 11.9-12.6. Over a
+        // decoded tile of float rows (a Q8_0 cache) 16 dims read faster: 22.6-23.1 against
+        // 23.4-23.9 ms.
+        constexpr int VDF = std::is_same_v<Values, F16Values8> ? 32 : 16;
         for (; g + 2 <= n_rows; g += 2)
-            LS_TILE_ROWS_BLOCK(2, 32, 16);
+            LS_TILE_ROWS_BLOCK(2, 32, VDF);
         for (; g < n_rows; ++g)
-            LS_TILE_ROWS_BLOCK(1, 32, 16);
+            LS_TILE_ROWS_BLOCK(1, 32, VDF);
     }
 #undef LS_TILE_ROWS_BLOCK
 }
