@@ -1624,9 +1624,9 @@ tile_rows_blocks_with(int n_rows, const float *q, int64_t q_stride, const float 
         // Values read in place from an F16 cache (F16Values8, decode): one or two rows take 32
         // dims a pass, so each key's row is read in 64-byte pieces. Llama-2-7B's heads (32 of
         // 128, one query row each) at depth 8192, one thread (scripts/bench-attention.cpp f16
-        // f16 8192 32 32 128 5 1 4 tiled 2m): 13.6-14.5 ms a layer -> 11.9-12.6. Over a
-        // decoded tile of float rows (a Q8_0 cache) 16 dims read faster: 22.6-23.1 against
-        // 23.4-23.9 ms.
+        // f16 8192 32 32 128 5 1 4 tiled 2m): 13.6-13.8 ms a layer -> 11.8-12.8. A decoded
+        // tile of float rows (a Q8_0 cache at this level) keeps 16: with 32 it read no
+        // differently (22.2-24.7 ms against 23.0-29.9, a noisy host).
         constexpr int VDF = std::is_same_v<Values, F16Values8> ? 32 : 16;
         for (; g + 2 <= n_rows; g += 2)
             LS_TILE_ROWS_BLOCK(2, 32, VDF);
