@@ -2432,26 +2432,33 @@ void packed_tokens(QKernel k, const uint8_t *group, int64_t n_in, const Quantize
         packed_b32_vnni_n<T>(group, n_in, a, t0, n_tokens, out, ldo);
 }
 
+// f(std::integral_constant<DType, T>{}) for the packed type T == type (Q4_K for any other: the
+// callers only see packed types).
+template <class F> void with_packed_type(DType type, F &&f)
+{
+    switch (type) {
+    case DType::Q8_0: return f(std::integral_constant<DType, DType::Q8_0>{});
+    case DType::Q4_0: return f(std::integral_constant<DType, DType::Q4_0>{});
+    case DType::Q4_1: return f(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::Q5_0: return f(std::integral_constant<DType, DType::Q5_0>{});
+    case DType::Q5_1: return f(std::integral_constant<DType, DType::Q5_1>{});
+    case DType::IQ4_NL: return f(std::integral_constant<DType, DType::IQ4_NL>{});
+    case DType::IQ4_XS: return f(std::integral_constant<DType, DType::IQ4_XS>{});
+    case DType::Q2_K: return f(std::integral_constant<DType, DType::Q2_K>{});
+    case DType::Q3_K: return f(std::integral_constant<DType, DType::Q3_K>{});
+    case DType::Q5_K: return f(std::integral_constant<DType, DType::Q5_K>{});
+    case DType::Q6_K: return f(std::integral_constant<DType, DType::Q6_K>{});
+    default: return f(std::integral_constant<DType, DType::Q4_K>{});
+    }
+}
+
 } // namespace
 
 void packed_tile_with(QKernel k, DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a,
                       int64_t t0, int n_tokens, float *out, int64_t ldo)
 {
     const uint8_t *group = packed + size_t(g) * group_bytes(type, n_in);
-    switch (type) {
-    case DType::Q8_0: return packed_tokens<DType::Q8_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q4_0: return packed_tokens<DType::Q4_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q4_1: return packed_tokens<DType::Q4_1>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q5_0: return packed_tokens<DType::Q5_0>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q5_1: return packed_tokens<DType::Q5_1>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::IQ4_NL: return packed_tokens<DType::IQ4_NL>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::IQ4_XS: return packed_tokens<DType::IQ4_XS>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q2_K: return packed_tokens<DType::Q2_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q3_K: return packed_tokens<DType::Q3_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q5_K: return packed_tokens<DType::Q5_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    case DType::Q6_K: return packed_tokens<DType::Q6_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    default: return packed_tokens<DType::Q4_K>(k, group, n_in, a, t0, n_tokens, out, ldo);
-    }
+    with_packed_type(type, [&](auto t) { packed_tokens<decltype(t)::value>(k, group, n_in, a, t0, n_tokens, out, ldo); });
 }
 
 void packed_tile(DType type, const uint8_t *packed, int64_t n_in, int64_t g, const QuantizedActs &a, int64_t t0,
@@ -2503,21 +2510,8 @@ void packed_tiles_with(QKernel k, DType type, const uint8_t *packed, int64_t n_i
     if (k == QKernel::Avx2 && n_tokens == 1) {
         const size_t gb = group_bytes(type, n_in);
         const uint8_t *first = packed + size_t(g) * gb;
-        switch (type) {
-        case DType::Q8_0: return one_token_groups<DType::Q8_0>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q4_0: return one_token_groups<DType::Q4_0>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q4_1: return one_token_groups<DType::Q4_1>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q5_0: return one_token_groups<DType::Q5_0>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q5_1: return one_token_groups<DType::Q5_1>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::IQ4_NL: return one_token_groups<DType::IQ4_NL>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::IQ4_XS: return one_token_groups<DType::IQ4_XS>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q2_K: return one_token_groups<DType::Q2_K>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q3_K: return one_token_groups<DType::Q3_K>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q4_K: return one_token_groups<DType::Q4_K>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q5_K: return one_token_groups<DType::Q5_K>(first, gb, n_in, n_groups, a, t0, out);
-        case DType::Q6_K: return one_token_groups<DType::Q6_K>(first, gb, n_in, n_groups, a, t0, out);
-        default: break;
-        }
+        return with_packed_type(
+            type, [&](auto t) { one_token_groups<decltype(t)::value>(first, gb, n_in, n_groups, a, t0, out); });
     }
     for (int64_t i = 0; i < n_groups; ++i)
         packed_tile_with(k, type, packed, n_in, g + i, a, t0, n_tokens, out + 16 * i, ldo);
