@@ -9,7 +9,9 @@
 // of the matrices' size in 2 MiB pages the first of the two ways measure_read_bandwidth reads
 // its buffer (a dot product of each thread's part with itself, one stream per thread; the
 // other reads five streams side by side and is often faster); `bandwidth` runs
-// measure_read_bandwidth itself, as `bench` does. Not part of the build:
+// measure_read_bandwidth itself, as `bench` does; `tile` times packed_tile alone on one group
+// of sixteen rows that stays in the caches (multiply-adds per second: the kernel's own speed,
+// apart from the memory). Not part of the build:
 //
 //   g++ -O2 -std=c++20 -Iengine/src -Iengine/include scripts/bench-decode-matvec.cpp
 //       build/engine/liblongscope_engine.a -lsentencepiece -lpcre2-8 -ldl -lpthread -o /tmp/bench-decode-matvec
@@ -19,6 +21,7 @@
 //   /tmp/bench-decode-matvec layers q8_0 2048 5632 22 2 8   # TinyLlama's 22 layers
 //   /tmp/bench-decode-matvec matmul q8_0 2048 5632 1 1 10 64 # prefill's products: 64 tokens, GOP/s
 //   /tmp/bench-decode-matvec bandwidth f16 0 0 0 2 3        # measure_read_bandwidth, best of 3
+//   /tmp/bench-decode-matvec tile q6_k 2048 16 1 1 2000 4   # the packed kernel alone, tiles of 4 tokens
 //   BENCH_SETTINGS="0 512:4096 1024:4096" /tmp/bench-decode-matvec layers q4_k 2048 5632 22 2 8
 //                                         # the prefetch settings in turn, each round
 //   BENCH_SETTINGS="LONGSCOPE_ACT_SPAN=32 LONGSCOPE_ACT_SPAN=256" /tmp/bench-decode-matvec layers q4_k 2048 5632 22 2 8
@@ -202,6 +205,38 @@ int main(int argc, char **argv)
         for (int r = 0; r < rounds; ++r)
             best = std::max(best, measure_read_bandwidth(n_threads));
         std::printf("bandwidth threads %d: %.1f GB/s (best of %d x 5)\n", n_threads, best / 1e9, rounds);
+        return 0;
+    }
+
+    if (mode == "tile") {
+        // The packed kernel alone: one group of sixteen rows of N_IN values (in L1 or L2) against
+        // 64 tokens, TOKENS (1 to 4) per packed_tile call, one thread; the best of ROUNDS passes.
+        if (!packed_here(type, n_in, packed_group_rows)) {
+            std::fprintf(stderr, "tile: %s is not packed here\n", arg(2, "f16").c_str());
+            return 1;
+        }
+        const Matrices m = make_matrices(type, n_in, packed_group_rows, 1);
+        constexpr int64_t tokens = 64;
+        std::mt19937 rng(7);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::vector<float> x(size_t(tokens * n_in)), y(size_t(tokens * packed_group_rows));
+        for (float &v : x)
+            v = dist(rng);
+        QuantizedActs acts;
+        quantize_acts(nullptr, x.data(), tokens, n_in, acts);
+        const int per_call = std::clamp(n_tokens, 1, 4);
+        double best = 1e30, check = 0;
+        for (int r = 0; r < rounds; ++r) {
+            const double w0 = wall_seconds();
+            for (int64_t t = 0; t < tokens; t += per_call)
+                packed_tile(type, m.w[0].cpu_packed, n_in, 0, acts, t, int(std::min<int64_t>(per_call, tokens - t)),
+                            y.data() + t * packed_group_rows, packed_group_rows);
+            best = std::min(best, wall_seconds() - w0);
+            check += y[size_t(r) % y.size()];
+        }
+        std::printf("tile %s n_in %lld, %d tokens a call: best %.1f us, %.1f GMAC/s (check %.6g)\n",
+                    arg(2, "f16").c_str(), (long long)n_in, per_call, best * 1e6,
+                    double(packed_group_rows) * double(n_in) * tokens / best / 1e9, check);
         return 0;
     }
 

@@ -1929,11 +1929,25 @@ LS_PACKED_AVX2 inline __m256 q2_k_min_avx2(const uint8_t *b, int g, int h)
                          dmin);
 }
 
-// Q6_K: a vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in 16 bits
-// (Q3_K's codes + 28: 2 x 35 x 128).
-template <int NT, DType T = DType::Q6_K>
-LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
-                                     float *out, int64_t ldo)
+// Q6_K, Q3_K and Q2_K against NT tokens (2 to 4: prefill), both halves of a group (rows 0-7 and
+// 8-15) in one pass. A vpmaddubsw pair sum is at most 2 x 63 x 128 = 16128, so two words add in
+// 16 bits (Q3_K's codes + 28: 2 x 35 x 128). Codes stored with an offset (Q6_K q + 32, Q3_K
+// q + 4, then + 28 here) come back through a bias of -32 sum(x) per 16 values, added to the
+// exact integer sum; per block of 32 and (row, token) the float operations are the VNNI
+// kernel's (Q2_K: its minimum terms first, then the block's sum), so the same bits. Each group of
+// 16 values' activation words are broadcast once for the sixteen rows (twice with the halves in
+// two passes), and a super-block's biases (-32 QuantizedActs::s16) are made once per token and
+// broadcast from the stack (before: a shift, a move to a vector register and a broadcast for each
+// group and token). The accumulators and the first group's products of a block live on the
+// stack (AVX2 has 16 vector registers; the codes of both halves take eight). One core, the AMD
+// EPYC without AVX-512 (family 25 model 1), GMAC/s of the kernel alone on a group of 2048 values
+// against 64 tokens in tiles of four (scripts/bench-decode-matvec.cpp tile), three alternated
+// rounds, two passes -> one: Q6_K 55.3 -> 61.5-61.8, Q3_K 51.7-51.8 -> 58.5-58.6, Q2_K 57.4-57.9
+// -> 65.2-65.6; tiles of two, Q6_K 43.8-44.0 -> 47.8. TinyLlama's gate (2048 x 5632, `matmul`, 64
+// tokens): Q6_K 102.4-108.5 -> 112.5-116.3 GOP/s.
+template <int NT, DType T>
+LS_PACKED_AVX2 void packed_q6_k_avx2_tokens(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0,
+                                          float *out, int64_t ldo)
 {
     const int64_t nsb = n_in / qk_k;
     const int8_t *xq[NT];
@@ -1946,57 +1960,69 @@ LS_PACKED_AVX2 void packed_q6_k_avx2(const uint8_t *group, int64_t n_in, const Q
         xs[t] = a.s16_row(t0 + t);
     }
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[NT];
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            acc[t] = _mm256_setzero_ps();
-        for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16 * h)));
-            for (int k = 0; k < 8; ++k) {
-                // Block k of 32: groups 2 k and 2 k + 1, in the VNNI kernel's order.
+    __m256 acc[NT][2];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t *b = group + size_t(sb) * packed_k_block_bytes(T);
+        const __m256 d[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d))),
+                             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + off6_d + 16)))};
+        alignas(32) int32_t b16[NT][16];
+        if constexpr (T != DType::Q2_K) {
+            #pragma GCC unroll 4
+            for (int t = 0; t < NT; ++t)
+                #pragma GCC unroll 2
+                for (int j = 0; j < 2; ++j)
+                    _mm256_store_si256(reinterpret_cast<__m256i *>(b16[t] + 8 * j),
+                                       _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[t] + sb * 16 + 8 * j)), 5)));
+        }
+        for (int k = 0; k < 8; ++k) {
+            __m256 part[NT][2];
+            #pragma GCC unroll 2
+            for (int e = 0; e < 2; ++e) {
+                const int g = 2 * k + e;
                 __m256i u[2][4];
                 __m256 scd[2];
                 #pragma GCC unroll 2
-                for (int e = 0; e < 2; ++e) {
-                    const int g = 2 * k + e;
-                    q6_k_like_codes_avx2<T>(b, g, h, u[e]);
-                    scd[e] = q6_k_like_scale_avx2<T>(b, g, h, d);
+                for (int h = 0; h < 2; ++h) {
+                    q6_k_like_codes_avx2<T>(b, g, h, u[h]);
+                    scd[h] = q6_k_like_scale_avx2<T>(b, g, h, d[h]);
                     if constexpr (T == DType::Q2_K) {
                         const __m256 mgd = q2_k_min_avx2(b, g, h);
                         #pragma GCC unroll 4
                         for (int t = 0; t < NT; ++t)
-                            acc[t] = _mm256_fnmadd_ps(
-                                mgd, _mm256_set1_ps(xd[t][sb * 8 + k] * float(xs[t][sb * 16 + g])), acc[t]);
+                            acc[t][h] = _mm256_fnmadd_ps(
+                                mgd, _mm256_set1_ps(xd[t][sb * 8 + k] * float(xs[t][sb * 16 + g])), acc[t][h]);
                     }
                 }
                 #pragma GCC unroll 4
                 for (int t = 0; t < NT; ++t) {
-                    __m256 f[2];
+                    const int8_t *x = xq[t] + sb * qk_k + 16 * g;
+                    const __m256i x0 = _mm256_set1_epi32(load_i32(x)), x1 = _mm256_set1_epi32(load_i32(x + 4)),
+                                  x2 = _mm256_set1_epi32(load_i32(x + 8)), x3 = _mm256_set1_epi32(load_i32(x + 12));
+                    const __m256i bias = T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(b16[t][g]);
                     #pragma GCC unroll 2
-                    for (int e = 0; e < 2; ++e) {
-                        const int g = 2 * k + e;
-                        const int8_t *x = xq[t] + sb * qk_k + 16 * g;
-                        const __m256i p01 =
-                            _mm256_add_epi16(_mm256_maddubs_epi16(u[e][0], _mm256_set1_epi32(load_i32(x))),
-                                             _mm256_maddubs_epi16(u[e][1], _mm256_set1_epi32(load_i32(x + 4))));
-                        const __m256i p23 =
-                            _mm256_add_epi16(_mm256_maddubs_epi16(u[e][2], _mm256_set1_epi32(load_i32(x + 8))),
-                                             _mm256_maddubs_epi16(u[e][3], _mm256_set1_epi32(load_i32(x + 12))));
-                        const __m256i bias =
-                            T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(-32 * xs[t][sb * 16 + g]);
-                        f[e] = _mm256_cvtepi32_ps(_mm256_add_epi32(
+                    for (int h = 0; h < 2; ++h) {
+                        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[h][0], x0), _mm256_maddubs_epi16(u[h][1], x1));
+                        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[h][2], x2), _mm256_maddubs_epi16(u[h][3], x3));
+                        const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(
                             bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones))));
+                        if (e == 0)
+                            part[t][h] = _mm256_mul_ps(f, scd[h]);
+                        else
+                            acc[t][h] = _mm256_fmadd_ps(_mm256_fmadd_ps(f, scd[h], part[t][h]),
+                                                        _mm256_set1_ps(xd[t][sb * 8 + k]), acc[t][h]);
                     }
-                    const __m256 sum = _mm256_fmadd_ps(f[1], scd[1], _mm256_mul_ps(f[0], scd[0]));
-                    acc[t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(xd[t][sb * 8 + k]), acc[t]);
                 }
             }
         }
-        #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t)
-            _mm256_storeu_ps(out + t * ldo + 8 * h, acc[t]);
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        _mm256_storeu_ps(out + t * ldo, acc[t][0]);
+        _mm256_storeu_ps(out + t * ldo + 8, acc[t][1]);
     }
 }
 
@@ -2362,14 +2388,14 @@ void packed_q6_k_like_vnni(const uint8_t *group, int64_t n_in, const QuantizedAc
 
 namespace {
 
-// The AVX2 kernels of type T for n_tokens (1..4) tokens. The blocks-of-32 types: their kernels
-// for one token and for several (both halves of a group in one pass). The K types: four tokens
-// in one pass where a tile has four (prefill), so that each weight vector is loaded and unpacked
-// once for four tokens, not two. Some accumulators live on the stack then (AVX2 has 16 vector
-// registers), and it is still faster: one core, 64 tokens, 2048 x 5632, Q4_K 131-137 -> 147-156
-// GOP/s, Q5_K 94 -> 111-112, Q6_K 74-76 -> 92-93 (scripts/bench-decode-matvec.cpp). Otherwise
-// two tokens at a time, then one. The same operations per (row, token) pair whatever the count,
-// so the same bits.
+// The AVX2 kernels of type T for n_tokens (1..4) tokens. The blocks-of-32 types and the K types
+// with a scale per 16 values (Q6_K, Q3_K, Q2_K): their kernels for one token and for several
+// (both halves of a group in one pass). Q4_K and Q5_K: four tokens in one pass where a tile has
+// four (prefill), so that each weight vector is loaded and unpacked once for four tokens, not
+// two. Some accumulators live on the stack then (AVX2 has 16 vector registers), and it is still
+// faster: one core, 64 tokens, 2048 x 5632, Q4_K 131-137 -> 147-156 GOP/s, Q5_K 94 -> 111-112
+// (scripts/bench-decode-matvec.cpp); otherwise two tokens at a time, then one. The same
+// operations per (row, token) pair whatever the count, so the same bits.
 template <DType T>
 void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs &a, int64_t t0, int n_tokens,
                         float *out, int64_t ldo)
@@ -2377,10 +2403,12 @@ void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs 
     constexpr bool b32 = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
                          T == DType::Q5_1 || b32_table(T);
     constexpr bool k16 = T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K;
-    if constexpr (b32) {
+    if constexpr (b32 || k16) {
         const auto tokens = [&](auto nt) {
             if constexpr (T == DType::Q8_0)
                 packed_q8_0_avx2_tokens<nt.value>(group, n_in, a, t0, out, ldo);
+            else if constexpr (k16)
+                packed_q6_k_avx2_tokens<nt.value, T>(group, n_in, a, t0, out, ldo);
             else
                 packed_b32_avx2_tokens<T, nt.value>(group, n_in, a, t0, out, ldo);
         };
@@ -2391,28 +2419,20 @@ void packed_tokens_avx2(const uint8_t *group, int64_t n_in, const QuantizedActs 
         default:
             if constexpr (T == DType::Q8_0)
                 return packed_q8_0_avx2_groups<1>(group, 0, n_in, a, t0, out);
+            else if constexpr (k16)
+                return packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
             else
                 return packed_b32_avx2_groups<T, 1>(group, 0, n_in, a, t0, out);
         }
     } else {
-        if (n_tokens == 4) {
-            if constexpr (k16)
-                return packed_q6_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
-            else
-                return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
-        }
+        if (n_tokens == 4)
+            return packed_q4_k_avx2<4, T>(group, n_in, a, t0, out, ldo);
         for (int t = 0; t < n_tokens; t += 2) {
             float *o = out + t * ldo;
-            if (t + 1 < n_tokens) {
-                if constexpr (k16)
-                    packed_q6_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
-                else
-                    packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
-            } else if constexpr (k16) {
-                packed_q6_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
-            } else {
+            if (t + 1 < n_tokens)
+                packed_q4_k_avx2<2, T>(group, n_in, a, t0 + t, o, ldo);
+            else
                 packed_q4_k_avx2_groups<T, 1>(group, 0, n_in, a, t0 + t, o);
-            }
         }
     }
 }
