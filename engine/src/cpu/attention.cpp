@@ -1239,11 +1239,11 @@ scores_cached_block_v3(const float *q, int64_t q_stride, const uint8_t *k, size_
     constexpr int KN = 4 / R; // keys per pass over the dims
     const int64_t whole = w / 16 * 16;
     for (int64_t c0 = 0; c0 < whole; c0 += 8) {
-        if (prefetch)
-            #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j)
-                for (int l = 0; l < hd * 2; l += 64)
-                    __builtin_prefetch(k + size_t(c0 + 8 + j) * rb + l, 0, 3);
+        // The next eight keys of the tile (its later kv heads come before the next tile's).
+        const int64_t ahead = prefetch ? std::min<int64_t>(8, w - c0 - 8) : 0;
+        for (int64_t j = 0; j < ahead; ++j)
+            for (int l = 0; l < hd * 2; l += 64)
+                __builtin_prefetch(k + size_t(c0 + 8 + j) * rb + l, 0, 3);
         V8 t[R][8];
         for (int j0 = 0; j0 < 8; j0 += KN) {
             V8 lo[R][KN], hi[R][KN];

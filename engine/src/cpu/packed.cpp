@@ -1974,9 +1974,11 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_tokens(const uint8_t *group, int64_t n_in, 
             for (int t = 0; t < NT; ++t)
                 #pragma GCC unroll 2
                 for (int j = 0; j < 2; ++j)
+                {
+                    const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[t] + sb * 16 + 8 * j));
                     _mm256_store_si256(reinterpret_cast<__m256i *>(b16[t] + 8 * j),
-                                       _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[t] + sb * 16 + 8 * j)), 5)));
+                                       _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s16, 5)));
+                }
         }
         for (int k = 0; k < 8; ++k) {
             __m256 part[NT][2];
@@ -2005,8 +2007,10 @@ LS_PACKED_AVX2 void packed_q6_k_avx2_tokens(const uint8_t *group, int64_t n_in, 
                     const __m256i bias = T == DType::Q2_K ? _mm256_setzero_si256() : _mm256_set1_epi32(b16[t][g]);
                     #pragma GCC unroll 2
                     for (int h = 0; h < 2; ++h) {
-                        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[h][0], x0), _mm256_maddubs_epi16(u[h][1], x1));
-                        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[h][2], x2), _mm256_maddubs_epi16(u[h][3], x3));
+                        const __m256i p01 =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(u[h][0], x0), _mm256_maddubs_epi16(u[h][1], x1));
+                        const __m256i p23 =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(u[h][2], x2), _mm256_maddubs_epi16(u[h][3], x3));
                         const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(
                             bias, _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones))));
                         if (e == 0)
