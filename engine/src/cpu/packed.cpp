@@ -2508,22 +2508,35 @@ template <class Run> void side_by_side(int64_t n_groups, const Run &run)
 }
 
 // One token against the n_groups groups of type T from `first` on (gb bytes apart), G at a
-// time (side_by_side), group i's rows at out + 16 i.
+// time (side_by_side), group i's rows at out + 16 i. Q5_K one group at a time, each asking for
+// its bytes ahead (where the options allow): its super-block is read in five places (the codes
+// of a pair of sub-blocks and all the fifth bits, then the next pair's codes and the same fifth
+// bits again), and four groups of it side by side kept more vectors than AVX2's sixteen
+// registers hold (GCC spilled them) while the core's own prefetchers fell behind. The AMD EPYC
+// without AVX-512 (family 25 model 1), TinyLlama's gate (2048 x 5632) eight times, one token,
+// GB/s (scripts/bench-decode-matvec.cpp matmul, alternated runs): one thread 11.1-11.8 -> 16.1-16.9,
+// two 17.3-19.6 -> 19.0-25.6; a decode step's products over 22 layers (`layers`), one thread
+// 10.5-10.7 -> 12.8-14.6, two 17.2-18.9 -> 23.6-24.7. The other types read as fast or faster
+// four at a time there (Q4_K, Q6_K, Q5_0), or within the host's spread (Q5_1).
 template <DType T>
 void one_token_groups(const uint8_t *first, size_t gb, int64_t n_in, int64_t n_groups, const QuantizedActs &a,
                       int64_t t0, float *out)
 {
-    side_by_side(n_groups, [&](auto G, int64_t i) {
-        const uint8_t *p = first + size_t(i) * gb;
-        if constexpr (T == DType::Q8_0)
-            packed_q8_0_avx2_groups<G.value>(p, gb, n_in, a, t0, out + 16 * i);
-        else if constexpr (T == DType::Q4_K || T == DType::Q5_K)
-            packed_q4_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
-        else if constexpr (T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K)
-            packed_q6_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
-        else
-            packed_b32_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
-    });
+    if constexpr (T == DType::Q5_K) {
+        for (int64_t i = 0; i < n_groups; ++i)
+            packed_q4_k_avx2_groups<T, 1>(first + size_t(i) * gb, 0, n_in, a, t0, out + 16 * i);
+    } else
+        side_by_side(n_groups, [&](auto G, int64_t i) {
+            const uint8_t *p = first + size_t(i) * gb;
+            if constexpr (T == DType::Q8_0)
+                packed_q8_0_avx2_groups<G.value>(p, gb, n_in, a, t0, out + 16 * i);
+            else if constexpr (T == DType::Q4_K)
+                packed_q4_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
+            else if constexpr (T == DType::Q6_K || T == DType::Q3_K || T == DType::Q2_K)
+                packed_q6_k_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
+            else
+                packed_b32_avx2_groups<T, G.value>(p, gb, n_in, a, t0, out + 16 * i);
+        });
 }
 
 } // namespace
