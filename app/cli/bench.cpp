@@ -300,11 +300,13 @@ int cmd_bench(const std::vector<std::string> &argv, const char *argv0)
                         r.bytes_per_token = streamed / b + embd_row +
                                             kv_bytes_per_position * (in + nw / 2.0);
                         // Prefill: 2 flops per weight per token, plus attention over in/2 keys on
-                        // average; the output matrix only for each sequence's last token, the one
-                        // row whose logits a prompt keeps (the forward pass skips the others).
-                        r.product_flops = double(b) * in * 2 * (matmul_params - cost.output_params) +
-                                          double(b) * 2 * cost.output_params;
-                        r.attention_flops = double(b) * in * 4.0 * hp.n_layer * hp.n_embd * (in / 2.0);
+                        // average; the output matrix, and the last layer's attention, output
+                        // projection and feed-forward, only for each sequence's last token, the
+                        // one row whose logits a prompt keeps (the forward pass skips the others).
+                        const double kept = cost.output_params + cost.last_layer_kept_params;
+                        r.product_flops = double(b) * in * 2 * (matmul_params - kept) + double(b) * 2 * kept;
+                        r.attention_flops = double(b) * 4.0 * hp.n_embd *
+                                            (std::max(0, hp.n_layer - 1) * in * (in / 2.0) + double(in));
                         r.attention_families = attention_families_of(mem_eff);
                         r.prefill_seconds = f.prefill_seconds;
                         const double flops = r.product_flops + r.attention_flops;

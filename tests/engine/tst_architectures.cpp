@@ -151,6 +151,40 @@ private slots:
         }
     }
 
+    // A prompt's own logits come from its last row alone: the last layer runs attention's
+    // output, the output projection and the feed-forward for that row only. It must still be
+    // transformers' last row, with every attention setting.
+    void last_row_alone_matches_transformers_data() { logits_match_transformers_data(); }
+
+    void last_row_alone_matches_transformers()
+    {
+        QFETCH(QString, family);
+        QFETCH(QString, format);
+        const std::string fam = family.toStdString();
+        const auto m = Model::load(k_dir + "/" + fam + (format == "hf" ? "/hf" : "/model.gguf"));
+        const Reference ref = load_reference(fam);
+        const size_t nv = size_t(ref.n_vocab);
+        Settings flash, tiled, tiled_mask;
+        flash.attention.causal_flash = true;
+        tiled.attention.memory_efficient = true;
+        tiled.attention.causal_flash = true;
+        tiled_mask.attention.memory_efficient = true;
+        for (const RefSequence &seq : ref.seqs) {
+            const auto want = std::span<const float>(seq.logits).subspan((seq.tokens.size() - 1) * nv, nv);
+            for (const Settings &st : {Settings{}, flash, tiled, tiled_mask}) {
+                Session s(*m, {128, 2, st});
+                const std::span<const float> got = s.eval(seq.tokens);
+                QCOMPARE(got.size(), nv);
+                double worst = 0;
+                for (size_t v = 0; v < nv; ++v)
+                    worst = std::max(worst, double(std::fabs(got[v] - want[v])));
+                QVERIFY2(worst <= k_tol, qPrintable(QString("max difference %1 > %2").arg(worst).arg(k_tol)));
+                QCOMPARE(std::max_element(got.begin(), got.end()) - got.begin(),
+                         std::max_element(want.begin(), want.end()) - want.begin());
+            }
+        }
+    }
+
     void greedy_continuation_matches_data() { logits_match_transformers_data(); }
 
     void greedy_continuation_matches()

@@ -376,6 +376,49 @@ private slots:
         QVERIFY2(peak_whole > 2 * peak_one, qPrintable(QString("%1 vs %2").arg(peak_whole).arg(peak_one)));
     }
 
+    // A prompt evaluated for its last row's logits alone (the last layer trims the other rows,
+    // and with memory-efficient attention the chunks before the last keep none) against the
+    // same prompt with every row's logits: the same last row, the same cache (the decode steps
+    // after it agree), in every KV mode; and a batch whose segments keep different rows.
+    void last_layer_keeps_only_the_rows_asked_for_data()
+    {
+        QTest::addColumn<bool>("mem_efficient");
+        QTest::addColumn<KvMode>("mode");
+        for (bool me : {false, true})
+            for (KvMode mode : {KvMode::Static, KvMode::Vmm, KvMode::Concat, KvMode::None})
+                QTest::addRow("%s kv=%s", me ? "mem-efficient" : "naive", std::string(to_string(mode)).c_str())
+                    << me << mode;
+    }
+    void last_layer_keeps_only_the_rows_asked_for()
+    {
+        QFETCH(bool, mem_efficient);
+        QFETCH(KvMode, mode);
+        SessionOptions o;
+        o.n_ctx = 1024;
+        o.n_threads = 2;
+        o.settings.attention.memory_efficient = mem_efficient;
+        o.settings.attention.causal_flash = mem_efficient;
+        o.settings.kv_mode = mode;
+        // More than two 256-token chunks.
+        const std::vector<int32_t> prompt = book_prompt(*m_model, 600);
+        const size_t nv = size_t(m_model->hparams().n_vocab);
+        Session last(*m_model, o), every(*m_model, o);
+        const std::span<const float> one = last.eval(prompt);
+        QCOMPARE(one.size(), nv);
+        std::vector<float> a(one.begin(), one.end());
+        const std::span<const float> all = every.eval(prompt, /*all_logits=*/true);
+        QCOMPARE(all.size(), prompt.size() * nv);
+        std::vector<float> b(all.end() - std::ptrdiff_t(nv), all.end());
+        for (int step = 0; step < 8; ++step) {
+            QVERIFY2(max_diff(a, b) <= k_logit_tol, qPrintable(QString("step %1: %2").arg(step).arg(max_diff(a, b))));
+            const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
+            const auto la = last.eval(std::span<const int32_t>(&next, 1));
+            const auto lb = every.eval(std::span<const int32_t>(&next, 1));
+            a.assign(la.begin(), la.end());
+            b.assign(lb.begin(), lb.end());
+        }
+    }
+
     void kv_modes_memory_ledger()
     {
         // A long prompt, then decoding: enough tokens to cross vmm commit steps (64 KB

@@ -23,13 +23,15 @@ class GgufFile;
 struct ModelWeights;
 
 // What a forward pass reads and computes, for rooflines: the parameters of the matrix
-// products (one multiply-add each per token; of them the output matrix's, which a prompt
-// multiplies only for the rows whose logits it keeps), the weight bytes a decode step streams
+// products (one multiply-add each per token; of them the output matrix's and the last layer's
+// output projection and feed-forward, which a prompt multiplies only for the rows whose logits
+// it keeps), the weight bytes a decode step streams
 // once whatever the batch (every matrix; the embedding table only when it is also the output
 // matrix), and the bytes of one embedding row each token reads otherwise (0 when tied).
 struct DecodeCost {
     double matmul_params = 0;
     double output_params = 0;
+    double last_layer_kept_params = 0; // the last layer's wo, gate, up and down
     double streamed_bytes = 0;
     double embd_row_bytes = 0;
 };

@@ -50,6 +50,16 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         tokens.insert(tokens.end(), segs[s].tokens.begin(), segs[s].tokens.end());
     }
     const int64_t n = offset.back();
+    // The rows whose logits are asked for: each segment's tail from its logits_from on. The
+    // last layer needs every row's keys and values for the cache, but its attention output,
+    // output projection and feed-forward only for these rows (for a prompt, its last token).
+    std::vector<int64_t> keep_from(segs.size());
+    int64_t n_out = 0;
+    for (size_t s = 0; s < segs.size(); ++s) {
+        const int64_t ns = int64_t(segs[s].tokens.size());
+        keep_from[s] = std::clamp<int64_t>(segs[s].logits_from, 0, ns);
+        n_out += ns - keep_from[s];
+    }
     be.begin_step(n);
     stats.threads = be.step_threads();
     const Activations a = be.activations(n);
@@ -61,9 +71,14 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
     // The feed-forward output of the previous layer waits in a.proj to be added to a.x, in the
     // same pass as this layer's first norm.
     bool residual_pending = false;
+    // Rows of a.x that go on through the layers: all n, then n_out from the last layer's
+    // attention on, packed at the front in segment order.
+    int64_t rows = n;
     for (int l = 0; l < hp.n_layer; ++l) {
         const LayerWeights &lw = w.layers[size_t(l)];
         const bool swa = hp.layer_is_swa(l);
+        const bool trim = l == hp.n_layer - 1 && n_out < n;
+        int64_t out_row = 0; // next packed row of a.attn when trimming
         if (residual_pending)
             be.add_rmsnorm(a.x, a.proj, lw.attn_norm, a.xn, n, e, hp.rms_eps, off);
         else
@@ -89,17 +104,24 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
             // Append this segment's keys and values at their positions in its own cache.
             be.store_kv(*seg.kv, l, seg.n_past, a.k + o * ekv, a.v + o * ekv, ns);
 
+            // Queries from q0 on: all of them, or in the trimmed last layer the kept tail,
+            // whose outputs are packed at out_row (never past o + q0, so no row is
+            // overwritten before it is read).
+            const int64_t q0 = trim ? keep_from[s] : 0;
+            if (q0 == ns)
+                continue;
             AttentionCall c;
             c.n_head = hp.n_head;
             c.n_head_kv = hp.n_head_kv;
             c.head_dim = int(hd);
-            c.q = a.q + o * eq;
-            c.n_q = ns;
-            c.q_pos0 = seg.n_past;
+            c.q = a.q + (o + q0) * eq;
+            c.n_q = ns - q0;
+            c.q_pos0 = seg.n_past + q0;
             c.kv = seg.kv;
             c.layer = l;
             c.n_kv = seg.n_past + ns;
-            c.out = a.attn + o * eq;
+            c.out = a.attn + (trim ? out_row : o) * eq;
+            out_row += ns - q0;
             c.scale = attention_scale(hp, params);
             c.softcap = hp.attn_softcap;
             c.window = swa ? hp.sliding_window : 0;
@@ -107,32 +129,46 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
             attn_scratch = std::max(attn_scratch, r.scratch_bytes);
             stats.tiles_skipped += r.tiles_skipped;
         }
+        if (trim) {
+            // The residual stream of the kept rows, packed the same way.
+            int64_t r = 0;
+            for (size_t s = 0; s < segs.size(); ++s)
+                for (int64_t t = keep_from[s]; t < int64_t(segs[s].tokens.size()); ++t, ++r)
+                    if (r != offset[s] + t)
+                        be.move_row(a.x, r, offset[s] + t, e);
+            rows = n_out;
+            if (rows == 0) {
+                residual_pending = false;
+                break; // no logits asked for: the cache is written, nothing else is needed
+            }
+        }
+        const int64_t m = rows;
 
-        be.matmul(lw.wo, a.attn, a.proj, n);
+        be.matmul(lw.wo, a.attn, a.proj, m);
         if (hp.post_norms)
-            be.rmsnorm(a.proj, lw.attn_post_norm, a.proj, n, e, hp.rms_eps, off);
-        be.add_rmsnorm(a.x, a.proj, lw.ffn_norm, a.xn, n, e, hp.rms_eps, off);
-        const Projection gate_up[] = {{&lw.w_gate, a.gate}, {&lw.w_up, a.up}}; // [n, n_ff] each
-        be.matmul_group(gate_up, a.xn, n);
+            be.rmsnorm(a.proj, lw.attn_post_norm, a.proj, m, e, hp.rms_eps, off);
+        be.add_rmsnorm(a.x, a.proj, lw.ffn_norm, a.xn, m, e, hp.rms_eps, off);
+        const Projection gate_up[] = {{&lw.w_gate, a.gate}, {&lw.w_up, a.up}}; // [m, n_ff] each
+        be.matmul_group(gate_up, a.xn, m);
         if (hp.ffn_act == FfnActivation::GeluTanh)
-            be.geglu(a.gate, a.up, a.gate, n * f);
+            be.geglu(a.gate, a.up, a.gate, m * f);
         else
-            be.swiglu(a.gate, a.up, a.gate, n * f);
-        be.matmul(lw.w_down, a.gate, a.proj, n);
+            be.swiglu(a.gate, a.up, a.gate, m * f);
+        be.matmul(lw.w_down, a.gate, a.proj, m);
         if (hp.post_norms)
-            be.rmsnorm(a.proj, lw.ffn_post_norm, a.proj, n, e, hp.rms_eps, off);
+            be.rmsnorm(a.proj, lw.ffn_post_norm, a.proj, m, e, hp.rms_eps, off);
         residual_pending = true;
     }
     if (residual_pending)
-        be.add_inplace(a.x, a.proj, n * e);
+        be.add_inplace(a.x, a.proj, rows * e);
 
-    // Final norm and LM head for the rows asked for, gathered in segment order.
-    int64_t n_out = 0;
-    for (size_t s = 0; s < segs.size(); ++s) {
-        const int64_t ns = int64_t(segs[s].tokens.size());
-        const int64_t first = std::clamp<int64_t>(segs[s].logits_from, 0, ns);
-        for (int64_t t = first; t < ns; ++t)
-            be.move_row(a.x, n_out++, offset[s] + t, e);
+    // Final norm and LM head for the rows asked for, in segment order (already packed so when
+    // the last layer trimmed them).
+    if (rows != n_out) {
+        int64_t r = 0;
+        for (size_t s = 0; s < segs.size(); ++s)
+            for (int64_t t = keep_from[s]; t < int64_t(segs[s].tokens.size()); ++t)
+                be.move_row(a.x, r++, offset[s] + t, e);
     }
     float *logits = be.logits_buffer(n_out);
     if (n_out > 0) {

@@ -32,6 +32,11 @@ DecodeCost Model::decode_cost() const
     for (const LayerWeights &l : mw.layers)
         for (const WeightView *v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             c.matmul_params += double(v->n_elements());
+    if (!mw.layers.empty()) {
+        const LayerWeights &last = mw.layers.back();
+        for (const WeightView *v : {&last.wo, &last.w_gate, &last.w_up, &last.w_down})
+            c.last_layer_kept_params += double(v->n_elements());
+    }
     const bool tied = mw.output.data == mw.tok_embd.data;
     const double embd_row = double(mw.tok_embd.nbytes) / double(std::max<int64_t>(1, mw.tok_embd.ne(1)));
     c.streamed_bytes = double(m_info.weight_bytes) - (tied ? 0.0 : double(mw.tok_embd.nbytes));
