@@ -17,6 +17,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -69,6 +70,18 @@ double compare_logits(const Model &m, const RefSequence &ref, int n_vocab, const
             return INFINITY;
     }
     return worst;
+}
+
+// Plain attention with an explicit mask, with causality from positions, and memory-efficient
+// (tiled) attention with either (Gemma's sliding-window and soft-capped layers included).
+std::array<Settings, 4> attention_settings()
+{
+    std::array<Settings, 4> s{};
+    s[1].attention.causal_flash = true;
+    s[2].attention.memory_efficient = true;
+    s[2].attention.causal_flash = true;
+    s[3].attention.memory_efficient = true;
+    return s;
 }
 
 std::vector<int32_t> greedy(const Model &m, const std::vector<int32_t> &prompt, int n)
@@ -133,16 +146,8 @@ private slots:
         QCOMPARE(std::string(to_string(m->hparams().family)), fam);
         const Reference ref = load_reference(fam);
         QCOMPARE(m->hparams().n_vocab, ref.n_vocab);
-        // Plain attention with an explicit mask, with causality from positions, and
-        // memory-efficient (tiled) attention with either (Gemma's sliding-window and
-        // soft-capped layers included).
-        Settings flash, tiled, tiled_mask;
-        flash.attention.causal_flash = true;
-        tiled.attention.memory_efficient = true;
-        tiled.attention.causal_flash = true;
-        tiled_mask.attention.memory_efficient = true;
         for (const RefSequence &seq : ref.seqs) {
-            for (const Settings &st : {Settings{}, flash, tiled, tiled_mask}) {
+            for (const Settings &st : attention_settings()) {
                 const double d = compare_logits(*m, seq, ref.n_vocab, st);
                 qInfo("%s %s, %zu tokens: max |logit - transformers| = %.3g", fam.c_str(), qPrintable(format),
                       seq.tokens.size(), d);
@@ -164,14 +169,9 @@ private slots:
         const auto m = Model::load(k_dir + "/" + fam + (format == "hf" ? "/hf" : "/model.gguf"));
         const Reference ref = load_reference(fam);
         const size_t nv = size_t(ref.n_vocab);
-        Settings flash, tiled, tiled_mask;
-        flash.attention.causal_flash = true;
-        tiled.attention.memory_efficient = true;
-        tiled.attention.causal_flash = true;
-        tiled_mask.attention.memory_efficient = true;
         for (const RefSequence &seq : ref.seqs) {
             const auto want = std::span<const float>(seq.logits).subspan((seq.tokens.size() - 1) * nv, nv);
-            for (const Settings &st : {Settings{}, flash, tiled, tiled_mask}) {
+            for (const Settings &st : attention_settings()) {
                 Session s(*m, {128, 2, st});
                 const std::span<const float> got = s.eval(seq.tokens);
                 QCOMPARE(got.size(), nv);
