@@ -63,6 +63,15 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
     be.begin_step(n);
     stats.threads = be.step_threads();
     const Activations a = be.activations(n);
+    // Moves the kept rows of a.x to its front, in segment order (each row to one at or before
+    // it, so none is overwritten before it moves).
+    const auto pack_kept_rows = [&] {
+        int64_t r = 0;
+        for (size_t s = 0; s < segs.size(); ++s)
+            for (int64_t t = keep_from[s]; t < int64_t(segs[s].tokens.size()); ++t, ++r)
+                if (r != offset[s] + t)
+                    be.move_row(a.x, r, offset[s] + t, e);
+    };
     be.embed(w.tok_embd, tokens, a.x);
     if (hp.scale_embeddings)
         be.scale(a.x, std::sqrt(float(e)), n * e);
@@ -131,11 +140,7 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
         }
         if (trim) {
             // The residual stream of the kept rows, packed the same way.
-            int64_t r = 0;
-            for (size_t s = 0; s < segs.size(); ++s)
-                for (int64_t t = keep_from[s]; t < int64_t(segs[s].tokens.size()); ++t, ++r)
-                    if (r != offset[s] + t)
-                        be.move_row(a.x, r, offset[s] + t, e);
+            pack_kept_rows();
             rows = n_out;
             if (rows == 0) {
                 residual_pending = false;
@@ -164,12 +169,8 @@ std::span<const float> llama_forward(Backend &be, const Model &model, std::span<
 
     // Final norm and LM head for the rows asked for, in segment order (already packed so when
     // the last layer trimmed them).
-    if (rows != n_out) {
-        int64_t r = 0;
-        for (size_t s = 0; s < segs.size(); ++s)
-            for (int64_t t = keep_from[s]; t < int64_t(segs[s].tokens.size()); ++t)
-                be.move_row(a.x, r++, offset[s] + t, e);
-    }
+    if (rows != n_out)
+        pack_kept_rows();
     float *logits = be.logits_buffer(n_out);
     if (n_out > 0) {
         be.rmsnorm(a.x, w.output_norm, a.xn, n_out, e, hp.rms_eps, off);
